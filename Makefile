@@ -1,0 +1,64 @@
+# weir — run `make help` for the targets.
+SHELL := /bin/bash
+GO    ?= go
+BIN   := bin/weir
+PKGS  := ./...
+STATICCHECK := $(shell $(GO) env GOPATH)/bin/staticcheck
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## list the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[1m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: build
+build: ## build bin/weir
+	$(GO) build -o $(BIN) ./cmd/weir
+
+.PHONY: deps
+deps: ## install what the tests need (Debian packages, staticcheck); idempotent
+	bash scripts/deps.sh
+
+.PHONY: test
+test: deps lint ## everything CI runs: lint, unit and end-to-end tests (root tests skip without root)
+	$(GO) test -count=1 -timeout 15m $(PKGS)
+
+.PHONY: race
+race: ## unit tests under the race detector
+	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+
+.PHONY: lint
+lint: ## gofmt, go vet and staticcheck
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+	$(STATICCHECK) $(PKGS)
+
+.PHONY: bench
+bench: ## all micro-benchmarks, 5 runs each, into bench/out/bench.txt
+	@mkdir -p bench/out
+	$(GO) test -run '^$$' -bench . -benchmem -count 5 -timeout 60m $(PKGS) | tee bench/out/bench.txt
+
+.PHONY: bench-smoke
+bench-smoke: ## every benchmark once, briefly, to prove they run
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime 100x -timeout 10m $(PKGS)
+
+.PHONY: fuzz-smoke
+fuzz-smoke: ## each fuzz target for a few seconds
+	bash scripts/fuzz-smoke.sh 5s
+
+.PHONY: demo
+demo: build ## run the demo on the embedded default config
+	./$(BIN) demo
+
+.PHONY: check
+check: build ## weir check on every example config
+	@for f in examples/*; do echo "== $$f"; ./$(BIN) check -c $$f || exit 1; done
+
+.PHONY: vmtest
+vmtest: build ## end-to-end scenarios inside a QEMU VM (root, installs qemu and a kernel)
+	$(GO) test -count=1 -timeout 30m ./vmtest/ -run VM -v
+
+.PHONY: clean
+clean: ## remove build outputs
+	rm -rf bin bench/out

@@ -1,0 +1,497 @@
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strconv"
+	"time"
+)
+
+// Defaults applied by Compile where a field is zero. They are the values of the
+// seeds: Sun's 30 s metric window and 100 ms recompute, the z/OS Policy Agent's
+// 60 s sampling interval and thresholds, the WebSphere plug-in's 60 s retry.
+const (
+	DefaultMetricInterval    = 30 * time.Second
+	DefaultRecomputeInterval = 100 * time.Millisecond
+	DefaultSamplingInterval  = 60 * time.Second
+	DefaultRetryInterval     = 60 * time.Second
+	DefaultMaxAttempts       = 3
+	DefaultLossThreshold     = 20  // tenths of a percent: 2 %
+	DefaultLossStep          = 25  // percent
+	DefaultLossMax           = 95  // percent
+	DefaultTimeoutThreshold  = 50  // tenths of a percent: 5 %
+	DefaultTimeoutStep       = 50  // percent
+	DefaultTimeoutMax        = 100 // percent
+)
+
+// DefaultMaxConnLevels are MaxConnWeightFr 50 65 80: the percentages of an
+// action's connection limit at which its fraction becomes 50, 85 and 100 %.
+var DefaultMaxConnLevels = [3]int{50, 65, 80}
+
+// Config is the whole policy: one instance, its classes, virtual servers,
+// targets, policy rules and actions, the performance monitor and the balancer
+// settings. It is built once (by policy/config or by hand in tests), passed
+// through Compile, and never modified afterwards: a reload builds a new Config
+// and swaps it whole.
+type Config struct {
+	Instance Instance
+	Classes  []*Class         // in file order
+	Services []*VirtualServer // in file order
+	Actions  []*Action        // in file order
+	Rules    []*Rule          // in priority order: the first match wins
+	Monitor  Monitor
+	Balancer BalancerSettings
+
+	// Built by Compile.
+	compiled bool
+	byVIP    map[netip.Addr][]*VirtualServer
+}
+
+// Instance is the global server instance: the top of the limit hierarchy.
+type Instance struct {
+	Name   string // default "weir"
+	Limits Limits
+
+	// MetricInterval is the sliding window over which bandwidth is averaged;
+	// zero means DefaultMetricInterval (30 s).
+	MetricInterval time.Duration
+	// RecomputeInterval is how often bandwidth is recomputed; zero means
+	// DefaultRecomputeInterval (100 ms). It must divide MetricInterval.
+	RecomputeInterval time.Duration
+}
+
+// Class is a virtual-server class (Sun's term): a named group of virtual
+// servers sharing aggregate limits. A class may sit inside a parent class;
+// the chain must not loop.
+type Class struct {
+	Name   string
+	Parent *Class // nil: directly under the instance
+	Limits Limits
+}
+
+// Limits are the Sun-style QoS limits of one level (instance, class or
+// virtual server). A zero field means "no limit" at that level. Each level's
+// limits apply to that level's aggregate (a class's bandwidth is the sum of its
+// virtual servers'), and admission checks the virtual server first, then its
+// class chain, then the instance: a lower level's limit is the one that trips
+// first when it is the tighter one.
+type Limits struct {
+	// MaxBandwidth is in bytes per second, averaged over the metric interval;
+	// 0 means no limit.
+	MaxBandwidth int64
+	// EnforceBandwidth refuses new connections while over MaxBandwidth;
+	// when false the excess is only logged.
+	EnforceBandwidth bool
+	// MaxConnections is the number of concurrent connections; ≤ 0 means no
+	// limit.
+	MaxConnections int64
+	// EnforceConnections refuses new connections at MaxConnections; when
+	// false the excess is only logged.
+	EnforceConnections bool
+	// BurstBytes, when > 0, adds a token-bucket cap on top of the window
+	// average: a bucket of BurstBytes refilled at MaxBandwidth. It closes the
+	// seed's hole where an idle window lets a client use 30× the limit in one
+	// second. 0 (the default) turns it off.
+	BurstBytes int64
+}
+
+// Any reports whether any limit is set.
+func (l Limits) Any() bool { return l.MaxBandwidth > 0 || l.MaxConnections > 0 }
+
+// ServiceProto is what a virtual server speaks, which decides how a refusal
+// looks: TCP refuses with RST, HTTP with a 503 page naming the limit.
+type ServiceProto uint8
+
+const (
+	ProtoTCP ServiceProto = iota
+	ProtoHTTP
+)
+
+func (p ServiceProto) String() string {
+	switch p {
+	case ProtoTCP:
+		return "tcp"
+	case ProtoHTTP:
+		return "http"
+	}
+	return "proto(" + strconv.Itoa(int(p)) + ")"
+}
+
+// ParseServiceProto parses "tcp" or "http".
+func ParseServiceProto(s string) (ServiceProto, error) {
+	switch s {
+	case "tcp":
+		return ProtoTCP, nil
+	case "http":
+		return ProtoHTTP, nil
+	}
+	return 0, fmt.Errorf("unknown protocol %q (want tcp or http)", s)
+}
+
+// PortRange is an inclusive range of ports. The zero value {0, 0} matches any
+// port in a rule; a virtual server needs Lo ≥ 1.
+type PortRange struct{ Lo, Hi uint16 }
+
+// Any reports whether r is the wildcard range.
+func (r PortRange) Any() bool { return r.Lo == 0 && r.Hi == 0 }
+
+// Contains reports whether p is in r; the wildcard contains every port.
+func (r PortRange) Contains(p uint16) bool { return r.Any() || (p >= r.Lo && p <= r.Hi) }
+
+// Overlaps reports whether r and o share a port.
+func (r PortRange) Overlaps(o PortRange) bool {
+	if r.Any() || o.Any() {
+		return true
+	}
+	return r.Lo <= o.Hi && o.Lo <= r.Hi
+}
+
+func (r PortRange) String() string {
+	if r.Any() {
+		return "any"
+	}
+	if r.Lo == r.Hi {
+		return strconv.Itoa(int(r.Lo))
+	}
+	return strconv.Itoa(int(r.Lo)) + "-" + strconv.Itoa(int(r.Hi))
+}
+
+// VirtualServer is a service weir answers for: one or more VIPs (IPv4 and/or
+// IPv6), a port or port range, a protocol, its class, its own limits and its
+// targets.
+type VirtualServer struct {
+	Name   string
+	Class  *Class // nil: directly under the instance
+	VIPs   []netip.Addr
+	Ports  PortRange
+	Proto  ServiceProto
+	Limits Limits
+	// Targets in configured order: primaries first in the order given, then
+	// backups in the order they are to be tried.
+	Targets []*Target
+}
+
+// Role says whether a target is balanced (primary) or only tried, in order,
+// when no primary can serve (backup), as the WebSphere plug-in does.
+type Role uint8
+
+const (
+	RolePrimary Role = iota
+	RoleBackup
+)
+
+func (r Role) String() string {
+	if r == RoleBackup {
+		return "backup"
+	}
+	return "primary"
+}
+
+// DialVia says how weir reaches a target.
+type DialVia uint8
+
+const (
+	// DialHost uses an ordinary kernel socket; stats come from TCP_INFO.
+	DialHost DialVia = iota
+	// DialNetstack dials through weir's second gVisor NIC (the back arm).
+	DialNetstack
+)
+
+func (d DialVia) String() string {
+	if d == DialNetstack {
+		return "netstack"
+	}
+	return "host"
+}
+
+// Target is one backend of a virtual server.
+type Target struct {
+	// Name identifies the target across reloads (counters, connection counts
+	// and down-state carry over by name). Default: Addr.String().
+	Name string
+	Addr netip.AddrPort
+	// Weight is the WLM weight, ≥ 0; the QoS fraction cuts it. Default 1.
+	Weight int
+	// MaxConnections is the number of open connections through weir this
+	// target may have; ≤ 0 means no limit.
+	MaxConnections int64
+	Role           Role
+	Via            DialVia
+}
+
+// Action is a z/OS Policy Agent policy action: the service level a matching
+// flow gets.
+type Action struct {
+	Name string
+	// OutgoingTOS is the ToS byte written on every packet toward the client
+	// when SetTOS is true (`OutgoingTOS 10100000` is binary: 0xA0).
+	OutgoingTOS uint8
+	SetTOS      bool
+	// MinRate is the minimum throughput per connection in Kbit/s; 0: none.
+	MinRate int64
+	// MeanRate is the DiffServ mean rate in Kbit/s; 0: none.
+	MeanRate int64
+	// MaxConnections is the action's connection limit, the base of
+	// MaxConnWeightFr; ≤ 0: none.
+	MaxConnections int64
+}
+
+// Rule is a z/OS Policy Agent policy rule. It is matched against a flow as the
+// server side sees it, as on z/OS where the policy governs a target's outbound
+// traffic: Source is the virtual server's address and port, Destination the
+// client's. So `SourcePortRange 23` selects a Telnet service on port 23.
+// Zero fields match anything. Rules are tried in order and the first match
+// wins.
+type Rule struct {
+	Name    string
+	ProtoLo uint8 // IP protocol number range; 0-0 (or 0-255) matches any
+	ProtoHi uint8
+	SrcPort PortRange
+	DstPort PortRange
+	Src     netip.Prefix // invalid (zero) Prefix matches any
+	Dst     netip.Prefix
+	Service *VirtualServer // nil: any
+	Action  *Action
+}
+
+// Match reports whether r selects the flow with IP protocol proto whose server
+// side is src (the VIP and service port) and client side dst, arriving at
+// service vs (may be nil).
+func (r *Rule) Match(proto uint8, src, dst netip.AddrPort, vs *VirtualServer) bool {
+	if !(r.ProtoLo == 0 && r.ProtoHi == 0) && (proto < r.ProtoLo || proto > r.ProtoHi) {
+		return false
+	}
+	if !r.SrcPort.Contains(src.Port()) || !r.DstPort.Contains(dst.Port()) {
+		return false
+	}
+	if r.Src.IsValid() && !r.Src.Contains(src.Addr()) {
+		return false
+	}
+	if r.Dst.IsValid() && !r.Dst.Contains(dst.Addr()) {
+		return false
+	}
+	return r.Service == nil || r.Service == vs
+}
+
+// Classify returns the action of the first rule matching the flow, or nil.
+// It does not allocate; callers cache the result per flow.
+func (c *Config) Classify(proto uint8, src, dst netip.AddrPort, vs *VirtualServer) *Action {
+	for _, r := range c.Rules {
+		if r.Match(proto, src, dst, vs) {
+			return r.Action
+		}
+	}
+	return nil
+}
+
+// Monitor is PolicyPerfMonitorForSDR: how measured TCP quality cuts weights.
+// Ratios are in tenths of a percent, fractions in percent, as in the seed.
+type Monitor struct {
+	Enabled          bool
+	SamplingInterval time.Duration // default 60 s
+	LossThreshold    int           // LossRatioAndWeightFr T (tenths of %), default 20
+	LossStep         int           // LossRatioAndWeightFr F (%), default 25
+	TimeoutThreshold int           // TimeoutRatioAndWeightFr T, default 50
+	TimeoutStep      int           // TimeoutRatioAndWeightFr F, default 50
+	LossMax          int           // LossMaxWeightFr (%), default 95
+	TimeoutMax       int           // TimeoutMaxWeightFr (%), default 100
+	MaxConnLevels    [3]int        // MaxConnWeightFr (%), default 50 65 80
+}
+
+// Algorithm selects how the balancer spreads new connections.
+type Algorithm uint8
+
+const (
+	// RoundRobin is smooth weighted round robin over effective weights.
+	RoundRobin Algorithm = iota
+	// LeastConn is weighted least connections.
+	LeastConn
+	// Maglev is consistent hashing on the 5-tuple.
+	Maglev
+)
+
+func (a Algorithm) String() string {
+	switch a {
+	case RoundRobin:
+		return "round-robin"
+	case LeastConn:
+		return "least-conn"
+	case Maglev:
+		return "maglev"
+	}
+	return "algorithm(" + strconv.Itoa(int(a)) + ")"
+}
+
+// ParseAlgorithm parses an Algorithm's String form.
+func ParseAlgorithm(s string) (Algorithm, error) {
+	for a := RoundRobin; a <= Maglev; a++ {
+		if a.String() == s {
+			return a, nil
+		}
+	}
+	return 0, fmt.Errorf("unknown algorithm %q (want round-robin, least-conn or maglev)", s)
+}
+
+// BalancerSettings configure the distributor.
+type BalancerSettings struct {
+	Algorithm Algorithm
+	// RetryInterval is how long a target that failed a connect stays down;
+	// zero means DefaultRetryInterval (60 s, as the WebSphere plug-in).
+	RetryInterval time.Duration
+	// MaxAttempts bounds the targets tried for one connection; zero means
+	// DefaultMaxAttempts.
+	MaxAttempts int
+	// RefreshInterval is how often the config file is checked for changes;
+	// zero turns the check off (SIGHUP still reloads).
+	RefreshInterval time.Duration
+	// SlowStart ramps a recovered target's weight over this window; zero: off.
+	SlowStart time.Duration
+	Health    HealthCheck
+}
+
+// HealthCheck configures active TCP health checks; Interval zero turns them off.
+type HealthCheck struct {
+	Interval time.Duration
+	Timeout  time.Duration // default Interval/2
+	Rise     int           // successes to mark up, default 2
+	Fall     int           // failures to mark down, default 3
+}
+
+// Compile fills defaults, checks the invariants every consumer relies on and
+// builds the lookup indexes. After Compile the Config must not be modified.
+// Parsers report errors with positions before they get here; Compile's errors
+// are for configs built in code.
+func Compile(c *Config) (*Config, error) {
+	if c.compiled {
+		return c, nil
+	}
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+
+	if c.Instance.Name == "" {
+		c.Instance.Name = "weir"
+	}
+	if c.Instance.MetricInterval == 0 {
+		c.Instance.MetricInterval = DefaultMetricInterval
+	}
+	if c.Instance.RecomputeInterval == 0 {
+		c.Instance.RecomputeInterval = DefaultRecomputeInterval
+	}
+	mi, ri := c.Instance.MetricInterval, c.Instance.RecomputeInterval
+	if mi < 0 || ri < 0 || ri > mi || mi%ri != 0 {
+		bad("metricInterval %v must be a positive multiple of recomputeInterval %v", mi, ri)
+	}
+	m := &c.Monitor
+	if m.SamplingInterval == 0 {
+		m.SamplingInterval = DefaultSamplingInterval
+	}
+	def := func(p *int, v int) {
+		if *p == 0 {
+			*p = v
+		}
+	}
+	def(&m.LossThreshold, DefaultLossThreshold)
+	def(&m.LossStep, DefaultLossStep)
+	def(&m.LossMax, DefaultLossMax)
+	def(&m.TimeoutThreshold, DefaultTimeoutThreshold)
+	def(&m.TimeoutStep, DefaultTimeoutStep)
+	def(&m.TimeoutMax, DefaultTimeoutMax)
+	if m.MaxConnLevels == ([3]int{}) {
+		m.MaxConnLevels = DefaultMaxConnLevels
+	}
+	b := &c.Balancer
+	if b.RetryInterval == 0 {
+		b.RetryInterval = DefaultRetryInterval
+	}
+	if b.MaxAttempts == 0 {
+		b.MaxAttempts = DefaultMaxAttempts
+	}
+	if h := &b.Health; h.Interval > 0 {
+		if h.Timeout == 0 {
+			h.Timeout = h.Interval / 2
+		}
+		def(&h.Rise, 2)
+		def(&h.Fall, 3)
+	}
+
+	// Class chains must end.
+	for _, cl := range c.Classes {
+		seen := map[*Class]bool{}
+		for p := cl; p != nil; p = p.Parent {
+			if seen[p] {
+				bad("class %q: parent chain loops", cl.Name)
+				break
+			}
+			seen[p] = true
+		}
+	}
+
+	c.byVIP = make(map[netip.Addr][]*VirtualServer)
+	names := map[string]bool{}
+	for _, vs := range c.Services {
+		if names[vs.Name] {
+			bad("virtual server %q defined twice", vs.Name)
+		}
+		names[vs.Name] = true
+		if vs.Ports.Lo == 0 || vs.Ports.Hi < vs.Ports.Lo {
+			bad("virtual server %q: bad port range %v", vs.Name, vs.Ports)
+		}
+		if len(vs.VIPs) == 0 {
+			bad("virtual server %q has no VIP", vs.Name)
+		}
+		tnames := map[string]bool{}
+		for _, t := range vs.Targets {
+			if t.Name == "" {
+				t.Name = t.Addr.String()
+			}
+			if tnames[t.Name] {
+				bad("virtual server %q: target %q defined twice", vs.Name, t.Name)
+			}
+			tnames[t.Name] = true
+			if t.Weight < 0 {
+				bad("virtual server %q: target %q: negative weight", vs.Name, t.Name)
+			}
+		}
+		for _, vip := range vs.VIPs {
+			vip = vip.Unmap()
+			for _, o := range c.byVIP[vip] {
+				if o.Ports.Overlaps(vs.Ports) {
+					bad("%v ports %v claimed by both %q and %q", vip, vs.Ports, o.Name, vs.Name)
+				}
+			}
+			c.byVIP[vip] = append(c.byVIP[vip], vs)
+		}
+	}
+	for _, r := range c.Rules {
+		if r.Action == nil {
+			bad("rule %q has no action", r.Name)
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	c.compiled = true
+	return c, nil
+}
+
+// Service returns the virtual server answering on addr:port, or nil. It does
+// not allocate.
+func (c *Config) Service(addr netip.Addr, port uint16) *VirtualServer {
+	for _, vs := range c.byVIP[addr.Unmap()] {
+		if vs.Ports.Contains(port) {
+			return vs
+		}
+	}
+	return nil
+}
+
+// ServiceByName returns the virtual server called name, or nil.
+func (c *Config) ServiceByName(name string) *VirtualServer {
+	for _, vs := range c.Services {
+		if vs.Name == name {
+			return vs
+		}
+	}
+	return nil
+}
