@@ -1,0 +1,116 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type fakeSource struct{ down error }
+
+func (f fakeSource) Status() any      { return map[string]any{"services": []string{"web"}} }
+func (f fakeSource) Connections() any { return []int{} }
+func (f fakeSource) Healthy() error   { return f.down }
+
+func TestCheckAddr(t *testing.T) {
+	for _, tc := range []struct {
+		addr, token string
+		ok          bool
+	}{
+		{"127.0.0.1:9090", "", true},
+		{"[::1]:9090", "", true},
+		{"localhost:9090", "", true},
+		{"0.0.0.0:9090", "", false},
+		{"198.18.0.1:9090", "", false},
+		{"198.18.0.1:9090", "s3cret", true},
+		{"nonsense", "", false},
+	} {
+		err := CheckAddr(tc.addr, tc.token)
+		if (err == nil) != tc.ok {
+			t.Errorf("CheckAddr(%q, %q) = %v, want ok=%v", tc.addr, tc.token, err, tc.ok)
+		}
+	}
+}
+
+func serve(t *testing.T, opts Options, src Source) string {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	c := prometheus.NewCounter(prometheus.CounterOpts{Name: "weir_test_total", Help: "test"})
+	reg.MustRegister(c)
+	c.Add(3)
+	opts.Addr = "127.0.0.1:0"
+	s, err := Listen(opts, src, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve()
+	t.Cleanup(func() { s.Shutdown(context.Background()) })
+	return "http://" + s.Addr()
+}
+
+func get(t *testing.T, url, token string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", url, nil)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func TestEndpoints(t *testing.T) {
+	base := serve(t, Options{}, fakeSource{})
+	for _, tc := range []struct {
+		path string
+		code int
+		want string
+	}{
+		{"/status", 200, `"web"`},
+		{"/connections", 200, "[]"},
+		{"/metrics", 200, "weir_test_total 3"},
+		{"/healthz", 200, "ok"},
+		{"/debug/pprof/", 404, ""},
+	} {
+		code, body := get(t, base+tc.path, "")
+		if code != tc.code || !strings.Contains(body, tc.want) {
+			t.Errorf("GET %s = %d %q, want %d containing %q", tc.path, code, body, tc.code, tc.want)
+		}
+	}
+}
+
+func TestTokenAndPprof(t *testing.T) {
+	base := serve(t, Options{Token: "s3cret", Pprof: true}, fakeSource{down: errors.New("draining")})
+	if code, _ := get(t, base+"/status", ""); code != 401 {
+		t.Errorf("no token: %d, want 401", code)
+	}
+	if code, _ := get(t, base+"/status", "wrong"); code != 401 {
+		t.Errorf("wrong token: %d, want 401", code)
+	}
+	if code, _ := get(t, base+"/status", "s3cret"); code != 200 {
+		t.Errorf("token: %d, want 200", code)
+	}
+	if code, _ := get(t, base+"/debug/pprof/", "s3cret"); code != 200 {
+		t.Errorf("pprof: %d, want 200", code)
+	}
+	if code, body := get(t, base+"/healthz", ""); code != 503 || !strings.Contains(body, "draining") {
+		t.Errorf("healthz while unhealthy: %d %q", code, body)
+	}
+}
+
+func TestListenAddressInUse(t *testing.T) {
+	base := serve(t, Options{}, fakeSource{})
+	_, err := Listen(Options{Addr: strings.TrimPrefix(base, "http://")}, fakeSource{}, prometheus.NewRegistry())
+	if err == nil || !strings.Contains(err.Error(), "in use") {
+		t.Fatalf("second listen: %v, want an address-in-use error", err)
+	}
+}

@@ -1,0 +1,122 @@
+package obs
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// AccessRecord is one connection through weir, written when it ends.
+type AccessRecord struct {
+	Start    time.Time
+	Client   string // ip:port
+	VIP      string // ip:port
+	Service  string
+	Target   string // name, or "" when refused
+	BytesIn  uint64 // client → target
+	BytesOut uint64 // target → client
+	Duration time.Duration
+	// Outcome is "ok", "refused", "503", "dial-failed", "timeout", "reset".
+	Outcome string
+	// Reason says why a connection was refused (the limit that tripped).
+	Reason string
+	// RequestLine and Status are set for HTTP refusals answered with a page.
+	RequestLine string
+	Status      int
+}
+
+// AccessLog writes one line per connection: JSON by default, Common Log
+// Format when CLF is set. Writes are serialised and buffered; Flush or Close
+// pushes them out.
+type AccessLog struct {
+	mu  sync.Mutex
+	w   *bufio.Writer
+	clf bool
+	zl  zerolog.Logger
+}
+
+// NewAccessLog writes to w, in Common Log Format when clf is true.
+func NewAccessLog(w io.Writer, clf bool) *AccessLog {
+	a := &AccessLog{w: bufio.NewWriterSize(w, 64<<10), clf: clf}
+	a.zl = zerolog.New(a.w)
+	return a
+}
+
+// Log writes r.
+func (a *AccessLog) Log(r AccessRecord) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.clf {
+		a.w.WriteString(CLF(r))
+		a.w.WriteByte('\n')
+		return
+	}
+	e := a.zl.Log().Time("time", r.Start).Str("client", r.Client).Str("vip", r.VIP).
+		Str("service", r.Service).Str("target", r.Target).
+		Uint64("bytes_in", r.BytesIn).Uint64("bytes_out", r.BytesOut).
+		Dur("duration_ms", r.Duration).Str("outcome", r.Outcome)
+	if r.Reason != "" {
+		e = e.Str("reason", r.Reason)
+	}
+	if r.RequestLine != "" {
+		e = e.Str("request", r.RequestLine).Int("status", r.Status)
+	}
+	e.Send()
+}
+
+// Flush writes buffered lines.
+func (a *AccessLog) Flush() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.w.Flush()
+}
+
+// CLF formats r in Common Log Format: host ident user [time] "request" status
+// bytes. A plain TCP connection's request is "TCP <vip> <target>" and its
+// status its outcome's HTTP-like code (200 served, 503 refused).
+func CLF(r AccessRecord) string {
+	host := r.Client
+	if h, _, ok := cutPort(host); ok {
+		host = h
+	}
+	req := r.RequestLine
+	status := r.Status
+	if req == "" {
+		req = fmt.Sprintf("TCP %s %s", r.VIP, orDash(r.Target))
+		switch r.Outcome {
+		case "ok":
+			status = 200
+		case "refused", "503", "dial-failed":
+			status = 503
+		default:
+			status = 500
+		}
+	}
+	return fmt.Sprintf("%s - - [%s] %q %d %s", host, r.Start.Format("02/Jan/2006:15:04:05 -0700"),
+		req, status, strconv.FormatUint(r.BytesOut, 10))
+}
+
+func cutPort(hostport string) (host, port string, ok bool) {
+	for i := len(hostport) - 1; i >= 0; i-- {
+		if hostport[i] == ':' {
+			h := hostport[:i]
+			if len(h) > 1 && h[0] == '[' && h[len(h)-1] == ']' {
+				h = h[1 : len(h)-1]
+			}
+			return h, hostport[i+1:], true
+		}
+	}
+	return hostport, "", false
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

@@ -1,0 +1,79 @@
+package obs
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestLogsJSONNonBlocking(t *testing.T) {
+	var buf syncBuffer
+	l, err := New(Options{Output: &buf, Format: "json"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Info().Str("target", "a").Msg("STATS")
+	l.Close()
+	var m map[string]any
+	if err := json.Unmarshal(bytes.TrimSpace(buf.Bytes()), &m); err != nil {
+		t.Fatalf("line %q is not JSON: %v", buf.String(), err)
+	}
+	if m["message"] != "STATS" || m["target"] != "a" {
+		t.Errorf("got %v", m)
+	}
+}
+
+func TestLogsBadOptions(t *testing.T) {
+	if _, err := New(Options{Format: "xml"}); err == nil {
+		t.Error("format xml accepted")
+	}
+	if _, err := New(Options{Level: "loud"}); err == nil {
+		t.Error("level loud accepted")
+	}
+}
+
+func TestLimiter(t *testing.T) {
+	var l Limiter
+	t0 := time.Unix(0, 0)
+	if ok, _ := l.Allow("a", t0); !ok {
+		t.Fatal("first line held back")
+	}
+	for i := 1; i <= 5; i++ {
+		if ok, _ := l.Allow("a", t0.Add(time.Duration(i)*100*time.Millisecond)); ok {
+			t.Fatalf("line %d within a second let through", i)
+		}
+	}
+	if ok, _ := l.Allow("b", t0); !ok {
+		t.Fatal("another key held back")
+	}
+	ok, s := l.Allow("a", t0.Add(1100*time.Millisecond))
+	if !ok || s != 5 {
+		t.Fatalf("after a second: ok=%v suppressed=%d, want true 5", ok, s)
+	}
+}
+
+func TestAccessLog(t *testing.T) {
+	start := time.Date(2005, 5, 11, 7, 26, 23, 0, time.FixedZone("", -5*3600))
+	rec := AccessRecord{Start: start, Client: "198.18.0.2:40000", VIP: "198.18.1.1:80", Service: "web",
+		Outcome: "503", Reason: "all targets at limit", RequestLine: "GET /wlm/BeenThere HTTP/1.1", Status: 503, BytesOut: 431}
+	if got, want := CLF(rec), `198.18.0.2 - - [11/May/2005:07:26:23 -0500] "GET /wlm/BeenThere HTTP/1.1" 503 431`; got != want {
+		t.Errorf("CLF:\n got %s\nwant %s", got, want)
+	}
+	tcp := AccessRecord{Start: start, Client: "[fd00::2]:5000", VIP: "[fd00::1]:23", Target: "t1", Outcome: "ok", BytesOut: 10}
+	if got := CLF(tcp); !strings.HasPrefix(got, `fd00::2 - - [`) || !strings.Contains(got, `"TCP [fd00::1]:23 t1" 200 10`) {
+		t.Errorf("CLF tcp: %s", got)
+	}
+	var buf bytes.Buffer
+	a := NewAccessLog(&buf, false)
+	a.Log(rec)
+	a.Flush()
+	var m map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &m); err != nil {
+		t.Fatal(err)
+	}
+	if m["outcome"] != "503" || m["request"] != "GET /wlm/BeenThere HTTP/1.1" || m["bytes_out"] != 431.0 {
+		t.Errorf("json access line %v", m)
+	}
+}
