@@ -1,0 +1,522 @@
+package policy
+
+import (
+	"math"
+	"math/bits"
+	"strconv"
+	"time"
+)
+
+// Weight fractions: the z/OS Sysplex Distributor policy performance monitor.
+//
+// Flow, once per SamplingInterval and per target (Sampler.Sample, or Explain
+// for one target):
+//
+//	TargetSample ──► loss ratio     ──► LossFraction    ─┐
+//	(segments,   ──► timeout ratio  ──► TimeoutFraction ─┼─► default QoS fraction ─┐
+//	 conns,          (noise guard: < MinSegments holds)  │   (100 when constrained) │
+//	 bytes)      ──► connections vs the target's limit ──┘                          ├─► max ─► EffectiveWeight
+//	ActionSample ──► connections vs the action's limit ──► ConnFraction ────────────┤
+//	             ──► throughput vs MeanRate and MinRate ─► MinRateFraction ─────────┘
+//
+// Every step is a pure function of its inputs; the Sampler adds only the
+// per-target memory the noise guard needs. Ratios are in tenths of a percent
+// and fractions in percent, as in the seed's PolicyPerfMonitorForSDR.
+
+// MinSegments is the noise guard: a target that sent fewer segments than this
+// in a sampling interval has too little traffic for its loss and timeout
+// ratios to mean anything (one retransmission in 20 segments is 5 %). For such
+// an interval the loss and timeout fractions do not follow the ratios; each
+// keeps the previous interval's value less one step (LossStep, TimeoutStep),
+// never below zero. The fraction therefore neither jumps on noise nor sticks:
+// a target that went quiet with a high fraction regains its full weight after
+// at most ⌈max/step⌉ quiet intervals (4 for the seed's loss settings 25 up to
+// 95, 2 for its timeout settings 50 up to 100). The connection and MinRate
+// checks are not guarded: connection counts are exact, and MinRate only
+// applies above 85 % of the mean rate, which is never a quiet interval.
+const MinSegments = 100
+
+// ConstrainedPercent is the constrained threshold: a target whose open
+// connections reach this share of its MaxConnections gets a default QoS
+// fraction of 100 %, so new connections go elsewhere while another target can
+// take them.
+const ConstrainedPercent = 90
+
+// MinRateBusyPercent is the share of an action's MeanRate above which the
+// per-connection throughput is compared with MinRate.
+const MinRateBusyPercent = 85
+
+// TargetSample is what the netstack measured for one target over one sampling
+// interval. The counters are deltas over the interval, not running totals.
+type TargetSample struct {
+	// Interval is the length of the interval the sample covers; zero means
+	// the Monitor's SamplingInterval.
+	Interval time.Duration
+	// SegmentsSent counts the TCP segments the target's connections sent,
+	// retransmissions included (gVisor's SegmentsSent).
+	SegmentsSent uint64
+	// Retransmits counts the retransmitted segments among SegmentsSent
+	// (gVisor's Retransmits): the loss ratio is Retransmits / SegmentsSent.
+	Retransmits uint64
+	// Timeouts counts retransmission timeouts (RTO expiries, gVisor's
+	// Timeouts): the timeout ratio is Timeouts / SegmentsSent.
+	Timeouts uint64
+	// ActiveConns is the number of connections open to the target at the end
+	// of the interval.
+	ActiveConns int64
+	// Bytes is the payload the target's connections carried in the interval,
+	// both directions.
+	Bytes uint64
+	// Actions holds one entry per policy action with connections to this
+	// target; a flow with no matching rule is in none.
+	Actions []ActionSample
+}
+
+// ActionSample is the part of a TargetSample under one policy action: the
+// flows to the target that the rules classified into Action.
+type ActionSample struct {
+	// Action is the action the flows were classified into. The Sampler
+	// resolves it again by name in the current Config, so a sample that
+	// straddles a reload is judged by the new action's settings.
+	Action *Action
+	// ActiveConns is the number of those flows open at the end of the
+	// interval.
+	ActiveConns int64
+	// Bytes is their payload over the interval, both directions.
+	Bytes uint64
+}
+
+// Winner names the partial fraction that decided a target's fraction.
+type Winner uint8
+
+// The partial fractions. On a tie the default QoS fraction's part is
+// reported (an action wins only with a strictly larger fraction), and
+// between an action's two checks WinActionConns before WinMinRate.
+const (
+	// WinNone: every partial fraction is zero.
+	WinNone Winner = iota
+	// WinActionConns: the connections against an action's MaxConnections
+	// (MaxConnWeightFr).
+	WinActionConns
+	// WinMinRate: an action's connections are below MinRate while the
+	// action is above 85 % of its MeanRate.
+	WinMinRate
+	// WinConstrained: the target's connections reached 90 % of its
+	// MaxConnections.
+	WinConstrained
+	// WinLossTimeout: the loss and timeout fractions, both nonzero, added.
+	WinLossTimeout
+	// WinLoss: the loss-ratio fraction alone.
+	WinLoss
+	// WinTimeout: the timeout-ratio fraction alone.
+	WinTimeout
+)
+
+func (w Winner) String() string {
+	switch w {
+	case WinNone:
+		return "none"
+	case WinActionConns:
+		return "maxconn"
+	case WinMinRate:
+		return "minrate"
+	case WinConstrained:
+		return "constrained"
+	case WinLossTimeout:
+		return "loss+timeout"
+	case WinLoss:
+		return "loss"
+	case WinTimeout:
+		return "timeout"
+	}
+	return "winner(" + strconv.Itoa(int(w)) + ")"
+}
+
+// Explanation is one target's weight for one sampling interval together with
+// everything that produced it: the inputs, each partial fraction, which one
+// won, and the base and effective weights. It is what the admin API and
+// `weir status` show; its fields are exported so the control plane can encode
+// it. Rates are in Kbit/s (1000 bit/s), rounded down; ratios in tenths of a
+// percent, rounded down; fractions in percent.
+type Explanation struct {
+	Service string // the virtual server's name
+	Target  string // the target's name
+
+	// Inputs.
+	Interval       time.Duration
+	SegmentsSent   uint64
+	Retransmits    uint64
+	Timeouts       uint64
+	ActiveConns    int64
+	MaxConns       int64 // the target's MaxConnections; ≤ 0: none
+	ThroughputKbps int64 // the target's Bytes over Interval
+
+	// The default QoS fraction and its parts.
+	LossRatio       int  // Retransmits/SegmentsSent in tenths of a percent
+	TimeoutRatio    int  // Timeouts/SegmentsSent in tenths of a percent
+	LossFraction    int  // LossRatioAndWeightFr steps, capped at LossMax
+	TimeoutFraction int  // TimeoutRatioAndWeightFr steps, capped at TimeoutMax
+	Held            bool // the noise guard held LossFraction and TimeoutFraction
+	Constrained     bool // ActiveConns reached 90 % of MaxConns
+	DefaultFraction int  // LossFraction+TimeoutFraction capped at 100; 100 if Constrained
+
+	// The policy action with the largest fraction (the first one on ties);
+	// empty Action when the target has no connections under any action.
+	Action          string
+	ActionConns     int64
+	ActionMaxConns  int64
+	ActionKbps      int64 // the action's throughput on this target
+	PerConnKbps     int64 // ActionKbps / ActionConns
+	MinRateKbps     int64
+	MeanRateKbps    int64
+	ConnFraction    int // MaxConnWeightFr: 0, 50, 85 or 100
+	MinRateFraction int // 0 or 100
+	ActionFraction  int // max(ConnFraction, MinRateFraction, DefaultFraction)
+
+	// Result.
+	Fraction   int // the target's fraction: max(DefaultFraction, every ActionFraction)
+	Winner     Winner
+	BaseWeight int // the target's configured (WLM) weight
+	Weight     int // EffectiveWeight(BaseWeight, Fraction)
+}
+
+// String renders e as one line for a STATS log entry.
+func (e Explanation) String() string {
+	b := make([]byte, 0, 256)
+	b = append(b, "service="...)
+	b = strconv.AppendQuote(b, e.Service)
+	b = append(b, " target="...)
+	b = strconv.AppendQuote(b, e.Target)
+	b = append(b, " weight="...)
+	b = strconv.AppendInt(b, int64(e.BaseWeight), 10)
+	b = append(b, "->"...)
+	b = strconv.AppendInt(b, int64(e.Weight), 10)
+	b = append(b, " fraction="...)
+	b = strconv.AppendInt(b, int64(e.Fraction), 10)
+	b = append(b, "% won="...)
+	b = append(b, e.Winner.String()...)
+	b = append(b, " loss="...)
+	b = strconv.AppendInt(b, int64(e.LossFraction), 10)
+	b = append(b, "% ("...)
+	b = strconv.AppendUint(b, e.Retransmits, 10)
+	b = append(b, '/')
+	b = strconv.AppendUint(b, e.SegmentsSent, 10)
+	b = append(b, " seg "...)
+	b = appendTenths(b, e.LossRatio)
+	b = append(b, ") timeout="...)
+	b = strconv.AppendInt(b, int64(e.TimeoutFraction), 10)
+	b = append(b, "% ("...)
+	b = strconv.AppendUint(b, e.Timeouts, 10)
+	b = append(b, '/')
+	b = strconv.AppendUint(b, e.SegmentsSent, 10)
+	b = append(b, " seg "...)
+	b = appendTenths(b, e.TimeoutRatio)
+	b = append(b, ')')
+	if e.Held {
+		b = append(b, " held(<"...)
+		b = strconv.AppendInt(b, MinSegments, 10)
+		b = append(b, " seg)"...)
+	}
+	b = append(b, " conns="...)
+	b = strconv.AppendInt(b, e.ActiveConns, 10)
+	if e.MaxConns > 0 {
+		b = append(b, '/')
+		b = strconv.AppendInt(b, e.MaxConns, 10)
+	}
+	if e.Constrained {
+		b = append(b, " constrained"...)
+	}
+	b = append(b, " default="...)
+	b = strconv.AppendInt(b, int64(e.DefaultFraction), 10)
+	b = append(b, "% rate="...)
+	b = strconv.AppendInt(b, e.ThroughputKbps, 10)
+	b = append(b, "kbps"...)
+	if e.Action != "" {
+		b = append(b, " action="...)
+		b = strconv.AppendQuote(b, e.Action)
+		b = append(b, " fraction="...)
+		b = strconv.AppendInt(b, int64(e.ActionFraction), 10)
+		b = append(b, "% conns="...)
+		b = strconv.AppendInt(b, e.ActionConns, 10)
+		if e.ActionMaxConns > 0 {
+			b = append(b, '/')
+			b = strconv.AppendInt(b, e.ActionMaxConns, 10)
+		}
+		b = append(b, " maxconn="...)
+		b = strconv.AppendInt(b, int64(e.ConnFraction), 10)
+		b = append(b, "% rate="...)
+		b = strconv.AppendInt(b, e.ActionKbps, 10)
+		b = append(b, "kbps/conn="...)
+		b = strconv.AppendInt(b, e.PerConnKbps, 10)
+		b = append(b, "kbps min="...)
+		b = strconv.AppendInt(b, e.MinRateKbps, 10)
+		b = append(b, " mean="...)
+		b = strconv.AppendInt(b, e.MeanRateKbps, 10)
+		b = append(b, " minrate="...)
+		b = strconv.AppendInt(b, int64(e.MinRateFraction), 10)
+		b = append(b, '%')
+	}
+	return string(b)
+}
+
+// appendTenths appends a ratio in tenths of a percent as a percentage.
+func appendTenths(b []byte, tenths int) []byte {
+	b = strconv.AppendInt(b, int64(tenths/10), 10)
+	b = append(b, '.')
+	b = strconv.AppendInt(b, int64(tenths%10), 10)
+	return append(b, '%')
+}
+
+// RatioTenths returns num/den in tenths of a percent, rounded down, with
+// num above den counted as den (100 %). A zero den gives 0.
+func RatioTenths(num, den uint64) int {
+	if den == 0 {
+		return 0
+	}
+	q, _ := tenths(num, den)
+	return int(q)
+}
+
+// tenths returns ⌊num·1000/den⌋ and the remainder, exactly, for num ≤ den
+// (num above den is clamped). den must be nonzero.
+func tenths(num, den uint64) (q, r uint64) {
+	if num > den {
+		num = den
+	}
+	hi, lo := bits.Mul64(num, 1000)
+	// hi ≤ den·1000/2⁶⁴ < den, so the quotient fits and Div64 cannot panic.
+	return bits.Div64(hi, lo, den)
+}
+
+// StepFraction is the LossRatioAndWeightFr / TimeoutRatioAndWeightFr rule:
+// with the ratio num/den, k is the number of whole thresholds (threshold in
+// tenths of a percent) that the ratio strictly exceeds, and the fraction is
+// k·step percent, capped at max and at 100. The comparison is exact: with
+// threshold 20, exactly 2 % gives 0 and anything above 2 % gives one step.
+// A zero den (nothing sent), or a threshold or step ≤ 0, gives 0.
+func StepFraction(num, den uint64, threshold, step, max int) int {
+	if den == 0 || num == 0 || threshold <= 0 || step <= 0 || max <= 0 {
+		return 0
+	}
+	q, r := tenths(num, den)
+	// ratio = q + r/den tenths; ratio > j·t ⇔ j·t < q, or j·t = q and r > 0.
+	var k uint64
+	if r > 0 {
+		k = q / uint64(threshold)
+	} else if q > 0 {
+		k = (q - 1) / uint64(threshold)
+	}
+	if max > 100 {
+		max = 100
+	}
+	if k >= uint64(max) { // k·step ≥ max since step ≥ 1; avoids overflow
+		return max
+	}
+	f := k * uint64(step)
+	if f > uint64(max) {
+		return max
+	}
+	return int(f)
+}
+
+// DefaultFraction is the default QoS fraction: loss + timeout capped at 100,
+// or 100 (constrained) when the target's open connections reach
+// ConstrainedPercent of its connection limit maxConns (> 0).
+func DefaultFraction(loss, timeout int, conns, maxConns int64) (fraction int, constrained bool) {
+	if maxConns > 0 && conns > 0 && mulGE(uint64(conns), 100, uint64(maxConns), ConstrainedPercent) {
+		return 100, true
+	}
+	f := clampPercent(loss) + clampPercent(timeout)
+	if f > 100 {
+		f = 100
+	}
+	return f, false
+}
+
+// ConnFraction is MaxConnWeightFr: with levels L1 L2 L3 (percent of the
+// action's limit maxConns), conns reaching L1 % gives 50, reaching L2 % gives
+// 85 and reaching L3 % gives 100 ("reaching" is ≥). maxConns ≤ 0 gives 0.
+func ConnFraction(levels [3]int, conns, maxConns int64) int {
+	if maxConns <= 0 || conns <= 0 {
+		return 0
+	}
+	c, m := uint64(conns), uint64(maxConns)
+	for i, f := range [3]int{100, 85, 50} {
+		l := levels[2-i]
+		if l < 0 {
+			l = 0
+		}
+		if mulGE(c, 100, m, uint64(l)) {
+			return f
+		}
+	}
+	return 0
+}
+
+// MinRateFraction is the MinRate check of an action with conns connections
+// that carried bytes over interval: when the action's throughput is above
+// MinRateBusyPercent of its MeanRate and the average per connection is below
+// its MinRate, the minimum per-connection rate is not being met and the
+// fraction is 100; otherwise 0. The check needs both rates: without a
+// MeanRate there is no sign that the service is busy, and a slow connection
+// alone (an idle Telnet session) says nothing about the target, so an action
+// with MinRate but no MeanRate never trips it. Rates are compared in whole
+// bits per second.
+func MinRateFraction(a *Action, conns int64, bytes uint64, interval time.Duration) int {
+	if a == nil || a.MinRate <= 0 || a.MeanRate <= 0 || conns <= 0 || interval <= 0 {
+		return 0
+	}
+	bps := bitsPerSecond(bytes, interval)
+	busy := mulGT(bps, 100, uint64(a.MeanRate), 1000*MinRateBusyPercent)
+	// ⌊bps/conns⌋ < MinRate·1000 ⇔ bps < MinRate·1000·conns for integers.
+	starved := mulLT(bps/uint64(conns), 1, uint64(a.MinRate), 1000)
+	if busy && starved {
+		return 100
+	}
+	return 0
+}
+
+// EffectiveWeight is the WLM weight base cut by fraction percent:
+// ⌊base·(100−fraction)/100⌋ (40 at 50 % is 20). The result is never negative
+// and never above base. Rounding down alone would turn a small weight into 0
+// at a modest fraction (weight 1 at 25 % would stop receiving connections),
+// so a positive base with a fraction below 100 keeps at least 1: only a
+// fraction of 100 takes a target out of the rotation. A negative base counts
+// as 0; fraction is clamped to 0..100.
+func EffectiveWeight(base, fraction int) int {
+	if base <= 0 {
+		return 0
+	}
+	f := clampPercent(fraction)
+	if f == 100 {
+		return 0
+	}
+	hi, lo := bits.Mul64(uint64(base), uint64(100-f))
+	w, _ := bits.Div64(hi, lo, 100) // hi < 100: base < 2⁶³ and 100−f ≤ 100
+	if w == 0 {
+		return 1
+	}
+	return int(w)
+}
+
+// Explain computes one target's fraction and weight for one sampling
+// interval. m must be a compiled Monitor (its zero thresholds mean "off"
+// here, not the defaults); t is the target (its Weight and MaxConnections);
+// s is the interval's sample; prev is the target's previous explanation, nil
+// for its first interval, used by the noise guard (see MinSegments). Explain
+// does not allocate.
+func Explain(m *Monitor, t *Target, s *TargetSample, prev *Explanation) Explanation {
+	e := Explanation{
+		Target:       t.Name,
+		Interval:     s.Interval,
+		SegmentsSent: s.SegmentsSent,
+		Retransmits:  s.Retransmits,
+		Timeouts:     s.Timeouts,
+		ActiveConns:  s.ActiveConns,
+		MaxConns:     t.MaxConnections,
+		BaseWeight:   t.Weight,
+	}
+	if e.Interval <= 0 {
+		e.Interval = m.SamplingInterval
+	}
+	e.ThroughputKbps = kbps(s.Bytes, e.Interval)
+	e.LossRatio = RatioTenths(s.Retransmits, s.SegmentsSent)
+	e.TimeoutRatio = RatioTenths(s.Timeouts, s.SegmentsSent)
+	if s.SegmentsSent < MinSegments {
+		e.Held = true
+		if prev != nil {
+			e.LossFraction = max(prev.LossFraction-max(m.LossStep, 1), 0)
+			e.TimeoutFraction = max(prev.TimeoutFraction-max(m.TimeoutStep, 1), 0)
+		}
+	} else {
+		e.LossFraction = StepFraction(s.Retransmits, s.SegmentsSent, m.LossThreshold, m.LossStep, m.LossMax)
+		e.TimeoutFraction = StepFraction(s.Timeouts, s.SegmentsSent, m.TimeoutThreshold, m.TimeoutStep, m.TimeoutMax)
+	}
+	e.DefaultFraction, e.Constrained = DefaultFraction(e.LossFraction, e.TimeoutFraction, s.ActiveConns, t.MaxConnections)
+	e.Fraction = e.DefaultFraction
+	switch {
+	case e.Constrained:
+		e.Winner = WinConstrained
+	case e.LossFraction > 0 && e.TimeoutFraction > 0:
+		e.Winner = WinLossTimeout
+	case e.LossFraction > 0:
+		e.Winner = WinLoss
+	case e.TimeoutFraction > 0:
+		e.Winner = WinTimeout
+	}
+
+	best := -1
+	for i := range s.Actions {
+		as := &s.Actions[i]
+		if as.ActiveConns <= 0 || as.Action == nil {
+			continue
+		}
+		cf := ConnFraction(m.MaxConnLevels, as.ActiveConns, as.Action.MaxConnections)
+		mf := MinRateFraction(as.Action, as.ActiveConns, as.Bytes, e.Interval)
+		af := max(cf, mf, e.DefaultFraction)
+		if af <= best {
+			continue
+		}
+		best = af
+		a := as.Action
+		e.Action = a.Name
+		e.ActionConns = as.ActiveConns
+		e.ActionMaxConns = a.MaxConnections
+		e.ActionKbps = kbps(as.Bytes, e.Interval)
+		e.PerConnKbps = e.ActionKbps / as.ActiveConns
+		e.MinRateKbps = a.MinRate
+		e.MeanRateKbps = a.MeanRate
+		e.ConnFraction = cf
+		e.MinRateFraction = mf
+		e.ActionFraction = af
+		if af > e.Fraction {
+			e.Fraction = af
+			if cf >= mf {
+				e.Winner = WinActionConns
+			} else {
+				e.Winner = WinMinRate
+			}
+		}
+	}
+	e.Weight = EffectiveWeight(e.BaseWeight, e.Fraction)
+	return e
+}
+
+// bitsPerSecond returns bytes·8 over d in whole bits per second, saturating.
+func bitsPerSecond(bytes uint64, d time.Duration) uint64 {
+	if d <= 0 {
+		return 0
+	}
+	hi, lo := bits.Mul64(bytes, 8*uint64(time.Second))
+	if hi >= uint64(d) {
+		return math.MaxUint64
+	}
+	q, _ := bits.Div64(hi, lo, uint64(d))
+	return q
+}
+
+// kbps returns bytes over d in Kbit/s, rounded down and saturating.
+func kbps(bytes uint64, d time.Duration) int64 {
+	k := bitsPerSecond(bytes, d) / 1000
+	if k > math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return int64(k)
+}
+
+// mulGE reports a·b ≥ c·d exactly.
+func mulGE(a, b, c, d uint64) bool { return !mulLT(a, b, c, d) }
+
+// mulGT reports a·b > c·d exactly.
+func mulGT(a, b, c, d uint64) bool { return mulLT(c, d, a, b) }
+
+// mulLT reports a·b < c·d exactly.
+func mulLT(a, b, c, d uint64) bool {
+	h1, l1 := bits.Mul64(a, b)
+	h2, l2 := bits.Mul64(c, d)
+	return h1 < h2 || (h1 == h2 && l1 < l2)
+}
+
+func clampPercent(f int) int {
+	return min(max(f, 0), 100)
+}
