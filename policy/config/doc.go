@@ -1,0 +1,153 @@
+// Package config reads weir's configuration files into a compiled
+// *policy.Config: the YAML format (the main one) and the z/OS Policy Agent
+// statement syntax (PolicyPerfMonitorForSDR, PolicyAction, PolicyRule), which
+// is read verbatim and may also be included from a YAML file.
+//
+//	cfg, err := config.Load("weir.yaml") // or a .pa file
+//	if err != nil {
+//		fmt.Fprintln(os.Stderr, err) // every error, one "file:line:col: reason" per line
+//	}
+//
+// Every problem in a file is reported, not only the first: parse functions
+// return an ErrorList whose entries each carry the file, line and column.
+// The result has been through policy.Compile, so defaults are filled in.
+//
+// config owns file formats and their validation, nothing else. It may import
+// the standard library, the YAML library (go.yaml.in/yaml/v3) and policy;
+// never a logger (zerolog), gVisor, datapath, netstack, balancer or cmd. It
+// does not watch files or log; the control plane calls Load and swaps the
+// result.
+//
+// # Choosing the format
+//
+// Load and Parser.Parse use the extension: .yaml and .yml are YAML; .pa,
+// .policy and .conf are Policy Agent statements. Any other name is sniffed:
+// a file whose first word (comments skipped) is PolicyAction, PolicyRule or
+// PolicyPerfMonitorForSDR, in any case, is Policy Agent; anything else is
+// YAML. A Policy Agent file alone is a complete config: it defines the
+// monitor, rules and actions, and no services.
+//
+// # YAML schema
+//
+// Keys are case-sensitive and camelCase; an unknown key, a key given twice, a
+// value of the wrong type or out of range is an error. Durations are Go
+// durations ("30s", "100ms", "1m"). Byte counts and bandwidths (bytes per
+// second) are plain integers or carry a suffix: B, kB or KB (1000), MB, GB,
+// KiB (1024), MiB, GiB. Anchors and aliases are allowed. Every top-level key
+// is optional; an empty file is a valid config with defaults.
+//
+//	instance:                  # the whole appliance: the top of the limit hierarchy
+//	  name: edge               # default "weir"
+//	  metricInterval: 30s      # bandwidth averaging window, default 30s, > 0
+//	  recomputeInterval: 100ms # default 100ms; must divide metricInterval
+//	  limits: LIMITS
+//	classes:                   # Sun's virtual-server classes, in file order
+//	  - name: gold             # required, unique
+//	    parent: premium        # optional: another class; chains must not loop
+//	    limits: LIMITS
+//	services:                  # virtual servers
+//	  - name: web              # required, unique
+//	    class: gold            # optional: a class name
+//	    vips: [198.18.0.10, "fd00::10"] # required: IPv4 and/or IPv6
+//	    port: 80               # required: 1..65535, or a range "8000-8010"
+//	    protocol: http         # tcp (default: refuse with RST) or http (refuse with a 503 page)
+//	    limits: LIMITS
+//	    targets:               # required, at least one
+//	      - name: member05     # default: the address; unique within the service
+//	        address: 198.18.1.5:9080 # required: IP:port ([fd00::5]:9080), no host names
+//	        weight: 10         # WLM weight 0..1000, default 1; 0 takes no new connections
+//	        maxConnections: 3  # -1 or 0: no limit (the default)
+//	        role: primary      # primary (default) or backup; backups are tried in order
+//	        via: host          # host (default: kernel socket) or netstack (weir's back NIC)
+//	actions:                   # Policy Agent actions: the service level a flow gets
+//	  - name: telnetGold       # required, unique
+//	    outgoingTOS: "10100000" # ToS byte: 8 binary digits, 0xA0, or 0..255
+//	    minRate: 500           # Kbit/s per connection, 0: none
+//	    meanRate: 2000         # Kbit/s, the DiffServ mean rate, 0: none
+//	    maxConnections: 100    # the base of maxConnWeightFr; -1 or 0: none
+//	rules:                     # Policy Agent rules, in priority order: the FIRST match wins
+//	  - name: telnet           # required, unique
+//	    protocol: 6            # IP protocol number or range "6-17" (0..255); omitted: any
+//	    sourcePorts: 23        # the server side (VIP) port or range; omitted: any
+//	    destinationPorts: "1024-65535" # the client side port or range; omitted: any
+//	    sourcePrefix: 198.18.0.0/15    # the server side address: prefix or address
+//	    destinationPrefix: "fd00::/8"  # the client side address
+//	    service: web           # optional: only flows of this service
+//	    action: telnetGold     # required: an action defined here or in an include
+//	monitor:                   # PolicyPerfMonitorForSDR
+//	  enabled: true            # default true when the section is present
+//	  samplingInterval: 60s    # default 60s, > 0
+//	  lossRatioAndWeightFr: [20, 25]    # loss above 2.0 % (tenths of %, 1..1000) cuts 25 % per step (1..100)
+//	  timeoutRatioAndWeightFr: [50, 50] # likewise for RTO timeouts
+//	  lossMaxWeightFr: 95      # cap of the loss fraction, percent 1..100
+//	  timeoutMaxWeightFr: 100  # cap of the timeout fraction, percent 1..100
+//	  maxConnWeightFr: [50, 65, 80]     # percent of an action's maxConnections, ascending 1..100
+//	balancer:
+//	  algorithm: round-robin   # round-robin (default), least-conn or maglev
+//	  retryInterval: 60s       # how long a failed target stays down, default 60s, > 0
+//	  maxAttempts: 3           # targets tried per connection, 1..100, default 3
+//	  refreshInterval: 0s      # config file check period; 0 (default): off, SIGHUP still reloads
+//	  slowStart: 0s            # weight ramp of a recovered target; 0: off
+//	  healthCheck:             # active TCP checks; interval 0 (default): off
+//	    interval: 5s
+//	    timeout: 2s            # default interval/2; must be shorter than interval
+//	    rise: 2                # successes to mark up, 1..100, default 2
+//	    fall: 3                # failures to mark down, 1..100, default 3
+//	include: [zos-telnet.pa]   # Policy Agent files (a list or one name), relative to this file
+//
+// LIMITS is the same mapping at each of the three levels; a zero or omitted
+// field is no limit at that level, and admission checks the service, then its
+// class chain, then the instance:
+//
+//	maxBandwidth: 1MB          # bytes per second over metricInterval
+//	enforceBandwidth: true     # refuse new connections when over; false: log only
+//	maxConnections: 100        # concurrent connections; -1 or 0: no limit
+//	enforceConnections: true   # refuse at the limit; false: log only
+//	burstBytes: 64KiB          # optional token bucket refilled at maxBandwidth; needs maxBandwidth
+//
+// Whole-file checks: a VIP and port may belong to one service only (port
+// ranges overlapping on a shared VIP are an error); names are unique per
+// kind; every class, service and action a reference names must exist.
+//
+// Rules from included files follow the YAML file's own rules, in include
+// order; they share one namespace of actions and rules with the YAML file,
+// so a YAML rule may name an action an included file defines. The monitor
+// may be defined once, in the YAML file or in an include.
+//
+// # Policy Agent statements
+//
+// The syntax of z/OS Communications Server's Policy Agent: a statement, its
+// arguments, and a block of one attribute per line; `#` starts a comment;
+// keywords are case-insensitive, names are not; blocks may open on the next
+// line and may nest. weir reads these statements and attributes:
+//
+//	PolicyPerfMonitorForSDR enable|disable   # no argument: enable
+//	{
+//	  SamplingInterval 60                    # seconds, 1..86400
+//	  LossRatioAndWeightFr 20 25             # tenths of % (1..1000), % (1..100)
+//	  TimeoutRatioAndWeightFr 50 50
+//	  LossMaxWeightFr 95                     # % 1..100
+//	  TimeoutMaxWeightFr 100
+//	  MaxConnWeightFr 50 65 80               # ascending % 1..100
+//	}
+//	PolicyAction telnetGold
+//	{
+//	  OutgoingTOS 10100000                   # binary: 0xA0
+//	  MinRate 500                            # Kbit/s
+//	  MeanRate 2000                          # Kbit/s
+//	  MaxConnections 100
+//	}
+//	PolicyRule telnet
+//	{
+//	  ProtocolNumberRange 6                  # or 6 17
+//	  SourcePortRange 23                     # or 8000 8010 (server side)
+//	  DestinationPortRange 1024 65535        # client side
+//	  SourceAddressRange 198.18.0.0/15       # a prefix, an address, or "low high" forming a prefix
+//	  DestinationAddressRange fd00::/8
+//	  PolicyActionReference telnetGold
+//	}
+//
+// Rules apply in file order and the first match wins. Other Policy Agent
+// attributes weir knows of but does not implement (MaxRate, PolicyScope,
+// Priority, …) are errors that say so; anything else is an unknown keyword.
+package config

@@ -1,0 +1,709 @@
+package config
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"weir/policy"
+)
+
+// nodeBudget bounds the YAML nodes one parse visits, aliases expanded, so
+// that anchors referenced many times cannot make a small file expensive.
+const nodeBudget = 1 << 20
+
+// yparser walks one YAML document into a builder.
+type yparser struct {
+	b        *builder
+	file     string
+	budget   int
+	overDone bool
+}
+
+func (p *yparser) pos(n *yaml.Node) Pos { return Pos{File: p.file, Line: n.Line, Col: n.Column} }
+
+func (p *yparser) errf(n *yaml.Node, format string, args ...any) {
+	p.b.e.add(p.pos(n), format, args...)
+}
+
+// deref follows aliases and charges the node budget; nil means stop.
+func (p *yparser) deref(n *yaml.Node) *yaml.Node {
+	for n != nil && n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	if n == nil {
+		return nil
+	}
+	p.budget--
+	if p.budget < 0 {
+		if !p.overDone {
+			p.overDone = true
+			p.errf(n, "document too large once aliases are expanded (over %d nodes)", nodeBudget)
+		}
+		return nil
+	}
+	return n
+}
+
+// describe names a node's kind and value for a wrong-type error.
+func describe(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.ScalarNode:
+		if n.ShortTag() == "!!null" {
+			return "nothing"
+		}
+		v := n.Value
+		if len(v) > 40 {
+			v = v[:40] + "…"
+		}
+		return strconv.Quote(v)
+	}
+	return "something else"
+}
+
+func isNull(n *yaml.Node) bool { return n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null" }
+
+// isEmpty reports whether n is null or an empty list.
+func isEmpty(n *yaml.Node) bool {
+	return isNull(n) || n.Kind == yaml.SequenceNode && len(n.Content) == 0
+}
+
+// field is one key of a mapping: its handler gets the key and value nodes.
+type field struct {
+	name     string
+	required bool
+	fn       func(k, v *yaml.Node)
+}
+
+// mapping checks that n is a mapping of known, unique keys and calls each
+// field's handler. what names the mapping in errors. A null value counts as
+// an empty mapping.
+func (p *yparser) mapping(n *yaml.Node, what string, fields []field) {
+	if n = p.deref(n); n == nil {
+		return
+	}
+	if isNull(n) {
+		n = &yaml.Node{Kind: yaml.MappingNode, Line: n.Line, Column: n.Column}
+	}
+	if n.Kind != yaml.MappingNode {
+		p.errf(n, "%s: want a mapping, got %s", what, describe(n))
+		return
+	}
+	seen := map[string]*yaml.Node{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := p.deref(n.Content[i]), n.Content[i+1]
+		if k == nil {
+			return
+		}
+		if k.Kind != yaml.ScalarNode {
+			p.errf(k, "%s: keys must be plain words, got %s", what, describe(k))
+			continue
+		}
+		if first, ok := seen[k.Value]; ok {
+			p.errf(k, "duplicate key %q in %s (first at line %d)", k.Value, what, first.Line)
+			continue
+		}
+		seen[k.Value] = k
+		var f *field
+		for j := range fields {
+			if fields[j].name == k.Value {
+				f = &fields[j]
+				break
+			}
+		}
+		if f == nil {
+			names := make([]string, len(fields))
+			for j := range fields {
+				names[j] = fields[j].name
+			}
+			p.errf(k, "unknown key %q in %s%s", k.Value, what, suggest(k.Value, names))
+			continue
+		}
+		f.fn(k, v)
+	}
+	for _, f := range fields {
+		if f.required && seen[f.name] == nil {
+			p.errf(n, "%s: missing %q", what, f.name)
+		}
+	}
+}
+
+// seq calls fn for each item of a list; a null value is an empty list.
+func (p *yparser) seq(k, v *yaml.Node, fn func(item *yaml.Node)) {
+	if v = p.deref(v); v == nil || isNull(v) {
+		return
+	}
+	if v.Kind != yaml.SequenceNode {
+		p.errf(v, "%s: want a list, got %s", k.Value, describe(v))
+		return
+	}
+	for _, item := range v.Content {
+		fn(item)
+	}
+}
+
+// scalar returns v's text if it is a non-null scalar.
+func (p *yparser) scalar(k, v *yaml.Node, want string) (*yaml.Node, bool) {
+	if v = p.deref(v); v == nil {
+		return nil, false
+	}
+	if v.Kind != yaml.ScalarNode || isNull(v) {
+		p.errf(v, "%s: want %s, got %s", k.Value, want, describe(v))
+		return nil, false
+	}
+	return v, true
+}
+
+func (p *yparser) str(k, v *yaml.Node) (string, bool) {
+	n, ok := p.scalar(k, v, "a string")
+	if !ok {
+		return "", false
+	}
+	if n.Value == "" {
+		p.errf(n, "%s: must not be empty", k.Value)
+		return "", false
+	}
+	return n.Value, true
+}
+
+func (p *yparser) int(k, v *yaml.Node, lo, hi int64) (int64, bool) {
+	n, ok := p.scalar(k, v, "an integer")
+	if !ok {
+		return 0, false
+	}
+	var x int64
+	if n.ShortTag() != "!!int" {
+		p.errf(n, "%s: want an integer, got %s", k.Value, describe(n))
+		return 0, false
+	}
+	if err := n.Decode(&x); err != nil {
+		p.errf(n, "%s: %s is out of range %d..%d", k.Value, n.Value, lo, hi)
+		return 0, false
+	}
+	if x < lo || x > hi {
+		p.errf(n, "%s: %s is out of range %d..%d", k.Value, n.Value, lo, hi)
+		return 0, false
+	}
+	return x, true
+}
+
+func (p *yparser) bool(k, v *yaml.Node) (bool, bool) {
+	n, ok := p.scalar(k, v, "true or false")
+	if !ok {
+		return false, false
+	}
+	var b bool
+	if n.ShortTag() != "!!bool" || n.Decode(&b) != nil {
+		p.errf(n, "%s: want true or false, got %s", k.Value, describe(n))
+		return false, false
+	}
+	return b, true
+}
+
+// parse applies fn to a scalar's text and reports its error at the value.
+func parse[T any](p *yparser, k, v *yaml.Node, want string, fn func(string) (T, error)) (T, bool) {
+	var zero T
+	n, ok := p.scalar(k, v, want)
+	if !ok {
+		return zero, false
+	}
+	x, err := fn(n.Value)
+	if err != nil {
+		p.errf(n, "%s: %v", k.Value, err)
+		return zero, false
+	}
+	return x, true
+}
+
+// positive parses a duration that must be > 0.
+func (p *yparser) positive(k, v *yaml.Node) (time.Duration, bool) {
+	d, ok := parse(p, k, v, "a duration", parseDuration)
+	if ok && d == 0 {
+		p.errf(p.deref(v), "%s: must be more than 0", k.Value)
+		return 0, false
+	}
+	return d, ok
+}
+
+// ints parses a list of exactly n integers in lo..hi.
+func (p *yparser) ints(k, v *yaml.Node, n int, lo, hi int64) ([]int64, bool) {
+	l := p.deref(v)
+	if l == nil {
+		return nil, false
+	}
+	if l.Kind != yaml.SequenceNode || len(l.Content) != n {
+		p.errf(l, "%s: want a list of %d integers, got %s", k.Value, n, describeLen(l))
+		return nil, false
+	}
+	out := make([]int64, n)
+	for i, item := range l.Content {
+		x, ok := p.int(k, item, lo, hi)
+		if !ok {
+			return nil, false
+		}
+		out[i] = x
+	}
+	return out, true
+}
+
+func describeLen(n *yaml.Node) string {
+	if n.Kind == yaml.SequenceNode {
+		return fmt.Sprintf("%d", len(n.Content))
+	}
+	return describe(n)
+}
+
+// yamlLine extracts the line from a yaml library error ("yaml: line 3: …").
+var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+
+// parseYAML decodes one file into b and returns the includes it names.
+func (p *yparser) parseYAML(data []byte) (includes []include) {
+	var doc yaml.Node
+	dec := yaml.NewDecoder(strings.NewReader(string(data)))
+	err := safeDecode(dec, &doc)
+	if err == io.EOF {
+		return nil // an empty file is an empty config
+	}
+	if err != nil {
+		p.yamlErr(err)
+		return nil
+	}
+	var extra yaml.Node
+	if err := safeDecode(dec, &extra); err != io.EOF {
+		if err != nil {
+			p.yamlErr(err)
+		} else {
+			p.errf(&extra, "a config file holds one YAML document; this is a second one")
+		}
+		return nil
+	}
+	root := &doc
+	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
+		root = root.Content[0]
+	}
+	return p.top(root)
+}
+
+// safeDecode turns a panic inside the YAML library into an error, so that a
+// malformed file can never take the appliance down on reload.
+func safeDecode(dec *yaml.Decoder, n *yaml.Node) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("yaml: the YAML parser failed: %v", r)
+		}
+	}()
+	return dec.Decode(n)
+}
+
+func (p *yparser) yamlErr(err error) {
+	msg := err.Error()
+	line := 1
+	if m := yamlLine.FindStringSubmatch(msg); m != nil {
+		line, _ = strconv.Atoi(m[1])
+		msg = m[2]
+	} else {
+		msg = strings.TrimPrefix(msg, "yaml: ")
+	}
+	msg = strings.ReplaceAll(msg, "\n", " ")
+	p.b.e.add(Pos{File: p.file, Line: line, Col: 1}, "YAML syntax: %s", msg)
+}
+
+// include is a Policy Agent file named by the YAML `include` key.
+type include struct {
+	path string
+	at   Pos
+}
+
+func (p *yparser) top(root *yaml.Node) (includes []include) {
+	c := &p.b.cfg
+	p.mapping(root, "config", []field{
+		{name: "instance", fn: func(_, v *yaml.Node) { p.instance(v) }},
+		{name: "classes", fn: func(k, v *yaml.Node) { p.seq(k, v, p.class) }},
+		{name: "services", fn: func(k, v *yaml.Node) { p.seq(k, v, p.service) }},
+		{name: "actions", fn: func(k, v *yaml.Node) { p.seq(k, v, p.action) }},
+		{name: "rules", fn: func(k, v *yaml.Node) { p.seq(k, v, p.rule) }},
+		{name: "monitor", fn: func(k, v *yaml.Node) {
+			if p.b.setMonitor(p.pos(k)) {
+				p.monitor(&c.Monitor, v)
+			}
+		}},
+		{name: "balancer", fn: func(_, v *yaml.Node) { p.balancer(&c.Balancer, v) }},
+		{name: "include", fn: func(k, v *yaml.Node) {
+			one := func(item *yaml.Node) {
+				if s, ok := p.str(k, item); ok {
+					includes = append(includes, include{s, p.pos(p.deref(item))})
+				}
+			}
+			if n := p.deref(v); n != nil && n.Kind == yaml.ScalarNode && !isNull(n) {
+				one(n)
+				return
+			}
+			p.seq(k, v, one)
+		}},
+	})
+	return includes
+}
+
+func (p *yparser) limits(l *policy.Limits, v *yaml.Node) {
+	var burstAt *yaml.Node
+	p.mapping(v, "limits", []field{
+		{name: "maxBandwidth", fn: func(k, v *yaml.Node) { l.MaxBandwidth, _ = parse(p, k, v, "bytes per second", parseBytes) }},
+		{name: "enforceBandwidth", fn: func(k, v *yaml.Node) { l.EnforceBandwidth, _ = p.bool(k, v) }},
+		{name: "maxConnections", fn: func(k, v *yaml.Node) { l.MaxConnections, _ = p.int(k, v, -1, math.MaxInt64) }},
+		{name: "enforceConnections", fn: func(k, v *yaml.Node) { l.EnforceConnections, _ = p.bool(k, v) }},
+		{name: "burstBytes", fn: func(k, v *yaml.Node) {
+			l.BurstBytes, _ = parse(p, k, v, "a byte count", parseBytes)
+			burstAt = k
+		}},
+	})
+	if burstAt != nil && l.BurstBytes > 0 && l.MaxBandwidth == 0 {
+		p.errf(burstAt, "burstBytes needs maxBandwidth (the bucket refills at that rate)")
+	}
+}
+
+func (p *yparser) instance(v *yaml.Node) {
+	in := &p.b.cfg.Instance
+	var miAt, riAt *yaml.Node
+	p.mapping(v, "instance", []field{
+		{name: "name", fn: func(k, v *yaml.Node) { in.Name, _ = p.str(k, v) }},
+		{name: "limits", fn: func(_, v *yaml.Node) { p.limits(&in.Limits, v) }},
+		{name: "metricInterval", fn: func(k, v *yaml.Node) {
+			d, ok := p.positive(k, v)
+			if ok {
+				in.MetricInterval, miAt = d, k
+			}
+		}},
+		{name: "recomputeInterval", fn: func(k, v *yaml.Node) {
+			d, ok := p.positive(k, v)
+			if ok {
+				in.RecomputeInterval, riAt = d, k
+			}
+		}},
+	})
+	if miAt == nil && riAt == nil {
+		return
+	}
+	mi, ri := in.MetricInterval, in.RecomputeInterval
+	if mi == 0 {
+		mi = policy.DefaultMetricInterval
+	}
+	if ri == 0 {
+		ri = policy.DefaultRecomputeInterval
+	}
+	if ri > mi || mi%ri != 0 {
+		at := riAt
+		if at == nil {
+			at = miAt
+		}
+		p.errf(at, "metricInterval %v must be a multiple of recomputeInterval %v", mi, ri)
+	}
+}
+
+func (p *yparser) class(n *yaml.Node) {
+	d := &classDef{c: &policy.Class{}}
+	var nameAt *yaml.Node
+	p.mapping(n, "class", []field{
+		{name: "name", required: true, fn: func(k, v *yaml.Node) { d.c.Name, _ = p.str(k, v); nameAt = v }},
+		{name: "parent", fn: func(k, v *yaml.Node) {
+			d.parent, _ = p.str(k, v)
+			if x := p.deref(v); x != nil {
+				d.parentAt = p.pos(x)
+			}
+		}},
+		{name: "limits", fn: func(_, v *yaml.Node) { p.limits(&d.c.Limits, v) }},
+	})
+	if d.c.Name == "" {
+		return
+	}
+	d.at = p.pos(p.deref(nameAt))
+	p.b.addClass(d)
+}
+
+func (p *yparser) service(n *yaml.Node) {
+	vs := &policy.VirtualServer{}
+	d := &serviceDef{vs: vs}
+	var nameAt *yaml.Node
+	var primaries, backups []*policy.Target
+	targetAt := map[string]Pos{}
+	p.mapping(n, "service", []field{
+		{name: "name", required: true, fn: func(k, v *yaml.Node) { vs.Name, _ = p.str(k, v); nameAt = v }},
+		{name: "class", fn: func(k, v *yaml.Node) {
+			d.class, _ = p.str(k, v)
+			if x := p.deref(v); x != nil {
+				d.classAt = p.pos(x)
+			}
+		}},
+		{name: "vips", required: true, fn: func(k, v *yaml.Node) {
+			p.seq(k, v, func(item *yaml.Node) {
+				a, ok := parse(p, k, item, "an address", parseVIP)
+				if ok {
+					vs.VIPs = append(vs.VIPs, a)
+					d.vipAt = append(d.vipAt, p.pos(p.deref(item)))
+				}
+			})
+			if x := p.deref(v); x != nil && isEmpty(x) {
+				p.errf(x, "vips: a service needs at least one VIP")
+			}
+		}},
+		{name: "port", required: true, fn: func(k, v *yaml.Node) { vs.Ports, _ = parse(p, k, v, "a port", parsePortRange) }},
+		{name: "protocol", fn: func(k, v *yaml.Node) { vs.Proto, _ = parse(p, k, v, "tcp or http", policy.ParseServiceProto) }},
+		{name: "limits", fn: func(_, v *yaml.Node) { p.limits(&vs.Limits, v) }},
+		{name: "targets", required: true, fn: func(k, v *yaml.Node) {
+			p.seq(k, v, func(item *yaml.Node) {
+				t, at := p.target(item)
+				if t == nil {
+					return
+				}
+				if first, ok := targetAt[t.Name]; ok {
+					p.b.e.add(at, "duplicate target %q (first defined at %s)", t.Name, first)
+					return
+				}
+				targetAt[t.Name] = at
+				if t.Role == policy.RoleBackup {
+					backups = append(backups, t)
+				} else {
+					primaries = append(primaries, t)
+				}
+			})
+			if x := p.deref(v); x != nil && isEmpty(x) {
+				p.errf(x, "targets: a service needs at least one target")
+			}
+		}},
+	})
+	vs.Targets = append(primaries, backups...)
+	if vs.Name == "" {
+		return
+	}
+	d.at = p.pos(p.deref(nameAt))
+	p.b.addService(d)
+}
+
+// target parses one target; it returns nil when the target is unusable.
+func (p *yparser) target(n *yaml.Node) (*policy.Target, Pos) {
+	t := &policy.Target{Weight: 1}
+	var at Pos
+	var nameAt *yaml.Node
+	p.mapping(n, "target", []field{
+		{name: "name", fn: func(k, v *yaml.Node) { t.Name, _ = p.str(k, v); nameAt = v }},
+		{name: "address", required: true, fn: func(k, v *yaml.Node) {
+			t.Addr, _ = parse(p, k, v, "IP:port", parseTargetAddr)
+			if nameAt == nil {
+				if x := p.deref(v); x != nil {
+					at = p.pos(x)
+				}
+			}
+		}},
+		{name: "weight", fn: func(k, v *yaml.Node) {
+			w, _ := p.int(k, v, 0, maxWeight)
+			t.Weight = int(w)
+		}},
+		{name: "maxConnections", fn: func(k, v *yaml.Node) { t.MaxConnections, _ = p.int(k, v, -1, math.MaxInt64) }},
+		{name: "role", fn: func(k, v *yaml.Node) {
+			t.Role, _ = parse(p, k, v, "primary or backup", func(s string) (policy.Role, error) {
+				switch s {
+				case "primary":
+					return policy.RolePrimary, nil
+				case "backup":
+					return policy.RoleBackup, nil
+				}
+				return 0, fmt.Errorf("want primary or backup, got %q", s)
+			})
+		}},
+		{name: "via", fn: func(k, v *yaml.Node) {
+			t.Via, _ = parse(p, k, v, "host or netstack", func(s string) (policy.DialVia, error) {
+				switch s {
+				case "host":
+					return policy.DialHost, nil
+				case "netstack":
+					return policy.DialNetstack, nil
+				}
+				return 0, fmt.Errorf("want host or netstack, got %q", s)
+			})
+		}},
+	})
+	if !t.Addr.IsValid() {
+		return nil, at
+	}
+	if nameAt != nil {
+		if x := p.deref(nameAt); x != nil {
+			at = p.pos(x)
+		}
+	}
+	if t.Name == "" {
+		t.Name = t.Addr.String()
+	}
+	return t, at
+}
+
+func (p *yparser) action(n *yaml.Node) {
+	a := &policy.Action{}
+	var nameAt *yaml.Node
+	p.mapping(n, "action", []field{
+		{name: "name", required: true, fn: func(k, v *yaml.Node) { a.Name, _ = p.str(k, v); nameAt = v }},
+		{name: "outgoingTOS", fn: func(k, v *yaml.Node) {
+			tos, ok := parse(p, k, v, "a ToS byte", parseTOS)
+			a.OutgoingTOS, a.SetTOS = tos, ok
+		}},
+		{name: "minRate", fn: func(k, v *yaml.Node) { a.MinRate, _ = p.int(k, v, 0, math.MaxInt64) }},
+		{name: "meanRate", fn: func(k, v *yaml.Node) { a.MeanRate, _ = p.int(k, v, 0, math.MaxInt64) }},
+		{name: "maxConnections", fn: func(k, v *yaml.Node) { a.MaxConnections, _ = p.int(k, v, -1, math.MaxInt64) }},
+	})
+	if a.Name == "" {
+		return
+	}
+	p.b.addAction(&actionDef{a: a, at: p.pos(p.deref(nameAt))})
+}
+
+func (p *yparser) rule(n *yaml.Node) {
+	r := &policy.Rule{}
+	d := &ruleDef{r: r}
+	var nameAt *yaml.Node
+	p.mapping(n, "rule", []field{
+		{name: "name", required: true, fn: func(k, v *yaml.Node) { r.Name, _ = p.str(k, v); nameAt = v }},
+		{name: "protocol", fn: func(k, v *yaml.Node) {
+			type pr struct{ lo, hi uint8 }
+			x, _ := parse(p, k, v, "a protocol number range", func(s string) (pr, error) {
+				lo, hi, err := parseProtoRange(s)
+				return pr{lo, hi}, err
+			})
+			r.ProtoLo, r.ProtoHi = x.lo, x.hi
+		}},
+		{name: "sourcePorts", fn: func(k, v *yaml.Node) { r.SrcPort, _ = parse(p, k, v, "a port range", parsePortRange) }},
+		{name: "destinationPorts", fn: func(k, v *yaml.Node) { r.DstPort, _ = parse(p, k, v, "a port range", parsePortRange) }},
+		{name: "sourcePrefix", fn: func(k, v *yaml.Node) { r.Src, _ = parse(p, k, v, "a prefix", parsePrefix) }},
+		{name: "destinationPrefix", fn: func(k, v *yaml.Node) { r.Dst, _ = parse(p, k, v, "a prefix", parsePrefix) }},
+		{name: "service", fn: func(k, v *yaml.Node) {
+			d.service, _ = p.str(k, v)
+			if x := p.deref(v); x != nil {
+				d.serviceAt = p.pos(x)
+			}
+		}},
+		{name: "action", required: true, fn: func(k, v *yaml.Node) {
+			d.action, _ = p.str(k, v)
+			if x := p.deref(v); x != nil {
+				d.actionAt = p.pos(x)
+			}
+		}},
+	})
+	if r.Name == "" || d.action == "" {
+		return
+	}
+	p.b.addRule(d, p.pos(p.deref(nameAt)))
+}
+
+func (p *yparser) monitor(m *policy.Monitor, v *yaml.Node) {
+	m.Enabled = true
+	pair := func(k, v *yaml.Node, t, f *int) {
+		if x, ok := p.ints(k, v, 2, 1, maxRatio); ok {
+			if x[1] > maxFraction {
+				p.errf(p.deref(v), "%s: weight fraction %d is out of range 1..%d", k.Value, x[1], maxFraction)
+				return
+			}
+			*t, *f = int(x[0]), int(x[1])
+		}
+	}
+	frac := func(k, v *yaml.Node, f *int) {
+		x, _ := p.int(k, v, 1, maxFraction)
+		*f = int(x)
+	}
+	p.mapping(v, "monitor", []field{
+		{name: "enabled", fn: func(k, v *yaml.Node) { m.Enabled, _ = p.bool(k, v) }},
+		{name: "samplingInterval", fn: func(k, v *yaml.Node) {
+			d, _ := p.positive(k, v)
+			m.SamplingInterval = d
+		}},
+		{name: "lossRatioAndWeightFr", fn: func(k, v *yaml.Node) { pair(k, v, &m.LossThreshold, &m.LossStep) }},
+		{name: "timeoutRatioAndWeightFr", fn: func(k, v *yaml.Node) { pair(k, v, &m.TimeoutThreshold, &m.TimeoutStep) }},
+		{name: "lossMaxWeightFr", fn: func(k, v *yaml.Node) { frac(k, v, &m.LossMax) }},
+		{name: "timeoutMaxWeightFr", fn: func(k, v *yaml.Node) { frac(k, v, &m.TimeoutMax) }},
+		{name: "maxConnWeightFr", fn: func(k, v *yaml.Node) {
+			x, ok := p.ints(k, v, 3, 1, maxFraction)
+			if !ok {
+				return
+			}
+			if x[0] >= x[1] || x[1] >= x[2] {
+				p.errf(p.deref(v), "%s: levels %d %d %d must ascend", k.Value, x[0], x[1], x[2])
+				return
+			}
+			m.MaxConnLevels = [3]int{int(x[0]), int(x[1]), int(x[2])}
+		}},
+	})
+}
+
+func (p *yparser) balancer(b *policy.BalancerSettings, v *yaml.Node) {
+	p.mapping(v, "balancer", []field{
+		{name: "algorithm", fn: func(k, v *yaml.Node) {
+			b.Algorithm, _ = parse(p, k, v, "an algorithm", policy.ParseAlgorithm)
+		}},
+		{name: "retryInterval", fn: func(k, v *yaml.Node) {
+			d, _ := p.positive(k, v)
+			b.RetryInterval = d
+		}},
+		{name: "maxAttempts", fn: func(k, v *yaml.Node) {
+			x, _ := p.int(k, v, 1, maxAttempts)
+			b.MaxAttempts = int(x)
+		}},
+		{name: "refreshInterval", fn: func(k, v *yaml.Node) { b.RefreshInterval, _ = parse(p, k, v, "a duration", parseDuration) }},
+		{name: "slowStart", fn: func(k, v *yaml.Node) { b.SlowStart, _ = parse(p, k, v, "a duration", parseDuration) }},
+		{name: "healthCheck", fn: func(_, v *yaml.Node) {
+			h := &b.Health
+			var timeoutAt *yaml.Node
+			p.mapping(v, "healthCheck", []field{
+				{name: "interval", fn: func(k, v *yaml.Node) { h.Interval, _ = parse(p, k, v, "a duration", parseDuration) }},
+				{name: "timeout", fn: func(k, v *yaml.Node) {
+					h.Timeout, _ = parse(p, k, v, "a duration", parseDuration)
+					timeoutAt = k
+				}},
+				{name: "rise", fn: func(k, v *yaml.Node) {
+					x, _ := p.int(k, v, 1, maxHealthRuns)
+					h.Rise = int(x)
+				}},
+				{name: "fall", fn: func(k, v *yaml.Node) {
+					x, _ := p.int(k, v, 1, maxHealthRuns)
+					h.Fall = int(x)
+				}},
+			})
+			if timeoutAt != nil && h.Interval > 0 && h.Timeout >= h.Interval {
+				p.errf(timeoutAt, "timeout %v must be shorter than interval %v", h.Timeout, h.Interval)
+			}
+		}},
+	})
+}
+
+// ParseYAML parses a YAML config, with the Policy Agent files it includes
+// read from the file system relative to name's directory. See the package
+// documentation for the schema. Errors are an ErrorList.
+func ParseYAML(name string, data []byte) (*policy.Config, error) {
+	return Parser{}.ParseYAML(name, data)
+}
+
+// ParseYAML is the package-level ParseYAML with p's file access.
+func (p Parser) ParseYAML(name string, data []byte) (*policy.Config, error) {
+	b := newBuilder()
+	yp := &yparser{b: b, file: name, budget: nodeBudget}
+	includes := yp.parseYAML(data)
+	for _, inc := range includes {
+		path := inc.path
+		if !filepath.IsAbs(path) {
+			path = filepath.Join(filepath.Dir(name), path)
+		}
+		data, err := p.read(path)
+		if err != nil {
+			b.e.add(inc.at, "include %q: %v", inc.path, pathErr(err))
+			continue
+		}
+		parsePA(b, path, data)
+	}
+	return b.finish(name)
+}
