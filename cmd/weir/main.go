@@ -1,20 +1,14 @@
 // Command weir is the weir appliance: a userspace, packet-level QoS appliance
 // and load balancer. Run `weir --help` for its subcommands.
+//
+// cmd/weir is the control plane: it reads files, parses flags, logs and serves
+// HTTP, and wires the pure libraries (policy, balancer) to the datapath and
+// netstack. It may import every package of the module. Each subcommand lives
+// in its own file (check.go, version.go, …) and is added in root.go.
 package main
 
-import (
-	"fmt"
-	"os"
-)
-
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
+import "os"
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == "version" {
-		fmt.Println("weir", version)
-		return
-	}
-	fmt.Fprintln(os.Stderr, "usage: weir version")
-	os.Exit(2)
+	os.Exit(execute(os.Args[1:], os.Stdout, os.Stderr))
 }

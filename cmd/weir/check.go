@@ -1,0 +1,61 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+
+	"weir/policy/config"
+)
+
+func newCheckCmd() *cobra.Command {
+	var files []string
+	cmd := &cobra.Command{
+		Use:   "check -c FILE...",
+		Short: "validate config files and print what they define",
+		Long: "check loads each config file (YAML, or z/OS Policy Agent statements) on its own,\n" +
+			"and prints a summary of what it defines: services, targets, limits, rules and\n" +
+			"actions, the performance monitor and the balancer. Errors go to stderr, one per\n" +
+			"line as file:line:col: reason, and the exit status is 1. Files may also be given\n" +
+			"as arguments.",
+		Example: "  weir check -c examples/websphere-cluster.yaml\n  weir check examples/*.yaml examples/*.pa",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			files = append(files, args...)
+			if len(files) == 0 {
+				return errors.New("check: no config file (give -c FILE)")
+			}
+			return runCheck(cmd.OutOrStdout(), cmd.ErrOrStderr(), files)
+		},
+	}
+	cmd.Flags().StringArrayVarP(&files, "config", "c", nil, "config `FILE` (YAML or Policy Agent); repeatable")
+	return cmd
+}
+
+// runCheck loads every file, printing a summary of each good one to stdout
+// and every error of each bad one to stderr. It returns an exitError with
+// status 1 when any file has errors.
+func runCheck(stdout, stderr io.Writer, files []string) error {
+	failed := 0
+	for i, f := range files {
+		cfg, err := config.Load(f)
+		if err != nil {
+			fmt.Fprintln(stderr, err)
+			failed++
+			continue
+		}
+		if i > 0 {
+			fmt.Fprintln(stdout)
+		}
+		fmt.Fprintf(stdout, "%s: ok\n", f)
+		if err := writeSummary(stdout, cfg); err != nil {
+			return err
+		}
+	}
+	if failed > 0 {
+		fmt.Fprintf(stderr, "weir check: %d of %d config files have errors\n", failed, len(files))
+		return &exitError{code: 1}
+	}
+	return nil
+}

@@ -1,0 +1,191 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"net/netip"
+	"strings"
+
+	"weir/policy"
+)
+
+// summary writes lines and keeps the first write error.
+type summary struct {
+	w   io.Writer
+	err error
+}
+
+func (s *summary) printf(format string, args ...any) {
+	if s.err == nil {
+		_, s.err = fmt.Fprintf(s.w, format+"\n", args...)
+	}
+}
+
+// writeSummary prints a short human description of a compiled config: the
+// instance and its limits, classes, services with their targets, rules and
+// their actions in priority order, the monitor thresholds as percentages and
+// the balancer settings.
+func writeSummary(w io.Writer, c *policy.Config) error {
+	s := &summary{w: w}
+	in := c.Instance
+	s.printf("instance %s: %s", in.Name, limitsText(in.Limits))
+	s.printf("  bandwidth averaged over %v, recomputed every %v", in.MetricInterval, in.RecomputeInterval)
+
+	if len(c.Classes) > 0 {
+		s.printf("classes:")
+		for _, cl := range c.Classes {
+			parent := "instance"
+			if cl.Parent != nil {
+				parent = "class " + cl.Parent.Name
+			}
+			s.printf("  %s (under %s): %s", cl.Name, parent, limitsText(cl.Limits))
+		}
+	}
+
+	if len(c.Services) == 0 {
+		s.printf("services: none")
+	} else {
+		s.printf("services:")
+	}
+	for _, vs := range c.Services {
+		class := "instance"
+		if vs.Class != nil {
+			class = "class " + vs.Class.Name
+		}
+		s.printf("  %s: %s %s, port %v, under %s", vs.Name, vs.Proto, addrsText(vs.VIPs), vs.Ports, class)
+		s.printf("    limits: %s", limitsText(vs.Limits))
+		for _, t := range vs.Targets {
+			maxc := "no connection limit"
+			if t.MaxConnections > 0 {
+				maxc = fmt.Sprintf("maxConnections %d", t.MaxConnections)
+			}
+			name := t.Name + " " + t.Addr.String()
+			if t.Name == t.Addr.String() {
+				name = t.Name
+			}
+			s.printf("    target %s: weight %d, %s, %s, via %s", name, t.Weight, maxc, t.Role, t.Via)
+		}
+	}
+
+	if len(c.Rules) == 0 {
+		s.printf("rules: none")
+	} else {
+		s.printf("rules (first match wins):")
+	}
+	for i, r := range c.Rules {
+		s.printf("  %d. %s: %s → %s", i+1, r.Name, ruleText(r), actionText(r.Action))
+	}
+
+	m := c.Monitor
+	if !m.Enabled {
+		s.printf("monitor: off")
+	} else {
+		s.printf("monitor: on, sampling every %v", m.SamplingInterval)
+		s.printf("  loss > %s → %d %%, step, max %d %%", tenths(m.LossThreshold), m.LossStep, m.LossMax)
+		s.printf("  timeouts > %s → %d %%, step, max %d %%", tenths(m.TimeoutThreshold), m.TimeoutStep, m.TimeoutMax)
+		l := m.MaxConnLevels
+		s.printf("  connections at %d / %d / %d %% of an action's maxConnections → 50 / 85 / 100 %%", l[0], l[1], l[2])
+	}
+
+	b := c.Balancer
+	refresh := "off"
+	if b.RefreshInterval > 0 {
+		refresh = "every " + b.RefreshInterval.String()
+	}
+	s.printf("balancer: %v, a failed target rests %v, %d attempts, config refresh %s", b.Algorithm, b.RetryInterval, b.MaxAttempts, refresh)
+	if h := b.Health; h.Interval > 0 {
+		s.printf("  health checks every %v, timeout %v, up after %d, down after %d", h.Interval, h.Timeout, h.Rise, h.Fall)
+	}
+	if b.SlowStart > 0 {
+		s.printf("  slow start over %v", b.SlowStart)
+	}
+	return s.err
+}
+
+// limitsText describes one level's limits.
+func limitsText(l policy.Limits) string {
+	if !l.Any() {
+		return "no limits"
+	}
+	var parts []string
+	if l.MaxBandwidth > 0 {
+		p := fmt.Sprintf("bandwidth %d B/s %s", l.MaxBandwidth, enforced(l.EnforceBandwidth))
+		if l.BurstBytes > 0 {
+			p += fmt.Sprintf(", burst %d B", l.BurstBytes)
+		}
+		parts = append(parts, p)
+	}
+	if l.MaxConnections > 0 {
+		parts = append(parts, fmt.Sprintf("connections %d %s", l.MaxConnections, enforced(l.EnforceConnections)))
+	}
+	return strings.Join(parts, "; ")
+}
+
+func enforced(b bool) string {
+	if b {
+		return "enforced"
+	}
+	return "log only"
+}
+
+func addrsText(as []netip.Addr) string {
+	ss := make([]string, len(as))
+	for i, a := range as {
+		ss[i] = a.String()
+	}
+	return strings.Join(ss, ", ")
+}
+
+// tenths prints a ratio in tenths of a percent as a percentage.
+func tenths(v int) string { return fmt.Sprintf("%d.%d %%", v/10, v%10) }
+
+func ruleText(r *policy.Rule) string {
+	var parts []string
+	if !(r.ProtoLo == 0 && r.ProtoHi == 0) {
+		if r.ProtoLo == r.ProtoHi {
+			parts = append(parts, fmt.Sprintf("protocol %d", r.ProtoLo))
+		} else {
+			parts = append(parts, fmt.Sprintf("protocol %d-%d", r.ProtoLo, r.ProtoHi))
+		}
+	}
+	if r.Src.IsValid() {
+		parts = append(parts, "server "+r.Src.String())
+	}
+	if !r.SrcPort.Any() {
+		parts = append(parts, "server port "+r.SrcPort.String())
+	}
+	if r.Dst.IsValid() {
+		parts = append(parts, "client "+r.Dst.String())
+	}
+	if !r.DstPort.Any() {
+		parts = append(parts, "client port "+r.DstPort.String())
+	}
+	if r.Service != nil {
+		parts = append(parts, "service "+r.Service.Name)
+	}
+	if len(parts) == 0 {
+		return "any flow"
+	}
+	return strings.Join(parts, ", ")
+}
+
+func actionText(a *policy.Action) string {
+	var parts []string
+	if a.SetTOS {
+		parts = append(parts, fmt.Sprintf("ToS 0x%02X (%08b)", a.OutgoingTOS, a.OutgoingTOS))
+	}
+	if a.MinRate > 0 {
+		parts = append(parts, fmt.Sprintf("minRate %d Kbit/s", a.MinRate))
+	}
+	if a.MeanRate > 0 {
+		parts = append(parts, fmt.Sprintf("meanRate %d Kbit/s", a.MeanRate))
+	}
+	if a.MaxConnections > 0 {
+		parts = append(parts, fmt.Sprintf("maxConnections %d", a.MaxConnections))
+	}
+	if len(parts) == 0 {
+		return a.Name
+	}
+	return a.Name + " (" + strings.Join(parts, ", ") + ")"
+}
+
