@@ -188,4 +188,3 @@ func actionText(a *policy.Action) string {
 	}
 	return a.Name + " (" + strings.Join(parts, ", ") + ")"
 }
-
