@@ -1,0 +1,419 @@
+package balancer
+
+// Pick flow (every new connection):
+//
+//	table ← atomic load                  the immutable table of this moment
+//	fast path by algorithm over primaries that are up, weighted and not tried:
+//	  round robin   cursor ← atomic add; its schedule entry, else random ones
+//	  least-conn    ≤ 32 primaries: scan for the least open/weight, ties to the
+//	                schedule's pick; more: the better of the schedule's pick
+//	                and a sampled schedule entry (power of two choices)
+//	  Maglev        lookup[flowHash mod M], then the next entries
+//	  each candidate: slow-start thinning, then a CAS on its open count
+//	                bounded by MaxConnections (full: SkippedAtLimit++)
+//	every primary once, from a rotating start (no slow-start thinning)
+//	backups in configured order: the first that is up and under its limit
+//	none: *NoTargetError naming each target and why (allocates; refusal only)
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"weir/policy"
+)
+
+// Balancer distributes one virtual server's new connections over its targets.
+// Pick, Lease methods and Snapshot may be called from any goroutine; Update,
+// SetWeights and ReportHealth may too, and are serialised among themselves.
+type Balancer struct {
+	tab     atomic.Pointer[table]
+	refused atomic.Uint64 // picks that returned *NoTargetError
+
+	mu sync.Mutex // guards the fields below; Pick never takes it
+	// states holds live state by target name: every target of the current
+	// table, plus removed targets that still have open connections, so a
+	// target that comes back finds its count.
+	states map[string]*targetState
+	// eff holds effective weights set by SetWeights, by name, with the base
+	// weight they were computed from (a reload that changes the base drops
+	// them).
+	eff map[string]effWeight
+}
+
+type effWeight struct{ weight, base int }
+
+// New builds a balancer for vs with settings s (zero fields take the policy
+// defaults). It checks what Pick relies on: target names present and unique,
+// weights not negative. policy.Compile checks the same, so a compiled config
+// never fails here.
+func New(vs *policy.VirtualServer, s policy.BalancerSettings) (*Balancer, error) {
+	b := &Balancer{states: map[string]*targetState{}, eff: map[string]effWeight{}}
+	if err := b.Update(vs, s); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// Update swaps in a new configuration of the virtual server (a reload).
+// Targets are matched by name: open connections, down-state, health and
+// counters carry over, and leases taken before the swap release correctly
+// after it. Effective weights from SetWeights carry over for targets whose
+// base weight did not change. On error the balancer is unchanged.
+func (b *Balancer) Update(vs *policy.VirtualServer, s policy.BalancerSettings) error {
+	if vs == nil {
+		return errors.New("balancer: nil virtual server")
+	}
+	seen := make(map[string]bool, len(vs.Targets))
+	for _, t := range vs.Targets {
+		switch {
+		case t == nil:
+			return fmt.Errorf("balancer: virtual server %q: nil target", vs.Name)
+		case t.Name == "":
+			return fmt.Errorf("balancer: virtual server %q: target %v has no name", vs.Name, t.Addr)
+		case seen[t.Name]:
+			return fmt.Errorf("balancer: virtual server %q: target %q defined twice", vs.Name, t.Name)
+		case t.Weight < 0:
+			return fmt.Errorf("balancer: virtual server %q: target %q: negative weight", vs.Name, t.Name)
+		}
+		seen[t.Name] = true
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, t := range vs.Targets {
+		if b.states[t.Name] == nil {
+			b.states[t.Name] = &targetState{name: t.Name}
+		}
+		if e, ok := b.eff[t.Name]; ok && e.base != t.Weight {
+			delete(b.eff, t.Name)
+		}
+	}
+	for name, st := range b.states {
+		if !seen[name] && st.open.Load() == 0 {
+			delete(b.states, name)
+			delete(b.eff, name)
+		}
+	}
+	b.swap(vs, s)
+	return nil
+}
+
+// SetWeights sets the effective weights (the WLM weight cut by the QoS
+// fraction) by target name, as the QoS sampler computes them, and swaps in a
+// table balanced on them. Targets missing from w go back to their base
+// weight; unknown names are ignored; negative weights count as 0. A target
+// with effective weight 0 gets no new connections while any primary has a
+// positive one (see Pick).
+func (b *Balancer) SetWeights(w map[string]int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	cur := b.tab.Load()
+	clear(b.eff)
+	for _, t := range cur.vs.Targets {
+		if x, ok := w[t.Name]; ok {
+			b.eff[t.Name] = effWeight{weight: max(x, 0), base: t.Weight}
+		}
+	}
+	b.swap(cur.vs, cur.settings)
+}
+
+// swap builds and publishes a table; b.mu must be held.
+func (b *Balancer) swap(vs *policy.VirtualServer, s policy.BalancerSettings) {
+	eff := make(map[string]int, len(b.eff))
+	for name, e := range b.eff {
+		eff[name] = e.weight
+	}
+	b.tab.Store(newTable(vs, s, b.states, eff))
+}
+
+// Pick chooses a target for a new connection at now and reserves one of its
+// connection slots; the caller must end the lease with Release (or Failed).
+// flowHash is a hash of the connection's 5-tuple: Maglev maps it to a target,
+// the other algorithms only use it to break ties.
+//
+// Only primaries that are up (no failed connect within the retry interval, no
+// failed health check) and under their MaxConnections are chosen, by the
+// configured algorithm over their effective weights. Effective weight 0 keeps
+// a primary out while another primary has a positive weight; if every primary
+// has weight 0 they are balanced as if equal. A primary in slow start is
+// passed over with a probability that falls from 90 % to 0 over the window,
+// but never when no other target could serve. When no primary can serve, the
+// backups are tried in configured order and the first that can serve is
+// chosen. When none can, Pick returns a *NoTargetError naming every target
+// and why.
+//
+// Pick does not allocate when it returns a target, and never blocks.
+func (b *Balancer) Pick(now time.Time, flowHash uint64) (Lease, error) {
+	return b.pick(now, flowHash, nil)
+}
+
+// PickExcept is Pick for a retry: it skips the targets in tried and adds the
+// chosen one to it. Once tried holds MaxAttempts targets (at most MaxTried) it
+// returns a *NoTargetError instead. A connection's retry loop:
+//
+//	var tried balancer.Tried
+//	for {
+//		l, err := b.PickExcept(now, hash, &tried)
+//		if err != nil {
+//			return err // refuse: 503 page or RST
+//		}
+//		c, err := dial(l.Target().Addr)
+//		if err != nil {
+//			l.Failed(now) // down for the retry interval; slot released
+//			continue
+//		}
+//		// … serve, then l.Release()
+//	}
+func (b *Balancer) PickExcept(now time.Time, flowHash uint64, tried *Tried) (Lease, error) {
+	if tried == nil {
+		tried = &Tried{}
+	}
+	return b.pick(now, flowHash, tried)
+}
+
+func (b *Balancer) pick(now time.Time, flowHash uint64, tried *Tried) (Lease, error) {
+	t := b.tab.Load()
+	ns := now.UnixNano()
+	if tried != nil && tried.n >= t.attempts {
+		b.refused.Add(1)
+		return Lease{}, t.refuse(now, tried, true)
+	}
+	i, start := -1, 0
+	switch t.settings.Algorithm {
+	case policy.LeastConn:
+		i, start = t.pickLeastConn(ns, flowHash, tried)
+	case policy.Maglev:
+		i, start = t.pickMaglev(ns, flowHash, tried)
+	default:
+		i, start = t.pickRoundRobin(ns, tried)
+	}
+	if i < 0 {
+		i = t.pickAny(ns, start, tried)
+	}
+	if i < 0 {
+		// The refusal pass tries every target once more while it records
+		// reasons, so a slot freed meanwhile is taken rather than refused.
+		err := t.refuse(now, tried, false)
+		if err.picked < 0 {
+			b.refused.Add(1)
+			return Lease{}, err
+		}
+		i = err.picked
+	}
+	e := &t.entries[i]
+	if tried != nil {
+		tried.add(e.st)
+	}
+	return Lease{t: e.t, st: e.st, retry: t.retry, backup: i >= t.nPrimary}, nil
+}
+
+// usable reports whether primary i may be offered a connection by the fast
+// paths: weighted, up and not tried.
+func (t *table) usable(i int, ns int64, tried *Tried) bool {
+	e := &t.entries[i]
+	return (e.weight > 0 || t.allZero) && !e.st.down(ns) && !tried.has(e.st)
+}
+
+// admit applies slow-start thinning to primary i with the random value r:
+// it is let through with probability rampPermille/1000.
+func (t *table) admit(i int, ns int64, r uint64) bool {
+	if t.slowStart == 0 {
+		return true
+	}
+	f := t.entries[i].st.rampPermille(ns, t.slowStart)
+	return f >= 1000 || int64(r%1000) < f
+}
+
+func (t *table) pickRoundRobin(ns int64, tried *Tried) (int, int) {
+	n := uint64(len(t.sched))
+	if n == 0 {
+		return -1, 0
+	}
+	pos := t.cursor.Add(1) - 1
+	r := pos
+	for k := range probes {
+		// The cursor's entry first; if it cannot serve, random entries, so a
+		// full or down target's share spreads over the others in proportion
+		// to their weights rather than going to its schedule neighbour.
+		if k > 0 {
+			r = mix(r)
+		}
+		i := int(t.sched[r%n])
+		if t.usable(i, ns, tried) && t.admit(i, ns, mix(r^0xa5)) && t.entries[i].st.reserve(t.entries[i].max) {
+			return i, i
+		}
+	}
+	return -1, int(t.sched[pos%n])
+}
+
+// lcExact is the number of primaries up to which least-conn scans them all;
+// above it, it compares two schedule entries (power of two choices), which
+// keeps a pick O(1) for thousands of targets.
+const lcExact = 32
+
+func (t *table) pickLeastConn(ns int64, flowHash uint64, tried *Tried) (int, int) {
+	n := uint64(len(t.sched))
+	if n == 0 {
+		return -1, 0
+	}
+	pos := t.cursor.Add(1) - 1
+	first := int(t.sched[pos%n]) // the round-robin pick wins ties
+	for range 3 {
+		best := -1
+		var bestLoad float64
+		consider := func(i int) {
+			if !t.usable(i, ns, tried) {
+				return
+			}
+			e := &t.entries[i]
+			if e.max > 0 && e.st.open.Load() >= e.max {
+				return
+			}
+			w := float64(t.weightOf(i)) * float64(e.st.rampPermille(ns, t.slowStart))
+			load := float64(e.st.open.Load()) / w
+			if best < 0 || load < bestLoad {
+				best, bestLoad = i, load
+			}
+		}
+		if t.nPrimary <= lcExact {
+			for k := range t.nPrimary {
+				consider((first + k) % t.nPrimary)
+			}
+		} else {
+			consider(first)
+			consider(int(t.sched[mix(pos^flowHash)%n]))
+		}
+		if best < 0 {
+			break
+		}
+		if t.entries[best].st.reserve(t.entries[best].max) {
+			return best, best
+		}
+	}
+	return -1, first
+}
+
+func (t *table) pickMaglev(ns int64, flowHash uint64, tried *Tried) (int, int) {
+	m := uint64(len(t.maglev))
+	if m == 0 {
+		return -1, 0
+	}
+	p := flowHash % m
+	r := mix(flowHash)
+	for k := range uint64(probes) {
+		i := int(t.maglev[(p+k)%m])
+		if t.usable(i, ns, tried) && t.admit(i, ns, r) && t.entries[i].st.reserve(t.entries[i].max) {
+			return i, i
+		}
+	}
+	return -1, int(t.maglev[p])
+}
+
+// pickAny tries every usable primary once from start, then the backups in
+// order, without slow-start thinning.
+func (t *table) pickAny(ns int64, start int, tried *Tried) int {
+	for k := range t.nPrimary {
+		i := (start + k) % t.nPrimary
+		if t.usable(i, ns, tried) && t.entries[i].st.reserve(t.entries[i].max) {
+			return i
+		}
+	}
+	for i := t.nPrimary; i < len(t.entries); i++ {
+		e := &t.entries[i]
+		if !e.st.down(ns) && !tried.has(e.st) && e.st.reserve(e.max) {
+			return i
+		}
+	}
+	return -1
+}
+
+// MaxTried is the most targets one connection can try (the cap on
+// MaxAttempts).
+const MaxTried = 16
+
+// Tried is the set of targets one connection has already been given, for
+// PickExcept. The zero value is empty; it is a fixed-size value meant to live
+// on the caller's stack. It identifies targets by their live state, so it
+// stays right across table swaps.
+type Tried struct {
+	st [MaxTried]*targetState
+	n  int
+}
+
+// Len returns the number of targets tried.
+func (tr *Tried) Len() int { return tr.n }
+
+func (tr *Tried) has(st *targetState) bool {
+	if tr == nil {
+		return false
+	}
+	for _, s := range tr.st[:tr.n] {
+		if s == st {
+			return true
+		}
+	}
+	return false
+}
+
+func (tr *Tried) add(st *targetState) {
+	if tr.n < MaxTried && !tr.has(st) {
+		tr.st[tr.n] = st
+		tr.n++
+	}
+}
+
+// Lease is one reserved connection slot on a target, returned by Pick. It is
+// a small value; pass it by pointer or keep the one copy whose Release is
+// called. The zero Lease holds nothing.
+type Lease struct {
+	t      *policy.Target
+	st     *targetState
+	retry  int64 // retry interval of the table it came from, ns
+	backup bool
+}
+
+// Target returns the chosen target (nil for the zero Lease).
+func (l *Lease) Target() *policy.Target { return l.t }
+
+// Name returns the chosen target's name.
+func (l *Lease) Name() string {
+	if l.st == nil {
+		return ""
+	}
+	return l.st.name
+}
+
+// Backup reports whether the target is a backup, chosen because no primary
+// could serve.
+func (l *Lease) Backup() bool { return l.backup }
+
+// Held reports whether the lease still holds its slot.
+func (l *Lease) Held() bool { return l.st != nil }
+
+// Release gives the connection slot back (the connection closed). It is
+// idempotent on one Lease value and works after any table swap, including one
+// that removed the target.
+func (l *Lease) Release() {
+	if l.st == nil {
+		return
+	}
+	l.st.open.Add(-1)
+	l.st = nil
+}
+
+// Failed reports that connecting to the target failed at now: the target is
+// down until now plus the retry interval (slow start, if configured, ramps it
+// from then), and the slot is released. A no-op once released.
+func (l *Lease) Failed(now time.Time) {
+	st := l.st
+	if st == nil {
+		return
+	}
+	until := now.UnixNano() + l.retry
+	st.failed.Add(1)
+	st.upSince.Store(until)
+	st.downUntil.Store(until)
+	l.Release()
+}

@@ -1,0 +1,81 @@
+package balancer
+
+import (
+	"net/netip"
+	"time"
+
+	"weir/policy"
+)
+
+// Status is a balancer's state at one moment, for the admin API and metrics.
+type Status struct {
+	Service   string
+	Algorithm policy.Algorithm
+	// Refused counts picks that returned a *NoTargetError since New.
+	Refused uint64
+	// Targets lists primaries in configured order, then backups.
+	Targets []TargetStatus
+}
+
+// TargetStatus is one target's state at one moment.
+type TargetStatus struct {
+	Name   string
+	Addr   netip.AddrPort
+	Role   policy.Role
+	Weight int // WLM weight from the configuration
+	// Effective is the weight after the QoS fraction (SetWeights).
+	Effective int
+	// SlowStart is the slow-start factor in (0, 1]: 1 at full weight.
+	SlowStart float64
+	Open      int64 // open connections through this balancer
+	Max       int64 // MaxConnections; ≤ 0: no limit
+	// Down is set while a failed connect keeps the target out, until
+	// DownUntil.
+	Down      bool
+	DownUntil time.Time
+	// HealthUp is false while active health checks mark the target down.
+	HealthUp bool
+	// SkippedAtLimit counts picks that passed the target over because it was
+	// at MaxConnections (the WebSphere plug-in's "has reached maximum
+	// connections and is not selected" warning, as a counter).
+	SkippedAtLimit uint64
+	Picked         uint64 // connections given to the target
+	Failed         uint64 // connects reported failed
+}
+
+// Snapshot returns the balancer's state at now. It allocates and is meant for
+// the control plane, not the datapath.
+func (b *Balancer) Snapshot(now time.Time) Status {
+	t := b.tab.Load()
+	s := Status{
+		Service:   t.vs.Name,
+		Algorithm: t.settings.Algorithm,
+		Refused:   b.refused.Load(),
+		Targets:   make([]TargetStatus, len(t.entries)),
+	}
+	ns := now.UnixNano()
+	for i := range t.entries {
+		e := &t.entries[i]
+		du := e.st.downUntil.Load()
+		ts := TargetStatus{
+			Name:           e.t.Name,
+			Addr:           e.t.Addr,
+			Role:           e.t.Role,
+			Weight:         e.base,
+			Effective:      e.weight,
+			SlowStart:      float64(e.st.rampPermille(ns, t.slowStart)) / 1000,
+			Open:           e.st.open.Load(),
+			Max:            e.max,
+			Down:           ns < du,
+			HealthUp:       !e.st.healthDown.Load(),
+			SkippedAtLimit: e.st.skippedAtLimit.Load(),
+			Picked:         e.st.picked.Load(),
+			Failed:         e.st.failed.Load(),
+		}
+		if ts.Down {
+			ts.DownUntil = time.Unix(0, du).In(now.Location())
+		}
+		s.Targets[i] = ts
+	}
+	return s
+}

@@ -1,0 +1,82 @@
+package balancer
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+// targetState is the live state of one target. It is keyed by target name and
+// shared by every table that contains a target of that name, so connection
+// counts, down-state, health and counters survive a table swap (QoS weights,
+// reload, health). A Lease points at it directly, so a release after a swap, or
+// after the target left the configuration, still lands on the right count.
+type targetState struct {
+	name string
+
+	// open counts connections reserved by Pick and not yet released. Pick
+	// raises it with a compare-and-swap bounded by MaxConnections, so it never
+	// exceeds the limit of the table that reserved the slot.
+	open atomic.Int64
+	// downUntil is a Unix time in nanoseconds: the target is down while
+	// now < downUntil (a failed connect). 0: never failed.
+	downUntil atomic.Int64
+	// healthDown is set while active health checks say the target is down.
+	healthDown atomic.Bool
+	// upSince is the Unix time in nanoseconds at which the target last came
+	// back (end of a retry interval, or a health check turning it up); slow
+	// start ramps its weight from there. 0: it never went down.
+	upSince atomic.Int64
+
+	skippedAtLimit atomic.Uint64 // picks that found it at MaxConnections
+	picked         atomic.Uint64 // connections reserved on it
+	failed         atomic.Uint64 // connects reported failed through Lease.Failed
+
+	mu     sync.Mutex // guards health
+	health Health
+}
+
+// reserve takes one connection slot if the target is under max (≤ 0: no
+// limit). A target found at its limit has its SkippedAtLimit counter raised.
+func (s *targetState) reserve(max int64) bool {
+	if max <= 0 {
+		s.open.Add(1)
+		s.picked.Add(1)
+		return true
+	}
+	for {
+		n := s.open.Load()
+		if n >= max {
+			s.skippedAtLimit.Add(1)
+			return false
+		}
+		if s.open.CompareAndSwap(n, n+1) {
+			s.picked.Add(1)
+			return true
+		}
+	}
+}
+
+// down reports whether the target may not take connections at ns (Unix
+// nanoseconds): a failed connect within the retry interval, or a failed
+// health check.
+func (s *targetState) down(ns int64) bool {
+	return s.healthDown.Load() || ns < s.downUntil.Load()
+}
+
+// rampPermille is the slow-start factor at ns in thousandths: 100 (a tenth of
+// the weight) right after the target came back, rising linearly to 1000 at
+// upSince+window. window ≤ 0 turns slow start off.
+func (s *targetState) rampPermille(ns, window int64) int64 {
+	if window <= 0 {
+		return 1000
+	}
+	since := s.upSince.Load()
+	if since == 0 || ns >= since+window {
+		return 1000
+	}
+	el := ns - since
+	if el < 0 {
+		el = 0
+	}
+	return 100 + 900*el/window
+}
