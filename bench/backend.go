@@ -1,0 +1,103 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Backend is a small HTTP server standing in for a target: it answers every
+// request with its name (in the body and the X-Weir-Target header), after an
+// optional delay, and counts what it served. It serves on any net.Listener: a
+// loopback socket, or a listener on a gVisor stack.
+type Backend struct {
+	Name string
+	// Delay is how long each request takes; 0 answers at once.
+	Delay time.Duration
+	// Body, when > 0, is the size in bytes of the response body (the name is
+	// padded), for bulk-transfer loads.
+	Body int
+
+	served  atomic.Int64
+	active  atomic.Int64
+	maxSeen atomic.Int64
+
+	mu  sync.Mutex
+	srv *http.Server
+}
+
+// Served is the number of requests answered.
+func (b *Backend) Served() int64 { return b.served.Load() }
+
+// Active is the number of requests in progress.
+func (b *Backend) Active() int64 { return b.active.Load() }
+
+// MaxActive is the largest number of requests in progress at once so far.
+func (b *Backend) MaxActive() int64 { return b.maxSeen.Load() }
+
+// ServeHTTP answers one request.
+func (b *Backend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	n := b.active.Add(1)
+	defer b.active.Add(-1)
+	for {
+		m := b.maxSeen.Load()
+		if n <= m || b.maxSeen.CompareAndSwap(m, n) {
+			break
+		}
+	}
+	if b.Delay > 0 {
+		t := time.NewTimer(b.Delay)
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			t.Stop()
+			return
+		}
+	}
+	body := []byte(b.Name + "\n")
+	if b.Body > len(body) {
+		pad := make([]byte, b.Body)
+		copy(pad, body)
+		for i := len(body); i < len(pad); i++ {
+			pad[i] = 'x'
+		}
+		body = pad
+	}
+	w.Header().Set("X-Weir-Target", b.Name)
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.Write(body)
+	b.served.Add(1)
+}
+
+// Serve serves HTTP on ln until Close; it runs in the caller's goroutine.
+func (b *Backend) Serve(ln net.Listener) error {
+	b.mu.Lock()
+	if b.srv == nil {
+		b.srv = &http.Server{Handler: b, ReadHeaderTimeout: 10 * time.Second}
+	}
+	srv := b.srv
+	b.mu.Unlock()
+	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("backend %s: %w", b.Name, err)
+	}
+	return nil
+}
+
+// Close stops the server and closes its connections.
+func (b *Backend) Close() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.srv == nil {
+		b.srv = &http.Server{}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	b.srv.Shutdown(ctx)
+	return b.srv.Close()
+}
