@@ -1,0 +1,644 @@
+package policy
+
+import (
+	"math/bits"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Admission limits: the Sun Web Server quality-of-service feature.
+//
+// Flow of one new connection (Admit, lock-free, no allocation):
+//
+//	virtual server ──► its class ──► the class's parents ──► instance
+//	   each level, in that order:
+//	     bandwidth: the level's window rate  > MaxBandwidth  ─┐ enforced: refuse,
+//	     burst:     the level's token bucket ≤ 0 (optional)  ─┤ undo the levels
+//	     connections: open + 1               > MaxConnections ┘ already counted
+//	   not enforced and over: admit anyway; the crossing is an Event
+//	accepted: every level counted +1, the Ticket remembers the levels
+//	Ticket.AddBytes feeds every level's byte counter; Ticket.Release −1 once
+//
+// Every RecomputeInterval the control plane calls Recompute, which ticks each
+// level's sliding Window with the level's own byte counter (a class's bytes
+// are the exact sum of its members', as every byte is added to every level of
+// its connection), refills the burst buckets and emits the over/under events.
+//
+// Statistics live in one record per level, matched by name across reloads
+// (the instance is always the same record): Apply swaps the limits in
+// atomically and keeps the counters and windows of every name still present,
+// and a connection admitted under an old configuration is released from, and
+// its bytes counted on, the same records the new configuration checks. A
+// level that disappears while it still has open connections is kept, retired,
+// until they close, and revived if a later configuration names it again.
+
+// LevelKind names a level of the limit hierarchy.
+type LevelKind uint8
+
+// The levels, outermost first.
+const (
+	LevelInstance LevelKind = iota
+	LevelClass
+	LevelVirtualServer
+)
+
+func (k LevelKind) String() string {
+	switch k {
+	case LevelInstance:
+		return "instance"
+	case LevelClass:
+		return "class"
+	case LevelVirtualServer:
+		return "virtual server"
+	}
+	return "level(" + strconv.Itoa(int(k)) + ")"
+}
+
+// LimitKind names the limit a refusal or event is about, in the terms of the
+// configuration.
+type LimitKind uint8
+
+// The limits of a level.
+const (
+	LimitMaxConnections LimitKind = iota
+	LimitMaxBandwidth
+	LimitBurst
+)
+
+func (k LimitKind) String() string {
+	switch k {
+	case LimitMaxConnections:
+		return "maxConnections"
+	case LimitMaxBandwidth:
+		return "maxBandwidth"
+	case LimitBurst:
+		return "burst"
+	}
+	return "limit(" + strconv.Itoa(int(k)) + ")"
+}
+
+// Refusal says why a connection was refused: the level and its name, the
+// limit, the limit's value and the measured statistic that tripped it. Its
+// Error text is the one line that goes into the log, the 503 page and the
+// admin API.
+type Refusal struct {
+	Level LevelKind
+	Name  string
+	Limit LimitKind
+	// Value is the limit: connections, bytes per second, or BurstBytes.
+	Value int64
+	// Measured is the statistic: open connections, the window's bytes per
+	// second, or the bytes left in the burst bucket (≤ 0).
+	Measured int64
+}
+
+// Error returns the refusal as one line, for example
+//
+//	virtual server "web": maxBandwidth 100 B/s exceeded (measured 166 B/s)
+func (r Refusal) Error() string {
+	return string(appendLimit(nil, r.Level, r.Name, r.Limit, r.Value, r.Measured, true))
+}
+
+// String is Error.
+func (r Refusal) String() string { return r.Error() }
+
+// appendLimit renders a level's limit and statistic, over or back under.
+func appendLimit(b []byte, lk LevelKind, name string, k LimitKind, value, measured int64, over bool) []byte {
+	b = append(b, lk.String()...)
+	b = append(b, ' ')
+	b = strconv.AppendQuote(b, name)
+	b = append(b, ": "...)
+	if !over {
+		b = append(b, "back under "...)
+	}
+	b = append(b, k.String()...)
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, value, 10)
+	switch k {
+	case LimitMaxConnections:
+		if over {
+			b = append(b, " reached"...)
+		}
+		b = append(b, " ("...)
+		b = strconv.AppendInt(b, measured, 10)
+		b = append(b, " open)"...)
+	case LimitMaxBandwidth:
+		b = append(b, " B/s"...)
+		if over {
+			b = append(b, " exceeded"...)
+		}
+		b = append(b, " (measured "...)
+		b = strconv.AppendInt(b, measured, 10)
+		b = append(b, " B/s)"...)
+	default:
+		b = append(b, " B"...)
+		if over {
+			b = append(b, " exhausted"...)
+		}
+		b = append(b, " (bucket "...)
+		b = strconv.AppendInt(b, measured, 10)
+		b = append(b, " B)"...)
+	}
+	return b
+}
+
+// Event reports that a level's statistic crossed one of its limits: Over when
+// it went above (connections above MaxConnections, bandwidth above
+// MaxBandwidth, the burst bucket empty), !Over when it came back. There is one
+// event per crossing, not one per connection: a connection limit that is not
+// enforced reports its first excess at once, from Admit, and everything else
+// is reported by Recompute, so a statistic hovering at a limit yields at most
+// one pair of events per recompute interval. An enforced connection limit is
+// never exceeded by Admit; it reports only when a reload lowers it below the
+// open connections.
+type Event struct {
+	// At is the time of the Recompute that saw the crossing, or for an
+	// excess seen by Admit, of the last Recompute before it (zero before the
+	// first Recompute).
+	At       time.Time
+	Level    LevelKind
+	Name     string
+	Limit    LimitKind
+	Value    int64 // the limit
+	Measured int64 // the statistic, as in Refusal
+	Over     bool
+	Enforced bool // the limit refuses connections; false: it is only logged
+}
+
+// String renders e as one log line.
+func (e Event) String() string {
+	b := appendLimit(nil, e.Level, e.Name, e.Limit, e.Value, e.Measured, e.Over)
+	if e.Over {
+		if e.Enforced {
+			b = append(b, ", enforced"...)
+		} else {
+			b = append(b, ", not enforced"...)
+		}
+	}
+	return string(b)
+}
+
+// DefaultEventBuffer is the number of events Admission holds for the control
+// plane before it counts further ones as dropped.
+const DefaultEventBuffer = 256
+
+// Admission is the live admission state: one record per level (the instance,
+// every class, every virtual server) with its open connections, byte counter,
+// bandwidth window and burst bucket, and the limits of the current Config.
+//
+// Admit, Ticket.Release, Ticket.AddBytes, AddBytes and Events may be called by
+// any goroutine at any time; they take no lock and do not allocate. Apply,
+// Recompute and Snapshot are the control plane's; they serialise on a mutex
+// that the admission path never takes.
+type Admission struct {
+	st atomic.Pointer[admState]
+
+	events  chan Event
+	dropped atomic.Uint64
+	now     atomic.Int64 // UnixNano of the last Recompute, 0 before it
+
+	mu      sync.Mutex          // serialises Apply, Recompute and Snapshot
+	levels  map[levelKey]*level // by mu: the levels of the current config
+	retired map[levelKey]*level // by mu: gone from the config, connections open
+	last    time.Time           // by mu: the previous Recompute
+	order   []*level            // by mu: retired levels, for Recompute
+	scratch map[*level]struct{} // by mu: Apply's dedup set
+}
+
+type levelKey struct {
+	kind LevelKind
+	name string
+}
+
+// admState is one applied configuration: immutable once stored.
+type admState struct {
+	byVS   map[*VirtualServer]*chain
+	byName map[string]*chain
+	inst   *chain // the instance alone: for a service the config lacks
+	levels []link // every level once, instance, classes, virtual servers
+}
+
+// chain is the levels a connection to one virtual server is checked and
+// counted at, innermost first, with the limits of the config it was built for.
+type chain struct{ links []link }
+
+type link struct {
+	lvl *level
+	lim Limits
+}
+
+// level is the statistics of one level; it outlives configurations.
+type level struct {
+	kind LevelKind
+	name string
+
+	conns  atomic.Int64  // open connections, exact
+	bytes  atomic.Uint64 // running byte total
+	rate   atomic.Int64  // bytes per second, published by Recompute
+	tokens atomic.Int64  // burst bucket, published by Recompute
+
+	overConns, overBW, overBurst atomic.Bool // the state the last event reported
+
+	// By Admission.mu.
+	win          *Window
+	winMetric    time.Duration
+	winRecompute time.Duration
+	bucketOn     bool
+	bucket       int64  // bytes left, ≥ −BurstBytes
+	bucketFrac   uint64 // refill remainder, in byte·ns/s
+	bucketLast   uint64 // byte total at the previous refill
+}
+
+// NewAdmission returns the admission state for cfg (which must be compiled),
+// with room for events Events (≤ 0: DefaultEventBuffer).
+func NewAdmission(cfg *Config, events int) *Admission {
+	if events <= 0 {
+		events = DefaultEventBuffer
+	}
+	a := &Admission{
+		events:  make(chan Event, events),
+		levels:  make(map[levelKey]*level),
+		retired: make(map[levelKey]*level),
+		scratch: make(map[*level]struct{}),
+	}
+	a.Apply(cfg)
+	return a
+}
+
+// Apply makes cfg's limits the ones Admit checks, atomically: an Admit sees
+// either the old limits at every level or the new ones at every level. The
+// statistics of every level whose name is still present carry over (the
+// instance's always do); a level's bandwidth window restarts only if the
+// metric or recompute interval changed. cfg must be compiled.
+func (a *Admission) Apply(cfg *Config) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	mi, ri := cfg.Instance.MetricInterval, cfg.Instance.RecomputeInterval
+	fresh := make(map[levelKey]*level, len(a.levels))
+	get := func(kind LevelKind, name string) *level {
+		k := levelKey{kind, name}
+		if kind == LevelInstance {
+			k.name = ""
+		}
+		lv := fresh[k]
+		if lv == nil {
+			lv = a.levels[k]
+			if lv == nil {
+				lv = a.retired[k]
+				delete(a.retired, k)
+			}
+			if lv == nil {
+				lv = &level{kind: kind}
+			}
+			fresh[k] = lv
+		}
+		lv.name = name
+		if lv.win == nil || lv.winMetric != mi || lv.winRecompute != ri {
+			lv.win, lv.winMetric, lv.winRecompute = NewWindow(mi, ri), mi, ri
+		}
+		return lv
+	}
+	st := &admState{
+		byVS:   make(map[*VirtualServer]*chain, len(cfg.Services)),
+		byName: make(map[string]*chain, len(cfg.Services)),
+	}
+	clear(a.scratch)
+	add := func(l link) {
+		if _, dup := a.scratch[l.lvl]; !dup {
+			a.scratch[l.lvl] = struct{}{}
+			st.levels = append(st.levels, l)
+			l.lvl.applyBurst(l.lim)
+		}
+	}
+	inst := link{get(LevelInstance, cfg.Instance.Name), cfg.Instance.Limits}
+	st.inst = &chain{links: []link{inst}}
+	add(inst)
+	for _, cl := range cfg.Classes {
+		add(link{get(LevelClass, cl.Name), cl.Limits})
+	}
+	for _, vs := range cfg.Services {
+		c := &chain{links: []link{{get(LevelVirtualServer, vs.Name), vs.Limits}}}
+		seen := 0
+		for cl := vs.Class; cl != nil && seen <= len(cfg.Classes); cl = cl.Parent {
+			c.links = append(c.links, link{get(LevelClass, cl.Name), cl.Limits})
+			seen++
+		}
+		c.links = append(c.links, inst)
+		for _, l := range c.links {
+			add(l)
+		}
+		st.byVS[vs] = c
+		st.byName[vs.Name] = c
+	}
+	for k, lv := range a.levels {
+		if fresh[k] == nil && lv.conns.Load() > 0 {
+			a.retired[k] = lv
+		}
+	}
+	a.order = a.order[:0]
+	for k, lv := range a.retired {
+		if lv.conns.Load() <= 0 {
+			delete(a.retired, k)
+			continue
+		}
+		a.order = append(a.order, lv)
+	}
+	a.levels = fresh
+	a.st.Store(st)
+}
+
+// applyBurst starts, resizes or stops lv's burst bucket for lim. Under mu.
+func (lv *level) applyBurst(lim Limits) {
+	on := lim.BurstBytes > 0 && lim.MaxBandwidth > 0
+	switch {
+	case on && !lv.bucketOn:
+		lv.bucket, lv.bucketFrac, lv.bucketLast = lim.BurstBytes, 0, lv.bytes.Load()
+	case on && lv.bucket > lim.BurstBytes:
+		lv.bucket = lim.BurstBytes
+	case on && lv.bucket < -lim.BurstBytes:
+		lv.bucket = -lim.BurstBytes
+	}
+	lv.bucketOn = on
+	lv.tokens.Store(lv.bucket)
+}
+
+// Ticket is one admitted connection: the levels it is counted at. The zero
+// value holds nothing. Keep it where the connection lives (it must not be
+// copied after Admit) and call Release when the connection closes.
+type Ticket struct {
+	c atomic.Pointer[chain]
+}
+
+// Admitted reports whether t holds a connection not yet released.
+func (t *Ticket) Admitted() bool { return t.c.Load() != nil }
+
+// Release uncounts the connection at every level it was counted at, exactly
+// once: later calls, and calls on a zero Ticket, do nothing. It is safe to
+// call concurrently and after any number of reloads; the levels are the ones
+// Admit counted, which by name are the ones the current config checks.
+func (t *Ticket) Release() {
+	c := t.c.Swap(nil)
+	if c == nil {
+		return
+	}
+	for i := range c.links {
+		c.links[i].lvl.conns.Add(-1)
+	}
+}
+
+// AddBytes counts n bytes of the connection's traffic at every level it was
+// admitted at. Call it per read or write (not per packet): each call is one
+// atomic add per level, all connections of the instance sharing the
+// instance's counter. A released or zero Ticket counts nothing.
+func (t *Ticket) AddBytes(n uint64) {
+	if c := t.c.Load(); c != nil {
+		c.addBytes(n)
+	}
+}
+
+func (c *chain) addBytes(n uint64) {
+	for i := range c.links {
+		c.links[i].lvl.bytes.Add(n)
+	}
+}
+
+// chain returns the levels for vs in st: by pointer, else by name (vs from an
+// older config), else the instance alone.
+func (st *admState) chain(vs *VirtualServer) *chain {
+	if vs == nil {
+		return st.inst
+	}
+	if c := st.byVS[vs]; c != nil {
+		return c
+	}
+	if c := st.byName[vs.Name]; c != nil {
+		return c
+	}
+	return st.inst
+}
+
+// AddBytes counts n bytes of vs's traffic that belongs to no Ticket. vs is
+// matched as in Admit.
+func (a *Admission) AddBytes(vs *VirtualServer, n uint64) {
+	a.st.Load().chain(vs).addBytes(n)
+}
+
+// Admit decides whether a new connection to vs may open. It checks the
+// virtual server, then its class and the class's parents, then the instance;
+// at each level bandwidth, then the burst bucket, then connections. An
+// enforced limit that is over refuses: Admit returns the Refusal and false,
+// and no level keeps a count. Otherwise every level counts the connection,
+// t holds it until Release, and Admit returns true. A limit that is not
+// enforced never refuses (see Event).
+//
+// vs may come from an older config: it is matched by name. A virtual server
+// the current config lacks (or nil) is checked and counted at the instance
+// only. If t still holds a connection, that one is released first. Admit
+// takes no lock and does not allocate; a level's connection count never
+// exceeds an enforced MaxConnections, however many goroutines admit at once.
+func (a *Admission) Admit(vs *VirtualServer, t *Ticket) (Refusal, bool) {
+	t.Release()
+	c := a.st.Load().chain(vs)
+	for i := range c.links {
+		if r, ok := a.admitAt(&c.links[i]); !ok {
+			for j := 0; j < i; j++ {
+				c.links[j].lvl.conns.Add(-1)
+			}
+			return r, false
+		}
+	}
+	t.c.Store(c)
+	return Refusal{}, true
+}
+
+// admitAt checks one level and counts the connection there.
+func (a *Admission) admitAt(l *link) (Refusal, bool) {
+	lv, lim := l.lvl, &l.lim
+	if lim.MaxBandwidth > 0 && lim.EnforceBandwidth {
+		if r := lv.rate.Load(); r > lim.MaxBandwidth {
+			return Refusal{lv.kind, lv.name, LimitMaxBandwidth, lim.MaxBandwidth, r}, false
+		}
+		if lim.BurstBytes > 0 {
+			if tok := lv.tokens.Load(); tok <= 0 {
+				return Refusal{lv.kind, lv.name, LimitBurst, lim.BurstBytes, tok}, false
+			}
+		}
+	}
+	if lim.MaxConnections > 0 && lim.EnforceConnections {
+		for {
+			n := lv.conns.Load()
+			if n >= lim.MaxConnections {
+				return Refusal{lv.kind, lv.name, LimitMaxConnections, lim.MaxConnections, n}, false
+			}
+			if lv.conns.CompareAndSwap(n, n+1) {
+				return Refusal{}, true
+			}
+		}
+	}
+	n := lv.conns.Add(1)
+	if lim.MaxConnections > 0 && n > lim.MaxConnections && !lv.overConns.Load() && lv.overConns.CompareAndSwap(false, true) {
+		a.emit(Event{At: a.lastRecompute(), Level: lv.kind, Name: lv.name, Limit: LimitMaxConnections,
+			Value: lim.MaxConnections, Measured: n, Over: true})
+	}
+	return Refusal{}, true
+}
+
+func (a *Admission) lastRecompute() time.Time {
+	if ns := a.now.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return time.Time{}
+}
+
+// emit queues e for the control plane, or counts it as dropped when the
+// buffer is full. It never blocks.
+func (a *Admission) emit(e Event) {
+	select {
+	case a.events <- e:
+	default:
+		a.dropped.Add(1)
+	}
+}
+
+// Events returns the channel the control plane drains. It is buffered (see
+// NewAdmission); an event that finds it full is dropped and counted in
+// DroppedEvents.
+func (a *Admission) Events() <-chan Event { return a.events }
+
+// DroppedEvents returns the number of events dropped because the buffer was
+// full.
+func (a *Admission) DroppedEvents() uint64 { return a.dropped.Load() }
+
+// Recompute is the bandwidth manager's step, called every RecomputeInterval
+// by one goroutine with the current time: it ticks every level's window with
+// the level's byte total, refills the burst buckets, publishes the rates that
+// Admit reads, and emits an Event for every limit crossed since the previous
+// call.
+//
+// The burst guard (Limits.BurstBytes > 0 with MaxBandwidth > 0, off by
+// default) is a token bucket of BurstBytes bytes, full at start, refilled at
+// MaxBandwidth bytes per second and drained by the level's traffic; while it
+// is empty (≤ 0) an enforced level refuses new connections. It closes the
+// seed's hole where, after a window of idleness, the average lets a client
+// use 30 times the limit for a second. The bucket's debt is bounded by
+// BurstBytes, so after a long transfer new connections wait at most
+// BurstBytes/MaxBandwidth seconds longer than the traffic lasted. Like the
+// window, it sees traffic once per recompute interval.
+func (a *Admission) Recompute(now time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var dt time.Duration
+	if !a.last.IsZero() && now.After(a.last) {
+		dt = now.Sub(a.last)
+	}
+	a.last = now
+	a.now.Store(now.UnixNano())
+	for _, l := range a.st.Load().levels {
+		a.recomputeLevel(now, dt, l.lvl, l.lim)
+	}
+	for _, lv := range a.order {
+		lv.win.Tick(now, lv.bytes.Load())
+		lv.rate.Store(lv.win.Rate())
+	}
+}
+
+func (a *Admission) recomputeLevel(now time.Time, dt time.Duration, lv *level, lim Limits) {
+	total := lv.bytes.Load()
+	lv.win.Tick(now, total)
+	rate := lv.win.Rate()
+	lv.rate.Store(rate)
+	if lv.bucketOn {
+		hi, lo := bits.Mul64(uint64(lim.MaxBandwidth), uint64(dt))
+		lo, carry := bits.Add64(lo, lv.bucketFrac, 0)
+		hi += carry
+		var refill uint64
+		if hi < uint64(time.Second) {
+			refill, lv.bucketFrac = bits.Div64(hi, lo, uint64(time.Second))
+		} else {
+			refill, lv.bucketFrac = uint64(lim.BurstBytes)*2, 0
+		}
+		used := total - lv.bucketLast
+		lv.bucketLast = total
+		b := lv.bucket
+		if refill >= uint64(lim.BurstBytes-b) {
+			b = lim.BurstBytes
+		} else {
+			b += int64(refill)
+		}
+		if used >= uint64(b+lim.BurstBytes) {
+			b = -lim.BurstBytes
+		} else {
+			b -= int64(used)
+		}
+		lv.bucket = b
+		lv.tokens.Store(b)
+	}
+	at := func(k LimitKind, value, measured int64, over bool, enforced bool) {
+		a.emit(Event{At: now, Level: lv.kind, Name: lv.name, Limit: k, Value: value, Measured: measured,
+			Over: over, Enforced: enforced})
+	}
+	n := lv.conns.Load()
+	over := lim.MaxConnections > 0 && n > lim.MaxConnections
+	if lv.overConns.Load() != over && lv.overConns.CompareAndSwap(!over, over) {
+		at(LimitMaxConnections, lim.MaxConnections, n, over, lim.EnforceConnections)
+	}
+	over = lim.MaxBandwidth > 0 && rate > lim.MaxBandwidth
+	if lv.overBW.Swap(over) != over {
+		at(LimitMaxBandwidth, lim.MaxBandwidth, rate, over, lim.EnforceBandwidth)
+	}
+	tok := lv.tokens.Load()
+	over = lv.bucketOn && tok <= 0
+	if lv.overBurst.Swap(over) != over {
+		at(LimitBurst, lim.BurstBytes, tok, over, lim.EnforceBandwidth)
+	}
+}
+
+// LevelStat is one level's state for the admin API.
+type LevelStat struct {
+	Level  LevelKind
+	Name   string
+	Limits Limits // zero for a retired level
+	// Conns is the number of open connections.
+	Conns int64
+	// Bytes is the running total of bytes counted at the level.
+	Bytes uint64
+	// Bandwidth is the window's rate in bytes per second as of the last
+	// Recompute.
+	Bandwidth int64
+	// BurstTokens is the bytes left in the burst bucket; meaningful only
+	// when Limits.BurstBytes and Limits.MaxBandwidth are set.
+	BurstTokens int64
+	// OverConns, OverBandwidth and OverBurst are the states the events last
+	// reported.
+	OverConns, OverBandwidth, OverBurst bool
+	// Retired: the level is gone from the config but still has open
+	// connections.
+	Retired bool
+}
+
+// Snapshot returns every level's state: the instance, the classes, the
+// virtual servers, then the retired levels.
+func (a *Admission) Snapshot() []LevelStat {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	st := a.st.Load()
+	out := make([]LevelStat, 0, len(st.levels)+len(a.order))
+	for _, l := range st.levels {
+		out = append(out, l.lvl.stat(l.lim, false))
+	}
+	for _, lv := range a.order {
+		out = append(out, lv.stat(Limits{}, true))
+	}
+	return out
+}
+
+func (lv *level) stat(lim Limits, retired bool) LevelStat {
+	return LevelStat{
+		Level: lv.kind, Name: lv.name, Limits: lim,
+		Conns: lv.conns.Load(), Bytes: lv.bytes.Load(), Bandwidth: lv.rate.Load(), BurstTokens: lv.tokens.Load(),
+		OverConns: lv.overConns.Load(), OverBandwidth: lv.overBW.Load(), OverBurst: lv.overBurst.Load(),
+		Retired: retired,
+	}
+}
