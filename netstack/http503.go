@@ -1,0 +1,97 @@
+package netstack
+
+import (
+	"bytes"
+	"html"
+	"strconv"
+	"time"
+)
+
+// maxRequestHead bounds how much of a refused HTTP request is read before
+// the 503 is sent; the rest is discarded.
+const maxRequestHead = 8 << 10
+
+// drainLimit bounds what is read and discarded after the 503, so that
+// closing does not reset the connection (and lose the page) while the
+// client is still sending.
+const drainLimit = 64 << 10
+
+// serve503 reads the start of an HTTP request (bounded in size and time),
+// answers 503 Service Unavailable with a page naming the limit, half-closes,
+// drains what the client still sends, and closes.
+func (f *Forwarder) serve503(c *Conn, d Decision) {
+	defer c.Close()
+	deadline := time.Now().Add(f.opts.RequestTimeout)
+	_ = c.SetReadDeadline(deadline)
+	buf := make([]byte, maxRequestHead)
+	n := 0
+	for n < len(buf) {
+		m, err := c.Read(buf[n:])
+		n += m
+		if bytes.Contains(buf[:n], []byte("\r\n\r\n")) || bytes.Contains(buf[:n], []byte("\n\n")) || err != nil {
+			break
+		}
+	}
+	_ = c.SetWriteDeadline(deadline.Add(f.opts.RequestTimeout))
+	if _, err := c.Write(page503(d)); err != nil {
+		return
+	}
+	_ = c.CloseWrite()
+	_ = c.SetReadDeadline(time.Now().Add(f.opts.RequestTimeout))
+	for drained := 0; drained < drainLimit; {
+		m, err := c.Read(buf)
+		drained += m
+		if err != nil {
+			return
+		}
+	}
+}
+
+// page503 renders the 503 response for a refusal.
+func page503(d Decision) []byte {
+	retry := d.RetryAfter
+	if retry <= 0 {
+		retry = DefaultRetryAfter
+	}
+	secs := int64((retry + time.Second - 1) / time.Second)
+	limit := d.Limit
+	if limit == "" {
+		limit = "unspecified"
+	}
+	reason := d.Reason
+	if reason == "" {
+		reason = "The service is at its limit."
+	}
+	var body bytes.Buffer
+	body.WriteString("<!DOCTYPE html>\n<html><head><title>503 Service Unavailable</title></head><body>\n")
+	body.WriteString("<h1>503 Service Unavailable</h1>\n<p>")
+	body.WriteString(html.EscapeString(reason))
+	body.WriteString("</p>\n<p>Limit: <b>")
+	body.WriteString(html.EscapeString(limit))
+	body.WriteString("</b> = ")
+	body.WriteString(strconv.FormatInt(d.Value, 10))
+	body.WriteString("</p>\n<p>Retry after ")
+	body.WriteString(strconv.FormatInt(secs, 10))
+	body.WriteString(" s.</p>\n</body></html>\n")
+
+	var b bytes.Buffer
+	b.WriteString("HTTP/1.1 503 Service Unavailable\r\n")
+	b.WriteString("Content-Type: text/html; charset=utf-8\r\n")
+	b.WriteString("Retry-After: " + strconv.FormatInt(secs, 10) + "\r\n")
+	b.WriteString("X-Weir-Limit: " + sanitizeHeader(limit) + "=" + strconv.FormatInt(d.Value, 10) + "\r\n")
+	b.WriteString("Content-Length: " + strconv.Itoa(body.Len()) + "\r\n")
+	b.WriteString("Connection: close\r\n\r\n")
+	b.Write(body.Bytes())
+	return b.Bytes()
+}
+
+// sanitizeHeader keeps a header value on one line.
+func sanitizeHeader(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if c < 0x20 || c == 0x7f {
+			b[i] = ' '
+		}
+	}
+	return string(b)
+}

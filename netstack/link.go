@@ -1,0 +1,409 @@
+package netstack
+
+// Link flow
+//
+//	ingress: Device.Read(batch) ──► readLoop ──► version nibble ──► [pure SYN? synHook]
+//	         ──► stack.NewPacketBuffer (copy) ──► dispatcher.DeliverNetworkPacket
+//	egress:  stack ──► WritePackets ──► copy into a pooled buffer ──► queue (bounded,
+//	         drop and count when full) ──► writeLoop ──► Device.Write(batch)
+//
+// One reader and one writer goroutine per link. The reader hands each batch
+// to the stack synchronously, so a flow's packets stay in order; the writer
+// collects whatever is queued, up to the device's batch size, into one Write.
+// Nothing on either path logs or returns an error per packet: a packet that
+// cannot be used is dropped and counted.
+
+import (
+	"errors"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"gvisor.dev/gvisor/pkg/buffer"
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
+
+	"weir/datapath"
+)
+
+// LinkStats are the counters of one link: packets between a datapath.Device
+// and the stack. All counts are totals since the link was created.
+type LinkStats struct {
+	RxPackets        uint64 // read from the device and handed to the stack
+	RxBytes          uint64 // bytes of RxPackets
+	TxPackets        uint64 // handed to Device.Write
+	TxBytes          uint64 // bytes of TxPackets
+	DroppedMalformed uint64 // read packets with neither version 4 nor 6, or empty
+	DroppedDetached  uint64 // read packets that arrived while no stack was attached
+	DroppedQueueFull uint64 // egress packets dropped because the write queue was full
+	DroppedTooBig    uint64 // egress packets larger than the device MTU
+	DroppedClosed    uint64 // egress packets offered after the link closed
+	ReadErrors       uint64 // Device.Read calls that failed with other than os.ErrClosed
+	WriteErrors      uint64 // Device.Write calls that failed with other than os.ErrClosed
+	WriteShort       uint64 // packets a Device.Write did not accept
+}
+
+// linkEndpoint bridges a datapath.Device and a gVisor stack. It implements
+// stack.LinkEndpoint.
+type linkEndpoint struct {
+	dev      datapath.Device
+	mtu      uint32
+	headroom int // bytes before each packet left to the device
+	batch    int
+
+	dispatcher atomic.Pointer[dispatcherBox]
+	// synHook, when set, sees every inbound pure SYN (SYN without ACK) before
+	// the stack does; the TIME_WAIT reopen uses it.
+	synHook atomic.Pointer[func(pkt []byte)]
+
+	queue   chan *[]byte // egress packets, headroom+len bytes each
+	bufPool sync.Pool    // *[]byte of headroom+mtu bytes
+	done    chan struct{}
+	closed  atomic.Bool
+	once    sync.Once
+	wg      sync.WaitGroup
+
+	onClose   atomic.Pointer[func()]
+	startOnce sync.Once
+
+	linkAddrMu sync.Mutex
+	linkAddr   tcpip.LinkAddress // protected by linkAddrMu
+
+	rxPackets, rxBytes, txPackets, txBytes     atomic.Uint64
+	dropMalformed, dropDetached, dropQueueFull atomic.Uint64
+	dropTooBig, dropClosed                     atomic.Uint64
+	readErrors, writeErrors, writeShort        atomic.Uint64
+}
+
+type dispatcherBox struct{ d stack.NetworkDispatcher }
+
+var _ stack.LinkEndpoint = (*linkEndpoint)(nil)
+
+func newLinkEndpoint(dev datapath.Device, headroom, queueLen int) *linkEndpoint {
+	mtu := dev.MTU()
+	batch := dev.BatchSize()
+	if batch < 1 {
+		batch = 1
+	}
+	if queueLen <= 0 {
+		queueLen = DefaultWriteQueueLen
+	}
+	e := &linkEndpoint{
+		dev:      dev,
+		mtu:      uint32(mtu),
+		headroom: headroom,
+		batch:    batch,
+		queue:    make(chan *[]byte, queueLen),
+		done:     make(chan struct{}),
+	}
+	size := headroom + mtu
+	e.bufPool.New = func() any {
+		b := make([]byte, size)
+		return &b
+	}
+	return e
+}
+
+// start launches the reader and writer goroutines.
+func (e *linkEndpoint) start() {
+	e.startOnce.Do(func() {
+		e.wg.Add(2)
+		go e.readLoop()
+		go e.writeLoop()
+	})
+}
+
+// readLoop runs in its own goroutine: it reads batches from the device and
+// delivers them to the stack until the device is closed.
+func (e *linkEndpoint) readLoop() {
+	defer e.wg.Done()
+	size := e.headroom + int(e.mtu)
+	bufs := make([][]byte, e.batch)
+	for i := range bufs {
+		bufs[i] = make([]byte, size)
+	}
+	sizes := make([]int, e.batch)
+	for {
+		n, err := e.dev.Read(bufs, sizes, e.headroom)
+		for i := 0; i < n; i++ {
+			e.deliver(bufs[i][e.headroom : e.headroom+sizes[i]])
+		}
+		if err != nil {
+			if errors.Is(err, os.ErrClosed) || e.closed.Load() {
+				return
+			}
+			e.readErrors.Add(1)
+			if n == 0 {
+				// A failing device must not turn this loop into a spin.
+				time.Sleep(time.Millisecond)
+			}
+		}
+	}
+}
+
+// deliver hands one raw IP packet to the stack. The packet is copied.
+func (e *linkEndpoint) deliver(pkt []byte) {
+	if len(pkt) == 0 {
+		e.dropMalformed.Add(1)
+		return
+	}
+	var proto tcpip.NetworkProtocolNumber
+	switch pkt[0] >> 4 {
+	case 4:
+		proto = header.IPv4ProtocolNumber
+	case 6:
+		proto = header.IPv6ProtocolNumber
+	default:
+		e.dropMalformed.Add(1)
+		return
+	}
+	box := e.dispatcher.Load()
+	if box == nil {
+		e.dropDetached.Add(1)
+		return
+	}
+	if h := e.synHook.Load(); h != nil && isPureSYN(pkt) {
+		(*h)(pkt)
+	}
+	e.rxPackets.Add(1)
+	e.rxBytes.Add(uint64(len(pkt)))
+	pb := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: buffer.MakeWithData(pkt)})
+	box.d.DeliverNetworkPacket(proto, pb)
+	pb.DecRef()
+}
+
+// writeLoop runs in its own goroutine: it collects queued egress packets into
+// batches and writes them to the device until the link is closed.
+func (e *linkEndpoint) writeLoop() {
+	defer e.wg.Done()
+	batch := make([]*[]byte, 0, e.batch)
+	bufs := make([][]byte, 0, e.batch)
+	for {
+		select {
+		case b := <-e.queue:
+			batch = append(batch, b)
+		case <-e.done:
+			e.drainQueue()
+			return
+		}
+	fill:
+		for len(batch) < e.batch {
+			select {
+			case b := <-e.queue:
+				batch = append(batch, b)
+			default:
+				break fill
+			}
+		}
+		var bytes uint64
+		for _, b := range batch {
+			bufs = append(bufs, *b)
+			bytes += uint64(len(*b) - e.headroom)
+		}
+		n, err := e.dev.Write(bufs, e.headroom)
+		if n < len(bufs) {
+			e.writeShort.Add(uint64(len(bufs) - n))
+		}
+		e.txPackets.Add(uint64(n))
+		e.txBytes.Add(bytes)
+		for i, b := range batch {
+			*b = (*b)[:cap(*b)]
+			e.bufPool.Put(b)
+			batch[i] = nil
+			bufs[i] = nil
+		}
+		batch, bufs = batch[:0], bufs[:0]
+		if err != nil {
+			if errors.Is(err, os.ErrClosed) {
+				e.closeOnce()
+				e.drainQueue()
+				return
+			}
+			e.writeErrors.Add(1)
+		}
+	}
+}
+
+func (e *linkEndpoint) drainQueue() {
+	for {
+		select {
+		case b := <-e.queue:
+			e.dropClosed.Add(1)
+			*b = (*b)[:cap(*b)]
+			e.bufPool.Put(b)
+		default:
+			return
+		}
+	}
+}
+
+// WritePackets implements stack.LinkWriter. It copies each packet into a
+// pooled buffer and queues it for the writer goroutine; it never blocks. A
+// packet that finds the queue full is dropped and counted, and reported as
+// written, as a device would: TCP recovers it like any other loss.
+func (e *linkEndpoint) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) {
+	n := 0
+	for _, pkt := range pkts.AsSlice() {
+		n++
+		if e.closed.Load() {
+			e.dropClosed.Add(1)
+			continue
+		}
+		size := pkt.Size()
+		if size > int(e.mtu) {
+			e.dropTooBig.Add(1)
+			continue
+		}
+		bp := e.bufPool.Get().(*[]byte)
+		b := (*bp)[:e.headroom+size]
+		off := e.headroom
+		for _, s := range pkt.AsSlices() {
+			off += copy(b[off:], s)
+		}
+		*bp = b
+		select {
+		case e.queue <- bp:
+		default:
+			e.dropQueueFull.Add(1)
+			*bp = (*bp)[:cap(*bp)]
+			e.bufPool.Put(bp)
+		}
+	}
+	return n, nil
+}
+
+// closeOnce marks the link closed and stops the writer; it does not wait.
+func (e *linkEndpoint) closeOnce() {
+	e.once.Do(func() {
+		e.closed.Store(true)
+		close(e.done)
+	})
+}
+
+// shutdown closes the device, stops both goroutines and waits for them.
+func (e *linkEndpoint) shutdown() {
+	e.closeOnce()
+	_ = e.dev.Close()
+	e.wg.Wait()
+}
+
+func (e *linkEndpoint) stats() LinkStats {
+	return LinkStats{
+		RxPackets:        e.rxPackets.Load(),
+		RxBytes:          e.rxBytes.Load(),
+		TxPackets:        e.txPackets.Load(),
+		TxBytes:          e.txBytes.Load(),
+		DroppedMalformed: e.dropMalformed.Load(),
+		DroppedDetached:  e.dropDetached.Load(),
+		DroppedQueueFull: e.dropQueueFull.Load(),
+		DroppedTooBig:    e.dropTooBig.Load(),
+		DroppedClosed:    e.dropClosed.Load(),
+		ReadErrors:       e.readErrors.Load(),
+		WriteErrors:      e.writeErrors.Load(),
+		WriteShort:       e.writeShort.Load(),
+	}
+}
+
+// MTU implements stack.NetworkLinkEndpoint.
+func (e *linkEndpoint) MTU() uint32 { return e.mtu }
+
+// SetMTU implements stack.NetworkLinkEndpoint. The MTU is the device's and
+// does not change.
+func (e *linkEndpoint) SetMTU(uint32) {}
+
+// MaxHeaderLength implements stack.NetworkLinkEndpoint: raw IP, no link header.
+func (*linkEndpoint) MaxHeaderLength() uint16 { return 0 }
+
+// LinkAddress implements stack.NetworkLinkEndpoint.
+func (e *linkEndpoint) LinkAddress() tcpip.LinkAddress {
+	e.linkAddrMu.Lock()
+	defer e.linkAddrMu.Unlock()
+	return e.linkAddr
+}
+
+// SetLinkAddress implements stack.NetworkLinkEndpoint.
+func (e *linkEndpoint) SetLinkAddress(a tcpip.LinkAddress) {
+	e.linkAddrMu.Lock()
+	e.linkAddr = a
+	e.linkAddrMu.Unlock()
+}
+
+// Capabilities implements stack.NetworkLinkEndpoint. None: checksums are
+// computed and verified by the stack, since a TUN peer needs them.
+func (*linkEndpoint) Capabilities() stack.LinkEndpointCapabilities {
+	return stack.CapabilityNone
+}
+
+// Attach implements stack.NetworkLinkEndpoint.
+func (e *linkEndpoint) Attach(d stack.NetworkDispatcher) {
+	if d == nil {
+		e.dispatcher.Store(nil)
+		return
+	}
+	e.dispatcher.Store(&dispatcherBox{d})
+	e.start()
+}
+
+// IsAttached implements stack.NetworkLinkEndpoint.
+func (e *linkEndpoint) IsAttached() bool { return e.dispatcher.Load() != nil }
+
+// Wait implements stack.NetworkLinkEndpoint.
+func (e *linkEndpoint) Wait() { e.wg.Wait() }
+
+// ARPHardwareType implements stack.NetworkLinkEndpoint.
+func (*linkEndpoint) ARPHardwareType() header.ARPHardwareType { return header.ARPHardwareNone }
+
+// AddHeader implements stack.NetworkLinkEndpoint: no link header.
+func (*linkEndpoint) AddHeader(*stack.PacketBuffer) {}
+
+// ParseHeader implements stack.NetworkLinkEndpoint: no link header.
+func (*linkEndpoint) ParseHeader(*stack.PacketBuffer) bool { return true }
+
+// Close implements stack.NetworkLinkEndpoint; the stack calls it when the NIC
+// is removed.
+func (e *linkEndpoint) Close() {
+	if f := e.onClose.Load(); f != nil {
+		(*f)()
+	}
+	e.shutdown()
+}
+
+// SetOnCloseAction implements stack.NetworkLinkEndpoint.
+func (e *linkEndpoint) SetOnCloseAction(f func()) {
+	if f == nil {
+		e.onClose.Store(nil)
+		return
+	}
+	e.onClose.Store(&f)
+}
+
+// isPureSYN reports whether the raw IP packet is a TCP segment with SYN set
+// and ACK clear. IPv6 packets with extension headers are not looked into.
+func isPureSYN(pkt []byte) bool {
+	var tcpOff int
+	switch pkt[0] >> 4 {
+	case 4:
+		if len(pkt) < header.IPv4MinimumSize || pkt[9] != uint8(header.TCPProtocolNumber) {
+			return false
+		}
+		// A fragment other than the first has no TCP header here.
+		if (uint16(pkt[6])<<8|uint16(pkt[7]))&0x1fff != 0 {
+			return false
+		}
+		tcpOff = int(pkt[0]&0x0f) * 4
+	case 6:
+		if len(pkt) < header.IPv6MinimumSize || pkt[6] != uint8(header.TCPProtocolNumber) {
+			return false
+		}
+		tcpOff = header.IPv6MinimumSize
+	default:
+		return false
+	}
+	if len(pkt) < tcpOff+header.TCPMinimumSize {
+		return false
+	}
+	flags := pkt[tcpOff+13]
+	return flags&(uint8(header.TCPFlagSyn)|uint8(header.TCPFlagAck)) == uint8(header.TCPFlagSyn)
+}
