@@ -1,6 +1,8 @@
 package balancer
 
 import (
+	"slices"
+	"strings"
 	"sync/atomic"
 
 	"weir/policy"
@@ -123,11 +125,24 @@ func newTable(vs *policy.VirtualServer, s policy.BalancerSettings, states map[st
 	}
 	if t.nPrimary > 0 {
 		if s.Algorithm == policy.Maglev {
-			names := make([]string, t.nPrimary)
-			for i := range names {
-				names[i] = t.entries[i].t.Name
+			// Build over the primaries sorted by name, so that instances
+			// listing the same targets in another order agree on the table.
+			order := make([]int, t.nPrimary)
+			for i := range order {
+				order[i] = i
 			}
-			t.maglev = buildMaglev(names, ws, maglevSize(t.nPrimary))
+			slices.SortFunc(order, func(a, b int) int {
+				return strings.Compare(t.entries[a].t.Name, t.entries[b].t.Name)
+			})
+			names := make([]string, t.nPrimary)
+			sws := make([]int, t.nPrimary)
+			for k, i := range order {
+				names[k], sws[k] = t.entries[i].t.Name, ws[i]
+			}
+			t.maglev = buildMaglev(names, sws, maglevSize(t.nPrimary))
+			for k, x := range t.maglev {
+				t.maglev[k] = uint32(order[x])
+			}
 		} else {
 			t.sched = schedule(ws)
 		}
