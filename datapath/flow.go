@@ -1,0 +1,377 @@
+package datapath
+
+// Flow table flow
+//
+//	key (server side: VIP:port, client:port, proto) ─► hash ─► shard = hash & (shards-1)
+//	Lookup: load the shard's slot array (atomic) ─► linear probe of atomic
+//	        pointers to immutable *Flow ─► compare key ─► hit, or miss at an
+//	        empty slot. No lock, no write except a coarse last-seen stamp.
+//	Insert: lock the shard's writer mutex ─► probe ─► replace, reuse a
+//	        tombstone or take the empty slot; a full shard first expires idle
+//	        flows, then refuses (counted).
+//
+// Concurrency: a Flow is immutable once published except its last-seen time
+// and bound target, which are atomics. Slots are atomic pointers, so a
+// reader probing while a writer inserts or tombstones sees either the old or
+// the new pointer, and always compares the key of the entry it loaded: it
+// can miss a flow being inserted, never return a wrong one. When tombstones
+// pile up a writer rebuilds the shard into a fresh array and publishes it
+// atomically; a reader that missed during a rebuild (the shard's epoch
+// moved) probes again. Writers of one shard serialise on its mutex; that
+// lock is taken once per new flow, never per packet, and shards are many so
+// that two workers creating flows rarely meet on one.
+
+import (
+	"encoding/binary"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"weir/policy"
+)
+
+// FlowKey identifies a flow from the server side, as policy rules see it:
+// Server is the virtual server's address and port (the destination of an
+// ingress packet, the source of an egress one), Client the peer's. IPv4
+// addresses are stored IPv4-mapped. The zero FlowKey is valid and unused.
+type FlowKey struct {
+	Server, Client         [16]byte
+	ServerPort, ClientPort uint16
+	Proto                  uint8
+}
+
+// IngressKey returns the key of a packet travelling client → server.
+func IngressKey(p *Packet) FlowKey {
+	return FlowKey{Server: p.Dst.As16(), Client: p.Src.As16(), ServerPort: p.DstPort, ClientPort: p.SrcPort, Proto: p.Proto}
+}
+
+// EgressKey returns the key of a packet travelling server → client.
+func EgressKey(p *Packet) FlowKey {
+	return FlowKey{Server: p.Src.As16(), Client: p.Dst.As16(), ServerPort: p.SrcPort, ClientPort: p.DstPort, Proto: p.Proto}
+}
+
+// ServerAddrPort returns the server side as an address and port.
+func (k *FlowKey) ServerAddrPort() netip.AddrPort {
+	return netip.AddrPortFrom(netip.AddrFrom16(k.Server).Unmap(), k.ServerPort)
+}
+
+// ClientAddrPort returns the client side as an address and port.
+func (k *FlowKey) ClientAddrPort() netip.AddrPort {
+	return netip.AddrPortFrom(netip.AddrFrom16(k.Client).Unmap(), k.ClientPort)
+}
+
+// Hash returns the key's 64-bit hash: a multiply-xor mix of the addresses,
+// ports and protocol. It is not keyed; the per-shard bound limits what a
+// crafted collision set can cost.
+func (k *FlowKey) Hash() uint64 {
+	le := binary.LittleEndian
+	h := le.Uint64(k.Server[0:8])*0x9e3779b97f4a7c15 ^
+		le.Uint64(k.Server[8:16])*0xc2b2ae3d27d4eb4f ^
+		le.Uint64(k.Client[0:8])*0x165667b19e3779f9 ^
+		le.Uint64(k.Client[8:16])*0xd6e8feb86659fd93 ^
+		(uint64(k.ServerPort)<<24|uint64(k.ClientPort)<<8|uint64(k.Proto))*0xff51afd7ed558ccd
+	h ^= h >> 32
+	h *= 0x94d049bb133111eb
+	h ^= h >> 29
+	return h
+}
+
+// equal is k == *o, compared a word at a time.
+func (k *FlowKey) equal(o *FlowKey) bool {
+	le := binary.LittleEndian
+	return le.Uint64(k.Server[0:8]) == le.Uint64(o.Server[0:8]) &&
+		le.Uint64(k.Server[8:16]) == le.Uint64(o.Server[8:16]) &&
+		le.Uint64(k.Client[0:8]) == le.Uint64(o.Client[0:8]) &&
+		le.Uint64(k.Client[8:16]) == le.Uint64(o.Client[8:16]) &&
+		k.ServerPort == o.ServerPort && k.ClientPort == o.ClientPort && k.Proto == o.Proto
+}
+
+// NoTarget is a Flow's target before the balancer binds one.
+const NoTarget = -1
+
+// Flow is what is decided once per flow. The exported fields are set before
+// the flow is inserted and never change; a new decision (a config swap)
+// replaces the whole Flow. Read them freely from any goroutine.
+type Flow struct {
+	Key FlowKey
+	// Service is the virtual server the flow arrived at, or nil.
+	Service *policy.VirtualServer
+	// Action is the first matching policy rule's action, or nil.
+	Action *policy.Action
+	// TOS is written on every packet toward the client when SetTOS is set.
+	TOS    uint8
+	SetTOS bool
+	// Gen is the config generation the decision was made under.
+	Gen uint64
+	// ServiceRow and ActionRow index the meters' rows; see Meters.
+	ServiceRow, ActionRow int32
+
+	hash     uint64       // Key.Hash(), set by Insert before publication
+	lastSeen atomic.Int64 // monotonic ns, coarse: see FlowTable
+	target   atomic.Int32 // NoTarget or the caller's target index
+}
+
+// Target returns the target index bound with Bind, or NoTarget.
+func (f *Flow) Target() int { return int(f.target.Load()) }
+
+// Bind records the caller's target index for the flow (the balancer's
+// choice); the meters then count the flow's packets for that target too.
+func (f *Flow) Bind(target int) { f.target.Store(int32(target)) }
+
+// LastSeen returns the flow's last-seen time in the table's clock
+// (nanoseconds), to within the table's stamp granularity.
+func (f *Flow) LastSeen() int64 { return f.lastSeen.Load() }
+
+// FlowTableOptions configure NewFlowTable. The zero value works.
+type FlowTableOptions struct {
+	// MaxFlows bounds the number of flows; zero means 65536. The bound is
+	// split evenly over the shards, and a full shard refuses new flows.
+	MaxFlows int
+	// IdleTimeout is how long a flow with no packet stays; zero means
+	// 5 minutes.
+	IdleTimeout time.Duration
+	// Shards is the number of independently locked shards, rounded up to
+	// a power of two; zero means 64.
+	Shards int
+}
+
+// FlowTableStats are the table's counters, totals since creation.
+type FlowTableStats struct {
+	Flows    int    // live flows now, including idle ones not yet swept
+	Inserted uint64 // flows created
+	Replaced uint64 // decisions replaced (a config swap reclassified)
+	Expired  uint64 // flows removed after IdleTimeout
+	Refused  uint64 // flows not created because their shard was full
+}
+
+// FlowTable maps FlowKeys to Flows; see the file comment for its
+// concurrency. Times are int64 nanoseconds from the caller's monotonic
+// clock.
+type FlowTable struct {
+	shards    []flowShard
+	shardMask uint64
+	idle      int64 // ns
+	stamp     int64 // ns: last-seen is rewritten only when this stale
+
+	inserted, replaced, expired, refused atomic.Uint64
+}
+
+type flowShard struct {
+	slots atomic.Pointer[[]atomic.Pointer[Flow]]
+	epoch atomic.Uint64 // odd while a rebuild runs; readers retry on change
+
+	mu   sync.Mutex // serialises writers of this shard
+	live int        // guarded by mu
+	tomb int        // guarded by mu
+	max  int
+
+	_ [64]byte // keep neighbouring shards' writer state off one cache line
+}
+
+// tombstone marks a removed slot so that probe chains through it stay
+// intact.
+var tombstone = &Flow{}
+
+// NewFlowTable returns an empty table.
+func NewFlowTable(o FlowTableOptions) *FlowTable {
+	if o.MaxFlows <= 0 {
+		o.MaxFlows = 65536
+	}
+	if o.IdleTimeout <= 0 {
+		o.IdleTimeout = 5 * time.Minute
+	}
+	if o.Shards <= 0 {
+		o.Shards = 64
+	}
+	n := 1
+	for n < o.Shards {
+		n <<= 1
+	}
+	per := (o.MaxFlows + n - 1) / n
+	size := 8
+	for size < 2*per {
+		size <<= 1
+	}
+	t := &FlowTable{shards: make([]flowShard, n), shardMask: uint64(n - 1), idle: int64(o.IdleTimeout)}
+	t.stamp = t.idle / 16
+	if t.stamp > int64(time.Second) {
+		t.stamp = int64(time.Second)
+	}
+	for i := range t.shards {
+		s := &t.shards[i]
+		s.max = per
+		slots := make([]atomic.Pointer[Flow], size)
+		s.slots.Store(&slots)
+	}
+	return t
+}
+
+func (t *FlowTable) shard(h uint64) *flowShard { return &t.shards[h&t.shardMask] }
+
+// Lookup returns the live flow for k, whose hash is h, or nil. A flow idle
+// for longer than IdleTimeout counts as absent. A hit refreshes the flow's
+// last-seen time. It takes no lock and does not allocate.
+func (t *FlowTable) Lookup(k *FlowKey, h uint64, now int64) *Flow {
+	s := t.shard(h)
+	for try := 0; try < 3; try++ {
+		e := s.epoch.Load()
+		if f := probe(*s.slots.Load(), k, h); f != nil {
+			last := f.lastSeen.Load()
+			if now-last > t.idle {
+				return nil
+			}
+			if now-last >= t.stamp {
+				f.lastSeen.Store(now)
+			}
+			return f
+		}
+		if e&1 == 0 && s.epoch.Load() == e {
+			return nil
+		}
+	}
+	return nil
+}
+
+// probe returns the flow with key k in slots, or nil.
+func probe(slots []atomic.Pointer[Flow], k *FlowKey, h uint64) *Flow {
+	mask := uint64(len(slots) - 1)
+	i := (h >> 32) & mask
+	for range slots {
+		f := slots[i].Load()
+		if f == nil {
+			return nil
+		}
+		if f.hash == h && f != tombstone && f.Key.equal(k) {
+			return f
+		}
+		i = (i + 1) & mask
+	}
+	return nil
+}
+
+// Insert publishes f (whose exported fields are final) under f.Key with
+// hash h, replacing any flow with the same key, and returns f; its
+// last-seen time is set to now and its target to NoTarget. A full shard
+// first drops its idle flows; if it is still full, Insert refuses, counts
+// it and returns nil. It locks f's shard.
+func (t *FlowTable) Insert(f *Flow, h uint64, now int64) *Flow {
+	f.hash = h
+	f.lastSeen.Store(now)
+	f.target.Store(NoTarget)
+	s := t.shard(h)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for expired := false; ; expired = true {
+		slots := *s.slots.Load()
+		mask := uint64(len(slots) - 1)
+		i := (h >> 32) & mask
+		free := -1
+		for range slots {
+			old := slots[i].Load()
+			if old == nil {
+				break
+			}
+			if old == tombstone {
+				if free < 0 {
+					free = int(i)
+				}
+			} else if old.hash == h && old.Key.equal(&f.Key) {
+				slots[i].Store(f)
+				t.replaced.Add(1)
+				return f
+			}
+			i = (i + 1) & mask
+		}
+		if s.live >= s.max {
+			if expired || t.expireShard(s, now) == 0 {
+				t.refused.Add(1)
+				return nil
+			}
+			continue // expiry may have rebuilt the shard: probe again
+		}
+		if free >= 0 {
+			slots[free].Store(f)
+			s.tomb--
+		} else {
+			slots[i].Store(f)
+		}
+		s.live++
+		t.inserted.Add(1)
+		return f
+	}
+}
+
+// Expire removes every flow idle for longer than IdleTimeout at now and
+// returns how many it removed. Lookup already ignores such flows; Expire
+// frees their slots. It locks each shard in turn.
+func (t *FlowTable) Expire(now int64) int {
+	n := 0
+	for i := range t.shards {
+		s := &t.shards[i]
+		s.mu.Lock()
+		n += t.expireShard(s, now)
+		s.mu.Unlock()
+	}
+	return n
+}
+
+// expireShard tombstones s's idle flows and rebuilds s when tombstones
+// fill a quarter of it. s.mu is held.
+func (t *FlowTable) expireShard(s *flowShard, now int64) int {
+	slots := *s.slots.Load()
+	n := 0
+	for i := range slots {
+		f := slots[i].Load()
+		if f != nil && f != tombstone && now-f.lastSeen.Load() > t.idle {
+			slots[i].Store(tombstone)
+			n++
+		}
+	}
+	s.live -= n
+	s.tomb += n
+	t.expired.Add(uint64(n))
+	if s.tomb > 0 && (s.live+s.tomb)*4 > len(slots)*3 || s.tomb*4 > len(slots) {
+		t.rebuild(s, slots)
+	}
+	return n
+}
+
+// rebuild copies s's live flows into a fresh array without tombstones and
+// publishes it. s.mu is held.
+func (t *FlowTable) rebuild(s *flowShard, old []atomic.Pointer[Flow]) {
+	s.epoch.Add(1)
+	fresh := make([]atomic.Pointer[Flow], len(old))
+	mask := uint64(len(fresh) - 1)
+	for i := range old {
+		f := old[i].Load()
+		if f == nil || f == tombstone {
+			continue
+		}
+		j := (f.hash >> 32) & mask
+		for fresh[j].Load() != nil {
+			j = (j + 1) & mask
+		}
+		fresh[j].Store(f)
+	}
+	s.slots.Store(&fresh)
+	s.tomb = 0
+	s.epoch.Add(1)
+}
+
+// Stats returns the table's counters.
+func (t *FlowTable) Stats() FlowTableStats {
+	st := FlowTableStats{
+		Inserted: t.inserted.Load(),
+		Replaced: t.replaced.Load(),
+		Expired:  t.expired.Load(),
+		Refused:  t.refused.Load(),
+	}
+	for i := range t.shards {
+		s := &t.shards[i]
+		s.mu.Lock()
+		st.Flows += s.live
+		s.mu.Unlock()
+	}
+	return st
+}

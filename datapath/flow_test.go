@@ -1,0 +1,200 @@
+package datapath
+
+import (
+	"sync"
+	"testing"
+	"time"
+)
+
+func testKey(i int) FlowKey {
+	k := FlowKey{ServerPort: 80, ClientPort: uint16(i), Proto: ProtoTCP}
+	k.Server = [16]byte{10: 0xff, 11: 0xff, 12: 198, 13: 18, 15: 1}
+	k.Client = [16]byte{10: 0xff, 11: 0xff, 12: 198, 13: 19, 14: byte(i >> 8), 15: byte(i)}
+	return k
+}
+
+func TestFlowTableInsertLookup(t *testing.T) {
+	ft := NewFlowTable(FlowTableOptions{MaxFlows: 1000, Shards: 4})
+	for i := range 500 {
+		k := testKey(i)
+		if ft.Insert(&Flow{Key: k, TOS: uint8(i)}, k.Hash(), 0) == nil {
+			t.Fatalf("insert %d refused", i)
+		}
+	}
+	for i := range 500 {
+		k := testKey(i)
+		f := ft.Lookup(&k, k.Hash(), 1)
+		if f == nil || f.Key != k || f.TOS != uint8(i) {
+			t.Fatalf("lookup %d = %+v", i, f)
+		}
+		if f.Target() != NoTarget {
+			t.Fatalf("new flow target = %d, want NoTarget", f.Target())
+		}
+	}
+	k := testKey(600)
+	if f := ft.Lookup(&k, k.Hash(), 1); f != nil {
+		t.Fatalf("lookup of absent key = %+v", f)
+	}
+	// Replacing keeps one flow per key.
+	k = testKey(7)
+	ft.Insert(&Flow{Key: k, TOS: 0xee}, k.Hash(), 2)
+	if f := ft.Lookup(&k, k.Hash(), 2); f.TOS != 0xee {
+		t.Fatalf("after replace TOS = %#x", f.TOS)
+	}
+	st := ft.Stats()
+	if st.Flows != 500 || st.Inserted != 500 || st.Replaced != 1 {
+		t.Fatalf("stats = %+v", st)
+	}
+}
+
+func TestFlowTableIdleExpiry(t *testing.T) {
+	idle := time.Minute
+	ft := NewFlowTable(FlowTableOptions{MaxFlows: 64, IdleTimeout: idle, Shards: 1})
+	sec := int64(time.Second)
+	a, b := testKey(1), testKey(2)
+	ft.Insert(&Flow{Key: a}, a.Hash(), 0)
+	ft.Insert(&Flow{Key: b}, b.Hash(), 0)
+	tests := []struct {
+		name string
+		now  int64
+		key  FlowKey
+		want bool
+	}{
+		{"a fresh", 10 * sec, a, true},
+		{"b at the limit", 60 * sec, b, true},
+		{"a within", 65 * sec, a, true},
+		{"b just past", 121 * sec, b, false},
+		{"a kept alive by lookups", 125 * sec, a, true},
+		{"a idle past its last lookup", 186 * sec, a, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := ft.Lookup(&tt.key, tt.key.Hash(), tt.now) != nil; got != tt.want {
+				t.Errorf("present = %v, want %v", got, tt.want)
+			}
+		})
+	}
+	if n := ft.Expire(200 * sec); n != 2 {
+		t.Errorf("Expire removed %d, want 2", n)
+	}
+	if st := ft.Stats(); st.Flows != 0 || st.Expired != 2 {
+		t.Errorf("stats after expiry = %+v", st)
+	}
+}
+
+func TestFlowTableBound(t *testing.T) {
+	sec := int64(time.Second)
+	ft := NewFlowTable(FlowTableOptions{MaxFlows: 16, IdleTimeout: 10 * time.Second, Shards: 1})
+	for i := range 16 {
+		k := testKey(i)
+		if ft.Insert(&Flow{Key: k}, k.Hash(), int64(i)*sec/2) == nil {
+			t.Fatalf("insert %d refused below the bound", i)
+		}
+	}
+	k := testKey(100)
+	if ft.Insert(&Flow{Key: k}, k.Hash(), 8*sec) != nil {
+		t.Fatal("insert past the bound with no idle flow accepted")
+	}
+	if st := ft.Stats(); st.Refused != 1 || st.Flows != 16 {
+		t.Fatalf("stats = %+v, want 1 refused, 16 flows", st)
+	}
+	// At 11.25 s flows 0, 1 and 2 (seen at 0, 0.5 and 1 s) are idle over
+	// 10 s: a full shard sweeps them and takes the new flow.
+	if ft.Insert(&Flow{Key: k}, k.Hash(), 11*sec+sec/4) == nil {
+		t.Fatal("insert refused although idle flows could be expired")
+	}
+	st := ft.Stats()
+	if st.Flows != 14 || st.Expired != 3 {
+		t.Fatalf("stats = %+v, want 14 flows, 3 expired", st)
+	}
+	for i := 3; i < 16; i++ {
+		k := testKey(i)
+		if ft.Lookup(&k, k.Hash(), 11*sec+sec/4) == nil {
+			t.Fatalf("live flow %d lost by the sweep", i)
+		}
+	}
+}
+
+// TestFlowTableChurn inserts and expires many generations so that shards
+// rebuild, while readers look flows up concurrently: a reader may miss a
+// flow being inserted but must never get a flow with another key. Run it
+// under -race.
+func TestFlowTableChurn(t *testing.T) {
+	ft := NewFlowTable(FlowTableOptions{MaxFlows: 256, IdleTimeout: time.Second, Shards: 2})
+	sec := int64(time.Second)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for r := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				k := testKey((i*7 + r) % 2048)
+				if f := ft.Lookup(&k, k.Hash(), 0); f != nil && f.Key != k {
+					t.Errorf("lookup returned a flow with another key")
+					return
+				}
+			}
+		}()
+	}
+	for gen := range 20 {
+		now := int64(gen) * 2 * sec
+		for i := range 100 {
+			k := testKey(gen*100 + i)
+			if ft.Insert(&Flow{Key: k}, k.Hash(), now) == nil {
+				t.Fatalf("gen %d: insert %d refused", gen, i)
+			}
+		}
+		for i := range 100 {
+			k := testKey(gen*100 + i)
+			if ft.Lookup(&k, k.Hash(), now) == nil {
+				t.Fatalf("gen %d: flow %d missing", gen, i)
+			}
+		}
+		ft.Expire(now + 2*sec)
+	}
+	close(stop)
+	wg.Wait()
+	if st := ft.Stats(); st.Flows != 0 || st.Inserted != 2000 || st.Expired != 2000 {
+		t.Fatalf("stats = %+v", st)
+	}
+}
+
+func TestFlowTableLookupZeroAllocs(t *testing.T) {
+	ft := NewFlowTable(FlowTableOptions{})
+	k := testKey(1)
+	h := k.Hash()
+	ft.Insert(&Flow{Key: k}, h, 0)
+	now := int64(0)
+	allocs := testing.AllocsPerRun(1000, func() {
+		now += int64(time.Millisecond)
+		if ft.Lookup(&k, k.Hash(), now) == nil {
+			t.Fatal("miss")
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("Lookup allocates %.1f times, want 0", allocs)
+	}
+}
+
+func BenchmarkFlowLookup(b *testing.B) {
+	ft := NewFlowTable(FlowTableOptions{})
+	keys := make([]FlowKey, 4096)
+	for i := range keys {
+		keys[i] = testKey(i)
+		ft.Insert(&Flow{Key: keys[i]}, keys[i].Hash(), 0)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		k := &keys[i&4095]
+		if ft.Lookup(k, k.Hash(), 1) == nil {
+			b.Fatal("miss")
+		}
+	}
+}
