@@ -56,6 +56,9 @@ func (k LevelKind) String() string {
 	return "level(" + strconv.Itoa(int(k)) + ")"
 }
 
+// MarshalText encodes k as its String form for the admin API.
+func (k LevelKind) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
+
 // LimitKind names the limit a refusal or event is about, in the terms of the
 // configuration.
 type LimitKind uint8
@@ -78,6 +81,9 @@ func (k LimitKind) String() string {
 	}
 	return "limit(" + strconv.Itoa(int(k)) + ")"
 }
+
+// MarshalText encodes k as its String form for the admin API.
+func (k LimitKind) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
 
 // Refusal says why a connection was refused: the level and its name, the
 // limit, the limit's value and the measured statistic that tripped it. Its
@@ -225,14 +231,15 @@ type admState struct {
 type chain struct{ links []link }
 
 type link struct {
-	lvl *level
-	lim Limits
+	lvl  *level
+	name string // the level's name in this config (the instance may be renamed)
+	lim  Limits
 }
 
 // level is the statistics of one level; it outlives configurations.
 type level struct {
 	kind LevelKind
-	name string
+	name string // the name it was created with; immutable
 
 	conns  atomic.Int64  // open connections, exact
 	bytes  atomic.Uint64 // running byte total
@@ -290,11 +297,10 @@ func (a *Admission) Apply(cfg *Config) {
 				delete(a.retired, k)
 			}
 			if lv == nil {
-				lv = &level{kind: kind}
+				lv = &level{kind: kind, name: name}
 			}
 			fresh[k] = lv
 		}
-		lv.name = name
 		if lv.win == nil || lv.winMetric != mi || lv.winRecompute != ri {
 			lv.win, lv.winMetric, lv.winRecompute = NewWindow(mi, ri), mi, ri
 		}
@@ -312,17 +318,17 @@ func (a *Admission) Apply(cfg *Config) {
 			l.lvl.applyBurst(l.lim)
 		}
 	}
-	inst := link{get(LevelInstance, cfg.Instance.Name), cfg.Instance.Limits}
+	inst := link{get(LevelInstance, cfg.Instance.Name), cfg.Instance.Name, cfg.Instance.Limits}
 	st.inst = &chain{links: []link{inst}}
 	add(inst)
 	for _, cl := range cfg.Classes {
-		add(link{get(LevelClass, cl.Name), cl.Limits})
+		add(link{get(LevelClass, cl.Name), cl.Name, cl.Limits})
 	}
 	for _, vs := range cfg.Services {
-		c := &chain{links: []link{{get(LevelVirtualServer, vs.Name), vs.Limits}}}
+		c := &chain{links: []link{{get(LevelVirtualServer, vs.Name), vs.Name, vs.Limits}}}
 		seen := 0
 		for cl := vs.Class; cl != nil && seen <= len(cfg.Classes); cl = cl.Parent {
-			c.links = append(c.links, link{get(LevelClass, cl.Name), cl.Limits})
+			c.links = append(c.links, link{get(LevelClass, cl.Name), cl.Name, cl.Limits})
 			seen++
 		}
 		c.links = append(c.links, inst)
@@ -379,6 +385,9 @@ func (t *Ticket) Admitted() bool { return t.c.Load() != nil }
 // call concurrently and after any number of reloads; the levels are the ones
 // Admit counted, which by name are the ones the current config checks.
 func (t *Ticket) Release() {
+	if t.c.Load() == nil {
+		return
+	}
 	c := t.c.Swap(nil)
 	if c == nil {
 		return
@@ -455,14 +464,14 @@ func (a *Admission) Admit(vs *VirtualServer, t *Ticket) (Refusal, bool) {
 
 // admitAt checks one level and counts the connection there.
 func (a *Admission) admitAt(l *link) (Refusal, bool) {
-	lv, lim := l.lvl, &l.lim
+	lv, lim, name := l.lvl, &l.lim, l.name
 	if lim.MaxBandwidth > 0 && lim.EnforceBandwidth {
 		if r := lv.rate.Load(); r > lim.MaxBandwidth {
-			return Refusal{lv.kind, lv.name, LimitMaxBandwidth, lim.MaxBandwidth, r}, false
+			return Refusal{lv.kind, name, LimitMaxBandwidth, lim.MaxBandwidth, r}, false
 		}
 		if lim.BurstBytes > 0 {
 			if tok := lv.tokens.Load(); tok <= 0 {
-				return Refusal{lv.kind, lv.name, LimitBurst, lim.BurstBytes, tok}, false
+				return Refusal{lv.kind, name, LimitBurst, lim.BurstBytes, tok}, false
 			}
 		}
 	}
@@ -470,7 +479,7 @@ func (a *Admission) admitAt(l *link) (Refusal, bool) {
 		for {
 			n := lv.conns.Load()
 			if n >= lim.MaxConnections {
-				return Refusal{lv.kind, lv.name, LimitMaxConnections, lim.MaxConnections, n}, false
+				return Refusal{lv.kind, name, LimitMaxConnections, lim.MaxConnections, n}, false
 			}
 			if lv.conns.CompareAndSwap(n, n+1) {
 				return Refusal{}, true
@@ -479,7 +488,7 @@ func (a *Admission) admitAt(l *link) (Refusal, bool) {
 	}
 	n := lv.conns.Add(1)
 	if lim.MaxConnections > 0 && n > lim.MaxConnections && !lv.overConns.Load() && lv.overConns.CompareAndSwap(false, true) {
-		a.emit(Event{At: a.lastRecompute(), Level: lv.kind, Name: lv.name, Limit: LimitMaxConnections,
+		a.emit(Event{At: a.lastRecompute(), Level: lv.kind, Name: name, Limit: LimitMaxConnections,
 			Value: lim.MaxConnections, Measured: n, Over: true})
 	}
 	return Refusal{}, true
@@ -536,7 +545,7 @@ func (a *Admission) Recompute(now time.Time) {
 	a.last = now
 	a.now.Store(now.UnixNano())
 	for _, l := range a.st.Load().levels {
-		a.recomputeLevel(now, dt, l.lvl, l.lim)
+		a.recomputeLevel(now, dt, l)
 	}
 	for _, lv := range a.order {
 		lv.win.Tick(now, lv.bytes.Load())
@@ -544,7 +553,8 @@ func (a *Admission) Recompute(now time.Time) {
 	}
 }
 
-func (a *Admission) recomputeLevel(now time.Time, dt time.Duration, lv *level, lim Limits) {
+func (a *Admission) recomputeLevel(now time.Time, dt time.Duration, l link) {
+	lv, lim := l.lvl, l.lim
 	total := lv.bytes.Load()
 	lv.win.Tick(now, total)
 	rate := lv.win.Rate()
@@ -576,7 +586,7 @@ func (a *Admission) recomputeLevel(now time.Time, dt time.Duration, lv *level, l
 		lv.tokens.Store(b)
 	}
 	at := func(k LimitKind, value, measured int64, over bool, enforced bool) {
-		a.emit(Event{At: now, Level: lv.kind, Name: lv.name, Limit: k, Value: value, Measured: measured,
+		a.emit(Event{At: now, Level: lv.kind, Name: l.name, Limit: k, Value: value, Measured: measured,
 			Over: over, Enforced: enforced})
 	}
 	n := lv.conns.Load()
@@ -626,17 +636,17 @@ func (a *Admission) Snapshot() []LevelStat {
 	st := a.st.Load()
 	out := make([]LevelStat, 0, len(st.levels)+len(a.order))
 	for _, l := range st.levels {
-		out = append(out, l.lvl.stat(l.lim, false))
+		out = append(out, l.lvl.stat(l.name, l.lim, false))
 	}
 	for _, lv := range a.order {
-		out = append(out, lv.stat(Limits{}, true))
+		out = append(out, lv.stat(lv.name, Limits{}, true))
 	}
 	return out
 }
 
-func (lv *level) stat(lim Limits, retired bool) LevelStat {
+func (lv *level) stat(name string, lim Limits, retired bool) LevelStat {
 	return LevelStat{
-		Level: lv.kind, Name: lv.name, Limits: lim,
+		Level: lv.kind, Name: name, Limits: lim,
 		Conns: lv.conns.Load(), Bytes: lv.bytes.Load(), Bandwidth: lv.rate.Load(), BurstTokens: lv.tokens.Load(),
 		OverConns: lv.overConns.Load(), OverBandwidth: lv.overBW.Load(), OverBurst: lv.overBurst.Load(),
 		Retired: retired,

@@ -542,6 +542,15 @@ func TestAdmitUnknownService(t *testing.T) {
 	}
 }
 
+func TestKindsMarshalText(t *testing.T) {
+	for _, m := range []interface{ MarshalText() ([]byte, error) }{LevelVirtualServer, LimitBurst, WinLossTimeout} {
+		b, err := m.MarshalText()
+		if err != nil || string(b) != m.(interface{ String() string }).String() {
+			t.Errorf("%v: %q %v", m, b, err)
+		}
+	}
+}
+
 func TestKindStrings(t *testing.T) {
 	for got, want := range map[string]string{
 		LevelInstance.String(): "instance", LevelClass.String(): "class", LevelVirtualServer.String(): "virtual server",
@@ -612,4 +621,85 @@ func BenchmarkAdmit(b *testing.B) {
 			}
 		})
 	})
+}
+
+// TestAdmitConcurrentReload admits and releases from many goroutines, with
+// VirtualServer pointers from either config, while the control plane swaps
+// the configs and recomputes: no enforced limit is ever exceeded beyond the
+// larger of the two, and every count returns to zero.
+func TestAdmitConcurrentReload(t *testing.T) {
+	enf := func(n int64) Limits { return Limits{MaxConnections: n, EnforceConnections: true} }
+	cfgs := []*Config{
+		limitsCfg{web: enf(3), gold: enf(6), inst: enf(9)}.build(t),
+		limitsCfg{web: enf(5), gold: enf(4), inst: enf(7)}.build(t),
+	}
+	a := NewAdmission(cfgs[0], 0)
+	var stop atomic.Bool
+	var bad atomic.Value
+	var ctl sync.WaitGroup
+	ctl.Add(1)
+	go func() {
+		defer ctl.Done()
+		t0 := time.Unix(0, 0)
+		for i := 0; !stop.Load(); i++ {
+			a.Apply(cfgs[i%2])
+			a.Recompute(t0.Add(time.Duration(i) * 100 * time.Millisecond))
+			for _, s := range a.Snapshot() {
+				if lim := map[string]int64{"web": 5, "gold": 6, "weir": 9}[s.Name]; lim > 0 && s.Conns > lim {
+					bad.Store(s.Name)
+				}
+			}
+			runtime.Gosched()
+		}
+	}()
+	var workers sync.WaitGroup
+	for g := 0; g < 12; g++ {
+		workers.Add(1)
+		go func(g int) {
+			defer workers.Done()
+			var held [2]Ticket
+			for i := 0; i < 2000; i++ {
+				cfg := cfgs[(g+i)%2]
+				vs := cfg.Services[(g+i/2)%len(cfg.Services)]
+				tk := &held[i%2]
+				a.Admit(vs, tk) // releases what tk held first
+				tk.AddBytes(10)
+				runtime.Gosched()
+			}
+			held[0].Release()
+			held[1].Release()
+		}(g)
+	}
+	workers.Wait()
+	stop.Store(true)
+	ctl.Wait()
+	if v := bad.Load(); v != nil {
+		t.Fatalf("%s exceeded the larger of its limits", v)
+	}
+	for _, s := range a.Snapshot() {
+		if s.Conns != 0 {
+			t.Errorf("%v %q: %d connections left", s.Level, s.Name, s.Conns)
+		}
+	}
+	if s := stat(t, a, LevelInstance, "weir"); s.Bytes == 0 || s.Bytes%10 != 0 {
+		t.Errorf("instance bytes %d", s.Bytes)
+	}
+}
+
+func TestInstanceRenameKeepsStatistics(t *testing.T) {
+	cfg := limitsCfg{}.build(t)
+	a := NewAdmission(cfg, 0)
+	var tk Ticket
+	a.Admit(cfg.ServiceByName("misc"), &tk)
+	renamed := limitsCfg{inst: Limits{MaxConnections: 1, EnforceConnections: true}}.build(t)
+	renamed.Instance.Name = "edge"
+	a.Apply(renamed)
+	r, ok := a.Admit(renamed.ServiceByName("misc"), &Ticket{})
+	if want := (Refusal{LevelInstance, "edge", LimitMaxConnections, 1, 1}); ok || r != want {
+		t.Errorf("ok=%v %v, want %v", ok, r, want)
+	}
+	tk.Release()
+	if s := stat(t, a, LevelInstance, "edge"); s.Conns != 0 {
+		t.Errorf("instance after release: %+v", s)
+	}
 }

@@ -132,6 +132,10 @@ func (w Winner) String() string {
 	return "winner(" + strconv.Itoa(int(w)) + ")"
 }
 
+// MarshalText encodes w as its String form, so an encoded Explanation reads
+// "won": "loss" rather than a number.
+func (w Winner) MarshalText() ([]byte, error) { return []byte(w.String()), nil }
+
 // Explanation is one target's weight for one sampling interval together with
 // everything that produced it: the inputs, each partial fraction, which one
 // won, and the base and effective weights. It is what the admin API and
