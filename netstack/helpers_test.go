@@ -78,6 +78,7 @@ type rigOptions struct {
 	fwd       ForwarderOptions
 	stack     Options
 	wrapFront func(datapath.Device) datapath.Device // wraps weir's device end
+	rawClient bool                                  // no client stack: the test drives clientDev
 }
 
 func newRig(t testing.TB, o rigOptions) *rig {
@@ -99,6 +100,10 @@ func newRig(t testing.TB, o rigOptions) *rig {
 		o.fwd.Services = func(addr netip.Addr, port uint16) *policy.VirtualServer { return nil }
 	}
 	r.fwd = NewForwarder(w, o.fwd)
+	t.Cleanup(r.close)
+	if o.rawClient {
+		return r
+	}
 	c, err := New(Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -107,13 +112,16 @@ func newRig(t testing.TB, o rigOptions) *rig {
 	if r.clientNIC, err = c.AddNIC(b, NICOptions{Name: "client", Addrs: []netip.Prefix{clientV4, clientV6}}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(r.close)
 	return r
 }
 
 func (r *rig) close() {
 	r.fwd.Close()
-	r.client.Close()
+	if r.client != nil {
+		r.client.Close()
+	} else {
+		r.clientDev.Close()
+	}
 	r.weir.Close()
 }
 

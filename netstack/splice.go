@@ -65,8 +65,7 @@ func (f *Forwarder) splice(req *ConnRequest, d Decision, client *Conn, target Le
 
 	var watchdog *time.Timer
 	if idle := f.opts.IdleTimeout; idle > 0 {
-		var check func()
-		check = func() {
+		check := func() {
 			since := time.Since(time.Unix(0, c.lastIO.Load()))
 			if since >= idle {
 				c.idle.Store(true)

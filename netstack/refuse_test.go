@@ -1,0 +1,224 @@
+package netstack
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/netip"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+
+	"weir/datapath"
+	"weir/policy"
+)
+
+// tcpFlagCounter wraps weir's end of the pair and counts, per TCP flag
+// combination, what weir sends; drop, when set, decides per packet whether
+// weir's egress packet is lost.
+type tcpFlagCounter struct {
+	datapath.Device
+	synAck, rst, icmpUnreach atomic.Int64
+	seen                     atomic.Int64
+}
+
+func (d *tcpFlagCounter) Write(bufs [][]byte, offset int) (int, error) {
+	for _, b := range bufs {
+		p := b[offset:]
+		d.seen.Add(1)
+		var proto uint8
+		var l4 []byte
+		switch p[0] >> 4 {
+		case 4:
+			proto, l4 = p[9], p[int(p[0]&0xf)*4:]
+		case 6:
+			proto, l4 = p[6], p[40:]
+		}
+		switch proto {
+		case uint8(header.TCPProtocolNumber):
+			f := l4[13]
+			if f&uint8(header.TCPFlagSyn) != 0 && f&uint8(header.TCPFlagAck) != 0 {
+				d.synAck.Add(1)
+			}
+			if f&uint8(header.TCPFlagRst) != 0 {
+				d.rst.Add(1)
+			}
+		case uint8(header.ICMPv4ProtocolNumber):
+			if l4[0] == uint8(header.ICMPv4DstUnreachable) {
+				d.icmpUnreach.Add(1)
+			}
+		case uint8(header.ICMPv6ProtocolNumber):
+			if l4[0] == uint8(header.ICMPv6DstUnreachable) {
+				d.icmpUnreach.Add(1)
+			}
+		}
+	}
+	return d.Device.Write(bufs, offset)
+}
+
+func TestRefusals(t *testing.T) {
+	vsTCP := &policy.VirtualServer{Name: "tcp", VIPs: []netip.Addr{vipV4, vipV6}, Ports: policy.PortRange{Lo: 80, Hi: 80}}
+	vsHTTP := &policy.VirtualServer{Name: "web", VIPs: []netip.Addr{vipV4, vipV6}, Ports: policy.PortRange{Lo: 8080, Hi: 8080}, Proto: policy.ProtoHTTP}
+	lookup := func(a netip.Addr, p uint16) *policy.VirtualServer {
+		if s := services(vsTCP)(a, p); s != nil {
+			return s
+		}
+		return services(vsHTTP)(a, p)
+	}
+	refuse := Decision{Verdict: Refuse503, Limit: "MaxConnections", Value: 42, Reason: "Too many <connections>.", RetryAfter: 3 * time.Second}
+	adm := &testAdmitter{admit: func(*ConnRequest) Decision { return refuse }}
+	var counter *tcpFlagCounter
+	r := newRig(t, rigOptions{
+		fwd: ForwarderOptions{Services: lookup, Admitter: adm},
+		wrapFront: func(d datapath.Device) datapath.Device {
+			counter = &tcpFlagCounter{Device: d}
+			return counter
+		},
+	})
+	for _, vip := range []netip.Addr{vipV4, vipV6} {
+		t.Run("rst/"+vip.String(), func(t *testing.T) {
+			// A 503 refusal of a tcp service is an RST before any SYN-ACK.
+			before, beforeRST := counter.synAck.Load(), counter.rst.Load()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_, err := r.client.DialTCP(ctx, netip.AddrPort{}, netip.AddrPortFrom(vip, 80))
+			if !errors.Is(err, ErrConnectionRefused) {
+				t.Fatalf("dial: %v, want connection refused", err)
+			}
+			if n := counter.synAck.Load() - before; n != 0 {
+				t.Errorf("weir sent %d SYN-ACKs to a refused connection", n)
+			}
+			if n := counter.rst.Load() - beforeRST; n != 1 {
+				t.Errorf("weir sent %d RSTs, want 1", n)
+			}
+		})
+		t.Run("no-service/"+vip.String(), func(t *testing.T) {
+			before := r.fwd.Stats().NoService
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_, err := r.client.DialTCP(ctx, netip.AddrPort{}, netip.AddrPortFrom(vip, 81))
+			if !errors.Is(err, ErrConnectionRefused) {
+				t.Fatalf("dial: %v, want connection refused", err)
+			}
+			if n := r.fwd.Stats().NoService - before; n != 1 {
+				t.Errorf("NoService rose by %d, want 1", n)
+			}
+		})
+		t.Run("udp/"+vip.String(), func(t *testing.T) {
+			before := counter.icmpUnreach.Load()
+			beforeStat := r.fwd.Stats().UDPUnreachable
+			laddr := clientV4.Addr()
+			if vip.Is6() {
+				laddr = clientV6.Addr()
+			}
+			proto := protoOf(vip)
+			uc, err := gonet.DialUDP(r.client.s, &tcpip.FullAddress{Addr: tcpAddr(laddr)}, &tcpip.FullAddress{Addr: tcpAddr(vip), Port: 53}, proto)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer uc.Close()
+			if _, err := uc.Write([]byte("hello")); err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(5 * time.Second)
+			for counter.icmpUnreach.Load() == before && time.Now().Before(deadline) {
+				time.Sleep(5 * time.Millisecond)
+			}
+			if counter.icmpUnreach.Load() == before {
+				t.Fatal("no ICMP unreachable for UDP to no virtual server")
+			}
+			if r.fwd.Stats().UDPUnreachable == beforeStat {
+				t.Error("UDPUnreachable not counted")
+			}
+		})
+		t.Run("503/"+vip.String(), func(t *testing.T) {
+			c := dial(t, r.client, netip.AddrPortFrom(vip, 8080))
+			defer c.Close()
+			if _, err := io.WriteString(c, "GET /index.html HTTP/1.1\r\nHost: x\r\nUser-Agent: test\r\n\r\n"); err != nil {
+				t.Fatal(err)
+			}
+			c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				t.Fatalf("read response: %v", err)
+			}
+			body, err := io.ReadAll(resp.Body)
+			if err != nil {
+				t.Fatalf("read body: %v", err)
+			}
+			if resp.StatusCode != 503 || resp.Header.Get("Retry-After") != "3" ||
+				!strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") || !resp.Close {
+				t.Errorf("response %d, headers %v", resp.StatusCode, resp.Header)
+			}
+			for _, want := range []string{"MaxConnections", "42", "Too many &lt;connections&gt;."} {
+				if !strings.Contains(string(body), want) {
+					t.Errorf("page lacks %q:\n%s", want, body)
+				}
+			}
+		})
+	}
+	st := r.fwd.Stats()
+	if st.Refused503 != 2 || st.RefusedRST != 2 || st.Accepted != 0 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+// TestHandshakeTimeout: a client whose final ACK never arrives holds a
+// pending slot only until HandshakeTimeout.
+func TestHandshakeTimeout(t *testing.T) {
+	taddr, stop := echoServer(t, "tcp4", "127.0.0.1:0")
+	defer stop()
+	vs := &policy.VirtualServer{Name: "echo", VIPs: []netip.Addr{vipV4}, Ports: policy.PortRange{Lo: 80, Hi: 80}}
+	adm := &testAdmitter{target: &policy.Target{Name: "t", Addr: taddr}}
+	r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: services(vs), Admitter: adm, HandshakeTimeout: 300 * time.Millisecond}, rawClient: true})
+	// Inject a bare SYN into weir: nobody will answer its SYN-ACK.
+	syn := rawSYN(netip.AddrPortFrom(clientV4.Addr(), 40000), netip.AddrPortFrom(vipV4, 80))
+	if _, err := r.clientDev.Write([][]byte{syn}, 0); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for r.fwd.Stats().HandshakeTimedOut == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	st := r.fwd.Stats()
+	if st.HandshakeTimedOut != 1 || st.Pending != 0 {
+		t.Fatalf("after the timeout: %+v", st)
+	}
+	// Its target leg was closed and reported.
+	if adm.nClosed.Load() != 1 {
+		t.Errorf("Closed called %d times, want 1", adm.nClosed.Load())
+	}
+}
+
+// rawSYN builds an IPv4 TCP SYN from src to dst.
+func rawSYN(src, dst netip.AddrPort) []byte {
+	b := make([]byte, header.IPv4MinimumSize+header.TCPMinimumSize)
+	ip := header.IPv4(b)
+	ip.Encode(&header.IPv4Fields{
+		TotalLength: uint16(len(b)),
+		TTL:         64,
+		Protocol:    uint8(header.TCPProtocolNumber),
+		SrcAddr:     tcpAddr(src.Addr()),
+		DstAddr:     tcpAddr(dst.Addr()),
+	})
+	ip.SetChecksum(^ip.CalculateChecksum())
+	tcph := header.TCP(b[header.IPv4MinimumSize:])
+	tcph.Encode(&header.TCPFields{
+		SrcPort:    src.Port(),
+		DstPort:    dst.Port(),
+		SeqNum:     1000,
+		DataOffset: header.TCPMinimumSize,
+		Flags:      header.TCPFlagSyn,
+		WindowSize: 65535,
+	})
+	xsum := header.PseudoHeaderChecksum(header.TCPProtocolNumber, tcpAddr(src.Addr()), tcpAddr(dst.Addr()), uint16(header.TCPMinimumSize))
+	tcph.SetChecksum(^tcph.CalculateChecksum(xsum))
+	return b
+}
