@@ -62,17 +62,28 @@ type errs struct {
 	files   map[string]int
 }
 
+// file records the order of files: their errors are listed in this order.
+func (e *errs) file(name string) {
+	if e.files == nil {
+		e.files = map[string]int{}
+	}
+	if _, ok := e.files[name]; !ok {
+		e.files[name] = len(e.files)
+	}
+}
+
 func (e *errs) add(p Pos, format string, args ...any) {
 	if len(e.list) >= maxErrors {
 		e.dropped++
 		return
 	}
-	if e.files == nil {
-		e.files = map[string]int{}
-	}
-	if _, ok := e.files[p.File]; !ok {
-		e.files[p.File] = len(e.files)
-	}
+	e.force(p, format, args...)
+}
+
+// force adds an error even past maxErrors: for the one that explains why
+// parsing stopped.
+func (e *errs) force(p Pos, format string, args ...any) {
+	e.file(p.File)
 	e.list = append(e.list, &Error{Pos: p, Msg: fmt.Sprintf(format, args...)})
 }
 

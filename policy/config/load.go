@@ -31,7 +31,7 @@ func Load(path string) (*policy.Config, error) { return Parser{}.Load(path) }
 func (p Parser) Load(path string) (*policy.Config, error) {
 	data, err := p.read(path)
 	if err != nil {
-		return nil, fmt.Errorf("config %s: %w", path, err)
+		return nil, fmt.Errorf("config: %w", err)
 	}
 	return p.Parse(path, data)
 }

@@ -463,6 +463,7 @@ func (p *paParser) rule(s *stmt) {
 
 // parsePA parses Policy Agent statements from one file into b.
 func parsePA(b *builder, name string, data []byte) {
+	b.e.file(name)
 	p := &paParser{b: b, file: name, toks: lexPA(data)}
 	p.top(p.block(0, nil))
 }

@@ -217,7 +217,7 @@ func suggest(got string, known []string) string {
 	best, bestD := "", 3
 	for _, k := range known {
 		d := editDistance(strings.ToLower(got), strings.ToLower(k))
-		if d < bestD && d*3 <= len(got) {
+		if d < bestD && d*2 <= len(got) {
 			best, bestD = k, d
 		}
 	}

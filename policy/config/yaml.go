@@ -29,6 +29,18 @@ type yparser struct {
 
 func (p *yparser) pos(n *yaml.Node) Pos { return Pos{File: p.file, Line: n.Line, Col: n.Column} }
 
+// at is the position of the node n stands for, following aliases without
+// charging the budget (n has been visited already); nil gives line 0.
+func (p *yparser) at(n *yaml.Node) Pos {
+	for n != nil && n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	if n == nil {
+		return Pos{File: p.file}
+	}
+	return p.pos(n)
+}
+
 func (p *yparser) errf(n *yaml.Node, format string, args ...any) {
 	p.b.e.add(p.pos(n), format, args...)
 }
@@ -45,7 +57,7 @@ func (p *yparser) deref(n *yaml.Node) *yaml.Node {
 	if p.budget < 0 {
 		if !p.overDone {
 			p.overDone = true
-			p.errf(n, "document too large once aliases are expanded (over %d nodes)", nodeBudget)
+			p.b.e.force(p.pos(n), "document too large once aliases are expanded (over %d nodes)", nodeBudget)
 		}
 		return nil
 	}
@@ -342,7 +354,7 @@ func (p *yparser) top(root *yaml.Node) (includes []include) {
 		{name: "include", fn: func(k, v *yaml.Node) {
 			one := func(item *yaml.Node) {
 				if s, ok := p.str(k, item); ok {
-					includes = append(includes, include{s, p.pos(p.deref(item))})
+					includes = append(includes, include{s, p.at(item)})
 				}
 			}
 			if n := p.deref(v); n != nil && n.Kind == yaml.ScalarNode && !isNull(n) {
@@ -426,7 +438,7 @@ func (p *yparser) class(n *yaml.Node) {
 	if d.c.Name == "" {
 		return
 	}
-	d.at = p.pos(p.deref(nameAt))
+	d.at = p.at(nameAt)
 	p.b.addClass(d)
 }
 
@@ -449,7 +461,7 @@ func (p *yparser) service(n *yaml.Node) {
 				a, ok := parse(p, k, item, "an address", parseVIP)
 				if ok {
 					vs.VIPs = append(vs.VIPs, a)
-					d.vipAt = append(d.vipAt, p.pos(p.deref(item)))
+					d.vipAt = append(d.vipAt, p.at(item))
 				}
 			})
 			if x := p.deref(v); x != nil && isEmpty(x) {
@@ -485,7 +497,7 @@ func (p *yparser) service(n *yaml.Node) {
 	if vs.Name == "" {
 		return
 	}
-	d.at = p.pos(p.deref(nameAt))
+	d.at = p.at(nameAt)
 	p.b.addService(d)
 }
 
@@ -562,7 +574,7 @@ func (p *yparser) action(n *yaml.Node) {
 	if a.Name == "" {
 		return
 	}
-	p.b.addAction(&actionDef{a: a, at: p.pos(p.deref(nameAt))})
+	p.b.addAction(&actionDef{a: a, at: p.at(nameAt)})
 }
 
 func (p *yparser) rule(n *yaml.Node) {
@@ -599,7 +611,7 @@ func (p *yparser) rule(n *yaml.Node) {
 	if r.Name == "" || d.action == "" {
 		return
 	}
-	p.b.addRule(d, p.pos(p.deref(nameAt)))
+	p.b.addRule(d, p.at(nameAt))
 }
 
 func (p *yparser) monitor(m *policy.Monitor, v *yaml.Node) {
@@ -691,6 +703,7 @@ func ParseYAML(name string, data []byte) (*policy.Config, error) {
 // ParseYAML is the package-level ParseYAML with p's file access.
 func (p Parser) ParseYAML(name string, data []byte) (*policy.Config, error) {
 	b := newBuilder()
+	b.e.file(name)
 	yp := &yparser{b: b, file: name, budget: nodeBudget}
 	includes := yp.parseYAML(data)
 	for _, inc := range includes {
