@@ -8,7 +8,7 @@ package balancer
 //	  least-conn    ≤ 32 primaries: scan for the least open/weight, ties to the
 //	                schedule's pick; more: the better of the schedule's pick
 //	                and a sampled schedule entry (power of two choices)
-//	  Maglev        lookup[flowHash mod M], then the next entries
+//	  Maglev        lookup[flowHash mod M], else entries at re-hashed slots
 //	  each candidate: slow-start thinning, then a CAS on its open count
 //	                bounded by MaxConnections (full: SkippedAtLimit++)
 //	every primary once, from a rotating start (no slow-start thinning)
@@ -301,14 +301,21 @@ func (t *table) pickMaglev(ns int64, flowHash uint64, tried *Tried) (int, int) {
 		return -1, 0
 	}
 	p := flowHash % m
-	r := mix(flowHash)
-	for k := range uint64(probes) {
-		i := int(t.maglev[(p+k)%m])
-		if t.usable(i, ns, tried) && t.admit(i, ns, r) && t.entries[i].st.reserve(t.entries[i].max) {
+	r := flowHash
+	for k := range probes {
+		// The flow's own slot first; then slots chosen by re-hashing the
+		// flow, so a target that cannot serve hands its flows to the others
+		// in proportion to their slots, the same on every instance.
+		if k > 0 {
+			r = mix(r)
+			p = r % m
+		}
+		i := int(t.maglev[p])
+		if t.usable(i, ns, tried) && t.admit(i, ns, mix(r^0xa5)) && t.entries[i].st.reserve(t.entries[i].max) {
 			return i, i
 		}
 	}
-	return -1, int(t.maglev[p])
+	return -1, int(t.maglev[flowHash%m])
 }
 
 // pickAny tries every usable primary once from start, then the backups in
