@@ -703,3 +703,47 @@ func TestInstanceRenameKeepsStatistics(t *testing.T) {
 		t.Errorf("instance after release: %+v", s)
 	}
 }
+
+func TestReloadResizesBurst(t *testing.T) {
+	withBurst := func(burst int64) *Config {
+		return limitsCfg{web: Limits{MaxBandwidth: 1000, EnforceBandwidth: true, BurstBytes: burst}}.build(t)
+	}
+	cfg := withBurst(5000)
+	a := NewAdmission(cfg, 0)
+	tokens := func() int64 { return stat(t, a, LevelVirtualServer, "web").BurstTokens }
+	if got := tokens(); got != 5000 {
+		t.Fatalf("new bucket holds %d, want full (5000)", got)
+	}
+	a.Apply(withBurst(1000))
+	if got := tokens(); got != 1000 {
+		t.Errorf("after shrinking to 1000: %d", got)
+	}
+	var tk Ticket
+	a.Admit(cfg.ServiceByName("web"), &tk)
+	t0 := time.Unix(0, 0)
+	a.Recompute(t0)
+	tk.AddBytes(10000)
+	a.Recompute(t0.Add(100 * time.Millisecond))
+	if got := tokens(); got != -1000 {
+		t.Fatalf("debt %d, want the floor -1000", got)
+	}
+	a.Apply(withBurst(400))
+	if got := tokens(); got != -400 {
+		t.Errorf("after shrinking to 400 the debt is %d, want -400", got)
+	}
+	drain(a)
+	a.Apply(withBurst(0)) // guard off: the next recompute reports it cleared
+	a.Recompute(t0.Add(200 * time.Millisecond))
+	var burst []Event
+	for _, e := range drain(a) {
+		if e.Limit == LimitBurst {
+			burst = append(burst, e)
+		}
+	}
+	if len(burst) != 1 || burst[0].Over {
+		t.Errorf("burst events after turning the guard off: %v, want one under", burst)
+	}
+	if _, ok := a.Admit(cfg.ServiceByName("web"), &tk); !ok {
+		t.Error("refused with the guard off and the window under its limit")
+	}
+}

@@ -499,13 +499,10 @@ func bitsPerSecond(bytes uint64, d time.Duration) uint64 {
 	return q
 }
 
-// kbps returns bytes over d in Kbit/s, rounded down and saturating.
+// kbps returns bytes over d in Kbit/s, rounded down and saturating (at
+// MaxUint64/1000, which fits an int64).
 func kbps(bytes uint64, d time.Duration) int64 {
-	k := bitsPerSecond(bytes, d) / 1000
-	if k > math.MaxInt64 {
-		return math.MaxInt64
-	}
-	return int64(k)
+	return int64(bitsPerSecond(bytes, d) / 1000)
 }
 
 // mulGE reports a·b ≥ c·d exactly.

@@ -336,6 +336,24 @@ func TestExplainMinRateInputs(t *testing.T) {
 	}
 }
 
+func TestRatesSaturate(t *testing.T) {
+	if got := bitsPerSecond(1<<62, time.Nanosecond); got != 1<<64-1 {
+		t.Errorf("bitsPerSecond saturates at %d", got)
+	}
+	if got := kbps(1<<62, time.Nanosecond); got != (1<<64-1)/1000 {
+		t.Errorf("kbps saturates at %d", got)
+	}
+	if got := kbps(1000, 0); got != 0 {
+		t.Errorf("kbps over no time: %d", got)
+	}
+	if got := kbps(1250, time.Second); got != 10 {
+		t.Errorf("1250 B/s is %d Kbit/s, want 10", got)
+	}
+	if got := ConnFraction([3]int{-5, 65, 80}, 1, 100); got != 50 {
+		t.Errorf("a negative level counts as 0: %d", got)
+	}
+}
+
 func TestNoiseGuard(t *testing.T) {
 	m := seedMonitor()
 	tg := &Target{Name: "a", Weight: 40}
