@@ -1,0 +1,90 @@
+package netstack
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"weir/policy"
+)
+
+// TestTimeWaitReuse opens many short connections in sequence from one
+// client address and a small port range; the target closes first, so each
+// client leg of weir's ends in TIME_WAIT, and every port is reused long
+// before TIME_WAIT would expire. All must succeed, quickly.
+func TestTimeWaitReuse(t *testing.T) {
+	n, ports := 20000, 100
+	if testing.Short() {
+		n = 2000
+	}
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := serveListener(l, func(c net.Conn) {
+		c.Write([]byte("bye\n"))
+		c.Close() // the target closes first
+	})
+	defer stop()
+	vs := &policy.VirtualServer{Name: "short", VIPs: []netip.Addr{vipV4}, Ports: policy.PortRange{Lo: 80, Hi: 80}}
+	adm := &testAdmitter{target: &policy.Target{Name: "t", Addr: l.Addr().(*net.TCPAddr).AddrPort()}}
+	r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: services(vs), Admitter: adm}})
+
+	vip := netip.AddrPortFrom(vipV4, 80)
+	start := time.Now()
+	var slow int
+	for i := 0; i < n; i++ {
+		local := netip.AddrPortFrom(clientV4.Addr(), uint16(40000+i%ports))
+		t0 := time.Now()
+		c, err := dialRetryBind(r.client, local, vip)
+		if err != nil {
+			t.Fatalf("connection %d from %v: %v (after %v)", i, local, err, time.Since(start))
+		}
+		b, err := io.ReadAll(c)
+		c.Close()
+		if err != nil || string(b) != "bye\n" {
+			t.Fatalf("connection %d: read %q, %v", i, b, err)
+		}
+		// A SYN dropped by a TIME_WAIT endpoint would cost the client's
+		// 1 s SYN retransmission.
+		if time.Since(t0) > 500*time.Millisecond {
+			slow++
+		}
+	}
+	el := time.Since(start)
+	t.Logf("%d sequential connections over %d client ports in %v (%.0f conns/s), %d reopened from TIME_WAIT, %d slower than 500 ms",
+		n, ports, el.Round(time.Millisecond), float64(n)/el.Seconds(), r.fwd.Stats().TimeWaitReopened, slow)
+	st := r.fwd.Stats()
+	if st.Accepted != uint64(n) {
+		t.Errorf("accepted %d, want %d", st.Accepted, n)
+	}
+	if st.TimeWaitReopened < uint64(n-2*ports) {
+		t.Errorf("TimeWaitReopened %d, want ≥ %d: the target-first close did not leave TIME_WAIT", st.TimeWaitReopened, n-2*ports)
+	}
+	if slow > 0 {
+		t.Errorf("%d connections took longer than 500 ms", slow)
+	}
+}
+
+// dialRetryBind dials from local, retrying while the client stack still
+// holds the port from the previous connection (its LAST_ACK).
+func dialRetryBind(s *Stack, local, addr netip.AddrPort) (*Conn, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for {
+		c, err := s.DialTCP(ctx, local, addr)
+		if err == nil || ctx.Err() != nil || !isPortInUse(err) {
+			return c, err
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func isPortInUse(err error) bool {
+	var e *errTCPIP
+	return errors.As(err, &e) && e.msg == "port is in use"
+}
