@@ -295,11 +295,11 @@ func tenths(num, den uint64) (q, r uint64) {
 // StepFraction is the LossRatioAndWeightFr / TimeoutRatioAndWeightFr rule:
 // with the ratio num/den, k is the number of whole thresholds (threshold in
 // tenths of a percent) that the ratio strictly exceeds, and the fraction is
-// k·step percent, capped at max and at 100. The comparison is exact: with
+// k·step percent, capped at maxFr and at 100. The comparison is exact: with
 // threshold 20, exactly 2 % gives 0 and anything above 2 % gives one step.
-// A zero den (nothing sent), or a threshold or step ≤ 0, gives 0.
-func StepFraction(num, den uint64, threshold, step, max int) int {
-	if den == 0 || num == 0 || threshold <= 0 || step <= 0 || max <= 0 {
+// A zero den (nothing sent), or a threshold, step or maxFr ≤ 0, gives 0.
+func StepFraction(num, den uint64, threshold, step, maxFr int) int {
+	if den == 0 || num == 0 || threshold <= 0 || step <= 0 || maxFr <= 0 {
 		return 0
 	}
 	q, r := tenths(num, den)
@@ -310,17 +310,14 @@ func StepFraction(num, den uint64, threshold, step, max int) int {
 	} else if q > 0 {
 		k = (q - 1) / uint64(threshold)
 	}
-	if max > 100 {
-		max = 100
+	maxFr = min(maxFr, 100)
+	switch {
+	case k == 0:
+		return 0
+	case k >= uint64(maxFr) || step >= maxFr: // k·step ≥ maxFr; no overflow
+		return maxFr
 	}
-	if k >= uint64(max) { // k·step ≥ max since step ≥ 1; avoids overflow
-		return max
-	}
-	f := k * uint64(step)
-	if f > uint64(max) {
-		return max
-	}
-	return int(f)
+	return min(int(k)*step, maxFr) // k, step < 100
 }
 
 // DefaultFraction is the default QoS fraction: loss + timeout capped at 100,
@@ -339,18 +336,16 @@ func DefaultFraction(loss, timeout int, conns, maxConns int64) (fraction int, co
 
 // ConnFraction is MaxConnWeightFr: with levels L1 L2 L3 (percent of the
 // action's limit maxConns), conns reaching L1 % gives 50, reaching L2 % gives
-// 85 and reaching L3 % gives 100 ("reaching" is ≥). maxConns ≤ 0 gives 0.
+// 85 and reaching L3 % gives 100 ("reaching" is ≥). maxConns ≤ 0 gives 0,
+// and a level ≤ 0 is off (an uncompiled Monitor's zero levels do not make
+// every connection count as 100 %).
 func ConnFraction(levels [3]int, conns, maxConns int64) int {
 	if maxConns <= 0 || conns <= 0 {
 		return 0
 	}
 	c, m := uint64(conns), uint64(maxConns)
 	for i, f := range [3]int{100, 85, 50} {
-		l := levels[2-i]
-		if l < 0 {
-			l = 0
-		}
-		if mulGE(c, 100, m, uint64(l)) {
+		if l := levels[2-i]; l > 0 && mulGE(c, 100, m, uint64(l)) {
 			return f
 		}
 	}

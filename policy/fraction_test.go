@@ -72,6 +72,7 @@ func TestStepFractionDegenerate(t *testing.T) {
 		{"zero max is off", 20, 25, 0, 0},
 		{"max above 100 is capped at 100", 1, 50, 500, 100},
 		{"threshold above 100 % never exceeded", 1000, 25, 95, 0},
+		{"huge step does not overflow", 1, 1 << 62, 95, 95},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -349,8 +350,11 @@ func TestRatesSaturate(t *testing.T) {
 	if got := kbps(1250, time.Second); got != 10 {
 		t.Errorf("1250 B/s is %d Kbit/s, want 10", got)
 	}
-	if got := ConnFraction([3]int{-5, 65, 80}, 1, 100); got != 50 {
-		t.Errorf("a negative level counts as 0: %d", got)
+	if got := ConnFraction([3]int{-5, 65, 80}, 1, 100); got != 0 {
+		t.Errorf("a negative level is off: %d", got)
+	}
+	if got := ConnFraction([3]int{}, 100, 100); got != 0 {
+		t.Errorf("zero levels are off: %d", got)
 	}
 }
 
