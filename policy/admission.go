@@ -326,10 +326,15 @@ func (a *Admission) Apply(cfg *Config) {
 	}
 	for _, vs := range cfg.Services {
 		c := &chain{links: []link{{get(LevelVirtualServer, vs.Name), vs.Name, vs.Limits}}}
-		seen := 0
-		for cl := vs.Class; cl != nil && seen <= len(cfg.Classes); cl = cl.Parent {
-			c.links = append(c.links, link{get(LevelClass, cl.Name), cl.Name, cl.Limits})
-			seen++
+	chain:
+		for cl := vs.Class; cl != nil; cl = cl.Parent {
+			lv := get(LevelClass, cl.Name)
+			for _, l := range c.links {
+				if l.lvl == lv { // a loop Compile could not see (a class not in cfg.Classes)
+					break chain
+				}
+			}
+			c.links = append(c.links, link{lv, cl.Name, cl.Limits})
 		}
 		c.links = append(c.links, inst)
 		for _, l := range c.links {

@@ -231,11 +231,30 @@ func TestAdmitConcurrent(t *testing.T) {
 			}
 		}
 	}()
-	var workers sync.WaitGroup
-	for g := 0; g < 16; g++ {
+	const nWorkers = 16
+	var workers, filled sync.WaitGroup
+	filled.Add(nWorkers)
+	for g := 0; g < nWorkers; g++ {
 		workers.Add(1)
 		go func(g int) {
 			defer workers.Done()
+			// Phase 1: every worker holds one connection to each service
+			// until all have tried, so 16 try for web's 5 places at once and
+			// refusals are certain however the goroutines are scheduled.
+			var held [3]Ticket
+			for i, vs := range services {
+				if _, ok := a.Admit(vs, &held[i]); ok {
+					admitted.Add(1)
+				} else {
+					refused.Add(1)
+				}
+			}
+			filled.Done()
+			filled.Wait()
+			for i := range held {
+				held[i].Release()
+			}
+			// Phase 2: hammer.
 			for i := 0; i < 3000; i++ {
 				vs := services[(g+i)%len(services)]
 				var tk Ticket
@@ -745,5 +764,28 @@ func TestReloadResizesBurst(t *testing.T) {
 	}
 	if _, ok := a.Admit(cfg.ServiceByName("web"), &tk); !ok {
 		t.Error("refused with the guard off and the window under its limit")
+	}
+}
+
+func TestApplyUnlistedClassLoop(t *testing.T) {
+	a := &Class{Name: "a"}
+	b := &Class{Name: "b", Parent: a, Limits: Limits{MaxConnections: 1, EnforceConnections: true}}
+	a.Parent = b // a loop through classes the config does not list
+	cfg := limitsCfg{}.build(t)
+	web := cfg.ServiceByName("web")
+	web.Class = a
+	adm := NewAdmission(cfg, 0)
+	var tk Ticket
+	if _, ok := adm.Admit(web, &tk); !ok {
+		t.Fatal("first connection refused")
+	}
+	if r, ok := adm.Admit(web, &Ticket{}); ok || r.Name != "b" {
+		t.Fatalf("ok=%v %v, want class b's limit", ok, r)
+	}
+	tk.Release()
+	for _, s := range adm.Snapshot() {
+		if s.Conns != 0 {
+			t.Errorf("%v %q: %d connections", s.Level, s.Name, s.Conns)
+		}
 	}
 }
