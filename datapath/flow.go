@@ -104,8 +104,9 @@ type Flow struct {
 	SetTOS bool
 	// Gen is the config generation the decision was made under.
 	Gen uint64
-	// ServiceRow and ActionRow index the meters' rows; see Meters.
-	ServiceRow, ActionRow int32
+	// Row is the flow's meter row: its (service, action) pair; see
+	// Meters.Row.
+	Row int32
 
 	hash     uint64       // Key.Hash(), set by Insert before publication
 	lastSeen atomic.Int64 // monotonic ns, coarse: see FlowTable

@@ -1,0 +1,406 @@
+package datapath
+
+// Meter flow
+//
+//	per packet: worker w ─► shard w ─► row (service, action) += 1 packet, n bytes
+//	                                 ─► target row        += 1 packet, n bytes (if bound)
+//	per read (recompute loop, API): Σ shards ─► rows ─► services, classes (their
+//	        services, through the parent chain), actions, targets, instance
+//
+// Each worker writes only its own shard, whose counters sit in their own
+// cache lines, so workers never contend. The adds are atomic anyway: a
+// caller that shares a shard between goroutines (gVisor writes from many)
+// stays correct and only pays for contention. A flow carries one row, the
+// pair of its virtual server and policy action, so a packet costs two
+// atomic adds, four once a target is bound; the levels above (class,
+// instance) are sums the reader computes, which also makes them exact at
+// every level at every read.
+
+import (
+	"sync/atomic"
+	"time"
+
+	"weir/policy"
+)
+
+// Dir is the direction of a packet through the datapath.
+type Dir uint8
+
+// The two directions.
+const (
+	Ingress Dir = iota // client → stack (Read)
+	Egress             // stack → client (Write)
+)
+
+// Counter is a packet and byte count.
+type Counter struct{ Packets, Bytes uint64 }
+
+// Traffic is a Counter per direction, indexed by Dir.
+type Traffic [2]Counter
+
+// Bytes returns the bytes of both directions.
+func (t *Traffic) Bytes() uint64 { return t[Ingress].Bytes + t[Egress].Bytes }
+
+func (t *Traffic) add(o *Traffic) {
+	for d := range t {
+		t[d].Packets += o[d].Packets
+		t[d].Bytes += o[d].Bytes
+	}
+}
+
+// MeterTotals are the summed meters of one config, each slice parallel to
+// the config's list of the same name. Targets are numbered in the order of
+// the config's services, then each service's targets (see Meters.TargetID).
+type MeterTotals struct {
+	Instance Traffic   // everything, classified or not
+	Classes  []Traffic // a class counts its services and its child classes'
+	Services []Traffic
+	Actions  []Traffic
+	Targets  []Traffic
+	// NoService counts packets of flows that matched no virtual server and
+	// of non-first fragments, which cannot be matched; NoAction those of
+	// flows no rule matched. Both are part of Instance.
+	NoService, NoAction Traffic
+}
+
+// Meters are the per-shard packet and byte counters of one config.
+type Meters struct {
+	cfg      *policy.Config
+	nSvc     int // services + 1 (the last row: no service)
+	nAct     int // actions + 1 (the last: no action)
+	nTargets int
+	targetAt []int // first target ID of each service
+	shards   []meterShard
+	mask     int
+}
+
+type meterShard struct {
+	// c holds nSvc*nAct rows for the (service, action) pairs, then one row
+	// per target; each row is 4 counters: ingress packets, ingress bytes,
+	// egress packets, egress bytes. The slice is allocated apart for each
+	// shard with a cache line of padding on either side.
+	c []atomic.Uint64
+}
+
+// cacheLineWords is the padding, in 8-byte words, kept around each shard.
+const cacheLineWords = 8
+
+// NewMeters returns zeroed meters for cfg (compiled) with shards rounded up
+// to a power of two (zero means one).
+func NewMeters(cfg *policy.Config, shards int) *Meters {
+	n := 1
+	for n < shards {
+		n <<= 1
+	}
+	m := &Meters{cfg: cfg, nSvc: len(cfg.Services) + 1, nAct: len(cfg.Actions) + 1, shards: make([]meterShard, n), mask: n - 1}
+	for _, vs := range cfg.Services {
+		m.targetAt = append(m.targetAt, m.nTargets)
+		m.nTargets += len(vs.Targets)
+	}
+	rows := m.nSvc*m.nAct + m.nTargets
+	for i := range m.shards {
+		c := make([]atomic.Uint64, rows*4+2*cacheLineWords)
+		m.shards[i].c = c[cacheLineWords : cacheLineWords+rows*4 : cacheLineWords+rows*4]
+	}
+	return m
+}
+
+// Config returns the config the meters were laid out for.
+func (m *Meters) Config() *policy.Config { return m.cfg }
+
+// Shards returns the number of shards.
+func (m *Meters) Shards() int { return len(m.shards) }
+
+// Row returns the row of flows at service index svc (into Config.Services,
+// or -1 for none) under action index act (into Config.Actions, or -1).
+func (m *Meters) Row(svc, act int) int32 {
+	if svc < 0 || svc >= m.nSvc-1 {
+		svc = m.nSvc - 1
+	}
+	if act < 0 || act >= m.nAct-1 {
+		act = m.nAct - 1
+	}
+	return int32(svc*m.nAct + act)
+}
+
+// NoRow is the row of packets that belong to no flow: no service, no
+// action.
+func (m *Meters) NoRow() int32 { return m.Row(-1, -1) }
+
+// TargetID returns the ID of target i of service index svc, the number a
+// Flow is bound to, or NoTarget when there is no such target.
+func (m *Meters) TargetID(svc, i int) int {
+	if svc < 0 || svc >= len(m.targetAt) || i < 0 || i >= len(m.cfg.Services[svc].Targets) {
+		return NoTarget
+	}
+	return m.targetAt[svc] + i
+}
+
+// Add counts one packet of n bytes in direction d for row and, when target
+// is not NoTarget, for that target, in shard (taken modulo the shard
+// count). It takes no lock and does not allocate.
+func (m *Meters) Add(shard int, row int32, target int32, d Dir, n int) {
+	c := m.shards[shard&m.mask].c
+	i := int(row)*4 + int(d)*2
+	if uint(i+1) < uint(len(c)) {
+		c[i].Add(1)
+		c[i+1].Add(uint64(n))
+	}
+	if target >= 0 && int(target) < m.nTargets {
+		j := (m.nSvc*m.nAct+int(target))*4 + int(d)*2
+		c[j].Add(1)
+		c[j+1].Add(uint64(n))
+	}
+}
+
+// rowTraffic sums row r over the shards.
+func (m *Meters) rowTraffic(r int) Traffic {
+	var t Traffic
+	for s := range m.shards {
+		c := m.shards[s].c[r*4 : r*4+4]
+		t[Ingress].Packets += c[0].Load()
+		t[Ingress].Bytes += c[1].Load()
+		t[Egress].Packets += c[2].Load()
+		t[Egress].Bytes += c[3].Load()
+	}
+	return t
+}
+
+// Totals sums the shards into dst, reusing its slices when they are long
+// enough. Each counter is read atomically; the totals are a consistent
+// lower bound of what was counted before the call.
+func (m *Meters) Totals(dst *MeterTotals) {
+	cfg := m.cfg
+	*dst = MeterTotals{
+		Classes:  resize(dst.Classes, len(cfg.Classes)),
+		Services: resize(dst.Services, len(cfg.Services)),
+		Actions:  resize(dst.Actions, len(cfg.Actions)),
+		Targets:  resize(dst.Targets, m.nTargets),
+	}
+	for s := 0; s < m.nSvc; s++ {
+		for a := 0; a < m.nAct; a++ {
+			t := m.rowTraffic(s*m.nAct + a)
+			dst.Instance.add(&t)
+			if s < len(dst.Services) {
+				dst.Services[s].add(&t)
+			} else {
+				dst.NoService.add(&t)
+			}
+			if a < len(dst.Actions) {
+				dst.Actions[a].add(&t)
+			} else {
+				dst.NoAction.add(&t)
+			}
+		}
+	}
+	for i := range dst.Targets {
+		dst.Targets[i] = m.rowTraffic(m.nSvc*m.nAct + i)
+	}
+	for s, vs := range cfg.Services {
+		for c := vs.Class; c != nil; c = c.Parent {
+			if i := classIndex(cfg, c); i >= 0 {
+				dst.Classes[i].add(&dst.Services[s])
+			}
+		}
+	}
+}
+
+func classIndex(cfg *policy.Config, c *policy.Class) int {
+	for i, o := range cfg.Classes {
+		if o == c {
+			return i
+		}
+	}
+	return -1
+}
+
+func resize(s []Traffic, n int) []Traffic {
+	if cap(s) < n {
+		return make([]Traffic, n)
+	}
+	s = s[:n]
+	clear(s)
+	return s
+}
+
+// carry adds old's totals into m's shard 0, row by row, matching services,
+// actions and targets by name; what has no match in m's config goes to the
+// no-service or no-action row, so the instance total carries whole. It
+// returns what it carried, per old row, for a later carryDelta.
+func (m *Meters) carry(old *Meters, already []Traffic) []Traffic {
+	oc, nc := old.cfg, m.cfg
+	svcMap := make([]int, old.nSvc)
+	for i := range svcMap {
+		svcMap[i] = -1
+		if i < len(oc.Services) {
+			svcMap[i] = indexByName(len(nc.Services), func(j int) string { return nc.Services[j].Name }, oc.Services[i].Name)
+		}
+	}
+	actMap := make([]int, old.nAct)
+	for i := range actMap {
+		actMap[i] = -1
+		if i < len(oc.Actions) {
+			actMap[i] = indexByName(len(nc.Actions), func(j int) string { return nc.Actions[j].Name }, oc.Actions[i].Name)
+		}
+	}
+	rows := old.nSvc*old.nAct + old.nTargets
+	got := make([]Traffic, rows)
+	c := m.shards[0].c
+	put := func(r int, t *Traffic) {
+		for d := range t {
+			c[r*4+d*2].Add(t[d].Packets)
+			c[r*4+d*2+1].Add(t[d].Bytes)
+		}
+	}
+	for s := 0; s < old.nSvc; s++ {
+		for a := 0; a < old.nAct; a++ {
+			r := s*old.nAct + a
+			t := old.rowTraffic(r)
+			got[r] = t
+			if already != nil {
+				t = sub(t, already[r])
+			}
+			put(int(m.Row(svcMap[s], actMap[a])), &t)
+		}
+	}
+	for s, vs := range oc.Services {
+		ns := svcMap[s]
+		for i, tg := range vs.Targets {
+			r := old.nSvc*old.nAct + old.targetAt[s] + i
+			t := old.rowTraffic(r)
+			got[r] = t
+			if already != nil {
+				t = sub(t, already[r])
+			}
+			if ns < 0 {
+				continue // the service is gone; its bytes stay in the instance
+			}
+			j := indexByName(len(nc.Services[ns].Targets), func(j int) string { return nc.Services[ns].Targets[j].Name }, tg.Name)
+			if id := m.TargetID(ns, j); id != NoTarget {
+				put(m.nSvc*m.nAct+id, &t)
+			}
+		}
+	}
+	return got
+}
+
+func sub(a, b Traffic) Traffic {
+	for d := range a {
+		a[d].Packets -= b[d].Packets
+		a[d].Bytes -= b[d].Bytes
+	}
+	return a
+}
+
+func indexByName(n int, name func(int) string, want string) int {
+	for i := range n {
+		if name(i) == want {
+			return i
+		}
+	}
+	return -1
+}
+
+// BandwidthOptions configure a Bandwidth. The zero value works.
+type BandwidthOptions struct {
+	// EgressOnly meters only bytes toward clients (what a web server
+	// sends); false meters both directions.
+	EgressOnly bool
+}
+
+// Bandwidth feeds one policy.Window per level (instance, class, virtual
+// server, action) from the summed meters. Tick is called by one goroutine,
+// the recompute loop; the windows' Rate may be read by any goroutine.
+type Bandwidth struct {
+	opts     BandwidthOptions
+	meters   func() *Meters // the current meters (the engine swaps them)
+	totals   MeterTotals
+	cfg      *policy.Config
+	Instance *policy.Window
+	Classes  []*policy.Window // parallel to the config's Classes
+	Services []*policy.Window // parallel to the config's Services
+	Actions  []*policy.Window // parallel to the config's Actions
+}
+
+// NewBandwidth returns windows fed from the meters meters returns, sized by
+// their config's MetricInterval and RecomputeInterval. When meters starts
+// returning meters of another config, Tick lays the windows out anew,
+// keeping the window of every level whose name survives.
+func NewBandwidth(meters func() *Meters, o BandwidthOptions) *Bandwidth {
+	return &Bandwidth{opts: o, meters: meters}
+}
+
+// Tick sums the meters and ticks every window with its level's running
+// byte total at now.
+func (b *Bandwidth) Tick(now time.Time) {
+	m := b.meters()
+	if m.cfg != b.cfg {
+		b.relayout(m.cfg)
+	}
+	m.Totals(&b.totals)
+	by := func(t *Traffic) uint64 {
+		if b.opts.EgressOnly {
+			return t[Egress].Bytes
+		}
+		return t.Bytes()
+	}
+	b.Instance.Tick(now, by(&b.totals.Instance))
+	for i, w := range b.Classes {
+		w.Tick(now, by(&b.totals.Classes[i]))
+	}
+	for i, w := range b.Services {
+		w.Tick(now, by(&b.totals.Services[i]))
+	}
+	for i, w := range b.Actions {
+		w.Tick(now, by(&b.totals.Actions[i]))
+	}
+}
+
+func (b *Bandwidth) relayout(cfg *policy.Config) {
+	mi, ri := cfg.Instance.MetricInterval, cfg.Instance.RecomputeInterval
+	keep := func(old []*policy.Window, oldName func(int) string, n int, name func(int) string) []*policy.Window {
+		ws := make([]*policy.Window, n)
+		for i := range ws {
+			for j, w := range old {
+				if oldName(j) == name(i) && w.Interval() == mi {
+					ws[i] = w
+				}
+			}
+			if ws[i] == nil {
+				ws[i] = policy.NewWindow(mi, ri)
+			}
+		}
+		return ws
+	}
+	old := b.cfg
+	if b.Instance == nil || b.Instance.Interval() != mi {
+		b.Instance = policy.NewWindow(mi, ri)
+	}
+	if old == nil {
+		old = &policy.Config{}
+	}
+	b.Classes = keep(b.Classes, func(j int) string { return old.Classes[j].Name }, len(cfg.Classes), func(i int) string { return cfg.Classes[i].Name })
+	b.Services = keep(b.Services, func(j int) string { return old.Services[j].Name }, len(cfg.Services), func(i int) string { return cfg.Services[i].Name })
+	b.Actions = keep(b.Actions, func(j int) string { return old.Actions[j].Name }, len(cfg.Actions), func(i int) string { return cfg.Actions[i].Name })
+	b.cfg = cfg
+}
+
+// Loop ticks b every recompute interval of the current config until stop
+// is closed. It runs in its own goroutine.
+func (b *Bandwidth) Loop(stop <-chan struct{}) {
+	ri := b.meters().cfg.Instance.RecomputeInterval
+	if ri <= 0 {
+		ri = policy.DefaultRecomputeInterval
+	}
+	tk := time.NewTicker(ri)
+	defer tk.Stop()
+	b.Tick(time.Now())
+	for {
+		select {
+		case <-stop:
+			return
+		case now := <-tk.C:
+			b.Tick(now)
+		}
+	}
+}

@@ -1,0 +1,215 @@
+package datapath
+
+import (
+	"net/netip"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"weir/policy"
+)
+
+// testConfig builds a compiled config with nested classes: web ⊂ gold,
+// two services (www in web, api directly under gold), one ungrouped
+// service (telnet), two actions and rules selecting them.
+func testConfig(t testing.TB) *policy.Config {
+	t.Helper()
+	gold := &policy.Class{Name: "gold"}
+	web := &policy.Class{Name: "web", Parent: gold}
+	vip4, vip6 := netip.MustParseAddr("198.18.0.1"), netip.MustParseAddr("fd00::1")
+	www := &policy.VirtualServer{Name: "www", Class: web, VIPs: []netip.Addr{vip4, vip6}, Ports: policy.PortRange{Lo: 80, Hi: 80},
+		Targets: []*policy.Target{{Addr: netip.MustParseAddrPort("198.18.1.1:8080")}, {Addr: netip.MustParseAddrPort("198.18.1.2:8080")}}}
+	api := &policy.VirtualServer{Name: "api", Class: gold, VIPs: []netip.Addr{vip4}, Ports: policy.PortRange{Lo: 443, Hi: 443},
+		Targets: []*policy.Target{{Addr: netip.MustParseAddrPort("198.18.2.1:8443")}}}
+	telnet := &policy.VirtualServer{Name: "telnet", VIPs: []netip.Addr{vip4}, Ports: policy.PortRange{Lo: 23, Hi: 23}}
+	premium := &policy.Action{Name: "premium", OutgoingTOS: 0xa0, SetTOS: true}
+	bulk := &policy.Action{Name: "bulk", OutgoingTOS: 0x20, SetTOS: true, MinRate: 500}
+	cfg := &policy.Config{
+		Classes:  []*policy.Class{gold, web},
+		Services: []*policy.VirtualServer{www, api, telnet},
+		Actions:  []*policy.Action{premium, bulk},
+		Rules: []*policy.Rule{
+			{Name: "www", SrcPort: policy.PortRange{Lo: 80, Hi: 80}, Service: www, Action: premium},
+			{Name: "telnet", SrcPort: policy.PortRange{Lo: 23, Hi: 23}, Action: bulk},
+		},
+	}
+	c, err := policy.Compile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestMetersTotals(t *testing.T) {
+	cfg := testConfig(t)
+	m := NewMeters(cfg, 4)
+	www, api := 0, 1
+	premium := 0
+	// Flows spread over shards; the reader must see their sum.
+	m.Add(0, m.Row(www, premium), int32(m.TargetID(www, 1)), Ingress, 100)
+	m.Add(1, m.Row(www, premium), NoTarget, Egress, 1000)
+	m.Add(2, m.Row(api, -1), int32(m.TargetID(api, 0)), Egress, 50)
+	m.Add(7, m.NoRow(), NoTarget, Ingress, 7) // shard 7 wraps onto shard 3
+	var tot MeterTotals
+	m.Totals(&tot)
+	want := MeterTotals{
+		Instance:  Traffic{{2, 107}, {2, 1050}},
+		Classes:   []Traffic{{{1, 100}, {2, 1050}}, {{1, 100}, {1, 1000}}}, // gold, web
+		Services:  []Traffic{{{1, 100}, {1, 1000}}, {{0, 0}, {1, 50}}, {}},
+		Actions:   []Traffic{{{1, 100}, {1, 1000}}, {}},
+		Targets:   []Traffic{{}, {{1, 100}, {}}, {{}, {1, 50}}},
+		NoService: Traffic{{1, 7}, {}},
+		NoAction:  Traffic{{1, 7}, {1, 50}},
+	}
+	checkTotals(t, &tot, &want)
+	if m.TargetID(www, 2) != NoTarget || m.TargetID(5, 0) != NoTarget {
+		t.Error("TargetID of a missing target is not NoTarget")
+	}
+}
+
+func checkTotals(t *testing.T, got, want *MeterTotals) {
+	t.Helper()
+	eq := func(name string, g, w []Traffic) {
+		if len(g) != len(w) {
+			t.Errorf("%s: %d entries, want %d", name, len(g), len(w))
+			return
+		}
+		for i := range g {
+			if g[i] != w[i] {
+				t.Errorf("%s[%d] = %v, want %v", name, i, g[i], w[i])
+			}
+		}
+	}
+	eq("Instance", []Traffic{got.Instance}, []Traffic{want.Instance})
+	eq("Classes", got.Classes, want.Classes)
+	eq("Services", got.Services, want.Services)
+	eq("Actions", got.Actions, want.Actions)
+	eq("Targets", got.Targets, want.Targets)
+	eq("NoService", []Traffic{got.NoService}, []Traffic{want.NoService})
+	eq("NoAction", []Traffic{got.NoAction}, []Traffic{want.NoAction})
+}
+
+// TestMetersSunExample runs the seed's example through the meters and the
+// bandwidth windows with a manual clock: 5000 bytes at t = 1 s with a 30 s
+// window read 166 B/s at 1 s and at 30 s, and 0 at 32 s.
+func TestMetersSunExample(t *testing.T) {
+	cfg := testConfig(t)
+	m := NewMeters(cfg, 2)
+	bw := NewBandwidth(func() *Meters { return m }, BandwidthOptions{EgressOnly: true})
+	t0 := time.Unix(1_000_000, 0)
+	bw.Tick(t0)
+	want := map[time.Duration]int64{1 * time.Second: 166, 30 * time.Second: 166, 32 * time.Second: 0}
+	for at := 100 * time.Millisecond; at <= 32*time.Second; at += 100 * time.Millisecond {
+		if at == time.Second {
+			m.Add(1, m.Row(0, 0), NoTarget, Egress, 5000)
+			m.Add(0, m.Row(0, 0), NoTarget, Ingress, 777) // not counted: EgressOnly
+		}
+		bw.Tick(t0.Add(at))
+		w, ok := want[at]
+		if !ok {
+			continue
+		}
+		for name, got := range map[string]int64{
+			"instance": bw.Instance.Rate(), "class gold": bw.Classes[0].Rate(), "class web": bw.Classes[1].Rate(),
+			"service www": bw.Services[0].Rate(), "action premium": bw.Actions[0].Rate(),
+		} {
+			if got != w {
+				t.Errorf("%v: %s rate = %d B/s, want %d", at, name, got, w)
+			}
+		}
+		if got := bw.Services[1].Rate(); got != 0 {
+			t.Errorf("%v: idle service api rate = %d", at, got)
+		}
+	}
+}
+
+// TestMetersCarry swaps to a config where a service and an action are
+// renamed away and checks that no byte of the instance total is lost and
+// that surviving names keep their counts.
+func TestMetersCarry(t *testing.T) {
+	old := testConfig(t)
+	m := NewMeters(old, 2)
+	m.Add(0, m.Row(0, 0), int32(m.TargetID(0, 1)), Egress, 1000) // www, premium, target 2
+	m.Add(1, m.Row(1, 1), NoTarget, Ingress, 10)                  // api, bulk
+
+	next := testConfig(t)
+	next.Services[1].Name = "api2" // api disappears
+	n := NewMeters(next, 2)
+	carried := n.carry(m, nil)
+	// Late packets on the old meters are carried by a second pass.
+	m.Add(1, m.Row(0, 0), NoTarget, Egress, 1)
+	n.carry(m, carried)
+
+	var tot MeterTotals
+	n.Totals(&tot)
+	if got := tot.Instance; got != (Traffic{{1, 10}, {2, 1001}}) {
+		t.Errorf("instance = %v, want all old traffic", got)
+	}
+	if got := tot.Services[0]; got != (Traffic{{}, {2, 1001}}) {
+		t.Errorf("www = %v", got)
+	}
+	if got := tot.Services[1]; got != (Traffic{}) {
+		t.Errorf("api2 = %v, want nothing carried from api", got)
+	}
+	if got := tot.NoService; got != (Traffic{{1, 10}, {}}) {
+		t.Errorf("no-service = %v, want api's traffic", got)
+	}
+	if got := tot.Actions[1]; got != (Traffic{{1, 10}, {}}) {
+		t.Errorf("bulk = %v", got)
+	}
+	if got := tot.Targets[1]; got != (Traffic{{}, {1, 1000}}) {
+		t.Errorf("www target 2 = %v", got)
+	}
+}
+
+func TestMetersAddZeroAllocs(t *testing.T) {
+	m := NewMeters(testConfig(t), 4)
+	row := m.Row(0, 0)
+	allocs := testing.AllocsPerRun(1000, func() {
+		m.Add(1, row, 1, Egress, 1500)
+	})
+	if allocs != 0 {
+		t.Errorf("Add allocates %.1f times, want 0", allocs)
+	}
+}
+
+// BenchmarkMeters compares, in one run, per-core shards (each goroutine
+// adds to its own shard) with a single shared pair of atomic counters, the
+// design the shards replace. The shards should scale with goroutines; the
+// shared counter's cache line bounces between cores.
+func BenchmarkMeters(b *testing.B) {
+	cfg := testConfig(b)
+	run := func(b *testing.B, add func(shard int)) float64 {
+		var next atomic.Int64
+		b.ReportAllocs()
+		start := time.Now()
+		b.RunParallel(func(pb *testing.PB) {
+			shard := int(next.Add(1) - 1)
+			for pb.Next() {
+				add(shard)
+			}
+		})
+		pps := float64(b.N) / time.Since(start).Seconds()
+		b.ReportMetric(pps, "pkts/s")
+		return pps
+	}
+	var sharded, shared float64
+	b.Run("sharded", func(b *testing.B) {
+		m := NewMeters(cfg, 64)
+		row := m.Row(0, 0)
+		sharded = run(b, func(shard int) { m.Add(shard, row, NoTarget, Egress, 1500) })
+	})
+	b.Run("shared", func(b *testing.B) {
+		var c struct {
+			_              [64]byte
+			packets, bytes atomic.Uint64
+		}
+		shared = run(b, func(int) {
+			c.packets.Add(1)
+			c.bytes.Add(1500)
+		})
+		if shared > 0 && sharded > 0 {
+			b.ReportMetric(sharded/shared, "sharded/shared")
+		}
+	})
+}
