@@ -130,7 +130,7 @@ func TestMetersCarry(t *testing.T) {
 	old := testConfig(t)
 	m := NewMeters(old, 2)
 	m.Add(0, m.Row(0, 0), int32(m.TargetID(0, 1)), Egress, 1000) // www, premium, target 2
-	m.Add(1, m.Row(1, 1), NoTarget, Ingress, 10)                  // api, bulk
+	m.Add(1, m.Row(1, 1), NoTarget, Ingress, 10)                 // api, bulk
 
 	next := testConfig(t)
 	next.Services[1].Name = "api2" // api disappears
