@@ -2,7 +2,6 @@ package netstack
 
 import (
 	"context"
-	"errors"
 	"io"
 	"net"
 	"net/netip"
@@ -208,8 +207,4 @@ func settleGoroutines(want int, within time.Duration) int {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-func isRefused(err error) bool {
-	return errors.Is(err, ErrConnectionRefused)
 }

@@ -1,0 +1,334 @@
+package netstack
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"fmt"
+	"io"
+	mrand "math/rand/v2"
+	"net"
+	"net/netip"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"weir/datapath"
+	"weir/policy"
+)
+
+// lossyDevice drops a fraction of the packets written through it,
+// deterministically (seeded). It stands in for the datapath fault injector.
+type lossyDevice struct {
+	datapath.Device
+	mu      sync.Mutex
+	rng     *mrand.Rand
+	rate    float64
+	dropped atomic.Int64
+	passed  atomic.Int64
+	keep    [][]byte
+}
+
+func (d *lossyDevice) Write(bufs [][]byte, offset int) (int, error) {
+	d.mu.Lock()
+	d.keep = d.keep[:0]
+	for _, b := range bufs {
+		if d.rng.Float64() < d.rate {
+			d.dropped.Add(1)
+			continue
+		}
+		d.keep = append(d.keep, b)
+	}
+	keep := d.keep
+	d.passed.Add(int64(len(keep)))
+	var err error
+	if len(keep) > 0 {
+		_, err = d.Device.Write(keep, offset)
+	}
+	d.mu.Unlock()
+	return len(bufs), err
+}
+
+// backTarget is a target server stack behind weir's back arm.
+type backTarget struct {
+	addr netip.AddrPort
+	srv  *Stack
+	stop func()
+}
+
+// backArm is weir's back stack with one NIC per target subnet.
+type backArm struct {
+	s       *Stack
+	targets []*backTarget
+}
+
+func newBackArm(t testing.TB) *backArm {
+	t.Helper()
+	s, err := New(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &backArm{s: s}
+	t.Cleanup(func() {
+		for _, tg := range b.targets {
+			tg.stop()
+			tg.srv.Close()
+		}
+		s.Close()
+	})
+	return b
+}
+
+// addTarget connects a new target server on subnet 198.18.<n>.0/24 and
+// fd00:<n>::/64 through its own memory pair; wrap may wrap weir's end.
+// handle serves each connection.
+func (b *backArm) addTarget(t testing.TB, n int, v6 bool, wrap func(datapath.Device) datapath.Device, handle func(net.Conn)) *backTarget {
+	t.Helper()
+	a, z := datapath.NewPipe(datapath.PipeOptions{QueueLen: 4096})
+	var dev datapath.Device = a
+	if wrap != nil {
+		dev = wrap(a)
+	}
+	p4 := netip.MustParsePrefix(fmt.Sprintf("198.18.%d.1/24", n))
+	p6 := netip.MustParsePrefix(fmt.Sprintf("fd00:%x::1/64", n))
+	if _, err := b.s.AddNIC(dev, NICOptions{Addrs: []netip.Prefix{p4, p6}, Routes: []netip.Prefix{p4.Masked(), p6.Masked()}}); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := New(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s4 := netip.MustParsePrefix(fmt.Sprintf("198.18.%d.2/24", n))
+	s6 := netip.MustParsePrefix(fmt.Sprintf("fd00:%x::2/64", n))
+	if _, err := srv.AddNIC(z, NICOptions{Addrs: []netip.Prefix{s4, s6}}); err != nil {
+		t.Fatal(err)
+	}
+	addr := netip.AddrPortFrom(s4.Addr(), 9000)
+	if v6 {
+		addr = netip.AddrPortFrom(s6.Addr(), 9000)
+	}
+	l, err := srv.ListenTCP(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tg := &backTarget{addr: addr, srv: srv, stop: serveListener(l, handle)}
+	b.targets = append(b.targets, tg)
+	return tg
+}
+
+func echoHandler(c net.Conn) {
+	defer c.Close()
+	io.Copy(c, c)
+}
+
+// sinkHandler reads everything, answers with the byte count, and closes.
+func sinkHandler(c net.Conn) {
+	defer c.Close()
+	n, _ := io.Copy(io.Discard, c)
+	fmt.Fprintf(c, "%d\n", n)
+}
+
+// TestBackArmTarget splices through the netstack dialer to a target behind
+// weir's back arm, IPv4 and IPv6 on both sides.
+func TestBackArmTarget(t *testing.T) {
+	for _, v6 := range []bool{false, true} {
+		t.Run(fmt.Sprintf("v6=%v", v6), func(t *testing.T) {
+			back := newBackArm(t)
+			tg := back.addTarget(t, 1, v6, nil, echoHandler)
+			vip := vipV4
+			if v6 {
+				vip = vipV6
+			}
+			vs := &policy.VirtualServer{Name: "echo", VIPs: []netip.Addr{vip}, Ports: policy.PortRange{Lo: 80, Hi: 80}}
+			adm := &testAdmitter{target: &policy.Target{Name: "back", Addr: tg.addr, Via: policy.DialNetstack}, keep: true}
+			r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: services(vs), Admitter: adm, Back: &StackDialer{Stack: back.s}}})
+			c := dial(t, r.client, netip.AddrPortFrom(vip, 80))
+			msg := make([]byte, 256<<10)
+			rand.Read(msg)
+			go func() {
+				c.Write(msg)
+				c.CloseWrite()
+			}()
+			got, err := io.ReadAll(c)
+			c.Close()
+			if err != nil || !bytes.Equal(got, msg) {
+				t.Fatalf("echo: %d bytes, err %v", len(got), err)
+			}
+			waitFor(t, func() bool { return adm.nClosed.Load() == 1 })
+			cs := adm.closed[0]
+			if cs.TargetLeg.SegmentsSent == 0 || cs.TargetLeg.SegmentsReceived == 0 || cs.TargetLeg.RTT <= 0 || !cs.TargetLeg.TimeoutsKnown {
+				t.Errorf("target leg counters implausible: %+v", cs.TargetLeg)
+			}
+			if cs.TargetLeg.BytesSent != uint64(len(msg)) || cs.TargetLeg.BytesReceived != uint64(len(msg)) {
+				t.Errorf("target leg bytes %d/%d", cs.TargetLeg.BytesSent, cs.TargetLeg.BytesReceived)
+			}
+		})
+	}
+}
+
+func waitFor(t testing.TB, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 10 s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestLossRatio injects 2 % loss on one target's leg (weir → target) and
+// checks that the sampled loss ratio of that target is within a factor of
+// two of it, while a clean target reads about zero.
+func TestLossRatio(t *testing.T) {
+	const rate = 0.02
+	size := 8 << 20
+	conns := 2
+	if testing.Short() {
+		size = 4 << 20
+	}
+	back := newBackArm(t)
+	clean := back.addTarget(t, 1, false, nil, sinkHandler)
+	var lossy *lossyDevice
+	bad := back.addTarget(t, 2, false, func(d datapath.Device) datapath.Device {
+		lossy = &lossyDevice{Device: d, rng: mrand.New(mrand.NewPCG(1, 2)), rate: rate}
+		return lossy
+	}, sinkHandler)
+	vs := &policy.VirtualServer{Name: "up", VIPs: []netip.Addr{vipV4}, Ports: policy.PortRange{Lo: 80, Hi: 81}}
+	tClean := &policy.Target{Name: "clean", Addr: clean.addr, Via: policy.DialNetstack}
+	tBad := &policy.Target{Name: "lossy", Addr: bad.addr, Via: policy.DialNetstack}
+	adm := &testAdmitter{admit: func(r *ConnRequest) Decision {
+		tg := tClean
+		if r.VIP.Port() == 81 {
+			tg = tBad
+		}
+		return Decision{Verdict: Accept, Target: tg}
+	}}
+	r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: services(vs), Admitter: adm, Back: &StackDialer{Stack: back.s}}})
+	r.fwd.Sample() // start the interval
+
+	msg := make([]byte, size)
+	rand.Read(msg)
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*conns)
+	start := time.Now()
+	for _, port := range []uint16{80, 81} {
+		for i := 0; i < conns; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				c := dial(t, r.client, netip.AddrPortFrom(vipV4, port))
+				defer c.Close()
+				if _, err := c.Write(msg); err != nil {
+					errs <- err
+					return
+				}
+				c.CloseWrite()
+				b, err := io.ReadAll(c)
+				if err != nil || string(b) != fmt.Sprintf("%d\n", size) {
+					errs <- fmt.Errorf("port %d: reply %q, %v", port, b, err)
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	el := time.Since(start)
+	waitFor(t, func() bool { return adm.nClosed.Load() == int64(2*conns) })
+	s := r.fwd.Sample()
+	if len(s.Targets) != 2 {
+		t.Fatalf("targets %+v", s.Targets)
+	}
+	cl, ls := s.Targets[0], s.Targets[1]
+	if cl.Name != "clean" || ls.Name != "lossy" {
+		t.Fatalf("targets %+v", s.Targets)
+	}
+	injected := float64(lossy.dropped.Load()) / float64(lossy.dropped.Load()+lossy.passed.Load())
+	t.Logf("%d MiB up to each target in %v; injected %.2f%% (%d dropped); lossy: %d sent, %d retransmitted, %d timeouts, loss ratio %.2f%%, timeout ratio %.2f%%; clean: %d sent, %d retransmitted, %d timeouts, loss ratio %.3f%%",
+		conns*size>>20, el.Round(time.Millisecond), 100*injected, lossy.dropped.Load(),
+		ls.SegmentsSent, ls.Retransmits, ls.Timeouts, 100*ls.LossRatio, 100*ls.TimeoutRatio,
+		cl.SegmentsSent, cl.Retransmits, cl.Timeouts, 100*cl.LossRatio)
+	if ls.LossRatio < rate/2 || ls.LossRatio > rate*2 {
+		t.Errorf("lossy target's loss ratio %.4f not within a factor 2 of %.2f", ls.LossRatio, rate)
+	}
+	if cl.LossRatio > 0.002 {
+		t.Errorf("clean target's loss ratio %.4f, want about 0", cl.LossRatio)
+	}
+	if minSegs := uint64(conns * size / 1500); cl.SegmentsSent < minSegs || ls.SegmentsSent < minSegs {
+		t.Errorf("segments sent %d / %d, want ≥ %d each", cl.SegmentsSent, ls.SegmentsSent, minSegs)
+	}
+}
+
+// TestNoLeak opens 1000 connections at once through the back arm, moves a
+// little data on each, closes them all, and checks that goroutines and
+// registry entries return to where they were.
+func TestNoLeak(t *testing.T) {
+	n := 1000
+	if testing.Short() {
+		n = 300
+	}
+	back := newBackArm(t)
+	tg := back.addTarget(t, 1, false, nil, echoHandler)
+	vs := &policy.VirtualServer{Name: "echo", VIPs: []netip.Addr{vipV4}, Ports: policy.PortRange{Lo: 80, Hi: 80}}
+	adm := &testAdmitter{target: &policy.Target{Name: "back", Addr: tg.addr, Via: policy.DialNetstack}}
+	r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: services(vs), Admitter: adm, Back: &StackDialer{Stack: back.s}}})
+	base := runtime.NumGoroutine()
+
+	conns := make([]*Conn, n)
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	sem := make(chan struct{}, 128) // bound dials in flight, not open connections
+	for i := range conns {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			c, err := r.client.DialTCP(ctx, netip.AddrPort{}, netip.AddrPortFrom(vipV4, 80))
+			if err != nil {
+				failed.Add(1)
+				return
+			}
+			b := []byte("ping")
+			if _, err := c.Write(b); err != nil {
+				failed.Add(1)
+			}
+			if _, err := io.ReadFull(c, b); err != nil {
+				failed.Add(1)
+			}
+			conns[i] = c
+		}()
+	}
+	wg.Wait()
+	if f := failed.Load(); f > 0 {
+		t.Fatalf("%d of %d connections failed", f, n)
+	}
+	if open := r.fwd.Stats().Open; open != int64(n) {
+		t.Fatalf("open %d, want %d all at once", open, n)
+	}
+	if got := len(r.fwd.Conns()); got != n {
+		t.Fatalf("Conns lists %d, want %d", got, n)
+	}
+	peak := runtime.NumGoroutine()
+	for _, c := range conns {
+		c.Close()
+	}
+	waitFor(t, func() bool { return adm.nClosed.Load() == int64(n) })
+	// Each spliced connection runs two goroutines; all must be gone.
+	got := settleGoroutines(base+5, 10*time.Second)
+	t.Logf("%d connections: %d goroutines before, %d with all open, %d after", n, base, peak, got)
+	if got > base+5 {
+		t.Errorf("goroutines %d after closing, %d before: leak", got, base)
+	}
+	st := r.fwd.Stats()
+	if st.Open != 0 || st.Pending != 0 || len(r.fwd.Conns()) != 0 {
+		t.Errorf("after closing: %+v, %d listed", st, len(r.fwd.Conns()))
+	}
+}
