@@ -44,6 +44,7 @@ const (
 	LevelVirtualServer
 )
 
+// String returns the level as the refusal text names it ("virtual server").
 func (k LevelKind) String() string {
 	switch k {
 	case LevelInstance:
@@ -70,6 +71,7 @@ const (
 	LimitBurst
 )
 
+// String returns the limit's configuration name ("maxConnections").
 func (k LimitKind) String() string {
 	switch k {
 	case LimitMaxConnections:
@@ -193,6 +195,8 @@ const DefaultEventBuffer = 256
 // Admission is the live admission state: one record per level (the instance,
 // every class, every virtual server) with its open connections, byte counter,
 // bandwidth window and burst bucket, and the limits of the current Config.
+//
+// Create one with NewAdmission; the zero value is not usable.
 //
 // Admit, Ticket.Release, Ticket.AddBytes, AddBytes and Events may be called by
 // any goroutine at any time; they take no lock and do not allocate. Apply,

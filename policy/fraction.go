@@ -112,6 +112,8 @@ const (
 	WinTimeout
 )
 
+// String returns the short name used in logs and the admin API ("loss",
+// "maxconn", …).
 func (w Winner) String() string {
 	switch w {
 	case WinNone:
