@@ -410,6 +410,16 @@ func TestExplainProperties(t *testing.T) {
 				ActiveConns: int64(rng.Intn(40)), Bytes: uint64(rng.Intn(1 << 24))}},
 		}
 		e := Explain(&m, tg, &s, prev)
+		if sent >= MinSegments {
+			// More loss or more timeouts never raise the weight.
+			worse := s
+			worse.Retransmits = min(sent, s.Retransmits+uint64(rng.Intn(50)))
+			worse.Timeouts = min(sent, s.Timeouts+uint64(rng.Intn(50)))
+			w := Explain(&m, tg, &worse, prev)
+			if w.Fraction < e.Fraction || w.Weight > e.Weight {
+				t.Fatalf("more loss lowered the fraction: %+v then %+v", e, w)
+			}
+		}
 		if e.Fraction < 0 || e.Fraction > 100 || e.LossFraction > m.LossMax || e.TimeoutFraction > m.TimeoutMax ||
 			e.DefaultFraction > 100 || e.Weight < 0 || e.Weight > tg.Weight || e.Fraction < e.DefaultFraction {
 			t.Fatalf("out of range: %+v", e)
