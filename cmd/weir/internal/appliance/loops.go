@@ -1,0 +1,188 @@
+package appliance
+
+import (
+	"time"
+
+	"weir/netstack"
+	"weir/policy"
+)
+
+// recomputeLoop runs in its own goroutine: every RecomputeInterval it feeds
+// the bytes the datapath metered per virtual server into the admission
+// windows, recomputes the bandwidths and logs each limit crossing once.
+func (a *Appliance) recomputeLoop() {
+	defer a.wg.Done()
+	every := a.cfg.Load().Instance.RecomputeInterval
+	t := time.NewTicker(every)
+	defer t.Stop()
+	var fed map[string]uint64
+	for {
+		select {
+		case <-a.stop:
+			return
+		case <-t.C:
+		}
+		cfg := a.cfg.Load()
+		if cfg.Instance.RecomputeInterval != every {
+			every = cfg.Instance.RecomputeInterval
+			t.Reset(every)
+		}
+		fed = a.feedBytes(cfg, fed)
+		a.adm.Recompute(a.now())
+		a.drainEvents()
+	}
+}
+
+// feedBytes credits each virtual server with the bytes the datapath metered
+// for it since the previous call. prev holds the totals already fed, by
+// service name, so that a reload (new service objects) loses nothing.
+func (a *Appliance) feedBytes(cfg *policy.Config, prev map[string]uint64) map[string]uint64 {
+	next := make(map[string]uint64, len(cfg.Services))
+	for _, vs := range cfg.Services {
+		total := a.engine.ServiceBytes(vs)
+		if p, ok := prev[vs.Name]; ok && total > p {
+			a.adm.AddBytes(vs, total-p)
+		} else if !ok && total > 0 {
+			a.adm.AddBytes(vs, total)
+		}
+		next[vs.Name] = total
+	}
+	return next
+}
+
+// drainEvents writes the admission's limit crossings to the log: the
+// Sun-style error-log line when a limit that is only logged is exceeded, and
+// the line saying it is back under.
+func (a *Appliance) drainEvents() {
+	ev := a.adm.Events()
+	for {
+		select {
+		case e := <-ev:
+			l := a.log.Warn()
+			if !e.Over {
+				l = a.log.Info()
+			}
+			l.Str("level", e.Level.String()).Str("name", e.Name).Str("limit", e.Limit.String()).
+				Int64("value", e.Value).Int64("measured", e.Measured).Bool("enforced", e.Enforced).
+				Msg("qos: " + e.String())
+		default:
+			return
+		}
+	}
+}
+
+// sampleLoop runs in its own goroutine: every SamplingInterval it turns the
+// connections' TCP measurements into weight fractions and new balancer
+// weights, and writes one STATS line per target.
+func (a *Appliance) sampleLoop() {
+	defer a.wg.Done()
+	every := a.cfg.Load().Monitor.SamplingInterval
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-a.stop:
+			return
+		case <-t.C:
+		}
+		cfg := a.cfg.Load()
+		if cfg.Monitor.SamplingInterval != every {
+			every = cfg.Monitor.SamplingInterval
+			t.Reset(every)
+		}
+		a.SampleNow()
+	}
+}
+
+// SampleNow runs one sampling step at once: the loop calls it every
+// SamplingInterval; the demo and tests call it to see a result without
+// waiting.
+func (a *Appliance) SampleNow() []policy.Explanation {
+	cfg := a.cfg.Load()
+	s := a.fwd.Sample()
+	samples := samplesFrom(cfg, s, a.OpenByTarget())
+	a.explMu.Lock()
+	expl := a.sampler.Sample(cfg, samples, a.expl[:0:0])
+	a.expl, a.explAt = expl, a.now()
+	a.explMu.Unlock()
+
+	if cfg.Monitor.Enabled {
+		weights := map[string]map[string]int{}
+		for _, e := range expl {
+			m := weights[e.Service]
+			if m == nil {
+				m = map[string]int{}
+				weights[e.Service] = m
+			}
+			m[e.Target] = e.Weight
+		}
+		for name, w := range weights {
+			if b := a.balancer(name); b != nil {
+				b.SetWeights(w)
+			}
+		}
+	}
+	a.logStats(expl)
+	return expl
+}
+
+// OpenByTarget counts the admitted connections per service and target now.
+func (a *Appliance) OpenByTarget() map[policy.TargetKey]int64 {
+	out := map[policy.TargetKey]int64{}
+	for _, name := range sortedNames(*a.bals.Load()) {
+		st := a.balancer(name).Snapshot(a.now())
+		for _, t := range st.Targets {
+			out[policy.TargetKey{Service: name, Target: t.Name}] = t.Open
+		}
+	}
+	return out
+}
+
+// samplesFrom maps the forwarder's per-target aggregation onto the policy
+// engine's samples.
+func samplesFrom(cfg *policy.Config, s netstack.Sample, open map[policy.TargetKey]int64) map[policy.TargetKey]*policy.TargetSample {
+	interval := s.End.Sub(s.Start)
+	out := map[policy.TargetKey]*policy.TargetSample{}
+	for _, vs := range cfg.Services {
+		for _, t := range vs.Targets {
+			k := policy.TargetKey{Service: vs.Name, Target: t.Name}
+			out[k] = &policy.TargetSample{Interval: interval, ActiveConns: open[k]}
+		}
+	}
+	for _, ag := range s.Targets {
+		k := policy.TargetKey{Service: ag.Service, Target: ag.Target}
+		ts := out[k]
+		if ts == nil {
+			continue // a target gone in a reload
+		}
+		ts.SegmentsSent += ag.SegmentsSent
+		ts.Retransmits += ag.Retransmits
+		ts.Timeouts += ag.Timeouts
+		ts.Bytes += ag.Bytes
+		if ag.Action != "" {
+			var act *policy.Action
+			for _, ac := range cfg.Actions {
+				if ac.Name == ag.Action {
+					act = ac
+				}
+			}
+			if act != nil {
+				ts.Actions = append(ts.Actions, policy.ActionSample{Action: act, ActiveConns: int64(ag.Active), Bytes: ag.Bytes})
+			}
+		}
+	}
+	return out
+}
+
+// logStats writes one STATS line per target, as the WebSphere plug-in does.
+func (a *Appliance) logStats(expl []policy.Explanation) {
+	for _, e := range expl {
+		a.log.Info().Str("service", e.Service).Str("target", e.Target).
+			Int64("open", e.ActiveConns).Int64("max", e.MaxConns).
+			Int("loss_fr", e.LossFraction).Int("timeout_fr", e.TimeoutFraction).
+			Int("default_fr", e.DefaultFraction).Int("action_fr", e.ActionFraction).
+			Int("fraction", e.Fraction).Str("winner", e.Winner.String()).
+			Int("weight", e.BaseWeight).Int("effective", e.Weight).
+			Msg("STATS " + e.String())
+	}
+}

@@ -1,0 +1,154 @@
+package appliance
+
+import (
+	"reflect"
+	"strings"
+	"unicode"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// collector exports the appliance's state at scrape time: nothing on the
+// datapath or the admission path touches Prometheus.
+type collector struct{ a *Appliance }
+
+var (
+	descOpen       = prometheus.NewDesc("weir_connections_open", "Admitted connections not yet closed.", nil, nil)
+	descClosed     = prometheus.NewDesc("weir_connections_closed_total", "Admitted connections that ended.", nil, nil)
+	descRefusals   = prometheus.NewDesc("weir_refusals_total", "Connections refused, by the level and limit that refused them.", []string{"level", "limit"}, nil)
+	descDialFail   = prometheus.NewDesc("weir_dial_failures_total", "Connects to targets that failed.", nil, nil)
+	descReloads    = prometheus.NewDesc("weir_reloads_total", "Configurations swapped in.", nil, nil)
+	descReloadFail = prometheus.NewDesc("weir_reload_failures_total", "Configurations rejected.", nil, nil)
+	descLevelConns = prometheus.NewDesc("weir_level_connections", "Open connections per QoS level.", []string{"level", "name"}, nil)
+	descLevelBW    = prometheus.NewDesc("weir_level_bandwidth_bytes_per_second", "Bandwidth over the metric interval per QoS level.", []string{"level", "name"}, nil)
+	descLevelMaxBW = prometheus.NewDesc("weir_level_max_bandwidth_bytes_per_second", "Configured maxBandwidth per QoS level (absent when unset).", []string{"level", "name"}, nil)
+	descLevelMaxC  = prometheus.NewDesc("weir_level_max_connections", "Configured maxConnections per QoS level (absent when unset).", []string{"level", "name"}, nil)
+	descTOpen      = prometheus.NewDesc("weir_target_connections_open", "Open connections per target.", []string{"service", "target"}, nil)
+	descTMax       = prometheus.NewDesc("weir_target_max_connections", "Target maxConnections (absent when unlimited).", []string{"service", "target"}, nil)
+	descTWeight    = prometheus.NewDesc("weir_target_weight", "Target weight: the configured WLM weight (kind=base) and the weight after the QoS fraction (kind=effective).", []string{"service", "target", "kind"}, nil)
+	descTFraction  = prometheus.NewDesc("weir_target_fraction_percent", "Target QoS weight fraction and its parts, in percent.", []string{"service", "target", "part"}, nil)
+	descTUp        = prometheus.NewDesc("weir_target_up", "1 while the target may be picked (not down after a failed connect, health checks passing).", []string{"service", "target"}, nil)
+	descTPicked    = prometheus.NewDesc("weir_target_picked_total", "Connections given to the target.", []string{"service", "target"}, nil)
+	descTFailed    = prometheus.NewDesc("weir_target_connect_failures_total", "Connects to the target that failed.", []string{"service", "target"}, nil)
+	descTSkipped   = prometheus.NewDesc("weir_target_skipped_at_limit_total", "Picks that passed the target over at maxConnections.", []string{"service", "target"}, nil)
+	descNoTarget   = prometheus.NewDesc("weir_service_no_target_total", "Connections refused because no target could serve.", []string{"service"}, nil)
+)
+
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	// Unchecked collector: the struct-derived counters are only known at
+	// collect time.
+}
+
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	a := c.a
+	st := a.StatusDoc()
+	gauge := func(d *prometheus.Desc, v float64, l ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, l...)
+	}
+	counter := func(d *prometheus.Desc, v float64, l ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, l...)
+	}
+	gauge(descOpen, float64(st.Open))
+	counter(descClosed, float64(a.counters.closed.Load()))
+	counter(descDialFail, float64(st.DialFailures))
+	counter(descReloads, float64(a.counters.reloads.Load()))
+	counter(descReloadFail, float64(a.counters.reloadFailures.Load()))
+	for _, r := range st.Refusals {
+		counter(descRefusals, float64(r.Count), r.Level, r.Limit)
+	}
+	for _, l := range st.Levels {
+		gauge(descLevelConns, float64(l.Connections), l.Level, l.Name)
+		gauge(descLevelBW, float64(l.Bandwidth), l.Level, l.Name)
+		if l.MaxBandwidth > 0 {
+			gauge(descLevelMaxBW, float64(l.MaxBandwidth), l.Level, l.Name)
+		}
+		if l.MaxConnections > 0 {
+			gauge(descLevelMaxC, float64(l.MaxConnections), l.Level, l.Name)
+		}
+	}
+	for _, s := range st.Services {
+		counter(descNoTarget, float64(s.Refused), s.Name)
+		for _, t := range s.Targets {
+			gauge(descTOpen, float64(t.Open), s.Name, t.Name)
+			if t.Max > 0 {
+				gauge(descTMax, float64(t.Max), s.Name, t.Name)
+			}
+			gauge(descTWeight, float64(t.Weight), s.Name, t.Name, "base")
+			gauge(descTWeight, float64(t.Effective), s.Name, t.Name, "effective")
+			up := 1.0
+			if t.Down || !t.HealthUp {
+				up = 0
+			}
+			gauge(descTUp, up, s.Name, t.Name)
+			counter(descTPicked, float64(t.Picked), s.Name, t.Name)
+			counter(descTFailed, float64(t.Failed), s.Name, t.Name)
+			counter(descTSkipped, float64(t.SkippedAtLimit), s.Name, t.Name)
+			if e := t.Explanation; e != nil {
+				gauge(descTFraction, float64(e.LossFraction), s.Name, t.Name, "loss")
+				gauge(descTFraction, float64(e.TimeoutFraction), s.Name, t.Name, "timeout")
+				gauge(descTFraction, float64(e.DefaultFraction), s.Name, t.Name, "default")
+				gauge(descTFraction, float64(e.ActionFraction), s.Name, t.Name, "action")
+				gauge(descTFraction, float64(e.Fraction), s.Name, t.Name, "total")
+			}
+		}
+	}
+	structMetrics(ch, "weir_datapath", st.Datapath)
+	structMetrics(ch, "weir_stack", st.Stack)
+	structMetrics(ch, "weir_forwarder", st.Forwarder)
+}
+
+// structMetrics exports every unsigned integer field of a stats struct as a
+// counter named <prefix>_<field in snake case>_total, and every signed one as
+// a gauge: the subsystems' Stats structs are the single list of what they
+// count, so a counter added there is exported without touching this file.
+func structMetrics(ch chan<- prometheus.Metric, prefix string, s any) {
+	v := reflect.ValueOf(s)
+	for v.Kind() == reflect.Pointer || v.Kind() == reflect.Interface {
+		if v.IsNil() {
+			return
+		}
+		v = v.Elem()
+	}
+	if v.Kind() != reflect.Struct {
+		return
+	}
+	t := v.Type()
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		fv := v.Field(i)
+		name := prefix + "_" + snake(f.Name)
+		switch fv.Kind() {
+		case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+			d := prometheus.NewDesc(name+"_total", f.Name+" ("+t.Name()+").", nil, nil)
+			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(fv.Uint()))
+		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+			d := prometheus.NewDesc(name, f.Name+" ("+t.Name()+").", nil, nil)
+			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(fv.Int()))
+		case reflect.Struct:
+			if f.Anonymous {
+				structMetrics(ch, prefix, fv.Interface())
+			}
+		}
+	}
+}
+
+// snake turns a Go field name into snake case: DroppedQueueFull →
+// dropped_queue_full, TCPResetsSent → tcp_resets_sent.
+func snake(s string) string {
+	var b strings.Builder
+	r := []rune(s)
+	for i, c := range r {
+		if unicode.IsUpper(c) {
+			if i > 0 && (unicode.IsLower(r[i-1]) || (i+1 < len(r) && unicode.IsLower(r[i+1]) && unicode.IsUpper(r[i-1]))) {
+				b.WriteByte('_')
+			}
+			b.WriteRune(unicode.ToLower(c))
+		} else {
+			b.WriteRune(c)
+		}
+	}
+	return b.String()
+}

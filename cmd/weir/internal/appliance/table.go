@@ -1,0 +1,120 @@
+package appliance
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// WriteTable prints st as the readable tables of `weir status`: the QoS
+// levels with connections and bandwidth against their limits, then each
+// virtual server's targets with base weight, each fraction, effective weight,
+// open/max connections and health.
+func WriteTable(w io.Writer, st Status) error {
+	fmt.Fprintf(w, "weir %s — config generation %d", st.Instance, st.Generation)
+	if st.Source != "" {
+		fmt.Fprintf(w, " from %s", st.Source)
+	}
+	fmt.Fprintf(w, ", loaded %s", st.LoadedAt.Format(time.DateTime))
+	if st.Draining {
+		fmt.Fprint(w, ", DRAINING")
+	}
+	fmt.Fprintf(w, "\n%d open connections\n", st.Open)
+	if st.ReloadError != nil {
+		fmt.Fprintf(w, "last reload FAILED at %s: %s\n", st.ReloadError.At.Format(time.DateTime), st.ReloadError.Err)
+	}
+
+	fmt.Fprintln(w, "\nQoS levels")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  LEVEL\tNAME\tCONNS\tMAX\tBANDWIDTH\tMAX B/s\tSTATE")
+	for _, l := range st.Levels {
+		state := "ok"
+		if l.Over {
+			state = "OVER"
+		}
+		if l.Retired {
+			state += " (retired)"
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\t%s\t%s\t%s\n", l.Level, l.Name, l.Connections,
+			limit(l.MaxConnections, l.EnforceConnections), human(l.Bandwidth)+"/s",
+			limit(l.MaxBandwidth, l.EnforceBandwidth), state)
+	}
+	tw.Flush()
+
+	for _, s := range st.Services {
+		fmt.Fprintf(w, "\n%s (%s %s:%s, %s)", s.Name, s.Proto, strings.Join(s.VIPs, ","), s.Ports, s.Balancer)
+		if s.Class != "" {
+			fmt.Fprintf(w, " class %s", s.Class)
+		}
+		if s.Refused > 0 {
+			fmt.Fprintf(w, ", %d refused: no target", s.Refused)
+		}
+		fmt.Fprintln(w)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "  TARGET\tROLE\tOPEN/MAX\tWEIGHT\tLOSS\tTIMEOUT\tACTION\tFRACTION\tEFFECTIVE\tSTATE\tPICKED\tSKIPPED")
+		for _, t := range s.Targets {
+			loss, tmo, act, fr := "-", "-", "-", "-"
+			if e := t.Explanation; e != nil {
+				loss = fmt.Sprintf("%d%% (%s)", e.LossFraction, tenths(e.LossRatio))
+				tmo = fmt.Sprintf("%d%% (%s)", e.TimeoutFraction, tenths(e.TimeoutRatio))
+				if e.Action != "" {
+					act = fmt.Sprintf("%d%% %s", e.ActionFraction, e.Action)
+				}
+				fr = fmt.Sprintf("%d%% %s", e.Fraction, e.Winner)
+			}
+			state := "up"
+			switch {
+			case t.Down:
+				state = "down until " + t.DownUntil.Format(time.TimeOnly)
+			case !t.HealthUp:
+				state = "unhealthy"
+			case t.SlowStart > 0 && t.SlowStart < 1:
+				state = fmt.Sprintf("slow start %.0f%%", t.SlowStart*100)
+			}
+			max := "∞"
+			if t.Max > 0 {
+				max = strconv.FormatInt(t.Max, 10)
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%d/%s\t%d\t%s\t%s\t%s\t%s\t%d\t%s\t%d\t%d\n", t.Name, t.Role, t.Open, max,
+				t.Weight, loss, tmo, act, fr, t.Effective, state, t.Picked, t.SkippedAtLimit)
+		}
+		tw.Flush()
+	}
+	if len(st.Refusals) > 0 {
+		fmt.Fprintln(w, "\nRefusals")
+		for _, r := range st.Refusals {
+			fmt.Fprintf(w, "  %s %s: %d\n", r.Level, r.Limit, r.Count)
+		}
+	}
+	return nil
+}
+
+func limit(v int64, enforced bool) string {
+	if v <= 0 {
+		return "-"
+	}
+	s := strconv.FormatInt(v, 10)
+	if !enforced {
+		s += " (log)"
+	}
+	return s
+}
+
+func tenths(v int) string { return fmt.Sprintf("%d.%d%%", v/10, v%10) }
+
+// human prints a byte count with a binary unit.
+func human(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return strconv.FormatInt(n, 10) + " B"
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
