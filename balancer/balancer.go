@@ -125,7 +125,7 @@ func (b *Balancer) swap(vs *policy.VirtualServer, s policy.BalancerSettings) {
 	for name, e := range b.eff {
 		eff[name] = e.weight
 	}
-	b.tab.Store(newTable(vs, s, b.states, eff))
+	b.tab.Store(newTable(vs, s, b.states, eff, b.tab.Load()))
 }
 
 // Pick chooses a target for a new connection at now and reserves one of its

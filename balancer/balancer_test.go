@@ -117,6 +117,26 @@ func TestDistributionFollowsEffectiveWeights(t *testing.T) {
 	}
 }
 
+// TestFrequentWeightUpdates swaps tables (with the same and with changed
+// weights) every few picks, far more often than a schedule cycle: the round
+// robin must go on where it stopped, not restart and favour the first entries.
+func TestFrequentWeightUpdates(t *testing.T) {
+	b := mustNew(t, makeVS("a:1", "b:2", "c:3", "d:4"), policy.BalancerSettings{})
+	weights := []map[string]int{
+		{"a": 1, "b": 2, "c": 3, "d": 4},
+		{"a": 2, "b": 4, "c": 6, "d": 8}, // same proportions, other schedule
+	}
+	got := map[string]int{}
+	const n = 30000
+	for i := range n / 3 {
+		b.SetWeights(weights[i%2])
+		for k, v := range countPicks(t, b, 3, t0) {
+			got[k] += v
+		}
+	}
+	checkShares(t, got, weights[0], n, 0.01)
+}
+
 func TestRoundRobinIsSmooth(t *testing.T) {
 	b := mustNew(t, makeVS("a:5", "b:1", "c:1"), policy.BalancerSettings{})
 	var seq []string

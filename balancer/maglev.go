@@ -39,23 +39,30 @@ func maglevSize(n int) int {
 func buildMaglev(names []string, ws []int, m int) []uint32 {
 	const empty = ^uint32(0)
 	n := len(names)
-	offset := make([]uint64, n)
-	skip := make([]uint64, n)
-	next := make([]uint64, n)
+	pos := make([]uint64, n)  // the slot each target prefers next
+	skip := make([]uint64, n) // its permutation's step
 	credit := make([]int, n)
 	maxW := 0
 	for i, name := range names {
 		h := fnv64a(name)
-		offset[i] = mix(h) % uint64(m)
+		pos[i] = mix(h) % uint64(m)
 		skip[i] = mix(h^0x5bd1e9955bd1e995)%uint64(m-1) + 1
 		maxW = max(maxW, ws[i])
+	}
+	if maxW == 0 {
+		return nil
 	}
 	table := make([]uint32, m)
 	for i := range table {
 		table[i] = empty
 	}
-	if maxW == 0 {
-		return nil
+	// advance moves target i to its next preference:
+	// (offset + (j+1)·skip) mod M from (offset + j·skip) mod M.
+	advance := func(i int) {
+		pos[i] += skip[i]
+		if pos[i] >= uint64(m) {
+			pos[i] -= uint64(m)
+		}
 	}
 	filled := 0
 	for filled < m {
@@ -66,13 +73,11 @@ func buildMaglev(names []string, ws []int, m int) []uint32 {
 			credit[i] += ws[i]
 			for credit[i] >= maxW && filled < m {
 				credit[i] -= maxW
-				c := (offset[i] + next[i]*skip[i]) % uint64(m)
-				for table[c] != empty {
-					next[i]++
-					c = (offset[i] + next[i]*skip[i]) % uint64(m)
+				for table[pos[i]] != empty {
+					advance(i)
 				}
-				table[c] = uint32(i)
-				next[i]++
+				table[pos[i]] = uint32(i)
+				advance(i)
 				filled++
 			}
 		}

@@ -64,8 +64,10 @@ type table struct {
 
 // newTable builds a table for vs. states maps names to live state (it is
 // consulted, never changed); eff maps names to effective weights (absent: the
-// base weight).
-func newTable(vs *policy.VirtualServer, s policy.BalancerSettings, states map[string]*targetState, eff map[string]int) *table {
+// base weight). prev, the table being replaced (may be nil), lends its
+// schedule or Maglev table when the primaries and their weights are the same,
+// so a QoS sample that changes nothing costs no rebuild.
+func newTable(vs *policy.VirtualServer, s policy.BalancerSettings, states map[string]*targetState, eff map[string]int, prev *table) *table {
 	if s.RetryInterval <= 0 {
 		s.RetryInterval = policy.DefaultRetryInterval
 	}
@@ -123,7 +125,15 @@ func newTable(vs *policy.VirtualServer, s policy.BalancerSettings, states map[st
 			ws[i] = 1
 		}
 	}
-	if t.nPrimary > 0 {
+	if prev != nil {
+		// Go on where the last table's round robin stopped: restarting at 0
+		// on every QoS sample would favour the schedule's first entries
+		// whenever samples come more often than full cycles.
+		t.cursor.Store(prev.cursor.Load())
+	}
+	if prev != nil && prev.settings.Algorithm == s.Algorithm && prev.samePrimaries(t) {
+		t.sched, t.maglev = prev.sched, prev.maglev
+	} else if t.nPrimary > 0 {
 		if s.Algorithm == policy.Maglev {
 			// Build over the primaries sorted by name, so that instances
 			// listing the same targets in another order agree on the table.
@@ -148,6 +158,21 @@ func newTable(vs *policy.VirtualServer, s policy.BalancerSettings, states map[st
 		}
 	}
 	return t
+}
+
+// samePrimaries reports whether o lists the same primaries, in the same order,
+// with the same weights as t: then their schedules and Maglev tables are equal.
+func (t *table) samePrimaries(o *table) bool {
+	if t.nPrimary != o.nPrimary || t.allZero != o.allZero {
+		return false
+	}
+	for i := range t.nPrimary {
+		a, b := &t.entries[i], &o.entries[i]
+		if a.t.Name != b.t.Name || a.weight != b.weight {
+			return false
+		}
+	}
+	return true
 }
 
 // weightOf is the weight entry i is balanced with: its effective weight, or 1
