@@ -6,13 +6,15 @@ import (
 	"strings"
 )
 
-// Pos is a position in a config file: 1-based line and column (in bytes).
+// Pos is a position in a config file: 1-based line and column, the column
+// counting characters. Line 0 means the file as a whole.
 type Pos struct {
 	File string
 	Line int
 	Col  int
 }
 
+// String returns "file:line:col".
 func (p Pos) String() string {
 	return fmt.Sprintf("%s:%d:%d", p.File, p.Line, p.Col)
 }

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"weir/policy"
 )
@@ -68,6 +69,7 @@ type token struct {
 }
 
 // lexPA splits data into words, braces and line ends; comments are dropped.
+// Columns count characters (UTF-8 sequences), as the YAML parser's do.
 func lexPA(data []byte) []token {
 	var toks []token
 	line, col := 1, 1
@@ -95,7 +97,7 @@ func lexPA(data []byte) []token {
 				j++
 			}
 			toks = append(toks, token{tWord, string(data[i:j]), line, col})
-			col += j - i
+			col += utf8.RuneCount(data[i:j])
 			i = j
 			continue
 		}
