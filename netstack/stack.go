@@ -27,10 +27,12 @@ import (
 const (
 	// DefaultMinRTO is the smallest retransmission timeout. Linux and gVisor
 	// use 200 ms, made for the Internet; on a LAN with sub-millisecond RTTs a
-	// lost tail segment would then stall a connection for 200 ms. 20 ms
-	// still sits well above the scheduling jitter of a busy userspace stack
-	// (measured: spurious timeouts stay at 0 in the clean-leg test while the
-	// machine runs other tests), so a timeout still means a real loss.
+	// lost tail segment would then stall a connection for 200 ms. Measured
+	// with TestLossRatio (2 × 8 MiB per leg through memory pairs, on a
+	// shared 2-core machine): at 5 ms clean legs took spurious RTOs (1-3 per
+	// 12 000 segments), at 20 ms 0-1, at 50 and 200 ms none; 20 ms keeps a
+	// timeout meaning a real loss while recovering a lost tail 10× sooner
+	// than the Internet default.
 	DefaultMinRTO = 20 * time.Millisecond
 	// DefaultMaxRTO caps the exponential backoff of retransmissions.
 	DefaultMaxRTO = 10 * time.Second
