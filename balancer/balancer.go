@@ -91,9 +91,22 @@ func (b *Balancer) Update(vs *policy.VirtualServer, s policy.BalancerSettings) e
 		}
 	}
 	for name, st := range b.states {
+		// A pick racing this reload on the old table can still reserve on a
+		// state dropped here; its lease then releases into that state, and a
+		// target of the same name added later starts from a fresh count.
 		if !seen[name] && st.open.Load() == 0 {
 			delete(b.states, name)
 			delete(b.eff, name)
+		}
+	}
+	if s.Health.Interval <= 0 {
+		// Health checks off: nothing will ever report these targets up
+		// again, so forget what the checks said.
+		for _, st := range b.states {
+			st.mu.Lock()
+			st.health = Health{}
+			st.healthDown.Store(false)
+			st.mu.Unlock()
 		}
 	}
 	b.swap(vs, s)
@@ -131,7 +144,7 @@ func (b *Balancer) swap(vs *policy.VirtualServer, s policy.BalancerSettings) {
 // Pick chooses a target for a new connection at now and reserves one of its
 // connection slots; the caller must end the lease with Release (or Failed).
 // flowHash is a hash of the connection's 5-tuple: Maglev maps it to a target,
-// the other algorithms only use it to break ties.
+// least-conn mixes it into its sampling, round robin ignores it.
 //
 // Only primaries that are up (no failed connect within the retry interval, no
 // failed health check) and under their MaxConnections are chosen, by the
@@ -141,7 +154,7 @@ func (b *Balancer) swap(vs *policy.VirtualServer, s policy.BalancerSettings) {
 // passed over with a probability that falls from 90 % to 0 over the window,
 // but never when no other target could serve. When no primary can serve, the
 // backups are tried in configured order and the first that can serve is
-// chosen. When none can, Pick returns a *NoTargetError naming every target
+// chosen (their weights are ignored: backups are not balanced). When none can, Pick returns a *NoTargetError naming every target
 // and why.
 //
 // Pick does not allocate when it returns a target, and never blocks.

@@ -686,3 +686,67 @@ func benchVS(n int) *policy.VirtualServer {
 	}
 	return vs
 }
+
+// TestSwapsDuringConcurrentPicks reloads and re-weights while goroutines pick
+// and release: limits hold throughout and every count returns to zero.
+func TestSwapsDuringConcurrentPicks(t *testing.T) {
+	s := policy.BalancerSettings{}
+	configs := []*policy.VirtualServer{
+		makeVS("a:3:max=2", "b:1:max=3", "c:1", "z:1:backup:max=1"),
+		makeVS("a:1:max=2", "b:5:max=3", "z:1:backup:max=1"), // c removed
+		makeVS("b:1:max=3", "c:2", "a:1:max=2"),              // reordered, z removed
+	}
+	limit := map[string]int64{"a": 2, "b": 3, "z": 1}
+	b := mustNew(t, configs[0], s)
+	var live sync.Map
+	for _, name := range []string{"a", "b", "c", "z"} {
+		live.Store(name, new(atomic.Int64))
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var bad atomic.Value
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				l, err := b.Pick(t0, mix(uint64(g<<32|i)))
+				if err != nil {
+					continue
+				}
+				c, _ := live.Load(l.Name())
+				if n := c.(*atomic.Int64).Add(1); limit[l.Name()] > 0 && n > limit[l.Name()] {
+					bad.Store(fmt.Sprintf("%s: %d open, limit %d", l.Name(), n, limit[l.Name()]))
+				}
+				c.(*atomic.Int64).Add(-1)
+				l.Release()
+			}
+		}()
+	}
+	for i := range 300 {
+		if i%3 == 0 {
+			if err := b.Update(configs[i/3%len(configs)], s); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			b.SetWeights(map[string]int{"a": i % 4, "b": 2, "c": i % 3})
+		}
+	}
+	close(stop)
+	wg.Wait()
+	if v := bad.Load(); v != nil {
+		t.Fatal(v)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for name, st := range b.states {
+		if n := st.open.Load(); n != 0 {
+			t.Errorf("%s: %d open after every lease was released", name, n)
+		}
+	}
+}

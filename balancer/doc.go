@@ -8,4 +8,24 @@
 //
 // Pick does not allocate. balancer imports the standard library and policy
 // types only: never a logger, YAML, encoding/json, flag or gVisor.
+//
+// One Balancer serves one virtual server:
+//
+//   - New builds it from a *policy.VirtualServer and policy.BalancerSettings;
+//     Update swaps in a reloaded configuration, SetWeights the effective
+//     weights of a QoS sample.
+//   - Pick (or PickExcept, for retries bounded by MaxAttempts) reserves a slot
+//     on a target and returns a Lease; Lease.Release gives it back when the
+//     connection closes, Lease.Failed when the connect failed (the target is
+//     then down for the retry interval). When no target can serve, Pick
+//     returns a *NoTargetError whose message names each target and why: the
+//     503 page text and the log line.
+//   - ReportHealth feeds active health-check results through the rise/fall
+//     state machine (Health); Checker runs TCP checks in its own goroutine.
+//   - Snapshot returns every target's weights, open connections, down-state,
+//     health, slow-start factor and counters for the admin API.
+//
+// Time is always passed in, so tests drive a manual clock, and nothing here
+// logs: events such as "target at its limit, not selected" are counters
+// (TargetStatus.SkippedAtLimit) the control plane reads and reports.
 package balancer

@@ -1,0 +1,48 @@
+package balancer_test
+
+import (
+	"fmt"
+	"net/netip"
+	"time"
+
+	"weir/balancer"
+	"weir/policy"
+)
+
+// The WebSphere plug-in scenario: two members with MaxConnections 3 and 4.
+// The eighth concurrent connection is refused with the reason, and a member
+// serves again as soon as one of its connections closes.
+func Example() {
+	vs := &policy.VirtualServer{Name: "shop", Targets: []*policy.Target{
+		{Name: "wasmember05", Addr: netip.MustParseAddrPort("10.0.0.5:9080"), Weight: 1, MaxConnections: 3},
+		{Name: "wasmember06", Addr: netip.MustParseAddrPort("10.0.0.6:9080"), Weight: 1, MaxConnections: 4},
+	}}
+	b, err := balancer.New(vs, policy.BalancerSettings{})
+	if err != nil {
+		panic(err)
+	}
+	now := time.Date(2005, 5, 11, 7, 26, 23, 0, time.UTC)
+	var open []balancer.Lease
+	for range 8 {
+		l, err := b.Pick(now, 0)
+		if err != nil {
+			fmt.Println("503:", err)
+			continue
+		}
+		fmt.Println("to", l.Name(), l.Target().Addr)
+		open = append(open, l)
+	}
+	open[0].Release() // a connection to wasmember05 closes
+	l, _ := b.Pick(now, 0)
+	fmt.Println("to", l.Name())
+	// Output:
+	// to wasmember05 10.0.0.5:9080
+	// to wasmember06 10.0.0.6:9080
+	// to wasmember05 10.0.0.5:9080
+	// to wasmember06 10.0.0.6:9080
+	// to wasmember05 10.0.0.5:9080
+	// to wasmember06 10.0.0.6:9080
+	// to wasmember06 10.0.0.6:9080
+	// 503: all targets unavailable: wasmember05 (at limit 3/3), wasmember06 (at limit 4/4)
+	// to wasmember05
+}
