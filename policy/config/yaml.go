@@ -271,7 +271,7 @@ func (p *yparser) ints(k, v *yaml.Node, n int, lo, hi int64) ([]int64, bool) {
 
 func describeLen(n *yaml.Node) string {
 	if n.Kind == yaml.SequenceNode {
-		return fmt.Sprintf("%d", len(n.Content))
+		return fmt.Sprintf("a list of %d", len(n.Content))
 	}
 	return describe(n)
 }
@@ -616,13 +616,20 @@ func (p *yparser) rule(n *yaml.Node) {
 
 func (p *yparser) monitor(m *policy.Monitor, v *yaml.Node) {
 	m.Enabled = true
+	// pair parses [ratio, fraction]: tenths of a percent and a percent.
 	pair := func(k, v *yaml.Node, t, f *int) {
-		if x, ok := p.ints(k, v, 2, 1, maxRatio); ok {
-			if x[1] > maxFraction {
-				p.errf(p.deref(v), "%s: weight fraction %d is out of range 1..%d", k.Value, x[1], maxFraction)
-				return
-			}
-			*t, *f = int(x[0]), int(x[1])
+		l := p.deref(v)
+		if l == nil {
+			return
+		}
+		if l.Kind != yaml.SequenceNode || len(l.Content) != 2 {
+			p.errf(l, "%s: want [ratio, fraction], two integers, got %s", k.Value, describeLen(l))
+			return
+		}
+		x, ok1 := p.int(k, l.Content[0], 1, maxRatio)
+		y, ok2 := p.int(k, l.Content[1], 1, maxFraction)
+		if ok1 && ok2 {
+			*t, *f = int(x), int(y)
 		}
 	}
 	frac := func(k, v *yaml.Node, f *int) {
