@@ -1,6 +1,7 @@
 package config
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"math"
@@ -282,7 +283,7 @@ var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 // parseYAML decodes one file into b and returns the includes it names.
 func (p *yparser) parseYAML(data []byte) (includes []include) {
 	var doc yaml.Node
-	dec := yaml.NewDecoder(strings.NewReader(string(data)))
+	dec := yaml.NewDecoder(bytes.NewReader(data))
 	err := safeDecode(dec, &doc)
 	if err == io.EOF {
 		return nil // an empty file is an empty config
