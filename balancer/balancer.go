@@ -154,8 +154,8 @@ func (b *Balancer) swap(vs *policy.VirtualServer, s policy.BalancerSettings) {
 // passed over with a probability that falls from 90 % to 0 over the window,
 // but never when no other target could serve. When no primary can serve, the
 // backups are tried in configured order and the first that can serve is
-// chosen (their weights are ignored: backups are not balanced). When none can, Pick returns a *NoTargetError naming every target
-// and why.
+// chosen (their weights are ignored: backups are not balanced). When none
+// can, Pick returns a *NoTargetError naming every target and why.
 //
 // Pick does not allocate when it returns a target, and never blocks.
 func (b *Balancer) Pick(now time.Time, flowHash uint64) (Lease, error) {
@@ -282,6 +282,7 @@ func (t *table) pickLeastConn(ns int64, flowHash uint64, tried *Tried) (int, int
 			}
 			e := &t.entries[i]
 			if e.max > 0 && e.st.open.Load() >= e.max {
+				e.st.skippedAtLimit.Add(1)
 				return
 			}
 			w := float64(t.weightOf(i)) * float64(e.st.rampPermille(ns, t.slowStart))
