@@ -162,10 +162,10 @@ type flowShard struct {
 	slots atomic.Pointer[[]atomic.Pointer[Flow]]
 	epoch atomic.Uint64 // odd while a rebuild runs; readers retry on change
 
-	mu   sync.Mutex // serialises writers of this shard
-	live int        // guarded by mu
-	tomb int        // guarded by mu
-	max  int
+	mu   sync.Mutex   // serialises writers of this shard
+	live atomic.Int64 // written under mu, read by hasRoom without it
+	tomb int          // guarded by mu
+	max  int64
 
 	_ [64]byte // keep neighbouring shards' writer state off one cache line
 }
@@ -201,7 +201,7 @@ func NewFlowTable(o FlowTableOptions) *FlowTable {
 	}
 	for i := range t.shards {
 		s := &t.shards[i]
-		s.max = per
+		s.max = int64(per)
 		slots := make([]atomic.Pointer[Flow], size)
 		s.slots.Store(&slots)
 	}
@@ -251,6 +251,13 @@ func probe(slots []atomic.Pointer[Flow], k *FlowKey, h uint64) *Flow {
 	return nil
 }
 
+// hasRoom reports, without locking, whether h's shard is below its bound.
+// A full shard may still take a flow after Expire or an Insert that sweeps.
+func (t *FlowTable) hasRoom(h uint64) bool {
+	s := t.shard(h)
+	return s.live.Load() < s.max
+}
+
 // Insert publishes f (whose exported fields are final) under f.Key with
 // hash h, replacing any flow with the same key, and returns f; its
 // last-seen time is set to now and its target to NoTarget. A full shard
@@ -284,7 +291,7 @@ func (t *FlowTable) Insert(f *Flow, h uint64, now int64) *Flow {
 			}
 			i = (i + 1) & mask
 		}
-		if s.live >= s.max {
+		if s.live.Load() >= s.max {
 			if expired || t.expireShard(s, now) == 0 {
 				t.refused.Add(1)
 				return nil
@@ -297,7 +304,7 @@ func (t *FlowTable) Insert(f *Flow, h uint64, now int64) *Flow {
 		} else {
 			slots[i].Store(f)
 		}
-		s.live++
+		s.live.Add(1)
 		t.inserted.Add(1)
 		return f
 	}
@@ -329,10 +336,10 @@ func (t *FlowTable) expireShard(s *flowShard, now int64) int {
 			n++
 		}
 	}
-	s.live -= n
+	s.live.Add(-int64(n))
 	s.tomb += n
 	t.expired.Add(uint64(n))
-	if s.tomb > 0 && (s.live+s.tomb)*4 > len(slots)*3 || s.tomb*4 > len(slots) {
+	if s.tomb > 0 && (int(s.live.Load())+s.tomb)*4 > len(slots)*3 || s.tomb*4 > len(slots) {
 		t.rebuild(s, slots)
 	}
 	return n
@@ -369,10 +376,7 @@ func (t *FlowTable) Stats() FlowTableStats {
 		Refused:  t.refused.Load(),
 	}
 	for i := range t.shards {
-		s := &t.shards[i]
-		s.mu.Lock()
-		st.Flows += s.live
-		s.mu.Unlock()
+		st.Flows += int(t.shards[i].live.Load())
 	}
 	return st
 }

@@ -1,0 +1,411 @@
+package datapath
+
+// Engine flow
+//
+// Ingress (Port.Read: client → stack), per batch read from the inner device:
+//
+//	clock once ─► state (config, generation, meters) once ─► per packet:
+//	  Parse ─► malformed: drop (compact the batch), count by reason
+//	        ─► non-first fragment: no ports, meter as no-flow, pass
+//	        ─► IngressKey ─► FlowTable.Lookup ─► miss or stale generation:
+//	             Config.Service + Config.Classify ─► FlowTable.Insert
+//	        ─► Meters.Add(port's shard, flow row, flow target, Ingress)
+//
+// Egress (Port.Write: stack → client), per batch before the inner Write:
+//
+//	per packet: Parse ─► malformed: count, pass unchanged
+//	  ─► EgressKey ─► Lookup (classify on a miss, as above)
+//	  ─► Meters.Add(shard by flow hash, …, Egress)
+//	  ─► flow's action has SetTOS: SetTOS in place (RFC 1624 checksum)
+//
+// Every packet toward a client passes through Write, so SYN-ACKs, RSTs and
+// retransmissions are marked like the rest. Per packet nothing allocates
+// (a new flow allocates its Flow once), nothing takes a lock except the
+// flow table's shard lock when a flow is created, nothing logs.
+//
+// An offload-capable TUN (virtio-net headers, GSO/GRO) needs no change
+// here: it hands the engine whole IP packets from Read and takes them in
+// Write, splitting and coalescing below the Device interface.
+
+import (
+	"net/netip"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"weir/policy"
+)
+
+// EngineOptions configure NewEngine. The zero value works.
+type EngineOptions struct {
+	// Flows configures the flow table.
+	Flows FlowTableOptions
+	// Workers is the number of Ports expected to read concurrently (one
+	// per TUN queue or reader goroutine); zero means one. The meters get
+	// at least this many shards, and at least GOMAXPROCS, rounded up to a
+	// power of two.
+	Workers int
+	// Now is the clock, read once per batch; nil means time.Now. Tests
+	// inject a manual clock to drive flow expiry.
+	Now func() time.Time
+}
+
+// EngineStats are the engine's counters, totals since creation.
+type EngineStats struct {
+	// Dropped counts ingress packets dropped as malformed, by DropReason.
+	Dropped [numDropReasons]uint64
+	// EgressMalformed counts packets toward clients the parser rejected;
+	// they are passed on unchanged.
+	EgressMalformed uint64
+	// Fragments counts non-first fragments, which are passed on and
+	// metered as no-flow traffic.
+	Fragments uint64
+	// Marked counts packets whose ToS the engine rewrote.
+	Marked uint64
+	// Uncached counts packets classified without a flow entry because the
+	// flow table refused the flow (FlowTableStats.Refused counts flows).
+	Uncached uint64
+}
+
+// Engine is the per-packet datapath between a transport and the stack; see
+// the file comment for its flow. It is itself a Device (worker 0's Port over
+// the inner device); Worker and Attach give other workers their Ports.
+type Engine struct {
+	flows *FlowTable
+	now   func() time.Time
+	start time.Time
+	ports []*Port // Worker views over inner, created on demand; guarded by mu
+	inner Device
+
+	state atomic.Pointer[engineState]
+	mu    sync.Mutex // serialises SetConfig and Port creation
+
+	nextExpire atomic.Int64 // ns: when a Read next sweeps idle flows
+	expireStep int64
+
+	nstats   int
+	shardMax int
+	stats    []engineCounters // one per stats shard, padded
+}
+
+// engineState is what a config swap replaces whole.
+type engineState struct {
+	cfg     *policy.Config
+	gen     uint64
+	meters  *Meters
+	svcIdx  map[*policy.VirtualServer]int
+	actIdx  map[*policy.Action]int
+	noRow   int32
+	prev    *Meters   // the meters before the last swap, still settling
+	carried []Traffic // what was carried from prev, per prev row
+}
+
+type engineCounters struct {
+	dropped         [numDropReasons]atomic.Uint64
+	egressMalformed atomic.Uint64
+	fragments       atomic.Uint64
+	marked          atomic.Uint64
+	uncached        atomic.Uint64
+	_               [64]byte
+}
+
+var _ Device = (*Engine)(nil)
+
+// NewEngine returns an engine over inner classifying by cfg, which must be
+// compiled (policy.Compile).
+func NewEngine(inner Device, cfg *policy.Config, o EngineOptions) *Engine {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	shards := max(o.Workers, runtime.GOMAXPROCS(0), 1)
+	n := 1
+	for n < shards {
+		n <<= 1
+	}
+	e := &Engine{flows: NewFlowTable(o.Flows), now: o.Now, inner: inner, shardMax: n, nstats: n}
+	e.start = e.now()
+	e.stats = make([]engineCounters, n)
+	idle := o.Flows.IdleTimeout
+	if idle <= 0 {
+		idle = 5 * time.Minute
+	}
+	e.expireStep = int64(idle / 4)
+	e.nextExpire.Store(e.expireStep)
+	e.install(cfg, nil)
+	e.ports = []*Port{{e: e, inner: inner, shard: 0}}
+	return e
+}
+
+func (e *Engine) install(cfg *policy.Config, old *engineState) {
+	st := &engineState{cfg: cfg, meters: NewMeters(cfg, e.shardMax),
+		svcIdx: make(map[*policy.VirtualServer]int, len(cfg.Services)),
+		actIdx: make(map[*policy.Action]int, len(cfg.Actions))}
+	for i, vs := range cfg.Services {
+		st.svcIdx[vs] = i
+	}
+	for i, a := range cfg.Actions {
+		st.actIdx[a] = i
+	}
+	st.noRow = st.meters.NoRow()
+	if old != nil {
+		st.gen = old.gen + 1
+		if old.prev != nil {
+			// Packets counted on the meters before last after they were
+			// carried (a batch in flight during that swap) are carried now.
+			old.meters.carry(old.prev, old.carried)
+		}
+		st.prev = old.meters
+		st.carried = st.meters.carry(old.meters, nil)
+	}
+	e.state.Store(st)
+}
+
+// SetConfig swaps in a new compiled config. Cached flow decisions become
+// stale and are remade on each flow's next packet; meters carry over by
+// name (virtual server, action, target), so no counter is lost.
+func (e *Engine) SetConfig(cfg *policy.Config) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.install(cfg, e.state.Load())
+}
+
+// Config returns the config in use.
+func (e *Engine) Config() *policy.Config { return e.state.Load().cfg }
+
+// Generation returns the number of config swaps so far.
+func (e *Engine) Generation() uint64 { return e.state.Load().gen }
+
+// Meters returns the current config's meters.
+func (e *Engine) Meters() *Meters { return e.state.Load().meters }
+
+// Flows returns the flow table.
+func (e *Engine) Flows() *FlowTable { return e.flows }
+
+// Flow returns the live flow between client and server (a VIP and port)
+// with IP protocol proto, or nil. The caller may Bind a target to it.
+func (e *Engine) Flow(client, server netip.AddrPort, proto uint8) *Flow {
+	k := FlowKey{Server: server.Addr().As16(), Client: client.Addr().As16(), ServerPort: server.Port(), ClientPort: client.Port(), Proto: proto}
+	return e.flows.Lookup(&k, k.Hash(), e.clock())
+}
+
+// Stats returns the engine's counters summed over its shards.
+func (e *Engine) Stats() EngineStats {
+	var s EngineStats
+	for i := range e.stats {
+		c := &e.stats[i]
+		for r := range c.dropped {
+			s.Dropped[r] += c.dropped[r].Load()
+		}
+		s.EgressMalformed += c.egressMalformed.Load()
+		s.Fragments += c.fragments.Load()
+		s.Marked += c.marked.Load()
+		s.Uncached += c.uncached.Load()
+	}
+	return s
+}
+
+// Worker returns the Port of worker i over the inner device: a Device
+// whose Reads count into shard i. Several workers may Read the inner device
+// concurrently when it allows it (a MemDevice does).
+func (e *Engine) Worker(i int) *Port {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, p := range e.ports {
+		if p.shard == i && p.inner == e.inner {
+			return p
+		}
+	}
+	p := &Port{e: e, inner: e.inner, shard: i}
+	e.ports = append(e.ports, p)
+	return p
+}
+
+// Attach returns a Port over another device that shares the engine's flow
+// table, config and meters, counting into shard i: one per queue of a
+// multiqueue TUN.
+func (e *Engine) Attach(dev Device, i int) *Port {
+	return &Port{e: e, inner: dev, shard: i}
+}
+
+// Read implements Device as worker 0.
+func (e *Engine) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
+	return e.ports[0].Read(bufs, sizes, offset)
+}
+
+// Write implements Device as worker 0.
+func (e *Engine) Write(bufs [][]byte, offset int) (int, error) {
+	return e.ports[0].Write(bufs, offset)
+}
+
+// BatchSize implements Device.
+func (e *Engine) BatchSize() int { return e.inner.BatchSize() }
+
+// MTU implements Device.
+func (e *Engine) MTU() int { return e.inner.MTU() }
+
+// Close implements Device: it closes the inner device.
+func (e *Engine) Close() error { return e.inner.Close() }
+
+// clock returns the engine's monotonic time in ns.
+func (e *Engine) clock() int64 { return int64(e.now().Sub(e.start)) }
+
+// Port is one worker's Device view of an Engine: its Read and Write run the
+// engine's per-packet flow over its inner device, counting ingress into its
+// shard. Read must be called by one goroutine at a time per Port; Write by
+// any number (as gVisor does).
+type Port struct {
+	e     *Engine
+	inner Device
+	shard int
+}
+
+var _ Device = (*Port)(nil)
+
+// Read implements Device: it reads from the inner device and returns the
+// packets that parsed, each classified and metered (see the file comment).
+// Malformed packets are dropped and counted; Read does not return an empty
+// batch unless the inner device fails.
+func (p *Port) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
+	e := p.e
+	for {
+		n, err := p.inner.Read(bufs, sizes, offset)
+		if n == 0 {
+			return 0, err
+		}
+		now := e.clock()
+		if now >= e.nextExpire.Load() {
+			e.expire(now)
+		}
+		st := e.state.Load()
+		c := &e.stats[p.shard&(e.nstats-1)]
+		w := 0
+		var pk Packet
+		for i := range n {
+			b := bufs[i][offset : offset+sizes[i]]
+			if r := Parse(b, &pk); r != DropNone {
+				c.dropped[r].Add(1)
+				continue
+			}
+			row, target := st.noRow, int32(NoTarget)
+			if pk.NonFirstFragment {
+				c.fragments.Add(1)
+			} else {
+				k := IngressKey(&pk)
+				v := p.flow(st, &k, k.Hash(), now, c)
+				row, target = v.row, v.target
+			}
+			st.meters.Add(p.shard, row, target, Ingress, pk.Len)
+			if w != i {
+				sizes[w] = copy(bufs[w][offset:], b)
+			}
+			w++
+		}
+		if w > 0 || err != nil {
+			return w, err
+		}
+	}
+}
+
+// verdict is what the per-packet path needs from a flow.
+type verdict struct {
+	row, target int32
+	tos         uint8
+	setTOS      bool
+}
+
+// flow returns the verdict for k (hash h): from its cached flow, or, when
+// the flow is missing or was decided under an older config, from a new
+// decision, which is inserted as a Flow when the table has room. A full
+// table costs no allocation: the decision is used for this packet only and
+// counted as Uncached.
+func (p *Port) flow(st *engineState, k *FlowKey, h uint64, now int64, c *engineCounters) verdict {
+	e := p.e
+	f := e.flows.Lookup(k, h, now)
+	if f != nil && f.Gen == st.gen {
+		return verdict{f.Row, f.target.Load(), f.TOS, f.SetTOS}
+	}
+	vs, act, v := st.decide(k)
+	if f == nil && !e.flows.hasRoom(h) {
+		c.uncached.Add(1)
+		return v
+	}
+	nf := &Flow{Key: *k, Service: vs, Action: act, TOS: v.tos, SetTOS: v.setTOS, Gen: st.gen, Row: v.row}
+	if e.flows.Insert(nf, h, now) == nil {
+		c.uncached.Add(1)
+	}
+	return v
+}
+
+// decide classifies k under st's config.
+func (st *engineState) decide(k *FlowKey) (*policy.VirtualServer, *policy.Action, verdict) {
+	server, client := k.ServerAddrPort(), k.ClientAddrPort()
+	vs := st.cfg.Service(server.Addr(), server.Port())
+	act := st.cfg.Classify(k.Proto, server, client, vs)
+	v := verdict{target: NoTarget}
+	svc, ai := -1, -1
+	if vs != nil {
+		svc = st.svcIdx[vs]
+	}
+	if act != nil {
+		ai = st.actIdx[act]
+		v.tos, v.setTOS = act.OutgoingTOS, act.SetTOS
+	}
+	v.row = st.meters.Row(svc, ai)
+	return vs, act, v
+}
+
+// Write implements Device: it meters and marks each packet toward a client
+// (see the file comment), then writes the batch to the inner device. The
+// ToS byte and IPv4 checksum of bufs may be rewritten in place. Malformed
+// packets are counted and passed on unchanged.
+func (p *Port) Write(bufs [][]byte, offset int) (int, error) {
+	e := p.e
+	now := e.clock()
+	st := e.state.Load()
+	var pk Packet
+	for _, buf := range bufs {
+		if offset > len(buf) {
+			continue
+		}
+		b := buf[offset:]
+		if Parse(b, &pk) != DropNone {
+			e.stats[p.shard&(e.nstats-1)].egressMalformed.Add(1)
+			continue
+		}
+		if pk.NonFirstFragment {
+			c := &e.stats[p.shard&(e.nstats-1)]
+			c.fragments.Add(1)
+			st.meters.Add(p.shard, st.noRow, NoTarget, Egress, pk.Len)
+			continue
+		}
+		k := EgressKey(&pk)
+		h := k.Hash()
+		shard := int(h >> 8)
+		c := &e.stats[shard&(e.nstats-1)]
+		v := p.flow(st, &k, h, now, c)
+		st.meters.Add(shard, v.row, v.target, Egress, pk.Len)
+		if v.setTOS && SetTOS(b, v.tos) {
+			c.marked.Add(1)
+		}
+	}
+	return p.inner.Write(bufs, offset)
+}
+
+// expire sweeps idle flows; the first Read past nextExpire does it.
+func (e *Engine) expire(now int64) {
+	next := e.nextExpire.Load()
+	if now < next || !e.nextExpire.CompareAndSwap(next, now+e.expireStep) {
+		return
+	}
+	e.flows.Expire(now)
+}
+
+// BatchSize implements Device.
+func (p *Port) BatchSize() int { return p.inner.BatchSize() }
+
+// MTU implements Device.
+func (p *Port) MTU() int { return p.inner.MTU() }
+
+// Close implements Device: it closes the inner device.
+func (p *Port) Close() error { return p.inner.Close() }
