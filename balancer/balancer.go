@@ -261,6 +261,21 @@ func (t *table) pickRoundRobin(ns int64, tried *Tried) (int, int) {
 	return -1, int(t.sched[pos%n])
 }
 
+// lcLoad returns primary i's open connections and its weight (slow start
+// applied) if it can take a connection now.
+func (t *table) lcLoad(i int, ns int64, tried *Tried) (open, w float64, ok bool) {
+	if !t.usable(i, ns, tried) {
+		return 0, 0, false
+	}
+	e := &t.entries[i]
+	o := e.st.open.Load()
+	if e.max > 0 && o >= e.max {
+		e.st.skippedAtLimit.Add(1)
+		return 0, 0, false
+	}
+	return float64(o), float64(t.weightOf(i)) * float64(e.st.rampPermille(ns, t.slowStart)), true
+}
+
 // lcExact is the number of primaries up to which least-conn scans them all;
 // above it, it compares two schedule entries (power of two choices), which
 // keeps a pick O(1) for thousands of targets.
@@ -274,30 +289,23 @@ func (t *table) pickLeastConn(ns int64, flowHash uint64, tried *Tried) (int, int
 	pos := t.cursor.Add(1) - 1
 	first := int(t.sched[pos%n]) // the round-robin pick wins ties
 	for range 3 {
-		best := -1
-		var bestLoad float64
-		consider := func(i int) {
-			if !t.usable(i, ns, tried) {
-				return
-			}
-			e := &t.entries[i]
-			if e.max > 0 && e.st.open.Load() >= e.max {
-				e.st.skippedAtLimit.Add(1)
-				return
-			}
-			w := float64(t.weightOf(i)) * float64(e.st.rampPermille(ns, t.slowStart))
-			load := float64(e.st.open.Load()) / w
-			if best < 0 || load < bestLoad {
-				best, bestLoad = i, load
+		// best minimises open/weight, compared cross-multiplied.
+		best, bestOpen, bestW := -1, 0.0, 0.0
+		try := func(i int) {
+			if open, w, ok := t.lcLoad(i, ns, tried); ok && (best < 0 || open*bestW < bestOpen*w) {
+				best, bestOpen, bestW = i, open, w
 			}
 		}
 		if t.nPrimary <= lcExact {
-			for k := range t.nPrimary {
-				consider((first + k) % t.nPrimary)
+			for i := first; i < t.nPrimary; i++ {
+				try(i)
+			}
+			for i := 0; i < first; i++ {
+				try(i)
 			}
 		} else {
-			consider(first)
-			consider(int(t.sched[mix(pos^flowHash)%n]))
+			try(first)
+			try(int(t.sched[mix(pos^flowHash)%n]))
 		}
 		if best < 0 {
 			break
