@@ -325,6 +325,12 @@ func (p *Port) flow(st *engineState, k *FlowKey, h uint64, now int64, c *engineC
 	if f != nil && f.Gen == st.gen {
 		return verdict{f.Row, f.target.Load(), f.TOS, f.SetTOS}
 	}
+	return p.newFlow(st, k, h, now, c, f)
+}
+
+// newFlow decides k's flow (f is its stale entry or nil) and inserts it.
+func (p *Port) newFlow(st *engineState, k *FlowKey, h uint64, now int64, c *engineCounters, f *Flow) verdict {
+	e := p.e
 	vs, act, v := st.decide(k)
 	if f == nil && !e.flows.hasRoom(h) {
 		c.uncached.Add(1)
