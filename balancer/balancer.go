@@ -406,12 +406,13 @@ type Lease struct {
 // Target returns the chosen target (nil for the zero Lease).
 func (l *Lease) Target() *policy.Target { return l.t }
 
-// Name returns the chosen target's name.
+// Name returns the chosen target's name ("" for the zero Lease), also after
+// Release.
 func (l *Lease) Name() string {
-	if l.st == nil {
+	if l.t == nil {
 		return ""
 	}
-	return l.st.name
+	return l.t.Name
 }
 
 // Backup reports whether the target is a backup, chosen because no primary

@@ -750,3 +750,25 @@ func TestSwapsDuringConcurrentPicks(t *testing.T) {
 		}
 	}
 }
+
+func TestLeaseZeroAndAfterRelease(t *testing.T) {
+	var zero Lease
+	zero.Release()
+	zero.Failed(t0)
+	if zero.Held() || zero.Target() != nil || zero.Name() != "" || zero.Backup() {
+		t.Errorf("zero lease: %+v", zero)
+	}
+	b := mustNew(t, makeVS("a:1:max=1"), policy.BalancerSettings{})
+	l, err := b.Pick(t0, 0)
+	if err != nil || !l.Held() {
+		t.Fatalf("pick: %v, held %v", err, l.Held())
+	}
+	l.Release()
+	l.Failed(t0) // after Release: no-op, a stays up
+	if l.Held() || l.Name() != "a" || l.Target().Name != "a" {
+		t.Errorf("after release: held %v, name %q", l.Held(), l.Name())
+	}
+	if st := b.Snapshot(t0).Targets[0]; st.Open != 0 || st.Down || st.Failed != 0 {
+		t.Errorf("after release and late Failed: %+v", st)
+	}
+}

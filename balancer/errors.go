@@ -23,6 +23,7 @@ const (
 	AlreadyTried
 )
 
+// String returns the reason as the refusal text words it.
 func (w Why) String() string {
 	switch w {
 	case AtLimit:
@@ -103,6 +104,7 @@ type NoTargetError struct {
 	picked int // refuse found a target after all: its index; else -1
 }
 
+// Error returns the refusal text: the 503 page body and the log line.
 func (e *NoTargetError) Error() string {
 	var sb strings.Builder
 	if e.Exhausted {
