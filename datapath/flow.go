@@ -44,36 +44,22 @@ type FlowKey struct {
 
 // IngressKey returns the key of a packet travelling client → server.
 func IngressKey(p *Packet) FlowKey {
-	var k FlowKey
-	k.Server, k.Client, k.ServerPort, k.ClientPort, k.Proto = as16(p.Dst), as16(p.Src), p.DstPort, p.SrcPort, p.Proto
-	return k
+	return FlowKey{Server: p.Dst, Client: p.Src, ServerPort: p.DstPort, ClientPort: p.SrcPort, Proto: p.Proto}
 }
 
 // EgressKey returns the key of a packet travelling server → client.
 func EgressKey(p *Packet) FlowKey {
-	var k FlowKey
-	k.Server, k.Client, k.ServerPort, k.ClientPort, k.Proto = as16(p.Src), as16(p.Dst), p.SrcPort, p.DstPort, p.Proto
-	return k
-}
-
-// as16 is netip.Addr.As16 for the addresses Parse makes (IPv4 or IPv6,
-// never zoned), a little cheaper for IPv4.
-func as16(a netip.Addr) [16]byte {
-	if a.Is4() {
-		v := a.As4()
-		return [16]byte{10: 0xff, 11: 0xff, 12: v[0], 13: v[1], 14: v[2], 15: v[3]}
-	}
-	return a.As16()
+	return FlowKey{Server: p.Src, Client: p.Dst, ServerPort: p.SrcPort, ClientPort: p.DstPort, Proto: p.Proto}
 }
 
 // ServerAddrPort returns the server side as an address and port.
 func (k *FlowKey) ServerAddrPort() netip.AddrPort {
-	return netip.AddrPortFrom(netip.AddrFrom16(k.Server).Unmap(), k.ServerPort)
+	return netip.AddrPortFrom(addrFrom16(k.Server), k.ServerPort)
 }
 
 // ClientAddrPort returns the client side as an address and port.
 func (k *FlowKey) ClientAddrPort() netip.AddrPort {
-	return netip.AddrPortFrom(netip.AddrFrom16(k.Client).Unmap(), k.ClientPort)
+	return netip.AddrPortFrom(addrFrom16(k.Client), k.ClientPort)
 }
 
 // Hash returns the key's 64-bit hash: the addresses and ports folded into

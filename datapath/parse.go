@@ -84,7 +84,10 @@ func (r DropReason) String() string {
 // the parser fills one per packet in place, and it holds no reference to
 // the buffer.
 type Packet struct {
-	Src, Dst netip.Addr
+	// Src and Dst are the addresses, IPv4 ones IPv4-mapped
+	// (::ffff:a.b.c.d) so that both versions share one layout; SrcAddr and
+	// DstAddr return them as netip.Addr.
+	Src, Dst [16]byte
 	// Len is the datagram's length from its IP header (total length, or
 	// 40 + payload length); bytes after it in the buffer are padding.
 	Len int
@@ -110,11 +113,28 @@ type Packet struct {
 	Fragment, NonFirstFragment bool
 }
 
+// SrcAddr returns the source address (an IPv4 one unmapped).
+func (p *Packet) SrcAddr() netip.Addr { return addrFrom16(p.Src) }
+
+// DstAddr returns the destination address (an IPv4 one unmapped).
+func (p *Packet) DstAddr() netip.Addr { return addrFrom16(p.Dst) }
+
 // SrcAddrPort returns the source address and port.
-func (p *Packet) SrcAddrPort() netip.AddrPort { return netip.AddrPortFrom(p.Src, p.SrcPort) }
+func (p *Packet) SrcAddrPort() netip.AddrPort { return netip.AddrPortFrom(p.SrcAddr(), p.SrcPort) }
 
 // DstAddrPort returns the destination address and port.
-func (p *Packet) DstAddrPort() netip.AddrPort { return netip.AddrPortFrom(p.Dst, p.DstPort) }
+func (p *Packet) DstAddrPort() netip.AddrPort { return netip.AddrPortFrom(p.DstAddr(), p.DstPort) }
+
+// addrFrom16 turns a stored address back into a netip.Addr, IPv4-mapped
+// ones into IPv4.
+func addrFrom16(a [16]byte) netip.Addr { return netip.AddrFrom16(a).Unmap() }
+
+// put4 stores an IPv4 address IPv4-mapped.
+func put4(dst *[16]byte, src []byte) {
+	binary.LittleEndian.PutUint64(dst[0:8], 0)
+	binary.LittleEndian.PutUint32(dst[8:12], 0xffff0000)
+	copy(dst[12:16], src[:4])
+}
 
 // Parse parses the IP datagram b into p and returns DropNone, or the reason
 // the packet must be dropped (p is then partially filled). It never
@@ -153,8 +173,8 @@ func parse4(b []byte, p *Packet) DropReason {
 	p.Proto = b[9]
 	p.Len = total
 	p.L4Off = ihl
-	p.Src = netip.AddrFrom4([4]byte(b[12:16]))
-	p.Dst = netip.AddrFrom4([4]byte(b[16:20]))
+	put4(&p.Src, b[12:16])
+	put4(&p.Dst, b[16:20])
 	frag := binary.BigEndian.Uint16(b[6:8])
 	if frag&0x3fff != 0 { // MF or an offset
 		p.Fragment = true
@@ -182,8 +202,8 @@ func parse6(b []byte, p *Packet) DropReason {
 	p.Version = 6
 	p.TOS = b[0]<<4 | b[1]>>4
 	p.Len = total
-	p.Src = netip.AddrFrom16([16]byte(b[8:24]))
-	p.Dst = netip.AddrFrom16([16]byte(b[24:40]))
+	p.Src = [16]byte(b[8:24])
+	p.Dst = [16]byte(b[24:40])
 	off := 40
 	for i := 0; ; i++ {
 		switch next {

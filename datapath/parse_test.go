@@ -12,8 +12,9 @@ import (
 func cat(bs ...[]byte) []byte { return bytes.Join(bs, nil) }
 
 func TestParse(t *testing.T) {
-	c4, v4 := netip.MustParseAddr("198.18.0.2"), netip.MustParseAddr("198.18.0.1")
-	c6, v6 := netip.MustParseAddr("fd00::2"), netip.MustParseAddr("fd00::1")
+	a16 := func(s string) [16]byte { return netip.MustParseAddr(s).As16() }
+	c4, v4 := a16("198.18.0.2"), a16("198.18.0.1")
+	c6, v6 := a16("fd00::2"), a16("fd00::1")
 
 	withOpts := func() []byte {
 		ip := ip4(client4, vip4, layers.IPProtocolTCP)
@@ -101,6 +102,12 @@ func TestParse(t *testing.T) {
 			}
 			if p != tt.want {
 				t.Errorf("Parse =\n  %+v\nwant\n  %+v", p, tt.want)
+			}
+			if got, want := p.SrcAddrPort(), netip.AddrPortFrom(netip.AddrFrom16(tt.want.Src).Unmap(), tt.want.SrcPort); got != want {
+				t.Errorf("SrcAddrPort = %v, want %v", got, want)
+			}
+			if got := p.DstAddr(); got.Is4() != (p.Version == 4) {
+				t.Errorf("DstAddr %v for version %d", got, p.Version)
 			}
 		})
 	}
