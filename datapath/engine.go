@@ -279,6 +279,7 @@ func (p *Port) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 		}
 		st := e.state.Load()
 		c := &e.stats[p.shard&(e.nstats-1)]
+		run := meterRun{m: st.meters, shard: p.shard, d: Ingress}
 		w := 0
 		var pk Packet
 		for i := range n {
@@ -295,12 +296,13 @@ func (p *Port) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 				v := p.flow(st, &k, k.Hash(), now, c)
 				row, target = v.row, v.target
 			}
-			st.meters.Add(p.shard, row, target, Ingress, pk.Len)
+			run.add(row, target, pk.Len)
 			if w != i {
 				sizes[w] = copy(bufs[w][offset:], b)
 			}
 			w++
 		}
+		run.flush()
 		if w > 0 || err != nil {
 			return w, err
 		}
@@ -369,6 +371,10 @@ func (p *Port) Write(bufs [][]byte, offset int) (int, error) {
 	e := p.e
 	now := e.clock()
 	st := e.state.Load()
+	// Egress comes from many goroutines at once (gVisor): each batch
+	// counts into a shard picked by its first flow's hash rather than the
+	// Port's, which spreads the writers over the shards.
+	run := meterRun{m: st.meters, shard: -1, d: Egress}
 	var pk Packet
 	for _, buf := range bufs {
 		if offset > len(buf) {
@@ -380,21 +386,26 @@ func (p *Port) Write(bufs [][]byte, offset int) (int, error) {
 			continue
 		}
 		if pk.NonFirstFragment {
-			c := &e.stats[p.shard&(e.nstats-1)]
-			c.fragments.Add(1)
-			st.meters.Add(p.shard, st.noRow, NoTarget, Egress, pk.Len)
+			e.stats[p.shard&(e.nstats-1)].fragments.Add(1)
+			if run.shard < 0 {
+				run.shard = p.shard
+			}
+			run.add(st.noRow, NoTarget, pk.Len)
 			continue
 		}
 		k := EgressKey(&pk)
 		h := k.Hash()
-		shard := int(h >> 8)
-		c := &e.stats[shard&(e.nstats-1)]
+		if run.shard < 0 {
+			run.shard = int(h >> 8)
+		}
+		c := &e.stats[run.shard&(e.nstats-1)]
 		v := p.flow(st, &k, h, now, c)
-		st.meters.Add(shard, v.row, v.target, Egress, pk.Len)
+		run.add(v.row, v.target, pk.Len)
 		if v.setTOS && SetTOS(b, v.tos) {
 			c.marked.Add(1)
 		}
 	}
+	run.flush()
 	return p.inner.Write(bufs, offset)
 }
 

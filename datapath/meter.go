@@ -153,6 +153,50 @@ func (m *Meters) Add(shard int, row int32, target int32, d Dir, n int) {
 	}
 }
 
+// AddN counts packets packets of bytes bytes in total, as Add does for
+// one.
+func (m *Meters) AddN(shard int, row int32, target int32, d Dir, packets, bytes uint64) {
+	c := m.shards[shard&m.mask].c
+	i := int(row)*4 + int(d)*2
+	if uint(i+1) < uint(len(c)) {
+		c[i].Add(packets)
+		c[i+1].Add(bytes)
+	}
+	if target >= 0 && int(target) < m.nTargets {
+		j := (m.nSvc*m.nAct+int(target))*4 + int(d)*2
+		c[j].Add(packets)
+		c[j+1].Add(bytes)
+	}
+}
+
+// meterRun coalesces the packets of one batch that fall in the same row
+// (and target) in a row, so that a batch of one service's traffic costs a
+// few atomic adds instead of two per packet. It lives on the stack of one
+// Read or Write call; flush must be called before the call returns.
+type meterRun struct {
+	m             *Meters
+	shard         int
+	d             Dir
+	row, target   int32
+	packets, size uint64
+}
+
+func (r *meterRun) add(row, target int32, n int) {
+	if row != r.row || target != r.target {
+		r.flush()
+		r.row, r.target = row, target
+	}
+	r.packets++
+	r.size += uint64(n)
+}
+
+func (r *meterRun) flush() {
+	if r.packets > 0 {
+		r.m.AddN(r.shard, r.row, r.target, r.d, r.packets, r.size)
+		r.packets, r.size = 0, 0
+	}
+}
+
 // rowTraffic sums row r over the shards.
 func (m *Meters) rowTraffic(r int) Traffic {
 	var t Traffic
