@@ -184,35 +184,87 @@ func (t *table) weightOf(i int) int {
 	return t.entries[i].weight
 }
 
+// nginxBudget bounds the work (entries × weighted targets) spent building a
+// schedule with nginx's algorithm; beyond it the O(log n) builder is used.
+const nginxBudget = 1 << 24
+
 // schedule returns primary indices interleaved in proportion to ws: over the
 // whole schedule index i appears exactly ws[i] times (after reduction by the
 // greatest common divisor and, beyond maxSchedule, scaling), and every prefix
 // is close to proportional, so a cursor walking it is a smooth weighted round
-// robin.
+// robin, and picking is one atomic add and one load whatever the target count.
 //
-// It is built by earliest-deadline-first, the stride-scheduling form of
-// smooth weighted round robin: the c-th pick of target i (from 0) has the
-// virtual deadline (c+½)/w_i, and the schedule lists deadlines in order (ties
-// to the lower index). For weights 5, 1, 1 it yields a a a b c a a where
-// nginx's running-sum algorithm yields a a b a c a a; both hand each target
-// its share every cycle and keep each target's count within a pick or two of
-// proportional at every prefix. Unlike the running sum, which costs O(n) per
-// pick, this costs O(log n) per entry to build, so 10 000 targets build in
-// milliseconds, and picking is one atomic add and one load.
+// The schedule is nginx's smooth weighted round robin, run once over a whole
+// cycle (for weights 5, 1, 1: a a b a c a a), which keeps every target within
+// one pick of its share at every prefix. That costs O(n) per entry, so when
+// entries × targets exceeds nginxBudget (thousands of targets with large
+// weights) the schedule is built by earliest-deadline-first instead: O(log n)
+// per entry, within about 2 picks of proportional (see scheduleEDF).
 func schedule(ws []int) []uint32 {
 	w := reduceWeights(ws)
-	total := 0
+	total, live := 0, 0
 	for _, x := range w {
 		total += x
+		if x > 0 {
+			live++
+		}
 	}
 	if total == 0 {
 		return nil
 	}
-	// A binary min-heap of indices ordered by deadline (2c+1)/(2w).
+	if total*live <= nginxBudget {
+		return scheduleNginx(w, total)
+	}
+	return scheduleEDF(w, total)
+}
+
+// scheduleNginx runs nginx's algorithm (ngx_http_upstream_get_peer) for one
+// cycle of total picks: every pick, each target's current weight grows by its
+// weight, the largest (first on ties) is chosen and loses total.
+func scheduleNginx(w []int, total int) []uint32 {
+	var idx []int
+	for i, x := range w {
+		if x > 0 {
+			idx = append(idx, i)
+		}
+	}
+	cur := make([]int, len(w))
+	out := make([]uint32, 0, total)
+	for range total {
+		best := -1
+		for _, i := range idx {
+			cur[i] += w[i]
+			if best < 0 || cur[i] > cur[best] {
+				best = i
+			}
+		}
+		cur[best] -= total
+		out = append(out, uint32(best))
+	}
+	return out
+}
+
+// scheduleEDF builds the schedule by earliest-deadline-first, the
+// stride-scheduling form of smooth weighted round robin, using a heap: the
+// c-th pick of target i (from 0) has the virtual deadline (c+φᵢ)/wᵢ, and the
+// schedule lists deadlines in order. The phases φᵢ in (0, 1) are spread by
+// the golden ratio so that light targets do not all fall due at the same
+// moment of the cycle (with φ = ½ for all, a weight-1000 target among forty
+// weight-1 ones drifts 19 picks from its share; staggered, under 2). Each
+// target gets exactly its weight per cycle, since (c+φ)/w < 1 exactly for
+// c < w.
+func scheduleEDF(w []int, total int) []uint32 {
+	// Phases as fractions of q; deadlines compared cross-multiplied, which
+	// stays below 2^57 for counts and weights up to maxSchedule.
+	const q = 1 << 16
+	phase := make([]int, len(w))
+	for i := range phase {
+		f := float64(i+1) * 0.6180339887498949
+		phase[i] = 1 + int((f-float64(int(f)))*(q-2))
+	}
 	count := make([]int, len(w))
 	less := func(a, b int) bool {
-		// (2ca+1)/wa < (2cb+1)/wb, cross-multiplied; values stay below 2^42.
-		l, r := (2*count[a]+1)*w[b], (2*count[b]+1)*w[a]
+		l, r := (count[a]*q+phase[a])*w[b], (count[b]*q+phase[b])*w[a]
 		if l != r {
 			return l < r
 		}
