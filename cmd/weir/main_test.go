@@ -134,9 +134,11 @@ func TestCheckErrors(t *testing.T) {
 }
 
 func TestVersion(t *testing.T) {
-	code, out, errs := run("version")
-	if code != 0 || out != "weir "+version+"\n" || errs != "" {
-		t.Errorf("version: exit %d, stdout %q, stderr %q", code, out, errs)
+	for _, args := range [][]string{{"version"}, {"--version"}} {
+		code, out, errs := run(args...)
+		if code != 0 || out != "weir "+version+"\n" || errs != "" {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q", args, code, out, errs)
+		}
 	}
 }
 

@@ -20,9 +20,11 @@ func newRootCmd() *cobra.Command {
 		Long: "weir captures traffic into a userspace TCP/IP stack, measures every connection,\n" +
 			"enforces Sun-style QoS limits and balances over targets whose weights follow\n" +
 			"the measured TCP quality (z/OS Sysplex Distributor style).",
+		Version:       version,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	root.SetVersionTemplate("weir {{.Version}}\n")
 	root.AddCommand(
 		newCheckCmd(),
 		newVersionCmd(),

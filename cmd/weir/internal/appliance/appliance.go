@@ -113,6 +113,7 @@ type Appliance struct {
 	explAt time.Time
 
 	counters counters
+	totals   datapath.MeterTotals // recompute loop only
 	limiter  obs.Limiter
 
 	stop chan struct{}
@@ -173,8 +174,7 @@ func New(opts Options) (*Appliance, error) {
 	}
 	a.bals.Store(&bals)
 
-	a.engine = datapath.NewEngine(opts.Front, datapath.EngineOptions{})
-	a.engine.SetConfig(cfg)
+	a.engine = datapath.NewEngine(opts.Front, cfg, datapath.EngineOptions{})
 
 	a.stack, err = netstack.New(opts.Stack)
 	if err != nil {
@@ -381,7 +381,31 @@ func (a *Appliance) Admit(req *netstack.ConnRequest) netstack.Decision {
 func (a *Appliance) accept(vs *policy.VirtualServer, req *netstack.ConnRequest, l *balancer.Lease) netstack.Decision {
 	cfg := a.cfg.Load()
 	action := cfg.Classify(6, req.VIP, req.Client, vs)
+	// Bind the datapath flow to its target so the target's meters count it.
+	if f := a.engine.Flow(req.Client, req.VIP, 6); f != nil {
+		if m := a.engine.Meters(); m.Config() == cfg {
+			if si, ti, ok := targetIndex(cfg, vs.Name, l.Name()); ok {
+				f.Bind(m.TargetID(si, ti))
+			}
+		}
+	}
 	return netstack.Decision{Verdict: netstack.Accept, Target: l.Target(), Action: action}
+}
+
+// targetIndex finds a target's position in cfg: its service's index and its
+// own index in that service.
+func targetIndex(cfg *policy.Config, service, target string) (si, ti int, ok bool) {
+	for si, vs := range cfg.Services {
+		if vs.Name != service {
+			continue
+		}
+		for ti, t := range vs.Targets {
+			if t.Name == target {
+				return si, ti, true
+			}
+		}
+	}
+	return 0, 0, false
 }
 
 // refuse answers a refusal the way the service speaks: an http service gets

@@ -36,10 +36,13 @@ func (a *Appliance) recomputeLoop() {
 // feedBytes credits each virtual server with the bytes the datapath metered
 // for it since the previous call. prev holds the totals already fed, by
 // service name, so that a reload (new service objects) loses nothing.
-func (a *Appliance) feedBytes(cfg *policy.Config, prev map[string]uint64) map[string]uint64 {
+func (a *Appliance) feedBytes(_ *policy.Config, prev map[string]uint64) map[string]uint64 {
+	m := a.engine.Meters()
+	cfg := m.Config()
+	m.Totals(&a.totals)
 	next := make(map[string]uint64, len(cfg.Services))
-	for _, vs := range cfg.Services {
-		total := a.engine.ServiceBytes(vs)
+	for i, vs := range cfg.Services {
+		total := a.totals.Services[i].Bytes()
 		if p, ok := prev[vs.Name]; ok && total > p {
 			a.adm.AddBytes(vs, total-p)
 		} else if !ok && total > 0 {

@@ -6,6 +6,8 @@ import (
 	"unicode"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"weir/datapath"
 )
 
 // collector exports the appliance's state at scrape time: nothing on the
@@ -31,6 +33,7 @@ var (
 	descTPicked    = prometheus.NewDesc("weir_target_picked_total", "Connections given to the target.", []string{"service", "target"}, nil)
 	descTFailed    = prometheus.NewDesc("weir_target_connect_failures_total", "Connects to the target that failed.", []string{"service", "target"}, nil)
 	descTSkipped   = prometheus.NewDesc("weir_target_skipped_at_limit_total", "Picks that passed the target over at maxConnections.", []string{"service", "target"}, nil)
+	descDropped    = prometheus.NewDesc("weir_datapath_dropped_total", "Packets from clients dropped before the stack, by reason.", []string{"reason"}, nil)
 	descNoTarget   = prometheus.NewDesc("weir_service_no_target_total", "Connections refused because no target could serve.", []string{"service"}, nil)
 )
 
@@ -89,6 +92,13 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 				gauge(descTFraction, float64(e.DefaultFraction), s.Name, t.Name, "default")
 				gauge(descTFraction, float64(e.ActionFraction), s.Name, t.Name, "action")
 				gauge(descTFraction, float64(e.Fraction), s.Name, t.Name, "total")
+			}
+		}
+	}
+	if ds, ok := st.Datapath.(datapath.EngineStats); ok {
+		for i, n := range ds.Dropped {
+			if r := datapath.DropReason(i); r != datapath.DropNone {
+				counter(descDropped, float64(n), r.String())
 			}
 		}
 	}
