@@ -71,8 +71,6 @@ func (k *FlowKey) Hash() uint64 {
 		(uint64(k.ServerPort)<<24 | uint64(k.ClientPort)<<8 | uint64(k.Proto))
 	y := le.Uint64(k.Client[0:8]) ^ bits.RotateLeft64(le.Uint64(k.Client[8:16]), 43)
 	hi, lo := bits.Mul64(x^0xa0761d6478bd642f, y^0xe7037ed1a0b428db)
-	h := hi ^ lo
-	hi, lo = bits.Mul64(h^0x8ebc6af09c88c6e3, 0x589965cc75374cc3)
 	return hi ^ lo
 }
 
