@@ -40,9 +40,11 @@ type table struct {
 	// configured order.
 	entries  []entry
 	nPrimary int
-	// allZero is set when every primary has effective weight 0: they are then
-	// balanced as if each had weight 1 (as z/OS WLM does), rather than
-	// refusing every connection while healthy targets idle.
+	// allZero is set when every primary has effective weight 0 (every
+	// target reported fully degraded): they are then balanced as if each had
+	// weight 1, rather than refusing every connection while targets that can
+	// take it stand idle. A weight of 0 steers traffic to the others; it is
+	// not a reason to refuse when there are no others.
 	allZero bool
 
 	retry     int64 // retry interval, ns
