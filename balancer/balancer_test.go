@@ -77,6 +77,7 @@ func checkShares(t *testing.T, got map[string]int, weights map[string]int, n int
 	for _, w := range weights {
 		total += w
 	}
+	worst := 0.0
 	for name, w := range weights {
 		want := float64(n) * float64(w) / float64(total)
 		if w == 0 {
@@ -85,10 +86,13 @@ func checkShares(t *testing.T, got map[string]int, weights map[string]int, n int
 			}
 			continue
 		}
-		if d := math.Abs(float64(got[name])-want) / want; d > tol {
+		d := math.Abs(float64(got[name])-want) / want
+		worst = max(worst, d)
+		if d > tol {
 			t.Errorf("%s: %d picks, want %.0f (error %.2f%% > %.2f%%)", name, got[name], want, 100*d, 100*tol)
 		}
 	}
+	t.Logf("%d picks over weights %v: worst error %.3f%% of a target's expected count", n, weights, 100*worst)
 }
 
 func TestDistributionFollowsEffectiveWeights(t *testing.T) {
