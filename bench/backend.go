@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -50,6 +51,10 @@ func (b *Backend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if n <= m || b.maxSeen.CompareAndSwap(m, n) {
 			break
 		}
+	}
+	// Read the whole request body (an upload) before answering.
+	if _, err := io.Copy(io.Discard, r.Body); err != nil {
+		return
 	}
 	if b.Delay > 0 {
 		t := time.NewTimer(b.Delay)

@@ -29,6 +29,9 @@ type Load struct {
 	Duration time.Duration // 0 means 30 s, a hard bound in every case
 	Timeout  time.Duration // per request; 0 means 5 s
 	Path     string        // request path; "" means "/"
+	// Upload, when > 0, makes each request a POST carrying this many bytes,
+	// so the client → target direction carries bulk data.
+	Upload int
 }
 
 // Result is what a load saw.
@@ -154,7 +157,14 @@ func (l Load) one(ctx context.Context, timeout time.Duration, path string) outco
 	if dl, ok := ctx.Deadline(); ok {
 		c.SetDeadline(dl)
 	}
-	if _, err := fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", path, l.Addr); err != nil {
+	if l.Upload > 0 {
+		if _, err := fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\nContent-Length: %d\r\n\r\n", path, l.Addr, l.Upload); err != nil {
+			return outcome{err: err}
+		}
+		if _, err := c.Write(uploadBody(l.Upload)); err != nil {
+			return outcome{err: err}
+		}
+	} else if _, err := fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", path, l.Addr); err != nil {
 		return outcome{err: err}
 	}
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
@@ -172,6 +182,24 @@ func (l Load) one(ctx context.Context, timeout time.Duration, path string) outco
 		o.reason = ReasonOf(string(body))
 	}
 	return o
+}
+
+var (
+	uploadMu  sync.Mutex
+	uploadBuf []byte
+)
+
+// uploadBody returns n bytes of request body, shared read-only.
+func uploadBody(n int) []byte {
+	uploadMu.Lock()
+	defer uploadMu.Unlock()
+	if len(uploadBuf) < n {
+		uploadBuf = make([]byte, n)
+		for i := range uploadBuf {
+			uploadBuf[i] = 'u'
+		}
+	}
+	return uploadBuf[:n]
 }
 
 // ReasonOf extracts the limit named by a weir 503 page: the text of its

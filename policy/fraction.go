@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"fmt"
 	"math"
 	"math/bits"
 	"strconv"
@@ -137,6 +138,18 @@ func (w Winner) String() string {
 // MarshalText encodes w as its String form, so an encoded Explanation reads
 // "won": "loss" rather than a number.
 func (w Winner) MarshalText() ([]byte, error) { return []byte(w.String()), nil }
+
+// UnmarshalText parses a String form back, so a client of the admin API
+// (weir status) can decode an Explanation.
+func (w *Winner) UnmarshalText(b []byte) error {
+	for v := WinNone; v <= WinTimeout; v++ {
+		if v.String() == string(b) {
+			*w = v
+			return nil
+		}
+	}
+	return fmt.Errorf("unknown winner %q", b)
+}
 
 // Explanation is one target's weight for one sampling interval together with
 // everything that produced it: the inputs, each partial fraction, which one

@@ -554,3 +554,17 @@ func BenchmarkFraction(b *testing.B) {
 		b.Fatalf("fraction %d", prev.Fraction)
 	}
 }
+
+func TestWinnerTextRoundTrip(t *testing.T) {
+	for w := WinNone; w <= WinTimeout; w++ {
+		b, _ := w.MarshalText()
+		var got Winner
+		if err := got.UnmarshalText(b); err != nil || got != w {
+			t.Errorf("%v: round trip gave %v, %v", w, got, err)
+		}
+	}
+	var w Winner
+	if err := w.UnmarshalText([]byte("nonsense")); err == nil {
+		t.Error("nonsense accepted")
+	}
+}
