@@ -102,7 +102,8 @@ type Device struct {
 }
 
 type direction struct {
-	rates Rates
+	rates  Rates
+	faulty atomic.Bool // rates != Rates{}: Write's fast path checks it
 	mu    sync.Mutex // guards rng
 	rng   *rand.Rand
 	stats struct {
@@ -132,8 +133,10 @@ func New(inner datapath.Device, o Options) *Device {
 	d := &Device{inner: inner, opts: o, wake: make(chan struct{}, 1)}
 	d.readIn, d.readOut = datapath.NewPipe(datapath.PipeOptions{MTU: inner.MTU(), QueueLen: o.ReadQueue, BatchSize: inner.BatchSize()})
 	d.dirs[dirWrite].rates = o.Write
+	d.dirs[dirWrite].faulty.Store(o.Write != (Rates{}))
 	d.dirs[dirWrite].rng = rand.New(rand.NewPCG(o.Seed, 0x9e3779b97f4a7c15))
 	d.dirs[dirRead].rates = o.Read
+	d.dirs[dirRead].faulty.Store(o.Read != (Rates{}))
 	d.dirs[dirRead].rng = rand.New(rand.NewPCG(o.Seed, 0xc2b2ae3d27d4eb4f))
 	if o.Write.delays() || o.Read.delays() {
 		mtu := inner.MTU()
@@ -157,15 +160,14 @@ type decision struct {
 	kind  int           // for counting: 0 none, 1 reordered, 2 delayed
 }
 
+// decide draws one packet's fate; dr.mu is held.
 func (d *Device) decide(dir int) decision {
 	dr := &d.dirs[dir]
 	r := dr.rates
 	var dec decision
-	dr.stats.packets.Add(1)
 	if r == (Rates{}) {
 		return dec
 	}
-	dr.mu.Lock()
 	dec.drop = r.Drop > 0 && dr.rng.Float64() < r.Drop
 	if !dec.drop {
 		dec.dup = r.Duplicate > 0 && dr.rng.Float64() < r.Duplicate
@@ -181,7 +183,6 @@ func (d *Device) decide(dir int) decision {
 			dec.kind = 1
 		}
 	}
-	dr.mu.Unlock()
 	switch {
 	case dec.drop:
 		dr.stats.dropped.Add(1)
@@ -207,6 +208,10 @@ var batchers = sync.Pool{New: func() any { return new(batcher) }}
 // process applies dir's faults to pkts (each already sliced past the
 // offset): what goes on now is appended to b.out, what waits is queued.
 func (d *Device) process(dir int, pkts [][]byte, b *batcher) {
+	dr := &d.dirs[dir]
+	dr.stats.packets.Add(uint64(len(pkts)))
+	dr.mu.Lock()
+	defer dr.mu.Unlock()
 	for _, p := range pkts {
 		dec := d.decide(dir)
 		if dec.drop {
@@ -253,7 +258,7 @@ func (d *Device) Write(bufs [][]byte, offset int) (int, error) {
 	if d.isClosed() {
 		return 0, os.ErrClosed
 	}
-	if d.opts.Write == (Rates{}) {
+	if !d.dirs[dirWrite].faulty.Load() {
 		d.dirs[dirWrite].stats.packets.Add(uint64(len(bufs)))
 		return d.inner.Write(bufs, offset)
 	}

@@ -9,6 +9,7 @@ func (d *Device) SetRates(write, read Rates) {
 		dr := &d.dirs[i]
 		dr.mu.Lock()
 		dr.rates = r
+		dr.faulty.Store(r != (Rates{}))
 		dr.mu.Unlock()
 	}
 }
