@@ -104,9 +104,9 @@ type Device struct {
 type direction struct {
 	rates  Rates
 	faulty atomic.Bool // rates != Rates{}: Write's fast path checks it
-	mu    sync.Mutex // guards rng
-	rng   *rand.Rand
-	stats struct {
+	mu     sync.Mutex  // guards rng
+	rng    *rand.Rand
+	stats  struct {
 		packets, dropped, duplicated, reordered, delayed, overflow atomic.Uint64
 	}
 }
