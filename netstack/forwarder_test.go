@@ -82,8 +82,12 @@ func TestSpliceHostTarget(t *testing.T) {
 				t.Errorf("stats %+v", st)
 			}
 			s := r.fwd.Sample()
-			if len(s.Targets) != 1 || s.Targets[0].Name != "t1" || s.Targets[0].Closed != 1 || s.Targets[0].SegmentsSent < minSegs {
+			if len(s.Targets) != 1 || s.Targets[0].Service != "echo" || s.Targets[0].Name != "t1" || s.Targets[0].Closed != 1 || s.Targets[0].SegmentsSent < minSegs {
 				t.Errorf("sample targets %+v", s.Targets)
+			}
+			if ta := s.TargetActions; len(ta) != 1 || ta[0].Service != "echo" || ta[0].Name != "t1" || ta[0].Action != "gold" ||
+				ta[0].Closed != 1 || ta[0].SegmentsSent != s.Targets[0].SegmentsSent || ta[0].Bytes != 2*uint64(len(msg)) {
+				t.Errorf("sample target actions %+v", ta)
 			}
 			if len(s.Actions) != 1 || s.Actions[0].Name != "gold" || s.Actions[0].Bytes != 2*uint64(len(msg)) {
 				t.Errorf("sample actions %+v", s.Actions)

@@ -57,8 +57,14 @@ func sub(a, b uint64) uint64 {
 // (weir → target), for an action the client leg's (weir → client, the
 // outbound traffic a z/OS policy governs).
 type AggSample struct {
-	Name   string
-	Active int // connections open at the end of the interval
+	// Service is the virtual server of a target's or a target-action
+	// aggregate; Name the target's or the action's name; Action the action
+	// of a target-action aggregate. Target names are unique only within
+	// their service.
+	Service string
+	Name    string
+	Action  string
+	Active  int // connections open at the end of the interval
 	// Closed is the number of connections that ended in the interval; their
 	// activity up to their end is included.
 	Closed       int
@@ -98,31 +104,48 @@ func (a *AggSample) finish(interval time.Duration) {
 // Sample is the activity of all connections over one sampling interval.
 type Sample struct {
 	Start, End time.Time
-	Targets    []AggSample // sorted by name
-	Actions    []AggSample // sorted by name
+	Targets    []AggSample // per service and target, sorted
+	Actions    []AggSample // per action, sorted by name
+	// TargetActions splits each target's connections by policy action (the
+	// z/OS policy-action fraction is per target and action); segment counts
+	// are the target leg's, as in Targets.
+	TargetActions []AggSample
 }
 
 // sampler keeps the activity of connections that closed since the last
 // Sample.
 type sampler struct {
 	last          time.Time
-	closedTargets map[string]*AggSample
-	closedActions map[string]*AggSample
+	closedTargets map[aggKey]*AggSample
+	closedActions map[aggKey]*AggSample
+	closedFlows   map[aggKey]*AggSample
 }
 
 func (s *sampler) init(now time.Time) {
 	s.last = now
-	s.closedTargets = make(map[string]*AggSample)
-	s.closedActions = make(map[string]*AggSample)
+	s.closedTargets = make(map[aggKey]*AggSample)
+	s.closedActions = make(map[aggKey]*AggSample)
+	s.closedFlows = make(map[aggKey]*AggSample)
 }
 
-func aggFor(m map[string]*AggSample, name string) *AggSample {
-	a := m[name]
+// aggKey names an aggregate: a target (service, name), an action (name) or
+// a target's share under an action (service, name, action).
+type aggKey struct{ service, name, action string }
+
+func aggFor(m map[aggKey]*AggSample, k aggKey) *AggSample {
+	a := m[k]
 	if a == nil {
-		a = &AggSample{Name: name}
-		m[name] = a
+		a = &AggSample{Service: k.service, Name: k.name, Action: k.action}
+		m[k] = a
 	}
 	return a
+}
+
+func serviceName(c *connEntry) string {
+	if c.req.Service == nil {
+		return ""
+	}
+	return c.req.Service.Name
 }
 
 func targetName(d Decision) string {
@@ -174,13 +197,17 @@ func (f *Forwarder) finish(c *connEntry) ConnStats {
 	prev := c.last
 	cl, tg, dt, da := observe(c, now)
 	c.finished = true
-	closedT := aggFor(f.sampler.closedTargets, targetName(c.d))
+	svc, tn := serviceName(c), targetName(c.d)
+	closedT := aggFor(f.sampler.closedTargets, aggKey{service: svc, name: tn})
 	closedT.add(dt)
 	closedT.Closed++
 	if an := actionName(c.d); an != "" {
-		a := aggFor(f.sampler.closedActions, an)
+		a := aggFor(f.sampler.closedActions, aggKey{name: an})
 		a.add(da)
 		a.Closed++
+		ta := aggFor(f.sampler.closedFlows, aggKey{service: svc, name: tn, action: an})
+		ta.add(dt)
+		ta.Closed++
 	}
 	f.sampleMu.Unlock()
 	f.mu.Lock()
@@ -247,7 +274,7 @@ func (f *Forwarder) Sample() Sample {
 	f.sampleMu.Lock()
 	defer f.sampleMu.Unlock()
 	start := f.sampler.last
-	targets, actions := f.sampler.closedTargets, f.sampler.closedActions
+	targets, actions, flows := f.sampler.closedTargets, f.sampler.closedActions, f.sampler.closedFlows
 	f.sampler.init(now)
 	type rateAcc struct {
 		sum float64
@@ -260,16 +287,20 @@ func (f *Forwarder) Sample() Sample {
 		}
 		prevAt := c.last.at
 		_, _, dt, da := observe(c, now)
-		t := aggFor(targets, targetName(c.d))
+		svc, tn := serviceName(c), targetName(c.d)
+		t := aggFor(targets, aggKey{service: svc, name: tn})
 		t.add(dt)
 		t.Active++
 		an := actionName(c.d)
 		if an == "" {
 			continue
 		}
-		a := aggFor(actions, an)
+		a := aggFor(actions, aggKey{name: an})
 		a.add(da)
 		a.Active++
+		ta := aggFor(flows, aggKey{service: svc, name: tn, action: an})
+		ta.add(dt)
+		ta.Active++
 		// The MinRate verdict looks only at connections open through the
 		// whole interval: a connection that just opened has no rate yet.
 		if !prevAt.After(start) {
@@ -296,14 +327,32 @@ func (f *Forwarder) Sample() Sample {
 		a.finish(interval)
 		s.Targets = append(s.Targets, *a)
 	}
-	for name, a := range actions {
+	for k, a := range actions {
 		a.finish(interval)
-		if r := rates[name]; r != nil && r.n > 0 {
+		if r := rates[k.name]; r != nil && r.n > 0 {
 			a.MeanRateKbit = r.sum / float64(r.n)
 		}
 		s.Actions = append(s.Actions, *a)
 	}
-	sort.Slice(s.Targets, func(i, j int) bool { return s.Targets[i].Name < s.Targets[j].Name })
-	sort.Slice(s.Actions, func(i, j int) bool { return s.Actions[i].Name < s.Actions[j].Name })
+	for _, a := range flows {
+		a.finish(interval)
+		s.TargetActions = append(s.TargetActions, *a)
+	}
+	sortAgg(s.Targets)
+	sortAgg(s.Actions)
+	sortAgg(s.TargetActions)
 	return s
+}
+
+// sortAgg orders aggregates by service, name, then action.
+func sortAgg(a []AggSample) {
+	sort.Slice(a, func(i, j int) bool {
+		if a[i].Service != a[j].Service {
+			return a[i].Service < a[j].Service
+		}
+		if a[i].Name != a[j].Name {
+			return a[i].Name < a[j].Name
+		}
+		return a[i].Action < a[j].Action
+	})
 }
