@@ -27,6 +27,8 @@ func newRootCmd() *cobra.Command {
 	root.SetVersionTemplate("weir {{.Version}}\n")
 	root.AddCommand(
 		newCheckCmd(),
+		newStatusCmd(),
+		newDemoCmd(),
 		newVersionCmd(),
 	)
 	return root

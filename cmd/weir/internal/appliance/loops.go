@@ -153,8 +153,7 @@ func samplesFrom(cfg *policy.Config, s netstack.Sample, open map[policy.TargetKe
 		}
 	}
 	for _, ag := range s.Targets {
-		k := policy.TargetKey{Service: ag.Service, Target: ag.Target}
-		ts := out[k]
+		ts := out[policy.TargetKey{Service: ag.Service, Target: ag.Name}]
 		if ts == nil {
 			continue // a target gone in a reload
 		}
@@ -162,17 +161,18 @@ func samplesFrom(cfg *policy.Config, s netstack.Sample, open map[policy.TargetKe
 		ts.Retransmits += ag.Retransmits
 		ts.Timeouts += ag.Timeouts
 		ts.Bytes += ag.Bytes
-		if ag.Action != "" {
-			var act *policy.Action
-			for _, ac := range cfg.Actions {
-				if ac.Name == ag.Action {
-					act = ac
-				}
-			}
-			if act != nil {
-				ts.Actions = append(ts.Actions, policy.ActionSample{Action: act, ActiveConns: int64(ag.Active), Bytes: ag.Bytes})
-			}
+	}
+	actions := map[string]*policy.Action{}
+	for _, ac := range cfg.Actions {
+		actions[ac.Name] = ac
+	}
+	for _, ag := range s.TargetActions {
+		ts := out[policy.TargetKey{Service: ag.Service, Target: ag.Name}]
+		act := actions[ag.Action]
+		if ts == nil || act == nil {
+			continue
 		}
+		ts.Actions = append(ts.Actions, policy.ActionSample{Action: act, ActiveConns: int64(ag.Active), Bytes: ag.Bytes})
 	}
 	return out
 }
@@ -188,4 +188,17 @@ func (a *Appliance) logStats(expl []policy.Explanation) {
 			Int("weight", e.BaseWeight).Int("effective", e.Weight).
 			Msg("STATS " + e.String())
 	}
+}
+
+// Explanation returns the last sampling interval's weight explanation of a
+// target.
+func (a *Appliance) Explanation(k policy.TargetKey) (policy.Explanation, bool) {
+	a.explMu.Lock()
+	defer a.explMu.Unlock()
+	for _, e := range a.expl {
+		if e.Service == k.Service && e.Target == k.Target {
+			return e, true
+		}
+	}
+	return policy.Explanation{}, false
 }

@@ -1,0 +1,240 @@
+package appliance
+
+import (
+	"context"
+	"net/http/httptest"
+	"net/netip"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"weir/bench"
+	"weir/cmd/weir/internal/admin"
+	"weir/datapath/fault"
+	"weir/policy"
+)
+
+// labConfig is a config with one http service "web" on 198.19.0.80:80 whose
+// targets are named t1.. with the given weights and maxConnections.
+func labConfig(weights []int, maxConns []int64) *policy.Config {
+	vs := &policy.VirtualServer{
+		Name:  "web",
+		VIPs:  []netip.Addr{netip.MustParseAddr("198.19.0.80"), netip.MustParseAddr("fd00::80")},
+		Ports: policy.PortRange{Lo: 80, Hi: 80},
+		Proto: policy.ProtoHTTP,
+	}
+	for i, w := range weights {
+		t := &policy.Target{
+			Name:   "t" + string(rune('1'+i)),
+			Addr:   netip.AddrPortFrom(netip.AddrFrom4([4]byte{198, 19, 1, byte(10 + i)}), 8080),
+			Weight: w,
+			Via:    policy.DialNetstack,
+		}
+		if maxConns != nil {
+			t.MaxConnections = maxConns[i]
+		}
+		vs.Targets = append(vs.Targets, t)
+	}
+	act := &policy.Action{Name: "gold", OutgoingTOS: 0xA0, SetTOS: true}
+	return &policy.Config{
+		Services: []*policy.VirtualServer{vs},
+		Actions:  []*policy.Action{act},
+		Rules:    []*policy.Rule{{Name: "web", ProtoLo: 6, ProtoHi: 6, SrcPort: policy.PortRange{Lo: 80, Hi: 80}, Action: act}},
+		Monitor:  policy.Monitor{Enabled: true, SamplingInterval: time.Hour},
+	}
+}
+
+func newLab(t *testing.T, cfg *policy.Config, o LabOptions) *Lab {
+	t.Helper()
+	l, err := NewLab(cfg, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+func TestWeightedDistribution(t *testing.T) {
+	l := newLab(t, labConfig([]int{3, 1}, nil), LabOptions{})
+	for _, vip := range []string{"198.19.0.80:80", "[fd00::80]:80"} {
+		res := bench.Load{Dial: l.Dial, Addr: vip, Clients: 1, Requests: 200, Duration: 30 * time.Second}.Run(context.Background())
+		if res.OK != 200 {
+			t.Fatalf("%s: %d of 200 OK: %+v", vip, res.OK, res)
+		}
+		// Smooth weighted round robin is exact over whole rounds.
+		if res.PerTarget["t1"] != 150 || res.PerTarget["t2"] != 50 {
+			t.Errorf("%s: per target %v, want t1 150, t2 50", vip, res.PerTarget)
+		}
+	}
+	if st := l.App.engine.Stats(); st.Marked == 0 {
+		t.Errorf("no packet toward clients was ToS-marked: %+v", st)
+	}
+}
+
+// TestWebSphereMaxConnections is the WebSphere plug-in scenario: members
+// with MaxConnections 3 and 4 and 30 concurrent slow clients. At most 7 are
+// served at once, the rest get a 503 naming both members at their limit, and
+// both serve again once their backlog drains.
+func TestWebSphereMaxConnections(t *testing.T) {
+	cfg := labConfig([]int{1, 1}, []int64{3, 4})
+	l := newLab(t, cfg, LabOptions{Backend: func(_ policy.TargetKey, b *bench.Backend) { b.Delay = 500 * time.Millisecond }})
+	res := bench.Load{Dial: l.Dial, Addr: "198.19.0.80:80", Clients: 30, Requests: 30, Duration: 30 * time.Second}.Run(context.Background())
+	b1, b2 := l.Backends[policy.TargetKey{Service: "web", Target: "t1"}], l.Backends[policy.TargetKey{Service: "web", Target: "t2"}]
+	if b1.MaxActive() > 3 || b2.MaxActive() > 4 {
+		t.Errorf("max active t1=%d (limit 3) t2=%d (limit 4)", b1.MaxActive(), b2.MaxActive())
+	}
+	if res.OK < 7 || res.OK+res.Refused503 != 30 {
+		t.Fatalf("ok=%d 503=%d of 30: %+v", res.OK, res.Refused503, res)
+	}
+	var reason string
+	for r := range res.Reasons {
+		reason = r
+	}
+	if !strings.Contains(reason, "t1 (at limit 3/3)") || !strings.Contains(reason, "t2 (at limit 4/4)") {
+		t.Errorf("503 reason %q does not name both members at their limit", reason)
+	}
+	// Backlog drained: both serve again.
+	res = bench.Load{Dial: l.Dial, Addr: "198.19.0.80:80", Clients: 2, Requests: 4, Duration: 30 * time.Second}.Run(context.Background())
+	if res.PerTarget["t1"] == 0 || res.PerTarget["t2"] == 0 {
+		t.Errorf("after the backlog: %v, want both serving", res.PerTarget)
+	}
+}
+
+func TestEnforcedLimitRefusesWithPage(t *testing.T) {
+	cfg := labConfig([]int{1}, nil)
+	cfg.Services[0].Limits = policy.Limits{MaxConnections: 2, EnforceConnections: true}
+	l := newLab(t, cfg, LabOptions{Backend: func(_ policy.TargetKey, b *bench.Backend) { b.Delay = 300 * time.Millisecond }})
+	res := bench.Load{Dial: l.Dial, Addr: "198.19.0.80:80", Clients: 6, Requests: 6, Duration: 30 * time.Second}.Run(context.Background())
+	if res.OK != 2 || res.Refused503 != 4 {
+		t.Fatalf("ok=%d 503=%d, want 2 and 4: %+v", res.OK, res.Refused503, res)
+	}
+	for r := range res.Reasons {
+		if !strings.Contains(r, "maxConnections 2") {
+			t.Errorf("503 reason %q does not name the limit", r)
+		}
+	}
+}
+
+func TestLossMovesWeight(t *testing.T) {
+	cfg := labConfig([]int{10, 10}, nil)
+	l := newLab(t, cfg, LabOptions{})
+	// Loss on weir → t2: weir's own segments to t2 are retransmitted, so
+	// the load uploads (the target leg's measured direction).
+	l.Faults[policy.TargetKey{Service: "web", Target: "t2"}].SetRates(fault.Rates{Drop: 0.05}, fault.Rates{})
+	res := bench.Load{Dial: l.Dial, Addr: "198.19.0.80:80", Clients: 4, Requests: 80, Upload: 64 << 10, Duration: 60 * time.Second}.Run(context.Background())
+	if res.OK != 80 {
+		t.Fatalf("load under loss: %+v", res)
+	}
+	expl := l.App.SampleNow()
+	var e1, e2 policy.Explanation
+	for _, e := range expl {
+		switch e.Target {
+		case "t1":
+			e1 = e
+		case "t2":
+			e2 = e
+		}
+	}
+	if e2.LossFraction == 0 || e2.Weight >= e2.BaseWeight {
+		t.Errorf("lossy t2: %s", e2)
+	}
+	if e1.LossFraction != 0 || e1.Weight != e1.BaseWeight {
+		t.Errorf("clean t1: %s", e1)
+	}
+	st := l.App.StatusDoc()
+	for _, tg := range st.Services[0].Targets {
+		if tg.Name == "t2" && tg.Effective != e2.Weight {
+			t.Errorf("balancer effective weight %d, sampler %d", tg.Effective, e2.Weight)
+		}
+	}
+}
+
+func TestReloadKeepsCountersAndConnections(t *testing.T) {
+	cfg := labConfig([]int{1, 1}, nil)
+	l := newLab(t, cfg, LabOptions{Backend: func(_ policy.TargetKey, b *bench.Backend) { b.Delay = 400 * time.Millisecond }})
+	done := make(chan bench.Result)
+	go func() {
+		done <- bench.Load{Dial: l.Dial, Addr: "198.19.0.80:80", Clients: 4, Requests: 8, Duration: 30 * time.Second}.Run(context.Background())
+	}()
+	time.Sleep(150 * time.Millisecond)
+	next := labConfig([]int{1, 5}, nil)
+	next.Services[0].Limits = policy.Limits{MaxConnections: 100, EnforceConnections: true}
+	if err := l.App.Reload(next); err != nil {
+		t.Fatal(err)
+	}
+	res := <-done
+	if res.OK != 8 {
+		t.Fatalf("reload under load lost connections: %+v", res)
+	}
+	st := l.App.StatusDoc()
+	if st.Generation != 2 {
+		t.Errorf("generation %d, want 2", st.Generation)
+	}
+	var picked uint64
+	for _, tg := range st.Services[0].Targets {
+		picked += tg.Picked
+	}
+	if picked != 8 {
+		t.Errorf("picked counters after reload sum to %d, want 8", picked)
+	}
+	bad := labConfig([]int{1}, nil)
+	bad.Services[0].Ports = policy.PortRange{Lo: 9, Hi: 1}
+	if err := l.App.Reload(bad); err == nil {
+		t.Fatal("bad config accepted")
+	}
+	if st := l.App.StatusDoc(); st.ReloadError == nil || st.Generation != 2 {
+		t.Errorf("after a bad reload: generation %d, error %v", st.Generation, st.ReloadError)
+	}
+}
+
+func TestMetricsScrape(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	l := newLab(t, labConfig([]int{1}, nil), LabOptions{Appliance: Options{Registerer: reg}})
+	bench.Load{Dial: l.Dial, Addr: "198.19.0.80:80", Clients: 1, Requests: 3}.Run(context.Background())
+	l.App.SampleNow()
+	srv := httptest.NewServer(admin.Handler(admin.Options{}, l.App, reg))
+	defer srv.Close()
+	resp, err := srv.Client().Get(srv.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("metrics do not parse: %v", err)
+	}
+	for _, name := range []string{"weir_connections_closed_total", "weir_target_picked_total", "weir_target_weight",
+		"weir_target_fraction_percent", "weir_datapath_marked_total", "weir_datapath_dropped_total", "weir_forwarder_accepted_total", "weir_level_connections"} {
+		if fams[name] == nil {
+			t.Errorf("metric %s missing", name)
+		}
+	}
+	if v := fams["weir_connections_closed_total"].Metric[0].Counter.GetValue(); v != 3 {
+		t.Errorf("closed total %v, want 3", v)
+	}
+}
+
+func TestNoGoroutineLeak(t *testing.T) {
+	before := runtime.NumGoroutine()
+	l, err := NewLab(labConfig([]int{1, 1}, nil), LabOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.App.Start()
+	bench.Load{Dial: l.Dial, Addr: "198.19.0.80:80", Clients: 8, Requests: 200}.Run(context.Background())
+	l.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before+2 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > before+2 {
+		buf := make([]byte, 1<<20)
+		t.Fatalf("%d goroutines before, %d after close\n%s", before, n, buf[:runtime.Stack(buf, true)])
+	}
+}

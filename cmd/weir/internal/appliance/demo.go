@@ -1,0 +1,252 @@
+package appliance
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"weir/bench"
+	"weir/datapath/fault"
+	"weir/policy"
+	"weir/policy/config"
+)
+
+// DemoConfig is the embedded default configuration `weir demo` runs.
+//
+//go:embed demo.yaml
+var DemoConfig []byte
+
+// DemoOptions configure RunDemo. The zero value prints plain lines to
+// io.Discard.
+type DemoOptions struct {
+	Out io.Writer
+	// Live redraws a status table in place while each scenario runs (for a
+	// terminal); otherwise progress is printed as plain lines.
+	Live bool
+	// Log receives the appliance's own log (STATS lines, limit events);
+	// nil discards it.
+	Log *zerolog.Logger
+	// Loss is the drop rate injected on carol's leg; zero means 5 %.
+	Loss float64
+}
+
+// DemoResult is one scenario's outcome.
+type DemoResult struct {
+	Scenario string
+	OK       bool
+	Detail   string
+}
+
+// RunDemo runs the whole appliance over in-memory transports with built-in
+// backends and load, through the seeds' scenarios, and returns what each
+// showed. It needs no root and finishes in well under a minute.
+func RunDemo(ctx context.Context, o DemoOptions) ([]DemoResult, error) {
+	out := o.Out
+	if out == nil {
+		out = io.Discard
+	}
+	loss := o.Loss
+	if loss == 0 {
+		loss = 0.05
+	}
+	cfg, err := config.ParseYAML("demo.yaml", DemoConfig)
+	if err != nil {
+		return nil, fmt.Errorf("embedded demo config: %w", err)
+	}
+	lab, err := NewLab(cfg, LabOptions{
+		Appliance: Options{Source: "embedded demo.yaml", Log: o.Log},
+		Backend: func(k policy.TargetKey, b *bench.Backend) {
+			if k.Service == "cluster" {
+				b.Delay = 1500 * time.Millisecond // slow members build a backlog
+			}
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer lab.Close()
+	app := lab.App
+	app.Start()
+
+	d := &demo{lab: lab, out: out, live: o.Live}
+	var results []DemoResult
+	for _, sc := range []struct {
+		title string
+		run   func(context.Context) DemoResult
+	}{
+		{"1. weighted distribution (smooth weighted round robin over WLM weights)", d.distribution},
+		{"2. MaxConnections: members at 3 and 4, 30 concurrent slow clients", d.maxConnections},
+		{fmt.Sprintf("3. %.0f %% loss on carol's leg: loss fraction up, weight down, traffic away and back", loss*100), func(ctx context.Context) DemoResult { return d.lossShift(ctx, loss) }},
+		{"4. ToS 10100000 on every packet of the Telnet rule, SYN-ACK included", d.tos},
+	} {
+		if ctx.Err() != nil {
+			break
+		}
+		fmt.Fprintf(out, "\n== %s\n", sc.title)
+		r := sc.run(ctx)
+		mark := "ok  "
+		if !r.OK {
+			mark = "FAIL"
+		}
+		fmt.Fprintf(out, "   %s %s\n", mark, r.Detail)
+		results = append(results, r)
+	}
+
+	fmt.Fprintln(out, "\n== summary")
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  SCENARIO\tRESULT\tWHAT IT SHOWED")
+	for _, r := range results {
+		res := "ok"
+		if !r.OK {
+			res = "FAIL"
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\n", r.Scenario, res, r.Detail)
+	}
+	tw.Flush()
+	fmt.Fprintln(out)
+	WriteTable(out, app.StatusDoc())
+	return results, ctx.Err()
+}
+
+type demo struct {
+	lab  *Lab
+	out  io.Writer
+	live bool
+}
+
+// watch runs load in the background and shows the shop and cluster targets
+// every 250 ms (live) until it returns.
+func (d *demo) watch(ctx context.Context, service string, load bench.Load) bench.Result {
+	done := make(chan bench.Result, 1)
+	load.Dial = d.lab.Dial
+	go func() { done <- load.Run(ctx) }()
+	t := time.NewTicker(250 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case r := <-done:
+			if d.live {
+				d.frame(service, true)
+			}
+			return r
+		case <-t.C:
+			if d.live {
+				d.frame(service, false)
+			}
+		}
+	}
+}
+
+// frame redraws the progress line: each target of the service with its
+// open connections, picks and effective weight. The final frame ends the line.
+func (d *demo) frame(service string, last bool) {
+	st := d.lab.App.StatusDoc()
+	var b strings.Builder
+	b.WriteString("\r\033[K   ")
+	for _, s := range st.Services {
+		if s.Name != service {
+			continue
+		}
+		for i, t := range s.Targets {
+			if i > 0 {
+				b.WriteString(" | ")
+			}
+			max := "∞"
+			if t.Max > 0 {
+				max = fmt.Sprint(t.Max)
+			}
+			fmt.Fprintf(&b, "%s %d/%s open, %d picked, w %d→%d", t.Name, t.Open, max, t.Picked, t.Weight, t.Effective)
+		}
+	}
+	if last {
+		b.WriteString("\n")
+	}
+	fmt.Fprint(d.out, b.String())
+}
+
+func (d *demo) distribution(ctx context.Context) DemoResult {
+	r := d.watch(ctx, "shop", bench.Load{Addr: "198.19.0.80:80", Clients: 4, Requests: 300, Duration: 20 * time.Second})
+	want := map[string]float64{"alice": 0.4, "bob": 0.2, "carol": 0.4}
+	ok := r.OK == 300
+	var parts []string
+	for _, s := range r.Share() {
+		parts = append(parts, fmt.Sprintf("%s %.1f%% (weight %.0f%%)", s.Name, s.Share*100, want[s.Name]*100))
+		if d := s.Share - want[s.Name]; d > 0.02 || d < -0.02 {
+			ok = false
+		}
+		fmt.Fprintf(d.out, "   %-6s %4d requests  %5.1f%%  (weight share %.0f%%)\n", s.Name, s.Count, s.Share*100, want[s.Name]*100)
+	}
+	return DemoResult{Scenario: "weighted distribution", OK: ok,
+		Detail: fmt.Sprintf("%d/%d OK over 4:2:4 — %s", r.OK, r.Requests, strings.Join(parts, ", "))}
+}
+
+func (d *demo) maxConnections(ctx context.Context) DemoResult {
+	r := d.watch(ctx, "cluster", bench.Load{Addr: "198.19.0.81:80", Clients: 30, Requests: 30, Duration: 20 * time.Second})
+	b5 := d.lab.Backends[policy.TargetKey{Service: "cluster", Target: "wasmember05"}]
+	b6 := d.lab.Backends[policy.TargetKey{Service: "cluster", Target: "wasmember06"}]
+	var reason string
+	for k := range r.Reasons {
+		reason = k
+	}
+	fmt.Fprintf(d.out, "   served %d, refused with 503: %d; most at once: wasmember05 %d/3, wasmember06 %d/4\n",
+		r.OK, r.Refused503, b5.MaxActive(), b6.MaxActive())
+	if reason != "" {
+		fmt.Fprintf(d.out, "   503 page: %s\n", reason)
+	}
+	// Once the backlog drains both members serve again.
+	after := bench.Load{Dial: d.lab.Dial, Addr: "198.19.0.81:80", Clients: 2, Requests: 4, Duration: 20 * time.Second}.Run(ctx)
+	fmt.Fprintf(d.out, "   after the backlog drained: %v\n", after.PerTarget)
+	ok := r.OK == 7 && r.Refused503 == 23 && b5.MaxActive() <= 3 && b6.MaxActive() <= 4 &&
+		strings.Contains(reason, "at limit") && after.PerTarget["wasmember05"] > 0 && after.PerTarget["wasmember06"] > 0
+	return DemoResult{Scenario: "MaxConnections", OK: ok,
+		Detail: fmt.Sprintf("%d served at once (3+4), %d got 503 naming the limits; both serve again after", r.OK, r.Refused503)}
+}
+
+func (d *demo) lossShift(ctx context.Context, loss float64) DemoResult {
+	carol := policy.TargetKey{Service: "shop", Target: "carol"}
+	f := d.lab.Faults[carol]
+	load := bench.Load{Addr: "198.19.0.80:80", Clients: 6, Upload: 48 << 10, Duration: 4 * time.Second}
+	share := func(r bench.Result) float64 {
+		return float64(r.PerTarget["carol"]) / float64(max(r.OK, 1))
+	}
+	show := func(phase string, r bench.Result) (policy.Explanation, bool) {
+		e, ok := d.lab.App.Explanation(carol)
+		fmt.Fprintf(d.out, "   %-12s carol served %4.1f%% of %d requests; loss %s → fraction %d%%, weight %d → %d\n",
+			phase, share(r)*100, r.OK, tenths(e.LossRatio), e.Fraction, e.BaseWeight, e.Weight)
+		return e, ok
+	}
+	before := d.watch(ctx, "shop", bench.Load{Addr: load.Addr, Clients: 6, Upload: load.Upload, Duration: 2 * time.Second})
+	show("clean", before)
+
+	f.SetRates(fault.Rates{Drop: loss}, fault.Rates{})
+	during := d.watch(ctx, "shop", load)
+	eLoss, _ := show("with loss", during)
+	st := f.Stats()
+
+	f.SetRates(fault.Rates{}, fault.Rates{})
+	after := d.watch(ctx, "shop", bench.Load{Addr: load.Addr, Clients: 6, Upload: load.Upload, Duration: 6 * time.Second})
+	eAfter, _ := show("loss gone", after)
+
+	ok := eLoss.LossFraction > 0 && eLoss.Weight < eLoss.BaseWeight && share(during) < share(before) &&
+		eAfter.Weight == eAfter.BaseWeight
+	return DemoResult{Scenario: "loss moves weight", OK: ok, Detail: fmt.Sprintf(
+		"%d packets dropped; carol's loss fraction reached %d%%, weight %d→%d, share %.0f%%→%.0f%%→%.0f%%",
+		st.Write.Dropped, eLoss.LossFraction, eLoss.BaseWeight, eLoss.Weight,
+		share(before)*100, share(during)*100, share(after)*100)}
+}
+
+func (d *demo) tos(ctx context.Context) DemoResult {
+	before := d.lab.App.engine.Stats().Marked
+	r := bench.Load{Dial: d.lab.Dial, Addr: "198.19.0.23:23", Clients: 2, Requests: 20, Duration: 10 * time.Second}.Run(ctx)
+	marked := d.lab.App.engine.Stats().Marked - before
+	fmt.Fprintf(d.out, "   %d Telnet connections, %d packets toward clients marked ToS 0xA0\n", r.OK, marked)
+	return DemoResult{Scenario: "ToS marking", OK: r.OK == 20 && marked >= uint64(3*r.OK),
+		Detail: fmt.Sprintf("%d packets marked over %d connections (≥ 3 each: SYN-ACK, data, FIN)", marked, r.OK)}
+}
+

@@ -1,0 +1,176 @@
+package appliance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+
+	"weir/bench"
+	"weir/datapath"
+	"weir/datapath/fault"
+	"weir/netstack"
+	"weir/policy"
+)
+
+// Lab is a whole weir deployment in one process, with no root: clients on
+// their own gVisor stack joined to weir's front NIC by an in-memory pair, and
+// every target a real HTTP server (bench.Backend) on its own gVisor stack,
+// joined to its own back arm by another pair that a fault injector wraps. The
+// demo runs in a Lab, and so do the appliance's tests.
+//
+//	clients (gVisor) ═pipe═ Engine ─ weir stack ─ arm t1 ═fault═pipe═ backend t1 (gVisor)
+//	                                             └ arm t2 ═fault═pipe═ backend t2 (gVisor)
+type Lab struct {
+	App      *Appliance
+	Client   *netstack.Stack
+	Backends map[policy.TargetKey]*bench.Backend
+	// Faults wraps each target's arm, toward the target; set its rates to
+	// inject loss on that target's leg only.
+	Faults map[policy.TargetKey]*fault.Device
+
+	stacks []*netstack.Stack
+	wg     sync.WaitGroup
+}
+
+// LabOptions tune a Lab; the zero value works.
+type LabOptions struct {
+	// ClientAddr is the clients' address; zero means 198.18.0.2 (and
+	// fd00::2 for IPv6 VIPs).
+	ClientAddr netip.Addr
+	// Backend configures each target's server before it starts (its Name
+	// is set to the target's name); nil leaves the defaults.
+	Backend func(k policy.TargetKey, b *bench.Backend)
+	// Appliance is passed to New with Config, Front and Backs filled in.
+	Appliance Options
+	// Seed seeds the fault injectors; zero means 1.
+	Seed uint64
+}
+
+// NewLab builds the deployment for cfg: every target of every service gets
+// a backend listening on its address. Targets must be `via: netstack` and
+// their addresses unique.
+func NewLab(cfg *policy.Config, o LabOptions) (*Lab, error) {
+	cfg, err := policy.Compile(cfg)
+	if err != nil {
+		return nil, err
+	}
+	l := &Lab{Backends: map[policy.TargetKey]*bench.Backend{}, Faults: map[policy.TargetKey]*fault.Device{}}
+	ok := false
+	defer func() {
+		if !ok {
+			l.Close()
+		}
+	}()
+	seed := o.Seed
+	if seed == 0 {
+		seed = 1
+	}
+
+	var arms []BackArm
+	n := 0
+	for _, vs := range cfg.Services {
+		for _, t := range vs.Targets {
+			if t.Via != policy.DialNetstack {
+				return nil, fmt.Errorf("lab: target %s of %s must be via netstack", t.Name, vs.Name)
+			}
+			k := policy.TargetKey{Service: vs.Name, Target: t.Name}
+			n++
+			armAddr := armAddress(t.Addr.Addr(), n)
+			weirEnd, backendEnd := datapath.NewPipe(datapath.PipeOptions{})
+			f := fault.New(weirEnd, fault.Options{Seed: seed + uint64(n)})
+			l.Faults[k] = f
+			bits := t.Addr.Addr().BitLen()
+			arms = append(arms, BackArm{
+				Name:   "arm-" + vs.Name + "-" + t.Name,
+				Device: f,
+				Addrs:  []netip.Prefix{netip.PrefixFrom(armAddr, bits)},
+				Routes: []netip.Prefix{netip.PrefixFrom(t.Addr.Addr(), bits)},
+			})
+			bs, err := netstack.New(netstack.Options{})
+			if err != nil {
+				return nil, err
+			}
+			l.stacks = append(l.stacks, bs)
+			if _, err := bs.AddNIC(backendEnd, netstack.NICOptions{Name: "backend", Addrs: []netip.Prefix{netip.PrefixFrom(t.Addr.Addr(), bits)}}); err != nil {
+				return nil, err
+			}
+			ln, err := bs.ListenTCP(t.Addr)
+			if err != nil {
+				return nil, fmt.Errorf("lab: backend %s: %w", t.Addr, err)
+			}
+			b := &bench.Backend{Name: t.Name}
+			if o.Backend != nil {
+				o.Backend(k, b)
+				b.Name = t.Name
+			}
+			l.Backends[k] = b
+			l.wg.Go(func() { b.Serve(ln) })
+		}
+	}
+
+	front, clientEnd := datapath.NewPipe(datapath.PipeOptions{QueueLen: 4096})
+	ao := o.Appliance
+	ao.Config, ao.Front, ao.Backs = cfg, front, arms
+	l.App, err = New(ao)
+	if err != nil {
+		return nil, err
+	}
+	l.Client, err = netstack.New(netstack.Options{})
+	if err != nil {
+		return nil, err
+	}
+	l.stacks = append(l.stacks, l.Client)
+	v4, v6 := o.ClientAddr, netip.MustParseAddr("fd00::2")
+	if !v4.IsValid() {
+		v4 = netip.MustParseAddr("198.18.0.2")
+	}
+	addrs := []netip.Prefix{netip.PrefixFrom(v4, v4.BitLen()), netip.PrefixFrom(v6, 128)}
+	if _, err := l.Client.AddNIC(clientEnd, netstack.NICOptions{Name: "clients", Addrs: addrs}); err != nil {
+		return nil, err
+	}
+	ok = true
+	return l, nil
+}
+
+// armAddress picks weir's own address on the arm toward target number n:
+// 198.18.255.n for IPv4 targets, fd00:ffff::n for IPv6 ones.
+func armAddress(target netip.Addr, n int) netip.Addr {
+	if target.Is4() {
+		return netip.AddrFrom4([4]byte{198, 18, 255, byte(n)})
+	}
+	b := netip.MustParseAddr("fd00:ffff::").As16()
+	b[14], b[15] = byte(n>>8), byte(n)
+	return netip.AddrFrom16(b)
+}
+
+// Dial opens a client connection to addr (a VIP:port) through weir.
+func (l *Lab) Dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	c, err := l.Client.DialTCP(ctx, netip.AddrPort{}, ap)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Close stops everything the lab started.
+func (l *Lab) Close() error {
+	var errs []error
+	if l.App != nil {
+		errs = append(errs, l.App.Close())
+	}
+	for _, b := range l.Backends {
+		b.Close()
+	}
+	for _, s := range l.stacks {
+		errs = append(errs, s.Close())
+	}
+	l.wg.Wait()
+	return errors.Join(errs...)
+}
