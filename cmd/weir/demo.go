@@ -52,5 +52,3 @@ func newDemoCmd() *cobra.Command {
 	cmd.Flags().Bool("config-dump", false, "print the embedded demo config and exit")
 	return cmd
 }
-
-

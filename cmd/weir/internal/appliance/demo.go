@@ -249,4 +249,3 @@ func (d *demo) tos(ctx context.Context) DemoResult {
 	return DemoResult{Scenario: "ToS marking", OK: r.OK == 20 && marked >= uint64(3*r.OK),
 		Detail: fmt.Sprintf("%d packets marked over %d connections (≥ 3 each: SYN-ACK, data, FIN)", marked, r.OK)}
 }
-
