@@ -217,8 +217,12 @@ func (d *demo) lossShift(ctx context.Context, loss float64) DemoResult {
 	}
 	show := func(phase string, r bench.Result) (policy.Explanation, bool) {
 		e, ok := d.lab.App.Explanation(carol)
-		fmt.Fprintf(d.out, "   %-12s carol served %4.1f%% of %d requests; loss %s → fraction %d%%, weight %d → %d\n",
-			phase, share(r)*100, r.OK, tenths(e.LossRatio), e.Fraction, e.BaseWeight, e.Weight)
+		down := ""
+		if n := d.lab.App.targetFailures(carol); n > 0 {
+			down = fmt.Sprintf("; %d connects to carol timed out, each resting her %v", n, d.lab.App.Config().Balancer.RetryInterval)
+		}
+		fmt.Fprintf(d.out, "   %-12s carol served %4.1f%% of %d requests; loss %s → fraction %d%%, weight %d → %d%s\n",
+			phase, share(r)*100, r.OK, tenths(e.LossRatio), e.Fraction, e.BaseWeight, e.Weight, down)
 		return e, ok
 	}
 	before := d.watch(ctx, "shop", bench.Load{Addr: load.Addr, Clients: 6, Upload: load.Upload, Duration: 2 * time.Second})

@@ -177,3 +177,17 @@ func (a *Appliance) Healthy() error {
 	}
 	return nil
 }
+
+// targetFailures is the number of failed connects to a target so far.
+func (a *Appliance) targetFailures(k policy.TargetKey) uint64 {
+	b := a.balancer(k.Service)
+	if b == nil {
+		return 0
+	}
+	for _, t := range b.Snapshot(a.now()).Targets {
+		if t.Name == k.Target {
+			return t.Failed
+		}
+	}
+	return 0
+}

@@ -45,7 +45,7 @@ func WriteTable(w io.Writer, st Status) error {
 	tw.Flush()
 
 	for _, s := range st.Services {
-		fmt.Fprintf(w, "\n%s (%s %s:%s, %s)", s.Name, s.Proto, strings.Join(s.VIPs, ","), s.Ports, s.Balancer)
+		fmt.Fprintf(w, "\n%s (%s %s port %s, %s)", s.Name, s.Proto, strings.Join(s.VIPs, " "), s.Ports, s.Balancer)
 		if s.Class != "" {
 			fmt.Fprintf(w, " class %s", s.Class)
 		}
