@@ -252,8 +252,9 @@ func (e *Engine) clock() int64 { return int64(e.now().Sub(e.start)) }
 
 // Port is one worker's Device view of an Engine: its Read and Write run the
 // engine's per-packet flow over its inner device, counting ingress into its
-// shard. Read must be called by one goroutine at a time per Port; Write by
-// any number (as gVisor does).
+// shard. Read and Write may be called from any number of goroutines (gVisor
+// writes from many); a Port keeps no per-call state, and its shard is only
+// where its ingress counts land.
 type Port struct {
 	e     *Engine
 	inner Device

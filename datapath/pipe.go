@@ -109,42 +109,41 @@ func (d *MemDevice) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 		return 0, nil
 	}
 	q := d.in
+	n, bytes, tooBig := 0, 0, 0
 	q.mu.Lock()
-	for {
+	for n == 0 {
+		for !q.closed && q.count == 0 {
+			q.cond.Wait()
+		}
 		if q.closed {
 			q.mu.Unlock()
+			if tooBig > 0 {
+				d.droppedTooBig.Add(uint64(tooBig))
+			}
 			return 0, os.ErrClosed
 		}
-		if q.count > 0 {
-			break
+		// Everything dequeued may be too big for the caller's buffers:
+		// then wait for more rather than return an empty batch.
+		for n < len(bufs) && q.count > 0 {
+			s := q.slots[q.head]
+			q.head++
+			if q.head == len(q.slots) {
+				q.head = 0
+			}
+			q.count--
+			dst := bufs[n]
+			if offset > len(dst) || len(s) > len(dst)-offset {
+				tooBig++
+				continue
+			}
+			sizes[n] = copy(dst[offset:], s)
+			bytes += len(s)
+			n++
 		}
-		q.cond.Wait()
-	}
-	n, bytes, tooBig := 0, 0, 0
-	for n < len(bufs) && q.count > 0 {
-		s := q.slots[q.head]
-		q.head++
-		if q.head == len(q.slots) {
-			q.head = 0
-		}
-		q.count--
-		dst := bufs[n]
-		if offset > len(dst) || len(s) > len(dst)-offset {
-			tooBig++
-			continue
-		}
-		sizes[n] = copy(dst[offset:], s)
-		bytes += len(s)
-		n++
 	}
 	q.mu.Unlock()
 	if tooBig > 0 {
 		d.droppedTooBig.Add(uint64(tooBig))
-	}
-	if n == 0 {
-		// Everything dequeued was too big for the caller's buffers; wait
-		// for more rather than returning an empty batch.
-		return d.Read(bufs, sizes, offset)
 	}
 	d.rxPackets.Add(uint64(n))
 	d.rxBytes.Add(uint64(bytes))
