@@ -26,6 +26,7 @@ func newRootCmd() *cobra.Command {
 	}
 	root.SetVersionTemplate("weir {{.Version}}\n")
 	root.AddCommand(
+		newRunCmd(),
 		newCheckCmd(),
 		newStatusCmd(),
 		newDemoCmd(),

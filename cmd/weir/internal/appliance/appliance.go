@@ -49,6 +49,10 @@ type Options struct {
 	// in-memory pair. It answers for every VIP (promiscuous) and is the
 	// default route, so replies reach clients wherever they are.
 	Front datapath.Device
+	// FrontQueues are further queues of the front transport (a multiqueue
+	// TUN): each gets its own datapath worker and NIC, so a flow stays on
+	// the queue it arrived on.
+	FrontQueues []datapath.Device
 	// Backs are the back arms: further NICs through which targets with
 	// `via: netstack` are dialed, each on its own Device (a second TUN, a
 	// memory pair). A target is reached through the arm whose routes hold
@@ -174,7 +178,7 @@ func New(opts Options) (*Appliance, error) {
 	}
 	a.bals.Store(&bals)
 
-	a.engine = datapath.NewEngine(opts.Front, cfg, datapath.EngineOptions{})
+	a.engine = datapath.NewEngine(opts.Front, cfg, datapath.EngineOptions{Workers: 1 + len(opts.FrontQueues)})
 
 	a.stack, err = netstack.New(opts.Stack)
 	if err != nil {
@@ -184,6 +188,13 @@ func New(opts Options) (*Appliance, error) {
 	if err != nil {
 		a.stack.Close()
 		return nil, err
+	}
+	for i, q := range opts.FrontQueues {
+		name := fmt.Sprintf("front%d", i+1)
+		if _, err := a.stack.AddNIC(a.engine.Attach(q, i+1), netstack.NICOptions{Name: name, Promiscuous: true}); err != nil {
+			a.stack.Close()
+			return nil, fmt.Errorf("front queue %d: %w", i+1, err)
+		}
 	}
 	fo := opts.Forwarder
 	fo.Services = a.service

@@ -19,6 +19,9 @@ type Reloader struct {
 	Path string
 	// Load parses and compiles a config file (config.Load).
 	Load func(path string) (*policy.Config, error)
+	// OnReload, when set, is called with each configuration swapped in
+	// (weir run routes new VIPs through its TUN).
+	OnReload func(*policy.Config)
 
 	sum []byte // hash of the content last loaded (or rejected)
 }
@@ -45,7 +48,13 @@ func (r *Reloader) Reload() error {
 		r.App.ReloadFailed(err)
 		return err
 	}
-	return r.App.Reload(cfg)
+	if err := r.App.Reload(cfg); err != nil {
+		return err
+	}
+	if r.OnReload != nil {
+		r.OnReload(r.App.Config())
+	}
+	return nil
 }
 
 // Changed reports whether the file's content differs from the last one
