@@ -78,19 +78,23 @@ func BenchmarkPickAtLimit(b *testing.B) {
 	}
 }
 
-// BenchmarkBuild measures building a table (SetWeights) over n primaries.
+// BenchmarkBuild measures building a table over n primaries: SetWeights
+// alternating between two weight sets, so that every call rebuilds.
 func BenchmarkBuild(b *testing.B) {
 	for _, algo := range []policy.Algorithm{policy.RoundRobin, policy.Maglev} {
 		for _, n := range []int{100, 10000} {
 			bl := mustNew(b, benchVS(n), policy.BalancerSettings{Algorithm: algo})
-			w := map[string]int{}
-			for _, t := range benchVS(n).Targets {
-				w[t.Name] = 40
+			w := [2]map[string]int{{}, {}}
+			for i, t := range benchVS(n).Targets {
+				w[0][t.Name] = 40
+				w[1][t.Name] = 20 + i%3
 			}
 			b.Run(fmt.Sprintf("%v/%d", algo, n), func(b *testing.B) {
 				b.ReportAllocs()
+				i := 0
 				for b.Loop() {
-					bl.SetWeights(w)
+					i++
+					bl.SetWeights(w[i%2])
 				}
 			})
 		}
