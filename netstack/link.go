@@ -197,14 +197,16 @@ func (e *linkEndpoint) writeLoop() {
 				break fill
 			}
 		}
-		var bytes uint64
 		for _, b := range batch {
 			bufs = append(bufs, *b)
-			bytes += uint64(len(*b) - e.headroom)
 		}
 		n, err := e.dev.Write(bufs, e.headroom)
 		if n < len(bufs) {
 			e.writeShort.Add(uint64(len(bufs) - n))
+		}
+		var bytes uint64
+		for _, b := range bufs[:n] {
+			bytes += uint64(len(b) - e.headroom)
 		}
 		e.txPackets.Add(uint64(n))
 		e.txBytes.Add(bytes)
@@ -362,12 +364,15 @@ func (*linkEndpoint) AddHeader(*stack.PacketBuffer) {}
 func (*linkEndpoint) ParseHeader(*stack.PacketBuffer) bool { return true }
 
 // Close implements stack.NetworkLinkEndpoint; the stack calls it when the NIC
-// is removed.
+// is removed, holding its own locks. It closes the device and stops the
+// writer but does not wait for the reader, which may be inside the stack
+// waiting for those locks; Wait does.
 func (e *linkEndpoint) Close() {
 	if f := e.onClose.Load(); f != nil {
 		(*f)()
 	}
-	e.shutdown()
+	e.closeOnce()
+	_ = e.dev.Close()
 }
 
 // SetOnCloseAction implements stack.NetworkLinkEndpoint.

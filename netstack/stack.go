@@ -269,17 +269,14 @@ func (s *Stack) Close() error {
 		s.mu.Lock()
 		nics := s.nics
 		s.mu.Unlock()
-		// Closing the devices first stops traffic; then the stack aborts its
-		// endpoints and waits for its own goroutines.
-		for _, n := range nics {
-			n.link.closeOnce()
-			_ = n.link.dev.Close()
-		}
-		s.s.Close()
-		s.s.Wait()
+		// Stopping the links first (closing their devices and waiting for
+		// their goroutines, with no stack lock held) stops traffic; then the
+		// stack aborts its endpoints and waits for its own goroutines.
 		for _, n := range nics {
 			n.link.shutdown()
 		}
+		s.s.Close()
+		s.s.Wait()
 	})
 	return nil
 }
