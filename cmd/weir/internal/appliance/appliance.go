@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"net"
 	"net/netip"
 	"sort"
 	"sync"
@@ -109,7 +110,9 @@ type Appliance struct {
 	backs  []*netstack.NIC
 	fwd    *netstack.Forwarder
 
-	conns    sync.Map // connection ID → *connState
+	checkMu  sync.Mutex                    // guards checks
+	checks   map[string]context.CancelFunc // health checker per service, while running
+	conns    sync.Map                      // connection ID → *connState
 	draining atomic.Bool
 
 	explMu sync.Mutex
@@ -117,6 +120,8 @@ type Appliance struct {
 	explAt time.Time
 
 	counters counters
+	skipMu   sync.Mutex
+	skipped  map[policy.TargetKey]uint64 // SkippedAtLimit already warned about
 	totals   datapath.MeterTotals // recompute loop only
 	limiter  obs.Limiter
 
@@ -242,6 +247,55 @@ func (a *Appliance) Start() {
 	a.wg.Add(2)
 	go a.recomputeLoop()
 	go a.sampleLoop()
+	a.checkMu.Lock()
+	a.checks = map[string]context.CancelFunc{}
+	a.checkMu.Unlock()
+	a.syncCheckers()
+}
+
+// syncCheckers runs one health checker per balancer (it idles while the
+// config has no health check) and stops those of services gone in a reload.
+// Before Start it does nothing.
+func (a *Appliance) syncCheckers() {
+	a.checkMu.Lock()
+	defer a.checkMu.Unlock()
+	if a.checks == nil {
+		return
+	}
+	bals := *a.bals.Load()
+	for name, cancel := range a.checks {
+		if bals[name] == nil {
+			cancel()
+			delete(a.checks, name)
+		}
+	}
+	for name, b := range bals {
+		if a.checks[name] != nil {
+			continue
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		a.checks[name] = cancel
+		c := &balancer.Checker{Balancer: b, Dial: a.checkDial, Now: a.now}
+		a.wg.Go(func() { c.Loop(ctx) })
+	}
+}
+
+// checkDial connects a health check to a target the way its connections
+// go: through the back arm for `via: netstack` targets, else a host socket.
+func (a *Appliance) checkDial(ctx context.Context, network, address string) (net.Conn, error) {
+	ap, err := netip.ParseAddrPort(address)
+	if err != nil {
+		return nil, err
+	}
+	for _, vs := range a.cfg.Load().Services {
+		for _, t := range vs.Targets {
+			if t.Addr == ap && t.Via == policy.DialNetstack {
+				return a.stack.DialTCP(ctx, netip.AddrPort{}, ap)
+			}
+		}
+	}
+	var d net.Dialer
+	return d.DialContext(ctx, network, address)
 }
 
 // Reload swaps in a new configuration: limits, balancers (counts and
@@ -285,6 +339,7 @@ func (a *Appliance) Reload(cfg *policy.Config) error {
 	a.loadedAt.Store(&now)
 	a.gen.Add(1)
 	a.reloadErr.Store(nil)
+	a.syncCheckers()
 	a.counters.reloads.Add(1)
 	a.log.Info().Int64("generation", a.gen.Load()).Int("services", len(cfg.Services)).Msg("configuration reloaded")
 	return nil
@@ -337,6 +392,12 @@ func (a *Appliance) Close() error {
 	default:
 	}
 	close(a.stop)
+	a.checkMu.Lock()
+	for _, cancel := range a.checks {
+		cancel()
+	}
+	a.checks = nil
+	a.checkMu.Unlock()
 	a.wg.Wait()
 	err := a.fwd.Close()
 	if e := a.stack.Close(); err == nil {

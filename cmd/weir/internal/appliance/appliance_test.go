@@ -196,6 +196,7 @@ func TestMetricsScrape(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	l := newLab(t, labConfig([]int{1}, nil), LabOptions{Appliance: Options{Registerer: reg}})
 	bench.Load{Dial: l.Dial, Addr: "198.19.0.80:80", Clients: 1, Requests: 3}.Run(context.Background())
+	waitClosed(t, l.App)
 	l.App.SampleNow()
 	srv := httptest.NewServer(admin.Handler(admin.Options{}, l.App, reg))
 	defer srv.Close()
@@ -236,5 +237,46 @@ func TestNoGoroutineLeak(t *testing.T) {
 	if n := runtime.NumGoroutine(); n > before+2 {
 		buf := make([]byte, 1<<20)
 		t.Fatalf("%d goroutines before, %d after close\n%s", before, n, buf[:runtime.Stack(buf, true)])
+	}
+}
+
+// waitClosed waits until every admitted connection has been reported closed:
+// a client has its answer a moment before weir sees both legs end.
+func waitClosed(t *testing.T, a *Appliance) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for a.OpenConnections() > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d connections still open", a.OpenConnections())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestHealthChecksTakeDeadTargetOut(t *testing.T) {
+	cfg := labConfig([]int{1, 1}, nil)
+	cfg.Balancer.Health = policy.HealthCheck{Interval: 50 * time.Millisecond, Timeout: 40 * time.Millisecond, Rise: 1, Fall: 2}
+	l := newLab(t, cfg, LabOptions{})
+	l.App.Start()
+	l.Backends[policy.TargetKey{Service: "web", Target: "t2"}].Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var up bool
+		for _, tg := range l.App.StatusDoc().Services[0].Targets {
+			if tg.Name == "t2" {
+				up = tg.HealthUp
+			}
+		}
+		if !up {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("t2's backend is closed but health checks still report it up")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	res := bench.Load{Dial: l.Dial, Addr: "198.19.0.80:80", Clients: 2, Requests: 20}.Run(context.Background())
+	if res.OK != 20 || res.PerTarget["t1"] != 20 {
+		t.Errorf("with t2 unhealthy: %+v", res)
 	}
 }

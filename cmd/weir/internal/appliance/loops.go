@@ -126,7 +126,31 @@ func (a *Appliance) SampleNow() []policy.Explanation {
 		}
 	}
 	a.logStats(expl)
+	a.warnSkipped()
 	return expl
+}
+
+// warnSkipped writes the WebSphere plug-in's warning, once per sampling
+// interval and target, for each target that was passed over at its
+// maxConnections since the previous interval.
+func (a *Appliance) warnSkipped() {
+	now := a.now()
+	a.skipMu.Lock()
+	defer a.skipMu.Unlock()
+	if a.skipped == nil {
+		a.skipped = map[policy.TargetKey]uint64{}
+	}
+	for name, b := range *a.bals.Load() {
+		for _, t := range b.Snapshot(now).Targets {
+			k := policy.TargetKey{Service: name, Target: t.Name}
+			if d := t.SkippedAtLimit - a.skipped[k]; t.SkippedAtLimit > a.skipped[k] {
+				a.log.Warn().Str("service", name).Str("target", t.Name).Uint64("skipped", d).
+					Int64("open", t.Open).Int64("max", t.Max).
+					Msg("target " + t.Name + " has reached maximum connections and is not selected")
+			}
+			a.skipped[k] = t.SkippedAtLimit
+		}
+	}
 }
 
 // OpenByTarget counts the admitted connections per service and target now.
