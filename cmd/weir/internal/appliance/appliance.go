@@ -122,7 +122,7 @@ type Appliance struct {
 	counters counters
 	skipMu   sync.Mutex
 	skipped  map[policy.TargetKey]uint64 // SkippedAtLimit already warned about
-	totals   datapath.MeterTotals // recompute loop only
+	totals   datapath.MeterTotals        // recompute loop only
 	limiter  obs.Limiter
 
 	stop chan struct{}
