@@ -5,4 +5,24 @@
 // the per-connection statistics records.
 //
 // Nothing outside netstack imports gVisor; tcpip.Error never leaves it.
+//
+// A front stack answering for virtual servers on a device, splicing to
+// targets reached by host sockets or through a back arm:
+//
+//	front, _ := netstack.New(netstack.Options{})
+//	front.AddNIC(tunDev, netstack.NICOptions{Promiscuous: true})
+//	back, _ := netstack.New(netstack.Options{})
+//	back.AddNIC(backDev, netstack.NICOptions{Addrs: []netip.Prefix{backAddr}})
+//	fwd := netstack.NewForwarder(front, netstack.ForwarderOptions{
+//		Services: cfg.Service,   // (*policy.Config).Service
+//		Admitter: admission,     // limits + balancer: Admit, DialFailed, Closed
+//		Back:     &netstack.StackDialer{Stack: back},
+//	})
+//	defer fwd.Close()
+//	…
+//	s := fwd.Sample() // every sampling interval: loss, timeouts, rates per target and action
+//
+// Every drop is counted: LinkStats per NIC (malformed, queue full, too big),
+// ForwarderStats (no service, refused, in-flight limit, handshake timeouts,
+// dial failures, TIME_WAIT reopens, UDP unreachable), StackStats.
 package netstack

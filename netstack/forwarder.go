@@ -71,6 +71,7 @@ const (
 	Refuse503
 )
 
+// String returns the verdict's name.
 func (v Verdict) String() string {
 	switch v {
 	case Accept:
@@ -210,7 +211,7 @@ type ForwarderStats struct {
 	TimeWaitReopened  uint64 // SYNs that ended a TIME_WAIT on their 4-tuple and opened a new connection
 	UDPUnreachable    uint64 // UDP datagrams to no socket, answered with ICMP port unreachable
 	Open              int64  // connections open now (spliced)
-	Pending           int64  // connections between SYN and established now
+	Pending           int64  // connections between SYN and splice now (admission, dial, handshake)
 }
 
 // Forwarder terminates TCP connections to virtual servers on a Stack's
@@ -351,6 +352,11 @@ func (f *Forwarder) handle(r *tcp.ForwarderRequest) {
 		return
 	}
 	req.ID = f.nextID.Add(1)
+	// Pending counts the connection from here until it is spliced, refused
+	// or failed.
+	f.pendingN.Add(1)
+	pendingDone := sync.OnceFunc(func() { f.pendingN.Add(-1) })
+	defer pendingDone()
 	if f.opts.Admitter == nil {
 		f.refusedRST.Add(1)
 		r.Complete(true)
@@ -392,6 +398,7 @@ func (f *Forwarder) handle(r *tcp.ForwarderRequest) {
 		}
 		return
 	}
+	pendingDone()
 	if d.Verdict == Refuse503 {
 		f.refused503.Add(1)
 		f.serve503(client, d)
@@ -425,7 +432,6 @@ func (f *Forwarder) handshake(r *tcp.ForwarderRequest, proto tcpip.NetworkProtoc
 	f.mu.Lock()
 	f.pending[id] = proto
 	f.mu.Unlock()
-	f.pendingN.Add(1)
 	var timedOut atomic.Bool
 	timer := time.AfterFunc(f.opts.HandshakeTimeout, func() {
 		timedOut.Store(true)
@@ -438,7 +444,6 @@ func (f *Forwarder) handshake(r *tcp.ForwarderRequest, proto tcpip.NetworkProtoc
 	f.mu.Lock()
 	delete(f.pending, id)
 	f.mu.Unlock()
-	f.pendingN.Add(-1)
 	if terr != nil {
 		if timedOut.Load() {
 			f.hsTimedOut.Add(1)

@@ -1,0 +1,85 @@
+package netstack
+
+import (
+	"io"
+	"net/netip"
+	"testing"
+	"time"
+
+	"weir/policy"
+)
+
+// TestSampleDeltas: a long-lived connection contributes to each Sample only
+// what it moved in that interval; the MinRate verdict flags a connection
+// slower than its action's MinRate and not a fast one; Conns lists open
+// connections with a current throughput.
+func TestSampleDeltas(t *testing.T) {
+	live, stop := echoServer(t, "tcp4", "127.0.0.1:0")
+	defer stop()
+	vs := &policy.VirtualServer{Name: "echo", VIPs: []netip.Addr{vipV4}, Ports: policy.PortRange{Lo: 80, Hi: 81}}
+	target := &policy.Target{Name: "t", Addr: live}
+	// 1 Gbit/s: nothing in this test reaches it. 1 Kbit/s: everything does.
+	slowAct := &policy.Action{Name: "gold", MinRate: 1_000_000}
+	fastAct := &policy.Action{Name: "bronze", MinRate: 1}
+	adm := &testAdmitter{admit: func(r *ConnRequest) Decision {
+		a := slowAct
+		if r.VIP.Port() == 81 {
+			a = fastAct
+		}
+		return Decision{Verdict: Accept, Target: target, Action: a}
+	}}
+	r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: services(vs), Admitter: adm}})
+	c1 := dial(t, r.client, netip.AddrPortFrom(vipV4, 80))
+	defer c1.Close()
+	c2 := dial(t, r.client, netip.AddrPortFrom(vipV4, 81))
+	defer c2.Close()
+	waitFor(t, func() bool { return r.fwd.Stats().Open == 2 })
+
+	echo := func(c *Conn, n int) {
+		t.Helper()
+		buf := make([]byte, n)
+		if _, err := c.Write(buf); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(c, buf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.fwd.Sample() // the intervals start now
+	for _, n := range []int{10_000, 30_000} {
+		echo(c1, n)
+		echo(c2, n)
+		time.Sleep(50 * time.Millisecond)
+		s := r.fwd.Sample()
+		if len(s.Targets) != 1 || len(s.Actions) != 2 {
+			t.Fatalf("sample %+v", s)
+		}
+		tg := s.Targets[0]
+		// Each connection moved n bytes each way in this interval only.
+		if tg.Active != 2 || tg.Bytes != 4*uint64(n) {
+			t.Errorf("interval with %d B: target active %d, bytes %d, want 2 and %d", n, tg.Active, tg.Bytes, 4*n)
+		}
+		if tg.SegmentsSent == 0 || tg.Throughput <= 0 {
+			t.Errorf("target sample %+v", tg)
+		}
+		bronze, gold := s.Actions[0], s.Actions[1]
+		if gold.Name != "gold" || gold.BelowMinRate != 1 || gold.Bytes != 2*uint64(n) {
+			t.Errorf("gold %+v: want 1 connection below MinRate, %d bytes", gold, 2*n)
+		}
+		if bronze.Name != "bronze" || bronze.BelowMinRate != 0 || bronze.MeanRateKbit <= 1 {
+			t.Errorf("bronze %+v: want none below MinRate", bronze)
+		}
+	}
+	conns := r.fwd.Conns()
+	if len(conns) != 2 || conns[0].Action != "gold" || conns[1].Action != "bronze" || conns[0].ClientLeg.BytesSent != 40_000 {
+		t.Errorf("Conns %+v", conns)
+	}
+	// A connection that closes in an interval still reports its last deltas.
+	echo(c1, 5000)
+	c1.Close()
+	waitFor(t, func() bool { return adm.nClosed.Load() == 1 })
+	s := r.fwd.Sample()
+	if tg := s.Targets[0]; tg.Closed != 1 || tg.Active != 1 || tg.Bytes != 10_000 {
+		t.Errorf("after close: %+v, want 1 closed, 1 active, 10000 bytes", tg)
+	}
+}
