@@ -216,6 +216,15 @@ func TestMetricsScrape(t *testing.T) {
 			t.Errorf("metric %s missing", name)
 		}
 	}
+	documented := map[string]bool{}
+	for _, m := range MetricsDoc() {
+		documented[m.Name] = true
+	}
+	for name := range fams {
+		if strings.HasPrefix(name, "weir_") && !documented[name] {
+			t.Errorf("metric %s is exported but not in MetricsDoc (the README table)", name)
+		}
+	}
 	if v := fams["weir_connections_closed_total"].Metric[0].Counter.GetValue(); v != 3 {
 		t.Errorf("closed total %v, want 3", v)
 	}

@@ -6,36 +6,97 @@ import (
 	"unicode"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"weir/datapath"
+	"weir/netstack"
 )
 
 // collector exports the appliance's state at scrape time: nothing on the
 // datapath or the admission path touches Prometheus.
 type collector struct{ a *Appliance }
 
+// metricDef describes one metric the collector exports; the README's
+// metrics table is generated from these (MetricsDoc).
+type metricDef struct {
+	name, help string
+	counter    bool
+	labels     []string
+}
+
+func (d metricDef) desc() *prometheus.Desc {
+	return prometheus.NewDesc(d.name, d.help, d.labels, nil)
+}
+
 var (
-	descOpen       = prometheus.NewDesc("weir_connections_open", "Admitted connections not yet closed.", nil, nil)
-	descClosed     = prometheus.NewDesc("weir_connections_closed_total", "Admitted connections that ended.", nil, nil)
-	descRefusals   = prometheus.NewDesc("weir_refusals_total", "Connections refused, by the level and limit that refused them.", []string{"level", "limit"}, nil)
-	descDialFail   = prometheus.NewDesc("weir_dial_failures_total", "Connects to targets that failed.", nil, nil)
-	descReloads    = prometheus.NewDesc("weir_reloads_total", "Configurations swapped in.", nil, nil)
-	descReloadFail = prometheus.NewDesc("weir_reload_failures_total", "Configurations rejected.", nil, nil)
-	descLevelConns = prometheus.NewDesc("weir_level_connections", "Open connections per QoS level.", []string{"level", "name"}, nil)
-	descLevelBW    = prometheus.NewDesc("weir_level_bandwidth_bytes_per_second", "Bandwidth over the metric interval per QoS level.", []string{"level", "name"}, nil)
-	descLevelMaxBW = prometheus.NewDesc("weir_level_max_bandwidth_bytes_per_second", "Configured maxBandwidth per QoS level (absent when unset).", []string{"level", "name"}, nil)
-	descLevelMaxC  = prometheus.NewDesc("weir_level_max_connections", "Configured maxConnections per QoS level (absent when unset).", []string{"level", "name"}, nil)
-	descTOpen      = prometheus.NewDesc("weir_target_connections_open", "Open connections per target.", []string{"service", "target"}, nil)
-	descTMax       = prometheus.NewDesc("weir_target_max_connections", "Target maxConnections (absent when unlimited).", []string{"service", "target"}, nil)
-	descTWeight    = prometheus.NewDesc("weir_target_weight", "Target weight: the configured WLM weight (kind=base) and the weight after the QoS fraction (kind=effective).", []string{"service", "target", "kind"}, nil)
-	descTFraction  = prometheus.NewDesc("weir_target_fraction_percent", "Target QoS weight fraction and its parts, in percent.", []string{"service", "target", "part"}, nil)
-	descTUp        = prometheus.NewDesc("weir_target_up", "1 while the target may be picked (not down after a failed connect, health checks passing).", []string{"service", "target"}, nil)
-	descTPicked    = prometheus.NewDesc("weir_target_picked_total", "Connections given to the target.", []string{"service", "target"}, nil)
-	descTFailed    = prometheus.NewDesc("weir_target_connect_failures_total", "Connects to the target that failed.", []string{"service", "target"}, nil)
-	descTSkipped   = prometheus.NewDesc("weir_target_skipped_at_limit_total", "Picks that passed the target over at maxConnections.", []string{"service", "target"}, nil)
-	descDropped    = prometheus.NewDesc("weir_datapath_dropped_total", "Packets from clients dropped before the stack, by reason.", []string{"reason"}, nil)
-	descNoTarget   = prometheus.NewDesc("weir_service_no_target_total", "Connections refused because no target could serve.", []string{"service"}, nil)
+	descOpenDef       = metricDef{"weir_connections_open", "Admitted connections not yet closed.", false, nil}
+	descClosedDef     = metricDef{"weir_connections_closed_total", "Admitted connections that ended.", true, nil}
+	descRefusalsDef   = metricDef{"weir_refusals_total", "Connections refused, by the level and limit that refused them.", true, []string{"level", "limit"}}
+	descDialFailDef   = metricDef{"weir_dial_failures_total", "Connects to targets that failed.", true, nil}
+	descReloadsDef    = metricDef{"weir_reloads_total", "Configurations swapped in.", true, nil}
+	descReloadFailDef = metricDef{"weir_reload_failures_total", "Configurations rejected.", true, nil}
+	descLevelConnsDef = metricDef{"weir_level_connections", "Open connections per QoS level.", false, []string{"level", "name"}}
+	descLevelBWDef    = metricDef{"weir_level_bandwidth_bytes_per_second", "Bandwidth over the metric interval per QoS level.", false, []string{"level", "name"}}
+	descLevelMaxBWDef = metricDef{"weir_level_max_bandwidth_bytes_per_second", "Configured maxBandwidth per QoS level (absent when unset).", false, []string{"level", "name"}}
+	descLevelMaxCDef  = metricDef{"weir_level_max_connections", "Configured maxConnections per QoS level (absent when unset).", false, []string{"level", "name"}}
+	descTOpenDef      = metricDef{"weir_target_connections_open", "Open connections per target.", false, []string{"service", "target"}}
+	descTMaxDef       = metricDef{"weir_target_max_connections", "Target maxConnections (absent when unlimited).", false, []string{"service", "target"}}
+	descTWeightDef    = metricDef{"weir_target_weight", "Target weight: the configured WLM weight (kind=base) and the weight after the QoS fraction (kind=effective).", false, []string{"service", "target", "kind"}}
+	descTFractionDef  = metricDef{"weir_target_fraction_percent", "Target QoS weight fraction and its parts, in percent.", false, []string{"service", "target", "part"}}
+	descTUpDef        = metricDef{"weir_target_up", "1 while the target may be picked (not down after a failed connect, health checks passing).", false, []string{"service", "target"}}
+	descTPickedDef    = metricDef{"weir_target_picked_total", "Connections given to the target.", true, []string{"service", "target"}}
+	descTFailedDef    = metricDef{"weir_target_connect_failures_total", "Connects to the target that failed.", true, []string{"service", "target"}}
+	descTSkippedDef   = metricDef{"weir_target_skipped_at_limit_total", "Picks that passed the target over at maxConnections.", true, []string{"service", "target"}}
+	descDroppedDef    = metricDef{"weir_datapath_dropped_total", "Packets from clients dropped before the stack, by reason.", true, []string{"reason"}}
+	descNoTargetDef   = metricDef{"weir_service_no_target_total", "Connections refused because no target could serve.", true, []string{"service"}}
 )
+
+var (
+	descOpen       = descOpenDef.desc()
+	descClosed     = descClosedDef.desc()
+	descRefusals   = descRefusalsDef.desc()
+	descDialFail   = descDialFailDef.desc()
+	descReloads    = descReloadsDef.desc()
+	descReloadFail = descReloadFailDef.desc()
+	descLevelConns = descLevelConnsDef.desc()
+	descLevelBW    = descLevelBWDef.desc()
+	descLevelMaxBW = descLevelMaxBWDef.desc()
+	descLevelMaxC  = descLevelMaxCDef.desc()
+	descTOpen      = descTOpenDef.desc()
+	descTMax       = descTMaxDef.desc()
+	descTWeight    = descTWeightDef.desc()
+	descTFraction  = descTFractionDef.desc()
+	descTUp        = descTUpDef.desc()
+	descTPicked    = descTPickedDef.desc()
+	descTFailed    = descTFailedDef.desc()
+	descTSkipped   = descTSkippedDef.desc()
+	descDropped    = descDroppedDef.desc()
+	descNoTarget   = descNoTargetDef.desc()
+)
+
+// metricDefs lists every fixed metric, in the README's order.
+var metricDefs = []metricDef{
+	descOpenDef,
+	descClosedDef,
+	descRefusalsDef,
+	descDialFailDef,
+	descReloadsDef,
+	descReloadFailDef,
+	descLevelConnsDef,
+	descLevelBWDef,
+	descLevelMaxBWDef,
+	descLevelMaxCDef,
+	descTOpenDef,
+	descTMaxDef,
+	descTWeightDef,
+	descTFractionDef,
+	descTUpDef,
+	descTPickedDef,
+	descTFailedDef,
+	descTSkippedDef,
+	descDroppedDef,
+	descNoTargetDef,
+}
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	// Unchecked collector: the struct-derived counters are only known at
@@ -132,10 +193,10 @@ func structMetrics(ch chan<- prometheus.Metric, prefix string, s any) {
 		name := prefix + "_" + snake(f.Name)
 		switch fv.Kind() {
 		case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-			d := prometheus.NewDesc(name+"_total", f.Name+" ("+t.Name()+").", nil, nil)
+			d := prometheus.NewDesc(name+"_total", "See "+t.String()+"."+f.Name+".", nil, nil)
 			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(fv.Uint()))
 		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-			d := prometheus.NewDesc(name, f.Name+" ("+t.Name()+").", nil, nil)
+			d := prometheus.NewDesc(name, "See "+t.String()+"."+f.Name+".", nil, nil)
 			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(fv.Int()))
 		case reflect.Struct:
 			if f.Anonymous {
@@ -161,4 +222,65 @@ func snake(s string) string {
 		}
 	}
 	return b.String()
+}
+
+// MetricDoc is one exported metric, for documentation.
+type MetricDoc struct {
+	Name, Type, Help string
+	Labels           []string
+}
+
+// MetricsDoc lists every metric weir exports: the fixed ones, then the
+// counters derived from the datapath, stack and forwarder stats structs. The
+// README's table is generated from it and a test keeps the two equal.
+func MetricsDoc() []MetricDoc {
+	var out []MetricDoc
+	for _, d := range metricDefs {
+		typ := "gauge"
+		if d.counter {
+			typ = "counter"
+		}
+		out = append(out, MetricDoc{Name: d.name, Type: typ, Help: d.help, Labels: d.labels})
+	}
+	for _, s := range []struct {
+		prefix string
+		v      any
+	}{
+		{"weir_datapath", datapath.EngineStats{}},
+		{"weir_stack", netstack.StackStats{}},
+		{"weir_forwarder", netstack.ForwarderStats{}},
+	} {
+		ch := make(chan prometheus.Metric, 256)
+		structMetrics(ch, s.prefix, s.v)
+		close(ch)
+		for m := range ch {
+			var pb dto.Metric
+			m.Write(&pb)
+			typ := "gauge"
+			if pb.Counter != nil {
+				typ = "counter"
+			}
+			name, help := descNameHelp(m.Desc())
+			out = append(out, MetricDoc{Name: name, Type: typ, Help: help})
+		}
+	}
+	return out
+}
+
+// descNameHelp reads a Desc's name and help back from its String form
+// (client_golang keeps them unexported).
+func descNameHelp(d *prometheus.Desc) (name, help string) {
+	s := d.String()
+	field := func(key string) string {
+		i := strings.Index(s, key+`: "`)
+		if i < 0 {
+			return ""
+		}
+		rest := s[i+len(key)+3:]
+		if j := strings.Index(rest, `"`); j >= 0 {
+			return rest[:j]
+		}
+		return ""
+	}
+	return field("fqName"), field("help")
 }
