@@ -157,7 +157,7 @@ func TestBackArmTarget(t *testing.T) {
 				t.Fatalf("echo: %d bytes, err %v", len(got), err)
 			}
 			waitFor(t, func() bool { return adm.nClosed.Load() == 1 })
-			cs := adm.closed[0]
+			cs := adm.closedStats()[0]
 			if cs.TargetLeg.SegmentsSent == 0 || cs.TargetLeg.SegmentsReceived == 0 || cs.TargetLeg.RTT <= 0 || !cs.TargetLeg.TimeoutsKnown {
 				t.Errorf("target leg counters implausible: %+v", cs.TargetLeg)
 			}

@@ -56,7 +56,7 @@ func TestSpliceHostTarget(t *testing.T) {
 			if adm.nClosed.Load() != 1 {
 				t.Fatalf("Closed called %d times, want 1", adm.nClosed.Load())
 			}
-			cs := adm.closed[0]
+			cs := adm.closedStats()[0]
 			if cs.ClientLeg.BytesReceived != uint64(len(msg)) || cs.ClientLeg.BytesSent != uint64(len(msg)) {
 				t.Errorf("client leg bytes %d/%d, want %d each way", cs.ClientLeg.BytesReceived, cs.ClientLeg.BytesSent, len(msg))
 			}

@@ -56,12 +56,19 @@ func (a *testAdmitter) DialFailed(r *ConnRequest, d Decision, err error) Decisio
 }
 
 func (a *testAdmitter) Closed(r *ConnRequest, d Decision, final ConnStats) {
-	a.nClosed.Add(1)
 	if a.keep {
 		a.mu.Lock()
 		a.closed = append(a.closed, final)
 		a.mu.Unlock()
 	}
+	a.nClosed.Add(1)
+}
+
+// closedStats returns a copy of the kept final records.
+func (a *testAdmitter) closedStats() []ConnStats {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]ConnStats(nil), a.closed...)
 }
 
 // rig is a weir front stack and a client stack joined by a memory pair.

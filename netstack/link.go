@@ -260,9 +260,17 @@ func (e *linkEndpoint) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Err
 		}
 		bp := e.bufPool.Get().(*[]byte)
 		b := (*bp)[:e.headroom+size]
-		off := e.headroom
-		for _, s := range pkt.AsSlices() {
-			off += copy(b[off:], s)
+		// AsViewList, unlike AsSlices, does not allocate.
+		at := e.headroom
+		vl, skip := pkt.AsViewList()
+		for v := vl.Front(); v != nil; v = v.Next() {
+			s := v.AsSlice()
+			if skip >= len(s) {
+				skip -= len(s)
+				continue
+			}
+			at += copy(b[at:], s[skip:])
+			skip = 0
 		}
 		*bp = b
 		select {

@@ -63,7 +63,13 @@ func (f *Forwarder) splice(req *ConnRequest, d Decision, client *Conn, target Le
 		c.abort()
 	}
 
-	var watchdog *time.Timer
+	// The idle watchdog rearms itself for the rest of the idle time; wdMu
+	// orders its first assignment before the callback's use.
+	var (
+		wdMu      sync.Mutex
+		watchdog  *time.Timer // protected by wdMu
+		wdStopped bool        // protected by wdMu
+	)
 	if idle := f.opts.IdleTimeout; idle > 0 {
 		check := func() {
 			since := time.Since(time.Unix(0, c.lastIO.Load()))
@@ -72,9 +78,15 @@ func (f *Forwarder) splice(req *ConnRequest, d Decision, client *Conn, target Le
 				c.abort()
 				return
 			}
-			watchdog.Reset(idle - since)
+			wdMu.Lock()
+			if !wdStopped {
+				watchdog.Reset(idle - since)
+			}
+			wdMu.Unlock()
 		}
+		wdMu.Lock()
 		watchdog = time.AfterFunc(idle, check)
+		wdMu.Unlock()
 	}
 
 	done := make(chan struct{})
@@ -84,9 +96,12 @@ func (f *Forwarder) splice(req *ConnRequest, d Decision, client *Conn, target Le
 	}()
 	f.copyHalf(c, target, client, &c.toTarget)
 	<-done
+	wdMu.Lock()
+	wdStopped = true
 	if watchdog != nil {
 		watchdog.Stop()
 	}
+	wdMu.Unlock()
 	if c.idle.Load() {
 		f.idleClosed.Add(1)
 	}
