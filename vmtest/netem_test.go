@@ -1,0 +1,365 @@
+package vmtest_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"weir/netstack"
+	"weir/vmtest"
+)
+
+// The scenarios' topology, inside the VM: the VM's own network namespace
+// (the sender, 198.18.0.1) and a second one it creates (the receiver,
+// 198.18.0.2), joined by a veth pair. netem on the sender's veth drops a
+// share of the data segments; ACKs travel back unharmed.
+var (
+	senderAddr   = netip.MustParsePrefix("198.18.0.1/24")
+	receiverAddr = netip.MustParsePrefix("198.18.0.2/24")
+	receiverPort = uint16(5001)
+)
+
+// Transfer bounds: every transfer is at most 4 MB and transferTimeout.
+const (
+	transferBytes   = 4 << 20
+	transferTimeout = 20 * time.Second
+)
+
+// vmModules are the kernel modules the scenarios need (Debian builds them
+// as modules; the harness skips any that are built in).
+var vmModules = []string{"veth", "sch_netem"}
+
+// TestVMNetemLoss shows that netem inside the VM gives real segment loss
+// that the sender's TCP_INFO sees: a bulk transfer through 5 % loss
+// retransmits about 5 % of its segments, and one without netem retransmits
+// none.
+func TestVMNetemLoss(t *testing.T) {
+	if !vmtest.InVM() {
+		vmtest.RunTest(t, vmtest.Options{Modules: vmModules})
+		return
+	}
+	link := newTopology(t)
+	for _, tc := range []struct {
+		name    string
+		lossPct float32
+		bytes   int64
+	}{
+		{"no-netem", 0, transferBytes},
+		{"loss-5pct", 5, transferBytes},
+		// Half the data: at 10 % loss retransmission timeouts make the
+		// transfer several times slower under software emulation.
+		{"loss-10pct", 10, transferBytes / 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			link.setLoss(t, tc.lossPct)
+			c, err := net.DialTimeout("tcp4", netip.AddrPortFrom(receiverAddr.Addr(), receiverPort).String(), 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc2 := c.(*net.TCPConn)
+			n, elapsed := transfer(t, tc2, tc.bytes)
+			info := tcpInfo(t, tc2)
+			c.Close()
+			ratio := float64(info.Total_retrans) / float64(info.Segs_out)
+			t.Logf("netem loss %.0f%%: %d bytes in %v; segs_out %d, total_retrans %d (ratio %.2f%%), lost %d, rto %v, backoff %d, total_rto %d",
+				tc.lossPct, n, elapsed.Round(time.Millisecond), info.Segs_out, info.Total_retrans, 100*ratio,
+				info.Lost, time.Duration(info.Rto)*time.Microsecond, info.Backoff, info.Total_rto)
+			checkRatio(t, "TCP_INFO total_retrans/segs_out", ratio, tc.lossPct)
+		})
+	}
+}
+
+// TestVMWeirHostDialerLoss measures the same loss through weir's own target
+// leg: netstack.HostDialer's connection and its Counters, which the QoS
+// sampler turns into a target's loss ratio.
+func TestVMWeirHostDialerLoss(t *testing.T) {
+	if !vmtest.InVM() {
+		vmtest.RunTest(t, vmtest.Options{Modules: vmModules})
+		return
+	}
+	link := newTopology(t)
+	for _, tc := range []struct {
+		name    string
+		lossPct float32
+	}{
+		{"no-netem", 0},
+		{"loss-5pct", 5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			link.setLoss(t, tc.lossPct)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			leg, err := (&netstack.HostDialer{}).DialTarget(ctx, netip.AddrPortFrom(receiverAddr.Addr(), receiverPort))
+			if err != nil {
+				t.Fatal(err)
+			}
+			n, elapsed := transfer(t, leg, transferBytes)
+			leg.Close()
+			// Counters after Close returns the last values read, which
+			// transfer's final read took: Close must not lose them.
+			lc := leg.Counters()
+			if lc.SegmentsSent == 0 {
+				t.Fatalf("HostDialer leg counted no segments after sending %d bytes", n)
+			}
+			ratio := float64(lc.Retransmits) / float64(lc.SegmentsSent)
+			t.Logf("netem loss %.0f%%: %d bytes in %v; leg SegmentsSent %d, Retransmits %d (ratio %.2f%%), Timeouts %d (known %v), RTT %v",
+				tc.lossPct, n, elapsed.Round(time.Millisecond), lc.SegmentsSent, lc.Retransmits, 100*ratio,
+				lc.Timeouts, lc.TimeoutsKnown, lc.RTT)
+			checkRatio(t, "HostDialer Retransmits/SegmentsSent", ratio, tc.lossPct)
+		})
+	}
+}
+
+// checkRatio asserts a measured retransmission ratio against the injected
+// loss: within a factor of 2.5 either way, and under 0.5 % without loss.
+// Retransmissions are not losses one for one (a tail loss costs a probe, a
+// lost retransmission costs another), hence the band.
+func checkRatio(t *testing.T, what string, ratio float64, lossPct float32) {
+	t.Helper()
+	want := float64(lossPct) / 100
+	if lossPct == 0 {
+		if ratio > 0.005 {
+			t.Errorf("%s = %.2f%% with no netem, want about 0", what, 100*ratio)
+		}
+		return
+	}
+	if lo, hi := want/2.5, want*2.5; ratio < lo || ratio > hi {
+		t.Errorf("%s = %.2f%% with %.0f%% netem loss, want within [%.2f%%, %.2f%%]", what, 100*ratio, lossPct, 100*lo, 100*hi)
+	}
+}
+
+// topology is the veth pair between the VM's namespace and the receiver's,
+// with a discard server listening in the receiver's.
+type topology struct {
+	veth netlink.Link // the sender's end, where netem goes
+}
+
+// newTopology builds the namespaces, the veth pair, the addresses and the
+// receiver. Everything lives in the VM, which is discarded after the test.
+func newTopology(t *testing.T) *topology {
+	t.Helper()
+	if os.Getuid() != 0 {
+		t.Fatal("the in-VM scenario must run as root")
+	}
+	la := netlink.NewLinkAttrs()
+	la.Name = "wv0"
+	if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: la, PeerName: "wv1"}); err != nil {
+		t.Fatalf("veth: %v", err)
+	}
+	veth, err := netlink.LinkByName("wv0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer, err := netlink.LinkByName("wv1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One segment per packet: with TSO/GSO a netem drop would take a whole
+	// 64 KB super-packet, turning 5 % random loss into rare bursts.
+	for _, l := range []netlink.Link{veth, peer} {
+		if err := netlink.LinkSetGSOMaxSegs(l, 1); err != nil {
+			t.Fatalf("gso_max_segs: %v", err)
+		}
+	}
+
+	ns := newNetNS(t)
+	if err := netlink.LinkSetNsFd(peer, ns.fd); err != nil {
+		t.Fatalf("move veth peer: %v", err)
+	}
+	if err := netlink.AddrAdd(veth, &netlink.Addr{IPNet: ipNet(senderAddr)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := netlink.LinkSetUp(veth); err != nil {
+		t.Fatal(err)
+	}
+	var ln net.Listener
+	err = ns.do(func() error {
+		// The package-level netlink calls open their socket on this
+		// thread, so they act inside the receiver's namespace.
+		p, err := netlink.LinkByName("wv1")
+		if err != nil {
+			return err
+		}
+		if err := netlink.AddrAdd(p, &netlink.Addr{IPNet: ipNet(receiverAddr)}); err != nil {
+			return err
+		}
+		if err := netlink.LinkSetUp(p); err != nil {
+			return err
+		}
+		ln, err = net.Listen("tcp4", netip.AddrPortFrom(receiverAddr.Addr(), receiverPort).String())
+		return err
+	})
+	if err != nil {
+		t.Fatalf("receiver namespace: %v", err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go discardLoop(ln)
+	return &topology{veth: veth}
+}
+
+// setLoss replaces the root qdisc of the sender's veth with netem dropping
+// lossPct percent of packets, or removes it for 0.
+func (tp *topology) setLoss(t *testing.T, lossPct float32) {
+	t.Helper()
+	attrs := netlink.QdiscAttrs{
+		LinkIndex: tp.veth.Attrs().Index,
+		Handle:    netlink.MakeHandle(1, 0),
+		Parent:    netlink.HANDLE_ROOT,
+	}
+	q := netlink.NewNetem(attrs, netlink.NetemQdiscAttrs{Loss: lossPct})
+	if err := netlink.QdiscDel(q); err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EINVAL) {
+		t.Fatalf("remove netem: %v", err)
+	}
+	if lossPct == 0 {
+		return
+	}
+	if err := netlink.QdiscAdd(q); err != nil {
+		t.Fatalf("netem loss %v%%: %v", lossPct, err)
+	}
+}
+
+// discardLoop accepts connections and reads each to EOF, then closes it,
+// which tells the sender every byte arrived. It runs in its own goroutine
+// until ln is closed.
+func discardLoop(ln net.Listener) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(transferTimeout + 5*time.Second))
+			_, _ = io.Copy(io.Discard, c)
+		}()
+	}
+}
+
+// halfCloser is a stream that can send its FIN: *net.TCPConn and weir's
+// netstack.Leg.
+type halfCloser interface {
+	net.Conn
+	CloseWrite() error
+}
+
+// transfer sends size bytes on c, half-closes, and waits for the
+// receiver's close, so every segment has been acknowledged when it returns.
+// It fails t past transferTimeout.
+func transfer(t *testing.T, c halfCloser, size int64) (int64, time.Duration) {
+	t.Helper()
+	start := time.Now()
+	if err := c.SetDeadline(start.Add(transferTimeout)); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 64<<10)
+	var n int64
+	for n < min(size, transferBytes) {
+		m, err := c.Write(buf[:min(int64(len(buf)), size-n)])
+		n += int64(m)
+		if err != nil {
+			t.Fatalf("after %d bytes in %v: %v", n, time.Since(start), err)
+		}
+	}
+	if err := c.CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(io.Discard, c); err != nil {
+		t.Fatalf("waiting for the receiver's close: %v", err)
+	}
+	if l, ok := c.(netstack.Leg); ok {
+		l.Counters() // the last read while the socket is open
+	}
+	return n, time.Since(start)
+}
+
+// tcpInfo reads the kernel's TCP_INFO for c.
+func tcpInfo(t *testing.T, c *net.TCPConn) *unix.TCPInfo {
+	t.Helper()
+	rc, err := c.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info *unix.TCPInfo
+	var ierr error
+	if err := rc.Control(func(fd uintptr) {
+		info, ierr = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if ierr != nil {
+		t.Fatalf("TCP_INFO: %v", ierr)
+	}
+	return info
+}
+
+func ipNet(p netip.Prefix) *net.IPNet {
+	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
+}
+
+// netNS is a new network namespace held by one goroutine locked to its OS
+// thread; do runs functions on that thread, so sockets they open belong to
+// the namespace (a socket keeps its namespace wherever it is used later).
+type netNS struct {
+	fd  int // the namespace, for moving links into it
+	run chan func()
+}
+
+func newNetNS(t *testing.T) *netNS {
+	t.Helper()
+	ns := &netNS{run: make(chan func())}
+	ready := make(chan error, 1)
+	go func() {
+		// Never unlocked: the thread's namespace differs from the
+		// process's, so the runtime must discard the thread when this
+		// goroutine ends.
+		runtime.LockOSThread()
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			ready <- fmt.Errorf("unshare: %w", err)
+			return
+		}
+		fd, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			ready <- err
+			return
+		}
+		ns.fd = fd
+		ready <- nil
+		for f := range ns.run {
+			f()
+		}
+	}()
+	if err := <-ready; err != nil {
+		t.Fatalf("new network namespace: %v", err)
+	}
+	t.Cleanup(func() {
+		close(ns.run)
+		unix.Close(ns.fd)
+	})
+	if err := ns.do(func() error {
+		lo, err := netlink.LinkByName("lo")
+		if err != nil {
+			return err
+		}
+		return netlink.LinkSetUp(lo)
+	}); err != nil {
+		t.Fatalf("receiver lo: %v", err)
+	}
+	return ns
+}
+
+// do runs f on the namespace's thread and returns its error.
+func (ns *netNS) do(f func() error) error {
+	done := make(chan error, 1)
+	ns.run <- func() { done <- f() }
+	return <-done
+}
