@@ -363,6 +363,21 @@ func (d *sinkDevice) BatchSize() int                               { return 64 }
 func (d *sinkDevice) MTU() int                                     { return 1500 }
 func (d *sinkDevice) Close() error                                 { return nil }
 
+// onceDevice returns its packets from the first Read and os.ErrClosed
+// after; Write discards.
+type onceDevice struct {
+	sinkDevice
+	done bool
+}
+
+func (d *onceDevice) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
+	if d.done {
+		return 0, os.ErrClosed
+	}
+	d.done = true
+	return d.sinkDevice.Read(bufs, sizes, offset)
+}
+
 // pathPackets returns n egress packets of n distinct flows to www, IPv4 or
 // IPv6, and the matching ingress packets.
 func pathPackets(t testing.TB, v6 bool, n int) (egress, ingress [][]byte) {
@@ -442,4 +457,32 @@ func BenchmarkEnginePath(b *testing.B) {
 			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "pkts/s")
 		})
 	}
+}
+
+// FuzzEngine sends arbitrary bytes through the engine both ways: it must
+// not panic, must pass on only packets that parse, and must keep a valid
+// IPv4 header checksum valid when it marks.
+func FuzzEngine(f *testing.F) {
+	f.Add(tcp4(f, client4, vip4, 40000, 80, 0, true, false, 0), tcp4(f, vip4, client4, 80, 40000, 0, true, true, 0))
+	f.Add(tcp6(f, client6, vip6, 40000, 80, 0, true, false, 0), tcp6(f, vip6, client6, 80, 40000, 0, true, true, 0))
+	f.Add([]byte{0x45, 0}, []byte{0x60})
+	cfg := testConfig(f)
+	f.Fuzz(func(t *testing.T, in, out []byte) {
+		e := NewEngine(&onceDevice{sinkDevice: sinkDevice{pkts: [][]byte{in, in}}}, cfg, EngineOptions{Flows: FlowTableOptions{MaxFlows: 4}})
+		bufs := makeBatch(2, len(in)+1, 0)
+		sizes := make([]int, 2)
+		n, _ := e.Read(bufs, sizes, 0)
+		var p Packet
+		for i := range n {
+			if Parse(bufs[i][:sizes[i]], &p) != DropNone {
+				t.Fatalf("ingress passed a packet that does not parse")
+			}
+		}
+		b := append([]byte(nil), out...)
+		valid := len(b) >= 20 && b[0]>>4 == 4 && Parse(b, &p) == DropNone && IPv4HeaderChecksum(b) == uint16(b[10])<<8|uint16(b[11])
+		e.Write([][]byte{b}, 0)
+		if valid && IPv4HeaderChecksum(b) != uint16(b[10])<<8|uint16(b[11]) {
+			t.Fatalf("egress broke a valid IPv4 checksum")
+		}
+	})
 }
