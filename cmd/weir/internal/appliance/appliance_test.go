@@ -126,7 +126,7 @@ func TestLossMovesWeight(t *testing.T) {
 	// Loss on weir → t2: weir's own segments to t2 are retransmitted, so
 	// the load uploads (the target leg's measured direction).
 	l.Faults[policy.TargetKey{Service: "web", Target: "t2"}].SetRates(fault.Rates{Drop: 0.05}, fault.Rates{})
-	res := bench.Load{Dial: l.Dial, Addr: "198.19.0.80:80", Clients: 4, Requests: 80, Upload: 64 << 10, Duration: 60 * time.Second}.Run(context.Background())
+	res := bench.Load{Dial: l.Dial, Addr: "198.19.0.80:80", Clients: 4, Requests: 80, Upload: 64 << 10, Duration: 90 * time.Second, Timeout: 30 * time.Second}.Run(context.Background())
 	if res.OK != 80 {
 		t.Fatalf("load under loss: %+v", res)
 	}
