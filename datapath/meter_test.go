@@ -2,6 +2,7 @@ package datapath
 
 import (
 	"net/netip"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -159,6 +160,49 @@ func TestMetersCarry(t *testing.T) {
 	}
 	if got := tot.Targets[1]; got != (Traffic{{}, {1, 1000}}) {
 		t.Errorf("www target 2 = %v", got)
+	}
+}
+
+// TestMetersConcurrent has workers add to their own shards, two of them
+// sharing one shard by mistake, while a reader sums: the final totals are
+// exact. Run it under -race.
+func TestMetersConcurrent(t *testing.T) {
+	m := NewMeters(testConfig(t), 4)
+	const per = 10000
+	shards := []int{0, 1, 2, 2} // workers 2 and 3 share shard 2
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	go func() {
+		var tot MeterTotals
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				m.Totals(&tot)
+			}
+		}
+	}()
+	for _, sh := range shards {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			row := m.Row(0, 0)
+			for range per {
+				m.Add(sh, row, 0, Egress, 100)
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	var tot MeterTotals
+	m.Totals(&tot)
+	n := uint64(len(shards) * per)
+	if got := tot.Services[0][Egress]; got != (Counter{n, 100 * n}) {
+		t.Errorf("www egress = %v, want %d packets", got, n)
+	}
+	if got := tot.Targets[0][Egress]; got != (Counter{n, 100 * n}) {
+		t.Errorf("target 0 egress = %v, want %d packets", got, n)
 	}
 }
 
