@@ -65,7 +65,7 @@ func (a *Appliance) drainEvents() {
 			if !e.Over {
 				l = a.log.Info()
 			}
-			l.Str("level", e.Level.String()).Str("name", e.Name).Str("limit", e.Limit.String()).
+			l.Str("qos_level", e.Level.String()).Str("name", e.Name).Str("limit", e.Limit.String()).
 				Int64("value", e.Value).Int64("measured", e.Measured).Bool("enforced", e.Enforced).
 				Msg("qos: " + e.String())
 		default:
