@@ -297,10 +297,16 @@ func (p *Port) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 				v := p.flow(st, &k, k.Hash(), now, c)
 				row, target = v.row, v.target
 			}
-			run.add(row, target, pk.Len)
 			if w != i {
+				// Compact over a dropped packet; a caller buffer too short
+				// to take it (buffers of mixed sizes) drops it.
+				if len(bufs[w])-offset < len(b) {
+					c.dropped[DropTruncated].Add(1)
+					continue
+				}
 				sizes[w] = copy(bufs[w][offset:], b)
 			}
+			run.add(row, target, pk.Len)
 			w++
 		}
 		run.flush()
