@@ -215,3 +215,23 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+func BenchmarkParse(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		pkt  []byte
+	}{
+		{"ipv4-tcp", tcp4(b, client4, vip4, 40000, 80, 0, false, true, 0)},
+		{"ipv6-tcp", tcp6(b, client6, vip6, 40000, 80, 0, false, true, 0)},
+		{"ipv6-ext-tcp", ext6(b, 0, cat(optHdr(43), optHdr(60), optHdr(6)), tcpRaw)},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			var p Packet
+			b.ReportAllocs()
+			for b.Loop() {
+				Parse(c.pkt, &p)
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pkts/s")
+		})
+	}
+}

@@ -136,3 +136,14 @@ func onesSub(a, b uint16) uint16 {
 	s = s&0xffff + s>>16
 	return uint16(s)
 }
+
+func BenchmarkSetTOS(b *testing.B) {
+	pkt := tcp4(b, vip4, client4, 80, 40000, 0, false, true, 0)
+	b.ReportAllocs()
+	tos := uint8(0)
+	for b.Loop() {
+		tos ^= 0xa0
+		SetTOS(pkt, tos)
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pkts/s")
+}
