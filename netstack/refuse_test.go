@@ -222,3 +222,24 @@ func rawSYN(src, dst netip.AddrPort) []byte {
 	tcph.SetChecksum(^tcph.CalculateChecksum(xsum))
 	return b
 }
+
+// TestMaxInFlight: SYNs beyond MaxInFlight pending connections are dropped
+// and counted, and the slots free once admission answers.
+func TestMaxInFlight(t *testing.T) {
+	vs := &policy.VirtualServer{Name: "tcp", VIPs: []netip.Addr{vipV4}, Ports: policy.PortRange{Lo: 80, Hi: 80}}
+	release := make(chan struct{})
+	adm := &testAdmitter{admit: func(*ConnRequest) Decision {
+		<-release
+		return Decision{Verdict: RefuseRST}
+	}}
+	r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: services(vs), Admitter: adm, MaxInFlight: 2}, rawClient: true})
+	for port := uint16(1000); port < 1005; port++ {
+		syn := rawSYN(netip.AddrPortFrom(clientV4.Addr(), port), netip.AddrPortFrom(vipV4, 80))
+		if _, err := r.clientDev.Write([][]byte{syn}, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, func() bool { st := r.fwd.Stats(); return st.Pending == 2 && st.DroppedInFlight == 3 })
+	close(release)
+	waitFor(t, func() bool { st := r.fwd.Stats(); return st.Pending == 0 && st.RefusedRST == 2 })
+}
