@@ -17,10 +17,16 @@ import (
 // client leg of weir's ends in TIME_WAIT, and every port is reused long
 // before TIME_WAIT would expire. All must succeed, quickly.
 func TestTimeWaitReuse(t *testing.T) {
-	n, ports := 20000, 100
+	n := 20000
 	if testing.Short() {
 		n = 2000
 	}
+	t.Run("ipv4", func(t *testing.T) { testTimeWaitReuse(t, n, clientV4.Addr(), vipV4) })
+	t.Run("ipv6", func(t *testing.T) { testTimeWaitReuse(t, n/10, clientV6.Addr(), vipV6) })
+}
+
+func testTimeWaitReuse(t *testing.T, n int, client, vipAddr netip.Addr) {
+	const ports = 100
 	l, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -30,15 +36,15 @@ func TestTimeWaitReuse(t *testing.T) {
 		c.Close() // the target closes first
 	})
 	defer stop()
-	vs := &policy.VirtualServer{Name: "short", VIPs: []netip.Addr{vipV4}, Ports: policy.PortRange{Lo: 80, Hi: 80}}
+	vs := &policy.VirtualServer{Name: "short", VIPs: []netip.Addr{vipAddr}, Ports: policy.PortRange{Lo: 80, Hi: 80}}
 	adm := &testAdmitter{target: &policy.Target{Name: "t", Addr: l.Addr().(*net.TCPAddr).AddrPort()}}
 	r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: services(vs), Admitter: adm}})
 
-	vip := netip.AddrPortFrom(vipV4, 80)
+	vip := netip.AddrPortFrom(vipAddr, 80)
 	start := time.Now()
 	var slow int
 	for i := 0; i < n; i++ {
-		local := netip.AddrPortFrom(clientV4.Addr(), uint16(40000+i%ports))
+		local := netip.AddrPortFrom(client, uint16(40000+i%ports))
 		t0 := time.Now()
 		c, err := dialRetryBind(r.client, local, vip)
 		if err != nil {
@@ -89,4 +95,35 @@ func dialRetryBind(s *Stack, local, addr netip.AddrPort) (*Conn, error) {
 func isPortInUse(err error) bool {
 	var e *errTCPIP
 	return errors.As(err, &e) && e.msg == "port is in use"
+}
+
+// TestTimeWaitTableEmpties: legs weir closed first leave the TIME_WAIT table
+// when TIME_WAIT ends, so the table does not grow without bound.
+func TestTimeWaitTableEmpties(t *testing.T) {
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := serveListener(l, func(c net.Conn) { c.Close() })
+	defer stop()
+	vs := &policy.VirtualServer{Name: "short", VIPs: []netip.Addr{vipV4}, Ports: policy.PortRange{Lo: 80, Hi: 80}}
+	adm := &testAdmitter{target: &policy.Target{Name: "t", Addr: l.Addr().(*net.TCPAddr).AddrPort()}}
+	r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: services(vs), Admitter: adm}, stack: Options{TimeWait: 200 * time.Millisecond}})
+	for i := 0; i < 20; i++ {
+		c := dial(t, r.client, netip.AddrPortFrom(vipV4, 80))
+		io.ReadAll(c)
+		c.Close()
+	}
+	waitFor(t, func() bool { return adm.nClosed.Load() == 20 })
+	r.fwd.tw.mu.Lock()
+	n := len(r.fwd.tw.m)
+	r.fwd.tw.mu.Unlock()
+	if n == 0 {
+		t.Fatal("no leg was tracked in TIME_WAIT")
+	}
+	waitFor(t, func() bool {
+		r.fwd.tw.mu.Lock()
+		defer r.fwd.tw.mu.Unlock()
+		return len(r.fwd.tw.m) == 0
+	})
 }
