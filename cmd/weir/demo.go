@@ -13,7 +13,10 @@ import (
 )
 
 func newDemoCmd() *cobra.Command {
-	var loss float64
+	var (
+		loss   float64
+		useTUN bool
+	)
 	cmd := &cobra.Command{
 		Use:   "demo",
 		Short: "run the whole appliance in memory through the seeds' scenarios (no root needed)",
@@ -35,8 +38,18 @@ func newDemoCmd() *cobra.Command {
 			if f, ok := out.(*os.File); ok && isatty.IsTerminal(f.Fd()) {
 				live = true
 			}
-			fmt.Fprintln(out, "weir demo: the appliance over in-memory transports, with built-in backends and load")
-			results, err := appliance.RunDemo(ctx, appliance.DemoOptions{Out: out, Live: live, Loss: loss / 100})
+			fmt.Fprintln(out, "weir demo: the whole appliance in one process, with built-in backends (gVisor stacks behind in-memory links) and load")
+			o := appliance.DemoOptions{Out: out, Live: live, Loss: loss / 100}
+			if useTUN {
+				c, err := newTUNClients()
+				if err != nil {
+					return err
+				}
+				defer c.Close()
+				o.Front, o.Dial = c.dev, c.Dial
+				fmt.Fprintln(out, "clients: the kernel TCP stack of a network namespace of their own, through the TUN weir-demo")
+			}
+			results, err := appliance.RunDemo(ctx, o)
 			if err != nil {
 				return err
 			}
@@ -50,5 +63,6 @@ func newDemoCmd() *cobra.Command {
 	}
 	cmd.Flags().Float64Var(&loss, "loss", 5, "`PERCENT` of packets dropped on the lossy target's leg")
 	cmd.Flags().Bool("config-dump", false, "print the embedded demo config and exit")
+	cmd.Flags().BoolVar(&useTUN, "tun", false, "clients are a network namespace's kernel stack reaching weir through a real TUN (root)")
 	return cmd
 }

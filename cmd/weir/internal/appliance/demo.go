@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"weir/bench"
+	"weir/datapath"
 	"weir/datapath/fault"
 	"weir/policy"
 	"weir/policy/config"
@@ -34,6 +35,10 @@ type DemoOptions struct {
 	Log *zerolog.Logger
 	// Loss is the drop rate injected on carol's leg; zero means 5 %.
 	Loss float64
+	// Front and Dial replace the in-memory clients (see LabOptions):
+	// weir demo --tun runs the clients' side through a real TUN.
+	Front datapath.Device
+	Dial  bench.DialFunc
 }
 
 // DemoResult is one scenario's outcome.
@@ -60,6 +65,8 @@ func RunDemo(ctx context.Context, o DemoOptions) ([]DemoResult, error) {
 		return nil, fmt.Errorf("embedded demo config: %w", err)
 	}
 	lab, err := NewLab(cfg, LabOptions{
+		Front:     o.Front,
+		Dial:      o.Dial,
 		Appliance: Options{Source: "embedded demo.yaml", Log: o.Log},
 		Backend: func(k policy.TargetKey, b *bench.Backend) {
 			if k.Service == "cluster" {

@@ -32,6 +32,7 @@ type Lab struct {
 	Faults map[policy.TargetKey]*fault.Device
 
 	stacks []*netstack.Stack
+	dial   bench.DialFunc // set when the clients are not the lab's own stack
 	wg     sync.WaitGroup
 }
 
@@ -47,6 +48,11 @@ type LabOptions struct {
 	Appliance Options
 	// Seed seeds the fault injectors; zero means 1.
 	Seed uint64
+	// Front, when set, replaces the in-memory pair and client stack toward
+	// the clients (weir demo --tun passes a TUN in a network namespace);
+	// Dial must then reach the VIPs through it.
+	Front datapath.Device
+	Dial  bench.DialFunc
 }
 
 // NewLab builds the deployment for cfg: every target of every service gets
@@ -111,9 +117,21 @@ func NewLab(cfg *policy.Config, o LabOptions) (*Lab, error) {
 		}
 	}
 
-	front, clientEnd := datapath.NewPipe(datapath.PipeOptions{QueueLen: 4096})
 	ao := o.Appliance
-	ao.Config, ao.Front, ao.Backs = cfg, front, arms
+	ao.Config, ao.Backs = cfg, arms
+	if o.Front != nil {
+		if o.Dial == nil {
+			return nil, errors.New("lab: a Front needs a Dial")
+		}
+		ao.Front, l.dial = o.Front, o.Dial
+		if l.App, err = New(ao); err != nil {
+			return nil, err
+		}
+		ok = true
+		return l, nil
+	}
+	front, clientEnd := datapath.NewPipe(datapath.PipeOptions{QueueLen: 4096})
+	ao.Front = front
 	l.App, err = New(ao)
 	if err != nil {
 		return nil, err
@@ -148,6 +166,9 @@ func armAddress(target netip.Addr, n int) netip.Addr {
 
 // Dial opens a client connection to addr (a VIP:port) through weir.
 func (l *Lab) Dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	if l.dial != nil {
+		return l.dial(ctx, network, addr)
+	}
 	ap, err := netip.ParseAddrPort(addr)
 	if err != nil {
 		return nil, err
