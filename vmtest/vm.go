@@ -526,6 +526,11 @@ func writeInitrd(path, base string, o Options, mods []module) error {
 		for i := len(parents) - 1; i >= 0; i-- {
 			c.dir(parents[i])
 		}
+		// The VM has no shared libraries: refuse a dynamic ELF here rather
+		// than fail obscurely inside.
+		if ok, err := isStatic(o.Files[p]); err == nil && !ok {
+			return fmt.Errorf("vmtest: Files: %s is dynamically linked; the VM has no shared libraries (build with CGO_ENABLED=0)", o.Files[p])
+		}
 		c.file(p, o.Files[p])
 	}
 	if err := c.close(); err != nil {
@@ -646,6 +651,47 @@ func TestBinary() (string, error) {
 		testBinary.path = out
 	})
 	return testBinary.path, testBinary.err
+}
+
+var weirBinary struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// WeirBinary returns a static weir binary to put into the VM (Options.Files
+// "/bin/weir"): bin/weir of the module when it is static, or else one built
+// from cmd/weir with CGO_ENABLED=0 into the cache folder, once per process.
+// It must run inside the weir module (go test runs in the package folder).
+func WeirBinary() (string, error) {
+	weirBinary.once.Do(func() {
+		out, err := exec.Command("go", "env", "GOMOD").Output()
+		if err != nil {
+			weirBinary.err = fmt.Errorf("vmtest: go env GOMOD: %w", err)
+			return
+		}
+		root := filepath.Dir(strings.TrimSpace(string(out)))
+		built := filepath.Join(root, "bin", "weir")
+		if ok, err := isStatic(built); err == nil && ok {
+			weirBinary.path = built
+			return
+		}
+		dir := filepath.Join(defaultCacheDir(), "bin")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			weirBinary.err = err
+			return
+		}
+		path := filepath.Join(dir, "weir")
+		cmd := exec.Command("go", "build", "-o", path, "./cmd/weir")
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if msg, err := cmd.CombinedOutput(); err != nil {
+			weirBinary.err = fmt.Errorf("vmtest: go build ./cmd/weir: %v\n%s", err, msg)
+			return
+		}
+		weirBinary.path = path
+	})
+	return weirBinary.path, weirBinary.err
 }
 
 // RunTest runs the calling test, t.Name(), inside a VM: it boots with the
