@@ -7,15 +7,18 @@ package datapath
 //	clock once ─► state (config, generation, meters) once ─► per packet:
 //	  Parse ─► malformed: drop (compact the batch), count by reason
 //	        ─► non-first fragment: no ports, meter as no-flow, pass
-//	        ─► IngressKey ─► FlowTable.Lookup ─► miss or stale generation:
+//	        ─► IngressKey ─► same flow as the previous packet: reuse, else
+//	           FlowTable.Lookup ─► miss or stale generation:
 //	             Config.Service + Config.Classify ─► FlowTable.Insert
-//	        ─► Meters.Add(port's shard, flow row, flow target, Ingress)
+//	        ─► meter into the port's shard (a run of packets in one meter row
+//	           costs one pair of atomic adds: meterRun)
 //
 // Egress (Port.Write: stack → client), per batch before the inner Write:
 //
 //	per packet: Parse ─► malformed: count, pass unchanged
-//	  ─► EgressKey ─► Lookup (classify on a miss, as above)
-//	  ─► Meters.Add(shard by flow hash, …, Egress)
+//	  ─► EgressKey ─► same flow as the previous packet? reuse its verdict
+//	  ─► else Lookup (classify on a miss, as above)
+//	  ─► meter into the shard picked by the batch's first flow hash
 //	  ─► flow's action has SetTOS: SetTOS in place (RFC 1624 checksum)
 //
 // Every packet toward a client passes through Write, so SYN-ACKs, RSTs and
@@ -283,6 +286,7 @@ func (p *Port) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 		run := meterRun{m: st.meters, shard: p.shard, d: Ingress}
 		w := 0
 		var pk Packet
+		var last lastFlow
 		for i := range n {
 			b := bufs[i][offset : offset+sizes[i]]
 			if r := Parse(b, &pk); r != DropNone {
@@ -294,8 +298,10 @@ func (p *Port) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 				c.fragments.Add(1)
 			} else {
 				k := IngressKey(&pk)
-				v := p.flow(st, &k, k.Hash(), now, c)
-				row, target = v.row, v.target
+				if !last.ok || !k.equal(&last.key) {
+					last = lastFlow{k, p.flow(st, &k, k.Hash(), now, c), true}
+				}
+				row, target = last.v.row, last.v.target
 			}
 			if w != i {
 				// Compact over a dropped packet; a caller buffer too short
@@ -314,6 +320,14 @@ func (p *Port) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 			return w, err
 		}
 	}
+}
+
+// lastFlow remembers the previous packet's flow within one batch: a burst
+// of one flow (a TSO-sized write split into segments) costs one lookup.
+type lastFlow struct {
+	key FlowKey
+	v   verdict
+	ok  bool
 }
 
 // verdict is what the per-packet path needs from a flow.
@@ -383,6 +397,7 @@ func (p *Port) Write(bufs [][]byte, offset int) (int, error) {
 	// Port's, which spreads the writers over the shards.
 	run := meterRun{m: st.meters, shard: -1, d: Egress}
 	var pk Packet
+	var last lastFlow
 	for _, buf := range bufs {
 		if offset > len(buf) {
 			continue
@@ -401,15 +416,16 @@ func (p *Port) Write(bufs [][]byte, offset int) (int, error) {
 			continue
 		}
 		k := EgressKey(&pk)
-		h := k.Hash()
-		if run.shard < 0 {
-			run.shard = int(h >> 8)
+		if !last.ok || !k.equal(&last.key) {
+			h := k.Hash()
+			if run.shard < 0 {
+				run.shard = int(h >> 8)
+			}
+			last = lastFlow{k, p.flow(st, &k, h, now, &e.stats[run.shard&(e.nstats-1)]), true}
 		}
-		c := &e.stats[run.shard&(e.nstats-1)]
-		v := p.flow(st, &k, h, now, c)
-		run.add(v.row, v.target, pk.Len)
-		if v.setTOS && SetTOS(b, v.tos) {
-			c.marked.Add(1)
+		run.add(last.v.row, last.v.target, pk.Len)
+		if last.v.setTOS && SetTOS(b, last.v.tos) {
+			e.stats[run.shard&(e.nstats-1)].marked.Add(1)
 		}
 	}
 	run.flush()
