@@ -1,0 +1,74 @@
+package netstack_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+
+	"weir/datapath"
+	"weir/netstack"
+	"weir/policy"
+)
+
+// acceptAll admits every connection to one target.
+type acceptAll struct{ target *policy.Target }
+
+func (a acceptAll) Admit(*netstack.ConnRequest) netstack.Decision {
+	return netstack.Decision{Verdict: netstack.Accept, Target: a.target}
+}
+
+func (acceptAll) DialFailed(*netstack.ConnRequest, netstack.Decision, error) netstack.Decision {
+	return netstack.Decision{Verdict: netstack.RefuseRST}
+}
+
+func (acceptAll) Closed(*netstack.ConnRequest, netstack.Decision, netstack.ConnStats) {}
+
+// A client stack dials a VIP over an in-memory pair; weir's stack answers for
+// the VIP and splices the connection to a host echo server.
+func ExampleNewForwarder() {
+	echo, _ := net.Listen("tcp4", "127.0.0.1:0")
+	defer echo.Close()
+	go func() {
+		c, err := echo.Accept()
+		if err == nil {
+			io.Copy(c, c)
+			c.Close()
+		}
+	}()
+
+	vip := netip.MustParseAddrPort("198.19.0.80:80")
+	vs := &policy.VirtualServer{Name: "echo", VIPs: []netip.Addr{vip.Addr()}, Ports: policy.PortRange{Lo: 80, Hi: 80}}
+	target := &policy.Target{Name: "echo-1", Addr: echo.Addr().(*net.TCPAddr).AddrPort()}
+
+	weirEnd, clientEnd := datapath.NewPipe(datapath.PipeOptions{})
+	weir, _ := netstack.New(netstack.Options{})
+	defer weir.Close()
+	weir.AddNIC(weirEnd, netstack.NICOptions{Promiscuous: true})
+	fwd := netstack.NewForwarder(weir, netstack.ForwarderOptions{
+		Services: func(a netip.Addr, p uint16) *policy.VirtualServer {
+			if a == vip.Addr() && p == vip.Port() {
+				return vs
+			}
+			return nil
+		},
+		Admitter: acceptAll{target},
+	})
+	defer fwd.Close()
+
+	client, _ := netstack.New(netstack.Options{})
+	defer client.Close()
+	client.AddNIC(clientEnd, netstack.NICOptions{Addrs: []netip.Prefix{netip.MustParsePrefix("198.18.0.2/15")}})
+	c, err := client.DialTCP(context.Background(), netip.AddrPort{}, vip)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	io.WriteString(c, "hello")
+	c.CloseWrite()
+	b, _ := io.ReadAll(c)
+	c.Close()
+	fmt.Printf("%s, accepted %d\n", b, fwd.Stats().Accepted)
+	// Output: hello, accepted 1
+}
