@@ -257,3 +257,127 @@ func TestVersionLess(t *testing.T) {
 		}
 	}
 }
+
+func TestResolveSaysWhatToInstall(t *testing.T) {
+	dir := t.TempDir()
+	kernel := filepath.Join(dir, "vmlinuz-1.2.3-test")
+	notELF := filepath.Join(dir, "busybox")
+	for _, p := range []string{kernel, notELF} {
+		if err := os.WriteFile(p, []byte("not an ELF file"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		o    Options
+		want string
+	}{
+		{"no qemu", Options{QEMU: "weir-no-such-qemu"}, "no weir-no-such-qemu"},
+		{"no kernel", Options{QEMU: "true", Kernel: filepath.Join(dir, "vmlinuz-9")}, "kernel image not readable"},
+		{"kernel without version", Options{QEMU: "true", Kernel: notELF}, "set Options.ModulesDir"},
+		{"busybox not ELF", Options{QEMU: "true", Kernel: kernel, Busybox: notELF}, notELF},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.o.resolve()
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("resolve = %v, want an error containing %q", err, tc.want)
+			}
+			if tc.name != "kernel without version" && !strings.Contains(err.Error(), "sudo scripts/vm-deps.sh") {
+				t.Errorf("error %q does not say how to install", err)
+			}
+		})
+	}
+	t.Run("defaults", func(t *testing.T) {
+		if ok, err := isStatic("/bin/busybox"); err != nil || !ok {
+			t.Skip("no static /bin/busybox on this host")
+		}
+		o := Options{QEMU: "true", Kernel: kernel}
+		if err := o.resolve(); err != nil {
+			t.Fatal(err)
+		}
+		if o.ModulesDir != "/lib/modules/1.2.3-test" || o.MemoryMiB != 512 || o.CPUs != 2 ||
+			o.Timeout != 5*time.Minute || o.Busybox != "/bin/busybox" || o.CacheDir == "" || o.Console == nil {
+			t.Errorf("defaults not filled: %+v", o)
+		}
+	})
+}
+
+func TestInitrdLayoutAndCache(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	o := Options{
+		Busybox:  write("busybox", "fake busybox"),
+		Binary:   write("prog", "fake program"),
+		Files:    map[string]string{"/opt/weir/data": write("data", "payload"), "/etc/x": write("x", "x")},
+		CacheDir: filepath.Join(dir, "cache"),
+	}
+	mods := []module{{name: "veth.ko", path: write("veth.ko", "fake module")}}
+	base, err := baseArchive(o, mods)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st1, err := os.Stat(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := baseArchive(o, mods)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st2, _ := os.Stat(again)
+	if again != base || !st2.ModTime().Equal(st1.ModTime()) {
+		t.Errorf("second baseArchive rebuilt: %s then %s", base, again)
+	}
+	if other, err := baseArchive(o, nil); err != nil || other == base {
+		t.Errorf("a different module set shares the cache entry (%s, %v)", other, err)
+	}
+
+	initrd := filepath.Join(dir, "initrd")
+	if err := writeInitrd(initrd, base, o, mods); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(initrd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	contents := map[string]string{}
+	for _, e := range readCpio(t, b) {
+		names = append(names, e.name)
+		contents[e.name] = e.data
+	}
+	want := "bin dev etc lib lib/modules proc sys tmp root dev/console dev/null bin/busybox lib/modules/veth.ko TRAILER!!! " +
+		"init test etc/x opt opt/weir opt/weir/data TRAILER!!!"
+	if got := strings.Join(names, " "); got != want {
+		t.Errorf("entries\n%s\nwant\n%s", got, want)
+	}
+	for name, w := range map[string]string{"bin/busybox": "fake busybox", "test": "fake program", "opt/weir/data": "payload", "lib/modules/veth.ko": "fake module"} {
+		if contents[name] != w {
+			t.Errorf("%s = %q, want %q", name, contents[name], w)
+		}
+	}
+	if !strings.Contains(contents["init"], "insmod /lib/modules/'veth.ko'") {
+		t.Errorf("init does not load the module:\n%s", contents["init"])
+	}
+
+	for _, bad := range []map[string]string{{"relative": o.Binary}, {"/init": o.Binary}, {"/test": o.Binary}} {
+		o2 := o
+		o2.Files = bad
+		if err := writeInitrd(initrd, base, o2, mods); err == nil {
+			t.Errorf("Files %v accepted", bad)
+		}
+	}
+	if ok, err := isStatic("/bin/sh"); err == nil && !ok {
+		o2 := o
+		o2.Files = map[string]string{"/bin/dyn": "/bin/sh"}
+		if err := writeInitrd(initrd, base, o2, mods); err == nil || !strings.Contains(err.Error(), "dynamically linked") {
+			t.Errorf("a dynamic ELF in Files: err = %v", err)
+		}
+	}
+}
