@@ -9,12 +9,14 @@
 //	sudo scripts/vm-deps.sh   # once: qemu-system-x86, linux-image-amd64, busybox-static
 //	sudo make vmtest          # go test -count=1 -timeout 30m ./vmtest/ -run VM -v
 //
-// Root is needed because Debian installs /boot/vmlinuz-* readable only by
-// root; QEMU itself runs unprivileged and needs no KVM (without /dev/kvm it
-// emulates the CPU with TCG, which is slower but works anywhere). Where the
-// emulator, a readable kernel or a static busybox is missing, the VM tests
-// skip and say so. The other tests of this package test the harness itself
-// and need nothing.
+// Installing needs root. Running needs none where the kernel image is
+// world-readable (Debian); some distributions (Ubuntu) install
+// /boot/vmlinuz-* readable only by root, hence sudo. QEMU runs unprivileged
+// and needs no KVM: without /dev/kvm it emulates the CPU with TCG, slower
+// but anywhere. The scenarios are root inside the VM whoever runs QEMU.
+// Where the emulator, a readable kernel or a static busybox is missing, the
+// VM tests skip and say what to run. The other tests of this package test
+// the harness itself and need nothing.
 //
 // # How it works
 //

@@ -238,15 +238,21 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	base, err := baseArchive(o, mods)
-	if err != nil {
-		return Result{}, err
-	}
 	work, err := os.MkdirTemp("", "weir-vmtest-")
 	if err != nil {
 		return Result{}, err
 	}
 	defer os.RemoveAll(work)
+	base, err := baseArchive(o, mods)
+	if err != nil {
+		// An unwritable cache (another user's checkout) only costs time.
+		uncached := o
+		uncached.CacheDir = work
+		var err2 error
+		if base, err2 = baseArchive(uncached, mods); err2 != nil {
+			return Result{}, errors.Join(err, err2)
+		}
+	}
 	initrd := filepath.Join(work, "initrd.cpio")
 	if err := writeInitrd(initrd, base, o, mods); err != nil {
 		return Result{}, err
@@ -443,7 +449,8 @@ func baseArchive(o Options, mods []module) (string, error) {
 		fmt.Fprintf(h, "%s %d %d\n", p, st.Size(), st.ModTime().UnixNano())
 	}
 	path := filepath.Join(o.CacheDir, "base-"+hex.EncodeToString(h.Sum(nil))[:16]+".cpio")
-	if _, err := os.Stat(path); err == nil {
+	if f, err := os.Open(path); err == nil {
+		f.Close()
 		return path, nil
 	}
 	if err := os.MkdirAll(o.CacheDir, 0o755); err != nil {
@@ -465,6 +472,9 @@ func baseArchive(o Options, mods []module) (string, error) {
 		c.file("lib/modules/"+m.name, m.path)
 	}
 	err = c.close()
+	if err == nil {
+		err = tmp.Chmod(0o644) // CreateTemp made it private; others may share the cache
+	}
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
 	}
