@@ -35,14 +35,14 @@ import (
 
 // Defaults applied where a ForwarderOptions field is zero.
 const (
-	DefaultMaxInFlight      = 1024
-	DefaultHandshakeTimeout = 5 * time.Second
-	DefaultDialTimeout      = 3 * time.Second
-	DefaultIdleTimeout      = 5 * time.Minute
-	DefaultBufferSize       = 32 << 10
-	DefaultMaxDialAttempts  = 3
-	DefaultRequestTimeout   = 2 * time.Second
-	DefaultRetryAfter       = 5 * time.Second
+	DefaultMaxInFlight      = 1024            // connections between SYN and splice
+	DefaultHandshakeTimeout = 5 * time.Second // client handshake, SYN-ACK to final ACK
+	DefaultDialTimeout      = 3 * time.Second // one dial to a target
+	DefaultIdleTimeout      = 5 * time.Minute // no byte either way
+	DefaultBufferSize       = 32 << 10        // splice buffer per direction, bytes
+	DefaultMaxDialAttempts  = 3               // dials per connection
+	DefaultRequestTimeout   = 2 * time.Second // reading a refused HTTP request
+	DefaultRetryAfter       = 5 * time.Second // the 503's Retry-After
 )
 
 // ConnRequest describes a new connection asking to be admitted.

@@ -339,9 +339,9 @@ func (s *Stack) ListenTCP(addr netip.AddrPort) (net.Listener, error) {
 // StackStats are stack-wide counters.
 type StackStats struct {
 	TCPResetsSent        uint64 // RSTs sent, for any reason
-	TCPSegmentsSent      uint64
-	TCPRetransmits       uint64
-	TCPTimeouts          uint64
+	TCPSegmentsSent      uint64 // TCP segments sent, retransmissions included
+	TCPRetransmits       uint64 // TCP segments retransmitted
+	TCPTimeouts          uint64 // retransmission timeouts (RTO expiries)
 	TCPForwardDropFull   uint64 // SYNs dropped because MaxInFlight handshakes were pending
 	UDPUnknownPort       uint64 // UDP datagrams to no socket (answered with ICMP unreachable)
 	ICMPUnreachablesSent uint64 // ICMPv4 and ICMPv6 destination-unreachable messages sent
