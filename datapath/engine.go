@@ -297,9 +297,10 @@ func (p *Port) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 			if pk.NonFirstFragment {
 				c.fragments.Add(1)
 			} else {
-				k := IngressKey(&pk)
-				if !last.ok || !k.equal(&last.key) {
-					last = lastFlow{k, p.flow(st, &k, k.Hash(), now, c), true}
+				k := last.next()
+				pk.ingressKeyInto(k)
+				if !last.same() {
+					last.set(p.flow(st, k, k.Hash(), now, c))
 				}
 				row, target = last.v.row, last.v.target
 			}
@@ -324,10 +325,25 @@ func (p *Port) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 
 // lastFlow remembers the previous packet's flow within one batch: a burst
 // of one flow (a TSO-sized write split into segments) costs one lookup.
+// It holds two key slots: the packet's key is built in place in one (next),
+// compared with the other (same), and becomes the previous one when its
+// verdict is set, so no key is copied.
 type lastFlow struct {
-	key FlowKey
-	v   verdict
-	ok  bool
+	keys [2]FlowKey
+	cur  int // the slot next fills; cur^1 holds the previous key
+	v    verdict
+	ok   bool
+}
+
+func (l *lastFlow) next() *FlowKey { return &l.keys[l.cur] }
+
+// same reports whether the key in the next slot is the previous packet's.
+func (l *lastFlow) same() bool { return l.ok && l.keys[l.cur].equal(&l.keys[l.cur^1]) }
+
+// set records v as the verdict of the key in the next slot.
+func (l *lastFlow) set(v verdict) {
+	l.v, l.ok = v, true
+	l.cur ^= 1
 }
 
 // verdict is what the per-packet path needs from a flow.
@@ -398,6 +414,7 @@ func (p *Port) Write(bufs [][]byte, offset int) (int, error) {
 	run := meterRun{m: st.meters, shard: -1, d: Egress}
 	var pk Packet
 	var last lastFlow
+	var marked uint64
 	for _, buf := range bufs {
 		if offset > len(buf) {
 			continue
@@ -415,20 +432,24 @@ func (p *Port) Write(bufs [][]byte, offset int) (int, error) {
 			run.add(st.noRow, NoTarget, pk.Len)
 			continue
 		}
-		k := EgressKey(&pk)
-		if !last.ok || !k.equal(&last.key) {
+		k := last.next()
+		pk.egressKeyInto(k)
+		if !last.same() {
 			h := k.Hash()
 			if run.shard < 0 {
 				run.shard = int(h >> 8)
 			}
-			last = lastFlow{k, p.flow(st, &k, h, now, &e.stats[run.shard&(e.nstats-1)]), true}
+			last.set(p.flow(st, k, h, now, &e.stats[run.shard&(e.nstats-1)]))
 		}
 		run.add(last.v.row, last.v.target, pk.Len)
 		if last.v.setTOS && SetTOS(b, last.v.tos) {
-			e.stats[run.shard&(e.nstats-1)].marked.Add(1)
+			marked++
 		}
 	}
 	run.flush()
+	if marked > 0 {
+		e.stats[run.shard&(e.nstats-1)].marked.Add(marked)
+	}
 	return p.inner.Write(bufs, offset)
 }
 

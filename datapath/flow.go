@@ -52,6 +52,16 @@ func EgressKey(p *Packet) FlowKey {
 	return FlowKey{Server: p.Src, Client: p.Dst, ServerPort: p.SrcPort, ClientPort: p.DstPort, Proto: p.Proto}
 }
 
+// ingressKeyInto writes IngressKey(p) into k.
+func (p *Packet) ingressKeyInto(k *FlowKey) {
+	k.Server, k.Client, k.ServerPort, k.ClientPort, k.Proto = p.Dst, p.Src, p.DstPort, p.SrcPort, p.Proto
+}
+
+// egressKeyInto writes EgressKey(p) into k.
+func (p *Packet) egressKeyInto(k *FlowKey) {
+	k.Server, k.Client, k.ServerPort, k.ClientPort, k.Proto = p.Src, p.Dst, p.SrcPort, p.DstPort, p.Proto
+}
+
 // ServerAddrPort returns the server side as an address and port.
 func (k *FlowKey) ServerAddrPort() netip.AddrPort {
 	return netip.AddrPortFrom(addrFrom16(k.Server), k.ServerPort)
