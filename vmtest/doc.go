@@ -69,7 +69,11 @@
 //     (5 % and 10 %), and under 0.5 % without netem.
 //   - TestVMWeirHostDialerLoss: the same through weir's target leg,
 //     netstack.HostDialer, whose Counters (Retransmits/SegmentsSent) feed the
-//     QoS loss ratio; same bounds at 0 % and 5 %.
+//     QoS loss ratio; same bounds at 0 % and 5 %, and with 50 ms netem delay
+//     the leg's RTT lies within [50 ms, 250 ms].
+//   - TestVMExitStatus: the harness itself: a file from Options.Files
+//     arrives intact, a static weir (WeirBinary) runs `weir version` inside,
+//     and the program's exit status 7 comes back as Result.ExitCode.
 //
 // Under TCG on a two-core host a VM boots in about 15-25 s and the whole
 // `make vmtest` takes about a minute once the static test binary is built.

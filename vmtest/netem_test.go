@@ -61,7 +61,7 @@ func TestVMNetemLoss(t *testing.T) {
 		{"loss-10pct", 10, transferBytes / 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			link.setLoss(t, tc.lossPct)
+			link.setNetem(t, tc.lossPct, 0)
 			c, err := net.DialTimeout("tcp4", netip.AddrPortFrom(receiverAddr.Addr(), receiverPort).String(), 5*time.Second)
 			if err != nil {
 				t.Fatal(err)
@@ -81,7 +81,8 @@ func TestVMNetemLoss(t *testing.T) {
 
 // TestVMWeirHostDialerLoss measures the same loss through weir's own target
 // leg: netstack.HostDialer's connection and its Counters, which the QoS
-// sampler turns into a target's loss ratio.
+// sampler turns into a target's loss ratio. A netem delay shows in the
+// leg's RTT.
 func TestVMWeirHostDialerLoss(t *testing.T) {
 	if !vmtest.InVM() {
 		vmtest.RunTest(t, vmtest.Options{Modules: vmModules})
@@ -91,19 +92,24 @@ func TestVMWeirHostDialerLoss(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		lossPct float32
+		delay   time.Duration
+		bytes   int64
 	}{
-		{"no-netem", 0},
-		{"loss-5pct", 5},
+		{"no-netem", 0, 0, transferBytes},
+		{"loss-5pct", 5, 0, transferBytes},
+		// Less data: slow start at 50 ms RTT would need many round trips
+		// and must stay below netem's 1000-packet queue.
+		{"delay-50ms", 0, 50 * time.Millisecond, transferBytes / 8},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			link.setLoss(t, tc.lossPct)
+			link.setNetem(t, tc.lossPct, tc.delay)
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			leg, err := (&netstack.HostDialer{}).DialTarget(ctx, netip.AddrPortFrom(receiverAddr.Addr(), receiverPort))
 			if err != nil {
 				t.Fatal(err)
 			}
-			n, elapsed := transfer(t, leg, transferBytes)
+			n, elapsed := transfer(t, leg, tc.bytes)
 			leg.Close()
 			// Counters after Close returns the last values read, which
 			// transfer's final read took: Close must not lose them.
@@ -112,10 +118,15 @@ func TestVMWeirHostDialerLoss(t *testing.T) {
 				t.Fatalf("HostDialer leg counted no segments after sending %d bytes", n)
 			}
 			ratio := float64(lc.Retransmits) / float64(lc.SegmentsSent)
-			t.Logf("netem loss %.0f%%: %d bytes in %v; leg SegmentsSent %d, Retransmits %d (ratio %.2f%%), Timeouts %d (known %v), RTT %v",
-				tc.lossPct, n, elapsed.Round(time.Millisecond), lc.SegmentsSent, lc.Retransmits, 100*ratio,
+			t.Logf("netem loss %.0f%% delay %v: %d bytes in %v; leg SegmentsSent %d, Retransmits %d (ratio %.2f%%), Timeouts %d (known %v), RTT %v",
+				tc.lossPct, tc.delay, n, elapsed.Round(time.Millisecond), lc.SegmentsSent, lc.Retransmits, 100*ratio,
 				lc.Timeouts, lc.TimeoutsKnown, lc.RTT)
 			checkRatio(t, "HostDialer Retransmits/SegmentsSent", ratio, tc.lossPct)
+			// netem delays every data segment, so no RTT sample can be
+			// shorter; emulation and the ACK path add, within reason.
+			if tc.delay > 0 && (lc.RTT < tc.delay || lc.RTT > 5*tc.delay) {
+				t.Errorf("HostDialer RTT %v with %v netem delay, want within [%v, %v]", lc.RTT, tc.delay, tc.delay, 5*tc.delay)
+			}
 		})
 	}
 }
@@ -207,24 +218,25 @@ func newTopology(t *testing.T) *topology {
 	return &topology{veth: veth}
 }
 
-// setLoss replaces the root qdisc of the sender's veth with netem dropping
-// lossPct percent of packets, or removes it for 0.
-func (tp *topology) setLoss(t *testing.T, lossPct float32) {
+// setNetem replaces the root qdisc of the sender's veth with netem dropping
+// lossPct percent of packets and delaying each by delay, or removes it when
+// both are 0.
+func (tp *topology) setNetem(t *testing.T, lossPct float32, delay time.Duration) {
 	t.Helper()
 	attrs := netlink.QdiscAttrs{
 		LinkIndex: tp.veth.Attrs().Index,
 		Handle:    netlink.MakeHandle(1, 0),
 		Parent:    netlink.HANDLE_ROOT,
 	}
-	q := netlink.NewNetem(attrs, netlink.NetemQdiscAttrs{Loss: lossPct})
+	q := netlink.NewNetem(attrs, netlink.NetemQdiscAttrs{Loss: lossPct, Latency: uint32(delay.Microseconds())})
 	if err := netlink.QdiscDel(q); err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EINVAL) {
 		t.Fatalf("remove netem: %v", err)
 	}
-	if lossPct == 0 {
+	if lossPct == 0 && delay == 0 {
 		return
 	}
 	if err := netlink.QdiscAdd(q); err != nil {
-		t.Fatalf("netem loss %v%%: %v", lossPct, err)
+		t.Fatalf("netem loss %v%% delay %v: %v", lossPct, delay, err)
 	}
 }
 
