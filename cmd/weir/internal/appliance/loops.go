@@ -11,32 +11,39 @@ import (
 // the bytes the datapath metered per virtual server into the admission
 // windows, recomputes the bandwidths and logs each limit crossing once.
 func (a *Appliance) recomputeLoop() {
-	defer a.wg.Done()
-	every := a.cfg.Load().Instance.RecomputeInterval
-	t := time.NewTicker(every)
-	defer t.Stop()
 	var fed map[string]uint64
+	a.every(func(c *policy.Config) time.Duration { return c.Instance.RecomputeInterval }, func() {
+		fed = a.feedBytes(fed)
+		a.adm.Recompute(a.now())
+		a.drainEvents()
+	})
+}
+
+// every calls step each period of the running config until Close, following
+// a reload that changes the period. It runs in its own goroutine.
+func (a *Appliance) every(period func(*policy.Config) time.Duration, step func()) {
+	defer a.wg.Done()
+	p := period(a.cfg.Load())
+	t := time.NewTicker(p)
+	defer t.Stop()
 	for {
 		select {
 		case <-a.stop:
 			return
 		case <-t.C:
 		}
-		cfg := a.cfg.Load()
-		if cfg.Instance.RecomputeInterval != every {
-			every = cfg.Instance.RecomputeInterval
-			t.Reset(every)
+		if np := period(a.cfg.Load()); np != p {
+			p = np
+			t.Reset(p)
 		}
-		fed = a.feedBytes(cfg, fed)
-		a.adm.Recompute(a.now())
-		a.drainEvents()
+		step()
 	}
 }
 
 // feedBytes credits each virtual server with the bytes the datapath metered
 // for it since the previous call. prev holds the totals already fed, by
 // service name, so that a reload (new service objects) loses nothing.
-func (a *Appliance) feedBytes(_ *policy.Config, prev map[string]uint64) map[string]uint64 {
+func (a *Appliance) feedBytes(prev map[string]uint64) map[string]uint64 {
 	m := a.engine.Meters()
 	cfg := m.Config()
 	m.Totals(&a.totals)
@@ -78,23 +85,7 @@ func (a *Appliance) drainEvents() {
 // connections' TCP measurements into weight fractions and new balancer
 // weights, and writes one STATS line per target.
 func (a *Appliance) sampleLoop() {
-	defer a.wg.Done()
-	every := a.cfg.Load().Monitor.SamplingInterval
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-a.stop:
-			return
-		case <-t.C:
-		}
-		cfg := a.cfg.Load()
-		if cfg.Monitor.SamplingInterval != every {
-			every = cfg.Monitor.SamplingInterval
-			t.Reset(every)
-		}
-		a.SampleNow()
-	}
+	a.every(func(c *policy.Config) time.Duration { return c.Monitor.SamplingInterval }, func() { a.SampleNow() })
 }
 
 // SampleNow runs one sampling step at once: the loop calls it every
