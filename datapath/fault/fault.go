@@ -91,12 +91,13 @@ type Device struct {
 	readOut *datapath.MemDevice // Read reads here
 	dirs    [2]direction        // 0: write, 1: read
 
-	mu      sync.Mutex // guards delayed, free, closed
-	wake    chan struct{}
-	delayed delayHeap
-	free    [][]byte
-	seq     uint64
-	closed  bool
+	mu        sync.Mutex // guards delayed, free, delayBufs, closed
+	delayBufs bool       // the free list was allocated
+	wake      chan struct{}
+	delayed   delayHeap
+	free      [][]byte
+	seq       uint64
+	closed    bool
 
 	done sync.WaitGroup
 }
@@ -139,17 +140,29 @@ func New(inner datapath.Device, o Options) *Device {
 	d.dirs[dirRead].faulty.Store(o.Read != (Rates{}))
 	d.dirs[dirRead].rng = rand.New(rand.NewPCG(o.Seed, 0xc2b2ae3d27d4eb4f))
 	if o.Write.delays() || o.Read.delays() {
-		mtu := inner.MTU()
-		backing := make([]byte, o.MaxDelayed*mtu)
-		d.free = make([][]byte, o.MaxDelayed)
-		for i := range d.free {
-			d.free[i] = backing[i*mtu : i*mtu : (i+1)*mtu]
-		}
+		d.allocDelayBuffers()
 	}
 	d.done.Add(2)
 	go d.pumpLoop()
 	go d.delayLoop()
 	return d
+}
+
+// allocDelayBuffers allocates the delay queue's MaxDelayed buffers once,
+// when a direction first delays (at New or SetRates).
+func (d *Device) allocDelayBuffers() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.delayBufs {
+		return
+	}
+	d.delayBufs = true
+	mtu := d.inner.MTU()
+	backing := make([]byte, d.opts.MaxDelayed*mtu)
+	d.free = make([][]byte, d.opts.MaxDelayed)
+	for i := range d.free {
+		d.free[i] = backing[i*mtu : i*mtu : (i+1)*mtu]
+	}
 }
 
 // decision is what happens to one packet.

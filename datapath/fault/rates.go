@@ -5,6 +5,9 @@ package fault
 // already waiting in the delay queue keep their fate. A test or the demo
 // uses it to turn loss on and off on a running connection.
 func (d *Device) SetRates(write, read Rates) {
+	if write.delays() || read.delays() {
+		d.allocDelayBuffers()
+	}
 	for i, r := range [2]Rates{dirWrite: write, dirRead: read} {
 		dr := &d.dirs[i]
 		dr.mu.Lock()

@@ -2,6 +2,7 @@ package fault
 
 import (
 	"testing"
+	"time"
 
 	"weir/datapath"
 )
@@ -33,5 +34,19 @@ func TestSetRatesTurnsLossOnAndOff(t *testing.T) {
 	send(100)
 	if got := f.Stats().Write.Dropped; got != 100 {
 		t.Fatalf("dropped %d after turning loss off, want still 100", got)
+	}
+}
+
+func TestSetRatesTurnsDelayOn(t *testing.T) {
+	a, b := datapath.NewPipe(datapath.PipeOptions{})
+	f := New(a, Options{})
+	defer f.Close()
+	f.SetRates(Rates{Delay: time.Millisecond}, Rates{})
+	f.Write([][]byte{make([]byte, 60)}, 0)
+	if got := drain(t, b, 1, time.Second); len(got) != 1 {
+		t.Fatalf("delayed packet did not arrive: got %d", len(got))
+	}
+	if st := f.Stats().Write; st.Delayed != 1 || st.DelayOverflow != 0 {
+		t.Errorf("stats = %+v, want 1 delayed, no overflow", st)
 	}
 }
