@@ -375,8 +375,16 @@ func (p *Port) newFlow(st *engineState, k *FlowKey, h uint64, now int64, c *engi
 		c.uncached.Add(1)
 		return v
 	}
+	// A flow reclassified after a config swap keeps its bound target when
+	// the new config still has it (by service and target name), so that
+	// the target's meters go on counting the connection.
+	if f != nil && st.prev != nil && f.Gen+1 == st.gen {
+		if id := f.target.Load(); id >= 0 {
+			v.target = int32(st.meters.remapTarget(st.prev, int(id)))
+		}
+	}
 	nf := &Flow{Key: *k, Service: vs, Action: act, TOS: v.tos, SetTOS: v.setTOS, Gen: st.gen, Row: v.row}
-	if e.flows.Insert(nf, h, now) == nil {
+	if e.flows.insert(nf, h, now, v.target) == nil {
 		c.uncached.Add(1)
 	}
 	return v

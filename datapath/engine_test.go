@@ -282,6 +282,34 @@ func TestEngineBindTarget(t *testing.T) {
 	}
 }
 
+// TestEngineBindSurvivesSwap binds a flow to a target, swaps to a config
+// where the target moved (another index), and checks the reclassified flow
+// still counts for it.
+func TestEngineBindSurvivesSwap(t *testing.T) {
+	r := newRig(t, testConfig(t), EngineOptions{})
+	r.ingress(t, tcp4(t, client4, vip4, 40000, 80, 0, true, false, 0))
+	client, server := netip.MustParseAddrPort("198.18.0.2:40000"), netip.MustParseAddrPort("198.18.0.1:80")
+	r.e.Flow(client, server, ProtoTCP).Bind(r.e.Meters().TargetID(0, 1)) // www's second target
+
+	next := testConfig(t)
+	ts := next.Services[0].Targets
+	ts[0], ts[1] = ts[1], ts[0] // now www's first
+	next.Services[0], next.Services[1] = next.Services[1], next.Services[0]
+	r.e.SetConfig(next)
+
+	r.egress(t, tcp4(t, vip4, client4, 80, 40000, 0, false, true, 60))
+	f := r.e.Flow(client, server, ProtoTCP)
+	want := r.e.Meters().TargetID(1, 0)
+	if f == nil || f.Gen != 1 || f.Target() != want {
+		t.Fatalf("flow after swap: %+v, target %d, want %d", f, f.Target(), want)
+	}
+	var tot MeterTotals
+	r.e.Meters().Totals(&tot)
+	if got := tot.Targets[want][Egress]; got != (Counter{1, 100}) {
+		t.Errorf("moved target egress = %v, want the packet after the swap", got)
+	}
+}
+
 func TestEngineFlowExpiry(t *testing.T) {
 	r := newRig(t, testConfig(t), EngineOptions{Flows: FlowTableOptions{IdleTimeout: time.Minute}})
 	r.ingress(t, tcp4(t, client4, vip4, 40000, 80, 0, true, false, 0))

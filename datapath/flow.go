@@ -271,9 +271,14 @@ func (t *FlowTable) hasRoom(h uint64) bool {
 // first drops its idle flows; if it is still full, Insert refuses, counts
 // it and returns nil. It locks f's shard.
 func (t *FlowTable) Insert(f *Flow, h uint64, now int64) *Flow {
+	return t.insert(f, h, now, NoTarget)
+}
+
+// insert is Insert with the flow's initial target.
+func (t *FlowTable) insert(f *Flow, h uint64, now int64, target int32) *Flow {
 	f.hash = h
 	f.lastSeen.Store(now)
-	f.target.Store(NoTarget)
+	f.target.Store(target)
 	s := t.shard(h)
 	s.mu.Lock()
 	defer s.mu.Unlock()

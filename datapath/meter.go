@@ -136,6 +136,28 @@ func (m *Meters) TargetID(svc, i int) int {
 	return m.targetAt[svc] + i
 }
 
+// remapTarget returns the ID in m of the target that had ID id in old
+// (matched by service and target name), or NoTarget.
+func (m *Meters) remapTarget(old *Meters, id int) int {
+	for s := len(old.targetAt) - 1; s >= 0; s-- {
+		if id < old.targetAt[s] {
+			continue
+		}
+		ovs := old.cfg.Services[s]
+		i := id - old.targetAt[s]
+		if i >= len(ovs.Targets) {
+			return NoTarget
+		}
+		ns := indexByName(len(m.cfg.Services), func(j int) string { return m.cfg.Services[j].Name }, ovs.Name)
+		if ns < 0 {
+			return NoTarget
+		}
+		nt := indexByName(len(m.cfg.Services[ns].Targets), func(j int) string { return m.cfg.Services[ns].Targets[j].Name }, ovs.Targets[i].Name)
+		return m.TargetID(ns, nt)
+	}
+	return NoTarget
+}
+
 // Add counts one packet of n bytes in direction d for row and, when target
 // is not NoTarget, for that target, in shard (taken modulo the shard
 // count). It takes no lock and does not allocate.
