@@ -15,7 +15,9 @@
 // and needs no KVM: without /dev/kvm it emulates the CPU with TCG, slower
 // but anywhere. The scenarios are root inside the VM whoever runs QEMU.
 // Where the emulator, a readable kernel or a static busybox is missing, the
-// VM tests skip and say what to run. The other tests of this package test
+// VM tests skip and say what to run. They also skip unless asked for (any
+// -run pattern, as `make vmtest` passes, or WEIR_VMTEST=1): each costs a
+// minute or more of emulated CPU, too much for every `go test ./...`. The other tests of this package test
 // the harness itself and need nothing.
 //
 // # How it works

@@ -26,9 +26,7 @@ func TestVMExitStatus(t *testing.T) {
 		exitStatusVMSide(t)
 		return
 	}
-	if err := vmtest.Available(); err != nil {
-		t.Skip(err)
-	}
+	vmtest.Require(t)
 	bin, err := vmtest.TestBinary()
 	if err != nil {
 		t.Fatal(err)

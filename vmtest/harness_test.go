@@ -2,6 +2,7 @@ package vmtest
 
 import (
 	"bytes"
+	"flag"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -378,6 +379,32 @@ func TestInitrdLayoutAndCache(t *testing.T) {
 		o2.Files = map[string]string{"/bin/dyn": "/bin/sh"}
 		if err := writeInitrd(initrd, base, o2, mods); err == nil || !strings.Contains(err.Error(), "dynamically linked") {
 			t.Errorf("a dynamic ELF in Files: err = %v", err)
+		}
+	}
+}
+
+func TestSelected(t *testing.T) {
+	f := flag.Lookup("test.run")
+	if f == nil {
+		t.Fatal("no test.run flag")
+	}
+	old := f.Value.String()
+	t.Cleanup(func() { _ = f.Value.Set(old) })
+	for _, tc := range []struct {
+		env, run string
+		want     bool
+	}{
+		{"", "", false},
+		{"0", "", false},
+		{"1", "", true},
+		{"", "VM", true},
+	} {
+		t.Setenv(EnvRun, tc.env)
+		if err := f.Value.Set(tc.run); err != nil {
+			t.Fatal(err)
+		}
+		if got := selected(); got != tc.want {
+			t.Errorf("%s=%q -run %q: selected = %v, want %v", EnvRun, tc.env, tc.run, got, tc.want)
 		}
 	}
 }

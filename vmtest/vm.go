@@ -8,6 +8,7 @@ import (
 	"debug/elf"
 	"encoding/hex"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -585,14 +586,38 @@ func shellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
-// Boot runs o in a VM for test t: it skips t when the host cannot boot one
-// (saying what to install), streams the console to t's log, fails t when the
-// run fails or the binary exits non-zero, and logs the boot and total times.
-func Boot(t testing.TB, o Options) Result {
+// EnvRun set to "1" runs the VM tests even when -run selects nothing.
+const EnvRun = "WEIR_VMTEST"
+
+// Require skips t unless VM tests were asked for and this host can boot a
+// VM. A VM test costs a minute or more of emulated CPU, so a plain
+// `go test ./...` skips them; they run when -run names tests (`make vmtest`
+// passes -run VM) or with WEIR_VMTEST=1. Boot and RunTest call it.
+func Require(t testing.TB) {
 	t.Helper()
+	if !selected() {
+		t.Skip("vmtest: VM tests run only when asked for: `sudo make vmtest`, `go test -run VM ./vmtest/`, or " + EnvRun + "=1")
+	}
 	if err := Available(); err != nil {
 		t.Skip(err)
 	}
+}
+
+// selected reports whether VM tests were asked for: EnvRun=1, or any
+// -test.run pattern.
+func selected() bool {
+	if os.Getenv(EnvRun) == "1" {
+		return true
+	}
+	f := flag.Lookup("test.run")
+	return f != nil && f.Value.String() != ""
+}
+
+// Boot runs o in a VM for test t: it skips t as Require does, streams the console to t's log, fails t when the
+// run fails or the binary exits non-zero, and logs the boot and total times.
+func Boot(t testing.TB, o Options) Result {
+	t.Helper()
+	Require(t)
 	if o.Console == nil {
 		lw := &lineLogger{t: t}
 		o.Console = lw
@@ -719,9 +744,7 @@ func WeirBinary() (string, error) {
 // Any o.Binary and o.Args are replaced.
 func RunTest(t *testing.T, o Options) Result {
 	t.Helper()
-	if err := Available(); err != nil {
-		t.Skip(err)
-	}
+	Require(t)
 	bin, err := TestBinary()
 	if err != nil {
 		t.Fatal(err)
