@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -227,5 +228,37 @@ func TestLinkDropsCounted(t *testing.T) {
 	le.shutdown()
 	if st := le.stats(); st.TxBytes != uint64(header.IPv4MinimumSize+header.TCPMinimumSize) {
 		t.Errorf("TxBytes %d", st.TxBytes)
+	}
+}
+
+// TestTargetReset: a target that resets its connection ends the client's
+// connection too, and the connection is reported closed once, with no
+// goroutine left behind.
+func TestTargetReset(t *testing.T) {
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := serveListener(l, func(c net.Conn) {
+		io.ReadFull(c, make([]byte, 4))
+		c.(*net.TCPConn).SetLinger(0) // Close sends RST
+		c.Close()
+	})
+	defer stop()
+	vs := &policy.VirtualServer{Name: "rst", VIPs: []netip.Addr{vipV4}, Ports: policy.PortRange{Lo: 80, Hi: 80}}
+	adm := &testAdmitter{target: &policy.Target{Name: "t", Addr: l.Addr().(*net.TCPAddr).AddrPort()}}
+	r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: services(vs), Admitter: adm}})
+	for i := 0; i < 50; i++ {
+		c := dial(t, r.client, netip.AddrPortFrom(vipV4, 80))
+		io.WriteString(c, "ping")
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := io.ReadAll(c); errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("connection %d: client not told of the target's reset", i)
+		}
+		c.Close()
+	}
+	waitFor(t, func() bool { return adm.nClosed.Load() == 50 })
+	if st := r.fwd.Stats(); st.Open != 0 || st.Accepted != 50 {
+		t.Errorf("stats %+v", st)
 	}
 }
