@@ -4,7 +4,10 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -72,10 +75,10 @@ func TestE2EReloadUnderLoad(t *testing.T) {
 		t.Errorf("weir_reloads_total %v, want 1", v)
 	}
 
-	// The new weights rule: 1:5 over 5 whole rounds.
-	res = w.load("198.18.0.10:80", 1, 30)
-	if res.OK != 30 || res.PerTarget["t2"] < 20 {
-		t.Errorf("after the reload: %+v, want 30 OK, about 25 from t2", res)
+	// The new weights rule: 1:5 over 2 whole rounds.
+	res = w.load("198.18.0.10:80", 1, 12)
+	if res.OK != 12 || res.PerTarget["t2"] < 8 {
+		t.Errorf("after the reload: %+v, want 12 OK, about 10 from t2", res)
 	}
 	t.Logf("after the reload, one client: %v", res.PerTarget)
 
@@ -207,10 +210,12 @@ func TestE2EMetrics(t *testing.T) {
 
 // TestE2ESigtermDrains: with three slow requests in flight, SIGTERM makes
 // weir refuse new connections (RST) and report draining, lets the three
-// finish with 200, and exit 0 long before the grace period.
+// finish with 200, and exit 0 long before the grace period, its access log
+// holding one line per served connection.
 func TestE2ESigtermDrains(t *testing.T) {
 	const grace = 10 * time.Second
-	w := startWeir(t, "drain.yaml", "--grace", grace.String())
+	accessLog := filepath.Join(t.TempDir(), "access.log")
+	w := startWeir(t, "drain.yaml", "--grace", grace.String(), "--access-log", accessLog)
 	w.backend("t1", "198.18.1.1:8081", 1500*time.Millisecond)
 
 	done := make(chan bench.Result, 1)
@@ -249,6 +254,34 @@ func TestE2ESigtermDrains(t *testing.T) {
 	}
 	if _, ok := w.waitLog(0, "weir stopped"); !ok {
 		t.Error("no stop log line")
+	}
+
+	// The access log, flushed at exit: the three connections, served by t1.
+	b, err := os.ReadFile(accessLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var served int
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var r struct {
+			Client, VIP, Service, Target, Outcome string
+			BytesIn                               uint64 `json:"bytes_in"`
+			BytesOut                              uint64 `json:"bytes_out"`
+		}
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Errorf("access log line %q: %v", line, err)
+			continue
+		}
+		if r.Outcome == "ok" {
+			served++
+			if r.Service != "web" || r.Target != "t1" || r.VIP != "198.18.0.10:80" ||
+				!strings.HasPrefix(r.Client, "198.18.0.1:") || r.BytesIn == 0 || r.BytesOut == 0 {
+				t.Errorf("access log line %s", line)
+			}
+		}
+	}
+	if served != 3 {
+		t.Errorf("access log has %d served connections, want 3:\n%s", served, b)
 	}
 }
 

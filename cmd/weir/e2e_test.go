@@ -49,6 +49,7 @@ var (
 	weirBinPath string
 	weirBinErr  error
 	nsSeq       atomic.Int32
+	reapOnce    sync.Once
 )
 
 func TestMain(m *testing.M) {
@@ -100,10 +101,32 @@ type netNS struct {
 	h    netns.NsHandle
 }
 
+// reapStaleNetNS deletes the namespaces a killed earlier run of these tests
+// left behind: weir-e2e-<pid>-<n> whose test process is gone.
+func reapStaleNetNS(t *testing.T) {
+	names, _ := filepath.Glob("/var/run/netns/weir-e2e-*")
+	for _, path := range names {
+		name := filepath.Base(path)
+		var pid, n int
+		if _, err := fmt.Sscanf(name, "weir-e2e-%d-%d", &pid, &n); err != nil || pid == os.Getpid() {
+			continue
+		}
+		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+			continue
+		}
+		if out, err := exec.Command("ip", "netns", "del", name).CombinedOutput(); err == nil {
+			t.Logf("deleted namespace %s left by an earlier run", name)
+		} else {
+			t.Logf("deleting stale namespace %s: %v: %s", name, err, out)
+		}
+	}
+}
+
 // newNetNS creates a namespace with its loopback up and the backend
 // addresses on it; cleanup deletes it.
 func newNetNS(t *testing.T) *netNS {
 	t.Helper()
+	reapOnce.Do(func() { reapStaleNetNS(t) })
 	name := fmt.Sprintf("weir-e2e-%d-%d", os.Getpid(), nsSeq.Add(1))
 	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
 		t.Skipf("skipping: cannot create a network namespace: %v: %s", err, out)
