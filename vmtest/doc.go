@@ -68,7 +68,7 @@
 //
 //   - TestVMNetemLoss: kernel sockets; the sender's TCP_INFO
 //     total_retrans/segs_out must be within a factor of 2.5 of the netem loss
-//     (5 % and 10 %), and under 0.5 % without netem.
+//     (5 % and 10 %), and under 1 % without netem.
 //   - TestVMWeirHostDialerLoss: the same through weir's target leg,
 //     netstack.HostDialer, whose Counters (Retransmits/SegmentsSent) feed the
 //     QoS loss ratio; same bounds at 0 % and 5 %, and with 50 ms netem delay

@@ -132,14 +132,15 @@ func TestVMWeirHostDialerLoss(t *testing.T) {
 }
 
 // checkRatio asserts a measured retransmission ratio against the injected
-// loss: within a factor of 2.5 either way, and under 0.5 % without loss.
+// loss: within a factor of 2.5 either way, and under 1 % without loss (a
+// heavily loaded emulator can fire a few spurious timeouts).
 // Retransmissions are not losses one for one (a tail loss costs a probe, a
 // lost retransmission costs another), hence the band.
 func checkRatio(t *testing.T, what string, ratio float64, lossPct float32) {
 	t.Helper()
 	want := float64(lossPct) / 100
 	if lossPct == 0 {
-		if ratio > 0.005 {
+		if ratio > 0.01 {
 			t.Errorf("%s = %.2f%% with no netem, want about 0", what, 100*ratio)
 		}
 		return

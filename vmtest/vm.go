@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -277,6 +278,9 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		"-nographic", "-no-reboot", "-nic", "none",
 	)
 	cmd.WaitDelay = 5 * time.Second
+	// Should this process die first (a go test -timeout panic), take QEMU
+	// with it rather than leave an emulator spinning.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return res, err
