@@ -499,6 +499,7 @@ func BenchmarkEnginePath(b *testing.B) {
 			e := NewEngine(&sinkDevice{pkts: in}, cfg, EngineOptions{})
 			e.Read(makeBatch(64, 1500, 0), make([]int, 64), 0)
 			b.ReportAllocs()
+			b.ResetTimer()
 			cpu := threadCPU()
 			start := time.Now()
 			for i := 0; i < b.N; i += 64 {
@@ -519,6 +520,7 @@ func BenchmarkEnginePath(b *testing.B) {
 				burst[i] = append([]byte(nil), eg[0]...)
 			}
 			b.ReportAllocs()
+			b.ResetTimer()
 			cpu := threadCPU()
 			start := time.Now()
 			for i := 0; i < b.N; i += 64 {
@@ -534,6 +536,7 @@ func BenchmarkEnginePath(b *testing.B) {
 			sizes := make([]int, 64)
 			e.Read(bufs, sizes, 0)
 			b.ReportAllocs()
+			b.ResetTimer()
 			cpu := threadCPU()
 			start := time.Now()
 			for i := 0; i < b.N; i += 64 {

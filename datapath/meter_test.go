@@ -226,6 +226,7 @@ func BenchmarkMeters(b *testing.B) {
 	run := func(b *testing.B, add func(shard int)) float64 {
 		var next atomic.Int64
 		b.ReportAllocs()
+		b.ResetTimer()
 		start := time.Now()
 		b.RunParallel(func(pb *testing.PB) {
 			shard := int(next.Add(1) - 1)

@@ -201,6 +201,15 @@ func (d *MemDevice) Write(bufs [][]byte, offset int) (int, error) {
 	return len(bufs), nil
 }
 
+// Pending returns the number of packets queued toward this end's Read.
+// Tests use it to wait for delivery, and a writer to pace itself instead
+// of overrunning the queue.
+func (d *MemDevice) Pending() int {
+	d.in.mu.Lock()
+	defer d.in.mu.Unlock()
+	return d.in.count
+}
+
 // BatchSize implements Device.
 func (d *MemDevice) BatchSize() int { return d.batch }
 
