@@ -76,6 +76,7 @@
 //   - TestVMExitStatus: the harness itself: a file from Options.Files
 //     arrives intact, a static weir (WeirBinary) runs `weir version` inside,
 //     and the program's exit status 7 comes back as Result.ExitCode.
+//   - TestVMTimeoutKillsQEMU: Options.Timeout kills QEMU and Run says so.
 //
 // Under TCG on a two-core host a VM boots in about 15-25 s and the whole
 // `make vmtest` takes about a minute once the static test binary is built.

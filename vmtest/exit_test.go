@@ -83,3 +83,31 @@ func exitStatusVMSide(t *testing.T) {
 	t.Logf("weir in VM: %s", bytes.TrimSpace(out))
 	os.Exit(exitStatusInVM)
 }
+
+// TestVMTimeoutKillsQEMU checks that Options.Timeout ends a VM that runs
+// too long (here: still booting, or sleeping inside) and that Run says so.
+func TestVMTimeoutKillsQEMU(t *testing.T) {
+	if vmtest.InVM() {
+		time.Sleep(time.Minute) // the host kills the VM long before
+		return
+	}
+	vmtest.Require(t)
+	bin, err := vmtest.TestBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const timeout = 3 * time.Second
+	res, err := vmtest.Run(context.Background(), vmtest.Options{
+		Binary:  bin,
+		Args:    []string{"-test.run=^TestVMTimeoutKillsQEMU$"},
+		CPUs:    1,
+		Timeout: timeout,
+	})
+	if err == nil || !strings.Contains(err.Error(), "VM killed after") {
+		t.Fatalf("Run = %+v, %v; want the timeout error", res, err)
+	}
+	// QEMU is killed at the timeout; WaitDelay (5 s) bounds the rest.
+	if res.Total < timeout || res.Total > timeout+10*time.Second {
+		t.Errorf("Run took %v with a %v timeout", res.Total, timeout)
+	}
+}
