@@ -165,12 +165,17 @@ func TestE2EMetrics(t *testing.T) {
 		t.Fatalf("load: %+v", res)
 	}
 	w.waitStatus(3*time.Second, "every connection closed", func(st appliance.Status) bool { return st.Open == 0 })
+	// One STATS line per target and sampling interval (300 ms here).
+	if l, ok := w.waitLog(2*time.Second, "STATS"); !ok || l.m["service"] != "web" || l.m["target"] != "t1" || l.m["weight"] != 1.0 {
+		t.Errorf("no STATS line for web/t1: %s", l.raw)
+	}
 	fams := w.metrics()
 	for _, name := range []string{
 		"weir_connections_open", "weir_connections_closed_total", "weir_reloads_total",
 		"weir_target_picked_total", "weir_target_weight", "weir_target_up", "weir_target_connections_open",
 		"weir_level_connections", "weir_level_bandwidth_bytes_per_second",
 		"weir_datapath_dropped_total", "weir_datapath_marked_total", "weir_forwarder_accepted_total",
+		"weir_target_fraction_percent",
 		"go_goroutines", "process_cpu_seconds_total",
 	} {
 		if fams[name] == nil {
