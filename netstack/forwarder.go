@@ -122,6 +122,24 @@ type Admitter interface {
 	Closed(req *ConnRequest, d Decision, final ConnStats)
 }
 
+// RefusalReporter is implemented by an Admitter that wants to hear how each
+// refused connection to a virtual server ended, for an access log. Refused
+// is called once per refusal, after the RST was sent or the 503 page
+// written; it must not block.
+type RefusalReporter interface {
+	Refused(req *ConnRequest, d Decision, r Refusal)
+}
+
+// Refusal is how a refused connection ended.
+type Refusal struct {
+	// Status is 503 when a page was served, 0 for a RST.
+	Status int
+	// RequestLine is the HTTP request line read before the 503 page ("" if
+	// none arrived in time); Bytes is the size of the response sent.
+	RequestLine string
+	Bytes       int
+}
+
 // ErrDialAttempts is passed to DialFailed for an Accept decision the
 // forwarder did not try because MaxDialAttempts dials had failed.
 var ErrDialAttempts = errors.New("netstack: too many failed dial attempts")
@@ -382,9 +400,13 @@ func (f *Forwarder) handle(r *tcp.ForwarderRequest) {
 		d = adm.DialFailed(req, d, err)
 	}
 	isHTTP := req.Service.Proto == policy.ProtoHTTP
+	rep, _ := adm.(RefusalReporter)
 	if d.Verdict == RefuseRST || d.Verdict == Refuse503 && !isHTTP || d.Verdict > Refuse503 {
 		f.refusedRST.Add(1)
 		r.Complete(true)
+		if rep != nil {
+			rep.Refused(req, d, Refusal{})
+		}
 		return
 	}
 
@@ -401,7 +423,10 @@ func (f *Forwarder) handle(r *tcp.ForwarderRequest) {
 	pendingDone()
 	if d.Verdict == Refuse503 {
 		f.refused503.Add(1)
-		f.serve503(client, d)
+		line, n := f.serve503(client, d)
+		if rep != nil {
+			rep.Refused(req, d, Refusal{Status: 503, RequestLine: line, Bytes: n})
+		}
 		return
 	}
 	f.accepted.Add(1)

@@ -19,7 +19,9 @@ const drainLimit = 64 << 10
 // serve503 reads the start of an HTTP request (bounded in size and time),
 // answers 503 Service Unavailable with a page naming the limit, half-closes,
 // drains what the client still sends, and closes.
-func (f *Forwarder) serve503(c *Conn, d Decision) {
+// It returns the request line it read (empty when none arrived) and the
+// size of the response it wrote (0 when the write failed).
+func (f *Forwarder) serve503(c *Conn, d Decision) (requestLine string, sent int) {
 	defer c.Close()
 	deadline := time.Now().Add(f.opts.RequestTimeout)
 	_ = c.SetReadDeadline(deadline)
@@ -32,19 +34,45 @@ func (f *Forwarder) serve503(c *Conn, d Decision) {
 			break
 		}
 	}
+	requestLine = firstLine(buf[:n])
 	_ = c.SetWriteDeadline(deadline.Add(f.opts.RequestTimeout))
-	if _, err := c.Write(page503(d)); err != nil {
-		return
+	page := page503(d)
+	if _, err := c.Write(page); err != nil {
+		return requestLine, 0
 	}
+	sent = len(page)
 	_ = c.CloseWrite()
 	_ = c.SetReadDeadline(time.Now().Add(f.opts.RequestTimeout))
 	for drained := 0; drained < drainLimit; {
 		m, err := c.Read(buf)
 		drained += m
 		if err != nil {
-			return
+			break
 		}
 	}
+	return requestLine, sent
+}
+
+// maxRequestLine bounds the request line reported for the access log.
+const maxRequestLine = 1024
+
+// firstLine returns b's first line without its line end, printable ASCII
+// only (anything else becomes '?'), at most maxRequestLine bytes.
+func firstLine(b []byte) string {
+	if i := bytes.IndexByte(b, '\n'); i >= 0 {
+		b = b[:i]
+	}
+	b = bytes.TrimSuffix(b, []byte("\r"))
+	if len(b) > maxRequestLine {
+		b = b[:maxRequestLine]
+	}
+	out := []byte(string(b))
+	for i, c := range out {
+		if c < 0x20 || c > 0x7e {
+			out[i] = '?'
+		}
+	}
+	return string(out)
 }
 
 // page503 renders the 503 response for a refusal.

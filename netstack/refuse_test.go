@@ -2,12 +2,14 @@ package netstack
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"io"
 	"net/http"
 	"net/netip"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -73,7 +75,7 @@ func TestRefusals(t *testing.T) {
 		return services(vsHTTP)(a, p)
 	}
 	refuse := Decision{Verdict: Refuse503, Limit: "MaxConnections", Value: 42, Reason: "Too many <connections>.", RetryAfter: 3 * time.Second}
-	adm := &testAdmitter{admit: func(*ConnRequest) Decision { return refuse }}
+	adm := &reportingAdmitter{testAdmitter: &testAdmitter{admit: func(*ConnRequest) Decision { return refuse }}}
 	var counter *tcpFlagCounter
 	r := newRig(t, rigOptions{
 		fwd: ForwarderOptions{Services: lookup, Admitter: adm},
@@ -162,11 +164,73 @@ func TestRefusals(t *testing.T) {
 					t.Errorf("page lacks %q:\n%s", want, body)
 				}
 			}
+			// The access log hears the request line and the page's size.
+			deadline := time.Now().Add(5 * time.Second)
+			for {
+				got := adm.last()
+				if got.Status == 503 {
+					if got.RequestLine != "GET /index.html HTTP/1.1" || got.Bytes < len(body) {
+						t.Errorf("reported refusal %+v (body %d bytes)", got, len(body))
+					}
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("no 503 refusal reported; last %+v", got)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
 		})
 	}
 	st := r.fwd.Stats()
 	if st.Refused503 != 2 || st.RefusedRST != 2 || st.Accepted != 0 {
 		t.Errorf("stats %+v", st)
+	}
+	if n := adm.count(); n != 4 {
+		t.Errorf("%d refusals reported, want 4 (2 RST, 2 pages)", n)
+	}
+}
+
+// reportingAdmitter records what the forwarder reports of each refusal.
+type reportingAdmitter struct {
+	*testAdmitter
+	mu  sync.Mutex
+	got []Refusal
+}
+
+func (a *reportingAdmitter) Refused(_ *ConnRequest, _ Decision, r Refusal) {
+	a.mu.Lock()
+	a.got = append(a.got, r)
+	a.mu.Unlock()
+}
+
+func (a *reportingAdmitter) last() Refusal {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.got) == 0 {
+		return Refusal{}
+	}
+	return a.got[len(a.got)-1]
+}
+
+func (a *reportingAdmitter) count() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.got)
+}
+
+func TestFirstLine(t *testing.T) {
+	for in, want := range map[string]string{
+		"GET / HTTP/1.1\r\nHost: x\r\n\r\n": "GET / HTTP/1.1",
+		"GET /a\x00b HTTP/1.0\n":            "GET /a?b HTTP/1.0",
+		"":                                  "",
+		"no line end":                       "no line end",
+	} {
+		if got := firstLine([]byte(in)); got != want {
+			t.Errorf("firstLine(%q) = %q, want %q", in, got, want)
+		}
+	}
+	if got := firstLine(bytes.Repeat([]byte("a"), 5000)); len(got) != maxRequestLine {
+		t.Errorf("long line kept %d bytes", len(got))
 	}
 }
 

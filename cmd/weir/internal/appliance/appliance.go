@@ -529,8 +529,7 @@ func (a *Appliance) DialFailed(req *netstack.ConnRequest, failed netstack.Decisi
 	}
 	a.conns.Delete(req.ID)
 	st.ticket.Release()
-	a.access(req, netstack.ConnStats{}, "dial-failed", err.Error(), st.start)
-	return a.noTarget(vs, req, err, now)
+	return a.noTarget(vs, req, err, now) // the access line comes with Refused
 }
 
 // Closed releases the connection's target slot and admission ticket and
@@ -545,6 +544,25 @@ func (a *Appliance) Closed(req *netstack.ConnRequest, d netstack.Decision, final
 	st.ticket.Release()
 	a.counters.closed.Add(1)
 	a.access(req, final, "ok", "", st.start)
+}
+
+// Refused writes the access-log line of a refused connection: for an http
+// service the request line and 503 with the page's size, as the WebSphere
+// plug-in's web server logs it.
+func (a *Appliance) Refused(req *netstack.ConnRequest, d netstack.Decision, r netstack.Refusal) {
+	if a.opts.Access == nil {
+		return
+	}
+	outcome := "reset"
+	if r.Status == 503 {
+		outcome = "503"
+	}
+	now := a.now()
+	a.opts.Access.Log(obs.AccessRecord{
+		Start: now, Client: req.Client.String(), VIP: req.VIP.String(), Service: req.Service.Name,
+		BytesOut: uint64(r.Bytes), Outcome: outcome, Reason: d.Reason,
+		RequestLine: r.RequestLine, Status: r.Status,
+	})
 }
 
 func (a *Appliance) access(req *netstack.ConnRequest, s netstack.ConnStats, outcome, reason string, start time.Time) {

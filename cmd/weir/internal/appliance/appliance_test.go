@@ -1,11 +1,13 @@
 package appliance
 
 import (
+	"bytes"
 	"context"
 	"net/http/httptest"
 	"net/netip"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +17,7 @@ import (
 
 	"weir/bench"
 	"weir/cmd/weir/internal/admin"
+	"weir/cmd/weir/internal/obs"
 	"weir/datapath/fault"
 	"weir/policy"
 )
@@ -82,7 +85,12 @@ func TestWeightedDistribution(t *testing.T) {
 // both serve again once their backlog drains.
 func TestWebSphereMaxConnections(t *testing.T) {
 	cfg := labConfig([]int{1, 1}, []int64{3, 4})
-	l := newLab(t, cfg, LabOptions{Backend: func(_ policy.TargetKey, b *bench.Backend) { b.Delay = 500 * time.Millisecond }})
+	var accessBuf syncBuffer
+	access := obs.NewAccessLog(&accessBuf, true)
+	l := newLab(t, cfg, LabOptions{
+		Backend:   func(_ policy.TargetKey, b *bench.Backend) { b.Delay = 500 * time.Millisecond },
+		Appliance: Options{Access: access},
+	})
 	res := bench.Load{Dial: l.Dial, Addr: "198.19.0.80:80", Clients: 30, Requests: 30, Duration: 30 * time.Second}.Run(context.Background())
 	b1, b2 := l.Backends[policy.TargetKey{Service: "web", Target: "t1"}], l.Backends[policy.TargetKey{Service: "web", Target: "t2"}]
 	if b1.MaxActive() > 3 || b2.MaxActive() > 4 {
@@ -97,6 +105,16 @@ func TestWebSphereMaxConnections(t *testing.T) {
 	}
 	if !strings.Contains(reason, "t1 (at limit 3/3)") || !strings.Contains(reason, "t2 (at limit 4/4)") {
 		t.Errorf("503 reason %q does not name both members at their limit", reason)
+	}
+	// The access log has the request line and 503 for each refusal, as the
+	// plug-in's web server logs it.
+	waitClosed(t, l.App)
+	access.Flush()
+	if n := strings.Count(accessBuf.String(), `"GET / HTTP/1.1" 503 `); n != res.Refused503 {
+		t.Errorf("access log has %d 503 lines, want %d:\n%s", n, res.Refused503, accessBuf.String())
+	}
+	if n := strings.Count(accessBuf.String(), `"TCP 198.19.0.80:80 t`); n != res.OK {
+		t.Errorf("access log has %d served lines, want %d", n, res.OK)
 	}
 	// Backlog drained: both serve again.
 	res = bench.Load{Dial: l.Dial, Addr: "198.19.0.80:80", Clients: 2, Requests: 4, Duration: 30 * time.Second}.Run(context.Background())
@@ -288,4 +306,22 @@ func TestHealthChecksTakeDeadTargetOut(t *testing.T) {
 	if res.OK != 20 || res.PerTarget["t1"] != 20 {
 		t.Errorf("with t2 unhealthy: %+v", res)
 	}
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent writers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -91,7 +91,7 @@ func CLF(r AccessRecord) string {
 		switch r.Outcome {
 		case "ok":
 			status = 200
-		case "refused", "503", "dial-failed":
+		case "refused", "503", "dial-failed", "reset":
 			status = 503
 		default:
 			status = 500
