@@ -415,6 +415,9 @@ func (st *engineState) decide(k *FlowKey) (*policy.VirtualServer, *policy.Action
 func (p *Port) Write(bufs [][]byte, offset int) (int, error) {
 	e := p.e
 	now := e.clock()
+	if now >= e.nextExpire.Load() {
+		e.expire(now)
+	}
 	st := e.state.Load()
 	// Egress comes from many goroutines at once (gVisor): each batch
 	// counts into a shard picked by its first flow's hash rather than the
@@ -461,7 +464,8 @@ func (p *Port) Write(bufs [][]byte, offset int) (int, error) {
 	return p.inner.Write(bufs, offset)
 }
 
-// expire sweeps idle flows; the first Read past nextExpire does it.
+// expire sweeps idle flows; the first Read or Write past nextExpire does
+// it (one caller wins the CAS), every IdleTimeout/4.
 func (e *Engine) expire(now int64) {
 	next := e.nextExpire.Load()
 	if now < next || !e.nextExpire.CompareAndSwap(next, now+e.expireStep) {
