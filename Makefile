@@ -12,8 +12,8 @@ help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[1m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: build
-build: ## build bin/weir
-	$(GO) build -o $(BIN) ./cmd/weir
+build: ## build bin/weir (static, no cgo: it runs in the vmtest VM too)
+	CGO_ENABLED=0 $(GO) build -o $(BIN) ./cmd/weir
 
 .PHONY: deps
 deps: ## install what the tests need (Debian packages, staticcheck); idempotent
