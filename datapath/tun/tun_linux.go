@@ -11,6 +11,7 @@ import (
 	"os"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/songgao/water"
 	"github.com/vishvananda/netlink"
@@ -124,6 +125,7 @@ func configure(name string, o Options) error {
 	if err := h.LinkSetUp(link); err != nil {
 		return fmt.Errorf("tun: %s: set up: %w", name, err)
 	}
+	waitLocal(h, o.Addrs)
 	for _, p := range o.Routes {
 		r := &netlink.Route{LinkIndex: link.Attrs().Index, Dst: prefixNet(p.Masked())}
 		if err := h.RouteReplace(r); err != nil {
@@ -131,6 +133,29 @@ func configure(name string, o Options) error {
 		}
 	}
 	return nil
+}
+
+// rtnLocal is RTN_LOCAL, the route type of an address of this host.
+const rtnLocal = 2
+
+// waitLocal waits, up to a second, until each IPv6 address's local route
+// exists. The kernel installs it from a workqueue after the link comes up;
+// until then a packet to the address is taken for one to forward and
+// dropped (Ip6InAddrErrors). IPv4 local routes are synchronous.
+func waitLocal(h *netlink.Handle, addrs []netip.Prefix) {
+	deadline := time.Now().Add(time.Second)
+	for _, p := range addrs {
+		if !p.Addr().Is6() {
+			continue
+		}
+		for time.Now().Before(deadline) {
+			rs, err := h.RouteGet(p.Addr().AsSlice())
+			if err == nil && len(rs) > 0 && rs[0].Type == rtnLocal {
+				break
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
 }
 
 func prefixNet(p netip.Prefix) *net.IPNet {

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -61,6 +62,23 @@ func inNetns(t *testing.T) {
 		orig.Close()
 		runtime.UnlockOSThread()
 	})
+}
+
+// snmp6 returns the IPv6 input counters of the test's namespace, for
+// failure messages.
+func snmp6() string {
+	b, err := os.ReadFile("/proc/thread-self/net/snmp6")
+	if err != nil {
+		return err.Error()
+	}
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		if len(f) == 2 && f[1] != "0" && (strings.HasPrefix(f[0], "Ip6In") || strings.HasPrefix(f[0], "Udp6")) {
+			out = append(out, f[0]+"="+f[1])
+		}
+	}
+	return strings.Join(out, " ")
 }
 
 func udpPacket(t *testing.T, src, dst netip.AddrPort, payload string) []byte {
@@ -187,7 +205,7 @@ func TestTUNRoundTrip(t *testing.T) {
 			buf := make([]byte, 100)
 			n, from, err := conn.ReadFromUDPAddrPort(buf)
 			if err != nil {
-				t.Fatalf("%s: socket did not get the reply: %v", tt.name, err)
+				t.Fatalf("%s: socket did not get the reply: %v (kernel: %s)", tt.name, err, snmp6())
 			}
 			if string(buf[:n]) != "pong" || from != tt.remote {
 				t.Errorf("%s: socket got %q from %v", tt.name, buf[:n], from)
