@@ -204,3 +204,47 @@ func TestE2ELimits(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// TestE2EFailover: a primary whose connects are refused is marked down and
+// the connection goes on to the next target, unseen by the client; with the
+// live primary at its maxConnections the backup serves, and once the
+// primary has room again it serves alone.
+func TestE2EFailover(t *testing.T) {
+	w := startWeir(t, "failover.yaml")
+	b2 := w.backend("t2", "198.18.1.2:8082", 600*time.Millisecond)
+	b3 := w.backend("t3", "198.18.1.3:8083", 600*time.Millisecond)
+
+	res := w.load("198.18.0.10:80", 3, 3)
+	t.Logf("3 clients: %v", res.PerTarget)
+	if res.OK != 3 {
+		t.Fatalf("failover: %d of 3 OK: %+v", res.OK, res)
+	}
+	if res.PerTarget["t2"] != 1 || res.PerTarget["t3"] != 2 || b2.MaxActive() != 1 {
+		t.Errorf("served %v (t2 at most %d at once), want t2 1 (its maxConnections) and the backup t3 2", res.PerTarget, b2.MaxActive())
+	}
+	st := w.status()
+	s := statusService(st, "web")
+	if s == nil || len(s.Targets) != 3 {
+		t.Fatalf("/status: %+v", s)
+	}
+	if t1 := s.Targets[0]; !t1.Down || t1.Failed == 0 {
+		t.Errorf("t1 (nothing listening): %+v, want down with failed connects", t1.TargetStatus)
+	}
+	if st.DialFailures == 0 {
+		t.Errorf("/status dial_failures 0")
+	}
+	if l, ok := w.waitLog(time.Second, "target connect failed"); !ok || l.m["target"] != "t1" || l.m["level"] != "warn" {
+		t.Errorf("no WARNING for t1's failed connect: %s", l.raw)
+	}
+	// The primary has room again: it serves, the backup does not. (A
+	// slot frees when weir sees the connection close, a moment after the
+	// client has its answer: wait for that before each request.)
+	served3 := b3.Served()
+	for i := 0; i < 2; i++ {
+		w.waitStatus(3*time.Second, "every connection closed", func(st appliance.Status) bool { return st.Open == 0 })
+		res = w.load("198.18.0.10:80", 1, 1)
+		if res.OK != 1 || res.PerTarget["t2"] != 1 || b3.Served() != served3 {
+			t.Errorf("with t2 free: %+v, want an answer from t2", res)
+		}
+	}
+}
