@@ -16,8 +16,9 @@ package datapath
 // the new pointer, and always compares the key of the entry it loaded: it
 // can miss a flow being inserted, never return a wrong one. When tombstones
 // pile up a writer rebuilds the shard into a fresh array and publishes it
-// atomically; a reader that missed during a rebuild (the shard's epoch
-// moved) probes again. Writers of one shard serialise on its mutex; that
+// atomically; the old array stays whole, so a reader on it sees every flow
+// of before the rebuild, and a reader that missed there while a newer
+// array was published probes the newer one. Writers of one shard serialise on its mutex; that
 // lock is taken once per new flow, never per packet, and shards are many so
 // that two workers creating flows rarely meet on one.
 
@@ -167,7 +168,6 @@ type FlowTable struct {
 
 type flowShard struct {
 	slots atomic.Pointer[[]atomic.Pointer[Flow]]
-	epoch atomic.Uint64 // odd while a rebuild runs; readers retry on change
 
 	mu   sync.Mutex   // serialises writers of this shard
 	live atomic.Int64 // written under mu, read by hasRoom without it
@@ -222,9 +222,9 @@ func (t *FlowTable) shard(h uint64) *flowShard { return &t.shards[h&t.shardMask]
 // last-seen time. It takes no lock and does not allocate.
 func (t *FlowTable) Lookup(k *FlowKey, h uint64, now int64) *Flow {
 	s := t.shard(h)
+	arr := s.slots.Load()
 	for try := 0; try < 3; try++ {
-		e := s.epoch.Load()
-		if f := probe(*s.slots.Load(), k, h); f != nil {
+		if f := probe(*arr, k, h); f != nil {
 			last := f.lastSeen.Load()
 			if now-last > t.idle {
 				return nil
@@ -234,9 +234,13 @@ func (t *FlowTable) Lookup(k *FlowKey, h uint64, now int64) *Flow {
 			}
 			return f
 		}
-		if e&1 == 0 && s.epoch.Load() == e {
+		// A miss in an array a rebuild has since replaced may be a flow
+		// inserted into the new one: probe that.
+		next := s.slots.Load()
+		if next == arr {
 			return nil
 		}
+		arr = next
 	}
 	return nil
 }
@@ -360,7 +364,6 @@ func (t *FlowTable) expireShard(s *flowShard, now int64) int {
 // rebuild copies s's live flows into a fresh array without tombstones and
 // publishes it. s.mu is held.
 func (t *FlowTable) rebuild(s *flowShard, old []atomic.Pointer[Flow]) {
-	s.epoch.Add(1)
 	fresh := make([]atomic.Pointer[Flow], len(old))
 	mask := uint64(len(fresh) - 1)
 	for i := range old {
@@ -376,7 +379,6 @@ func (t *FlowTable) rebuild(s *flowShard, old []atomic.Pointer[Flow]) {
 	}
 	s.slots.Store(&fresh)
 	s.tomb = 0
-	s.epoch.Add(1)
 }
 
 // Stats returns the table's counters.
