@@ -11,10 +11,12 @@ package datapath
 // cache lines, so workers never contend. The adds are atomic anyway: a
 // caller that shares a shard between goroutines (gVisor writes from many)
 // stays correct and only pays for contention. A flow carries one row, the
-// pair of its virtual server and policy action, so a packet costs two
-// atomic adds, four once a target is bound; the levels above (class,
-// instance) are sums the reader computes, which also makes them exact at
-// every level at every read.
+// pair of its virtual server and policy action, so Add costs two atomic
+// adds, four once a target is bound; the engine goes further and adds a
+// run of consecutive packets of one row in one AddN (meterRun), so a batch
+// of one service's traffic costs a few adds in all. The levels above
+// (class, instance) are sums the reader computes, which also makes them
+// exact at every level at every read.
 
 import (
 	"sync/atomic"
