@@ -133,7 +133,8 @@ func NewEngine(inner Device, cfg *policy.Config, o EngineOptions) *Engine {
 	if idle <= 0 {
 		idle = 5 * time.Minute
 	}
-	e.expireStep = int64(idle / 4)
+	// Every shard is swept once per IdleTimeout/4, one shard at a time.
+	e.expireStep = max(int64(idle/4)/int64(e.flows.Shards()), 1)
 	e.nextExpire.Store(e.expireStep)
 	e.install(cfg, nil)
 	e.ports = []*Port{{e: e, inner: inner, shard: 0}}
@@ -464,14 +465,16 @@ func (p *Port) Write(bufs [][]byte, offset int) (int, error) {
 	return p.inner.Write(bufs, offset)
 }
 
-// expire sweeps idle flows; the first Read or Write past nextExpire does
-// it (one caller wins the CAS), every IdleTimeout/4.
+// expire sweeps one flow-table shard for idle flows; the first Read or
+// Write past nextExpire does it (one caller wins the CAS). Shards are
+// swept in turn, each once per IdleTimeout/4, so no packet pays for a scan
+// of the whole table.
 func (e *Engine) expire(now int64) {
 	next := e.nextExpire.Load()
 	if now < next || !e.nextExpire.CompareAndSwap(next, now+e.expireStep) {
 		return
 	}
-	e.flows.Expire(now)
+	e.flows.ExpireStep(now)
 }
 
 // BatchSize implements Device.

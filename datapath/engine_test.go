@@ -311,18 +311,22 @@ func TestEngineBindSurvivesSwap(t *testing.T) {
 }
 
 func TestEngineFlowExpiry(t *testing.T) {
-	r := newRig(t, testConfig(t), EngineOptions{Flows: FlowTableOptions{IdleTimeout: time.Minute}})
+	r := newRig(t, testConfig(t), EngineOptions{Flows: FlowTableOptions{IdleTimeout: time.Minute, Shards: 2}})
 	r.ingress(t, tcp4(t, client4, vip4, 40000, 80, 0, true, false, 0))
 	if got := r.e.Flows().Stats().Flows; got != 1 {
 		t.Fatalf("flows = %d, want 1", got)
 	}
-	// The sweep runs every IdleTimeout/4 from Read; after two minutes of
-	// silence the next Read removes the flow (and makes the new one).
+	// One shard is swept every IdleTimeout/4/shards from Read or Write;
+	// after two minutes of silence, as many packets as there are shards
+	// have swept them all and removed the flow.
 	r.clock.Advance(2 * time.Minute)
-	r.ingress(t, tcp4(t, client4, vip4, 40001, 80, 0, true, false, 0))
+	for i := range 2 {
+		r.ingress(t, tcp4(t, client4, vip4, uint16(40001+i), 80, 0, true, false, 0))
+		r.clock.Advance(8 * time.Second)
+	}
 	st := r.e.Flows().Stats()
-	if st.Expired != 1 || st.Flows != 1 {
-		t.Fatalf("flow stats = %+v, want 1 expired, 1 live", st)
+	if st.Expired != 1 || st.Flows != 2 {
+		t.Fatalf("flow stats = %+v, want 1 expired, 2 live", st)
 	}
 }
 

@@ -164,6 +164,7 @@ type FlowTable struct {
 	stamp     int64 // ns: last-seen is rewritten only when this stale
 
 	inserted, replaced, expired, refused atomic.Uint64
+	sweep                                atomic.Uint64 // next shard ExpireStep sweeps
 }
 
 type flowShard struct {
@@ -339,6 +340,20 @@ func (t *FlowTable) Expire(now int64) int {
 	}
 	return n
 }
+
+// ExpireStep sweeps the next shard in turn, as Expire does for all, and
+// returns how many flows it removed: Shards calls make one whole pass.
+// The engine calls it from its packet path, so each call costs one
+// shard's scan rather than the whole table's.
+func (t *FlowTable) ExpireStep(now int64) int {
+	s := &t.shards[(t.sweep.Add(1)-1)&t.shardMask]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return t.expireShard(s, now)
+}
+
+// Shards returns the number of shards.
+func (t *FlowTable) Shards() int { return len(t.shards) }
 
 // expireShard tombstones s's idle flows and rebuilds s when tombstones
 // fill a quarter of it. s.mu is held.

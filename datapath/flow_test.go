@@ -82,6 +82,26 @@ func TestFlowTableIdleExpiry(t *testing.T) {
 	}
 }
 
+func TestFlowTableExpireStepCoversAllShards(t *testing.T) {
+	ft := NewFlowTable(FlowTableOptions{MaxFlows: 1024, IdleTimeout: time.Second, Shards: 8})
+	for i := range 100 {
+		k := testKey(i)
+		ft.Insert(&Flow{Key: k}, k.Hash(), 0)
+	}
+	later := int64(2 * time.Second)
+	n := 0
+	for range ft.Shards() - 1 {
+		n += ft.ExpireStep(later)
+	}
+	if n == 100 {
+		t.Fatal("fewer steps than shards removed every flow: steps sweep more than one shard")
+	}
+	n += ft.ExpireStep(later)
+	if n != 100 || ft.Stats().Flows != 0 {
+		t.Fatalf("one pass of steps removed %d of 100 idle flows", n)
+	}
+}
+
 func TestFlowTableBound(t *testing.T) {
 	sec := int64(time.Second)
 	ft := NewFlowTable(FlowTableOptions{MaxFlows: 16, IdleTimeout: 10 * time.Second, Shards: 1})
