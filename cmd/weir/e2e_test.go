@@ -84,10 +84,13 @@ func weirBinary(t *testing.T) string {
 			return
 		}
 		weirBinPath = filepath.Join(weirBinDir, "weir")
+		start := time.Now()
 		out, err := exec.Command("go", "build", "-o", weirBinPath, ".").CombinedOutput()
 		if err != nil {
 			weirBinErr = fmt.Errorf("go build: %v\n%s", err, out)
+			return
 		}
+		t.Logf("built %s in %v", weirBinPath, time.Since(start).Round(time.Millisecond))
 	})
 	if weirBinErr != nil {
 		t.Fatal(weirBinErr)
