@@ -95,7 +95,7 @@ type Engine struct {
 // engineState is what a config swap replaces whole.
 type engineState struct {
 	cfg     *policy.Config
-	gen     uint64
+	gen     uint32
 	meters  *Meters
 	svcIdx  map[*policy.VirtualServer]int
 	actIdx  map[*policy.Action]int
@@ -178,7 +178,7 @@ func (e *Engine) SetConfig(cfg *policy.Config) {
 func (e *Engine) Config() *policy.Config { return e.state.Load().cfg }
 
 // Generation returns the number of config swaps so far.
-func (e *Engine) Generation() uint64 { return e.state.Load().gen }
+func (e *Engine) Generation() uint64 { return uint64(e.state.Load().gen) }
 
 // Meters returns the current config's meters.
 func (e *Engine) Meters() *Meters { return e.state.Load().meters }

@@ -4,6 +4,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 func testKey(i int) FlowKey {
@@ -215,6 +216,29 @@ func BenchmarkFlowLookup(b *testing.B) {
 		k := &keys[i&4095]
 		if ft.Lookup(k, k.Hash(), 1) == nil {
 			b.Fatal("miss")
+		}
+	}
+}
+
+// TestFlowLayout pins what the Flow's field order is for: the fields a
+// lookup reads lie in its first 64 bytes, and the size keeps heap Flows
+// aligned on a cache line.
+func TestFlowLayout(t *testing.T) {
+	var f Flow
+	if s := unsafe.Sizeof(f); s != 128 {
+		t.Errorf("Flow is %d bytes, want 128 (a size class aligned to 128)", s)
+	}
+	for name, end := range map[string]uintptr{
+		"tag":      unsafe.Offsetof(f.tag) + unsafe.Sizeof(f.tag),
+		"Key":      unsafe.Offsetof(f.Key) + unsafe.Sizeof(f.Key),
+		"SetTOS":   unsafe.Offsetof(f.SetTOS) + unsafe.Sizeof(f.SetTOS),
+		"Row":      unsafe.Offsetof(f.Row) + unsafe.Sizeof(f.Row),
+		"target":   unsafe.Offsetof(f.target) + unsafe.Sizeof(f.target),
+		"Gen":      unsafe.Offsetof(f.Gen) + unsafe.Sizeof(f.Gen),
+		"lastSeen": unsafe.Offsetof(f.lastSeen) + unsafe.Sizeof(f.lastSeen),
+	} {
+		if end > 64 {
+			t.Errorf("Flow.%s ends at byte %d, past the first cache line", name, end)
 		}
 	}
 }
