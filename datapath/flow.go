@@ -18,9 +18,9 @@ package datapath
 // pile up a writer rebuilds the shard into a fresh array and publishes it
 // atomically; the old array stays whole, so a reader on it sees every flow
 // of before the rebuild, and a reader that missed there while a newer
-// array was published probes the newer one. Writers of one shard serialise on its mutex; that
-// lock is taken once per new flow, never per packet, and shards are many so
-// that two workers creating flows rarely meet on one.
+// array was published probes the newer one. Writers of one shard serialise
+// on its mutex; that lock is taken once per new flow, never per packet, and
+// shards are many so that two workers creating flows rarely meet on one.
 
 import (
 	"encoding/binary"
@@ -175,7 +175,8 @@ type FlowTable struct {
 }
 
 type flowShard struct {
-	slots atomic.Pointer[[]atomic.Pointer[Flow]]
+	slots atomic.Pointer[[]atomic.Pointer[Flow]] // read by every lookup
+	_     [56]byte                               // so writers' state below does not share its line
 
 	mu   sync.Mutex   // serialises writers of this shard
 	live atomic.Int64 // written under mu, read by hasRoom without it
