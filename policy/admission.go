@@ -307,6 +307,9 @@ func (a *Admission) Apply(cfg *Config) {
 		}
 		if lv.win == nil || lv.winMetric != mi || lv.winRecompute != ri {
 			lv.win, lv.winMetric, lv.winRecompute = NewWindow(mi, ri), mi, ri
+			// Count from the level's bytes now, so that traffic before the
+			// first Recompute is credited (a new level starts at 0).
+			lv.win.Start(lv.bytes.Load())
 		}
 		return lv
 	}

@@ -789,3 +789,23 @@ func TestApplyUnlistedClassLoop(t *testing.T) {
 		}
 	}
 }
+
+// TestBytesBeforeFirstRecompute: traffic counted before the first Recompute
+// is in the window (it used to become the window's starting point).
+func TestBytesBeforeFirstRecompute(t *testing.T) {
+	vs := &VirtualServer{Name: "web", VIPs: []netip.Addr{netip.MustParseAddr("198.18.0.10")}, Ports: PortRange{Lo: 80, Hi: 80}}
+	cfg, err := Compile(&Config{Services: []*VirtualServer{vs}, Instance: Instance{MetricInterval: time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := NewAdmission(cfg, 0)
+	a.AddBytes(vs, 200000)
+	now := time.Unix(100, 0)
+	a.Recompute(now)
+	a.Recompute(now.Add(100 * time.Millisecond))
+	for _, l := range a.Snapshot() {
+		if l.Bandwidth != 200000 {
+			t.Errorf("%v %s: bandwidth %d, want 200000", l.Level, l.Name, l.Bandwidth)
+		}
+	}
+}

@@ -26,6 +26,7 @@ type Window struct {
 	sum     uint64   // sum of buckets
 	last    uint64   // running total seen at the previous Tick
 	started bool
+	based   bool // Start set last: the first Tick credits what came since
 	origin  time.Time
 
 	rate atomic.Int64 // bytes per second, as of the last Tick
@@ -57,9 +58,11 @@ func (w *Window) Tick(now time.Time, total uint64) {
 	if !w.started {
 		w.started = true
 		w.origin = now
-		w.last = total
-		w.rate.Store(0)
-		return
+		if !w.based {
+			w.last = total
+			w.rate.Store(0)
+			return
+		}
 	}
 	var delta uint64
 	if total > w.last {
@@ -91,6 +94,17 @@ func (w *Window) advance(now time.Time) {
 		*b = 0
 	}
 	w.slot = s
+}
+
+// Start sets the running total the window counts from, before the first
+// Tick: that Tick then credits every byte since, instead of taking its total
+// as the starting point. A counter that starts at zero with the window
+// (a new admission level) calls Start(0), so that bytes counted before the
+// first recompute are not lost. Tick goroutine only.
+func (w *Window) Start(total uint64) {
+	if !w.started {
+		w.last, w.based = total, true
+	}
 }
 
 // Rate returns the bandwidth in bytes per second as of the last Tick.

@@ -61,3 +61,22 @@ func BenchmarkWindowTick(b *testing.B) {
 		w.Tick(t0.Add(time.Duration(i)*100*time.Millisecond), uint64(i)*1000)
 	}
 }
+
+func TestWindowStartCreditsBytesBeforeFirstTick(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	plain := NewWindow(time.Second, 100*time.Millisecond)
+	plain.Tick(t0, 200) // no Start: the first total is the baseline
+	if got := plain.Rate(); got != 0 {
+		t.Fatalf("without Start: rate %d, want 0", got)
+	}
+	w := NewWindow(time.Second, 100*time.Millisecond)
+	w.Start(0)
+	w.Tick(t0, 200)
+	if got := w.Rate(); got != 200 {
+		t.Fatalf("with Start(0): rate %d, want 200", got)
+	}
+	w.Tick(t0.Add(100*time.Millisecond), 300)
+	if got := w.Rate(); got != 300 {
+		t.Fatalf("after another 100 bytes: rate %d, want 300", got)
+	}
+}

@@ -9,13 +9,17 @@ import (
 
 // recomputeLoop runs in its own goroutine: every RecomputeInterval it feeds
 // the bytes the datapath metered per virtual server into the admission
-// windows, recomputes the bandwidths and logs each limit crossing once.
+// windows, recomputes the bandwidths, logs each limit crossing once and
+// flushes the access log.
 func (a *Appliance) recomputeLoop() {
 	var fed map[string]uint64
 	a.every(func(c *policy.Config) time.Duration { return c.Instance.RecomputeInterval }, func() {
 		fed = a.feedBytes(fed)
 		a.adm.Recompute(a.now())
 		a.drainEvents()
+		if a.opts.Access != nil {
+			a.opts.Access.Flush() // lines reach the file within a recompute interval
+		}
 	})
 }
 
