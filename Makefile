@@ -24,8 +24,8 @@ test: deps lint ## everything CI runs: lint, unit and end-to-end tests (root tes
 	$(GO) test -count=1 -timeout 15m $(PKGS)
 
 .PHONY: race
-race: ## unit tests under the race detector
-	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+race: ## the tests under the race detector (-short: the long soaks run in make test)
+	$(GO) test -race -short -count=1 -timeout 30m $(PKGS)
 
 .PHONY: lint
 lint: ## gofmt, go vet and staticcheck
