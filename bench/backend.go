@@ -29,8 +29,11 @@ type Backend struct {
 	active  atomic.Int64
 	maxSeen atomic.Int64
 
-	mu  sync.Mutex
-	srv *http.Server
+	mu      sync.Mutex // guards srv and the cached body
+	srv     *http.Server
+	bodyBuf []byte
+	bodyFor string
+	bodyLen int
 }
 
 // Served is the number of requests answered.
@@ -65,19 +68,31 @@ func (b *Backend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	body := []byte(b.Name + "\n")
-	if b.Body > len(body) {
-		pad := make([]byte, b.Body)
-		copy(pad, body)
-		for i := len(body); i < len(pad); i++ {
-			pad[i] = 'x'
-		}
-		body = pad
-	}
+	body := b.body()
 	w.Header().Set("X-Weir-Target", b.Name)
 	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	w.Write(body)
 	b.served.Add(1)
+}
+
+// body returns the response body: the name, padded to Body bytes. It is
+// built once per Name and Body and shared read-only.
+func (b *Backend) body() []byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.bodyFor != b.Name || b.bodyLen != b.Body || b.bodyBuf == nil {
+		body := []byte(b.Name + "\n")
+		if b.Body > len(body) {
+			pad := make([]byte, b.Body)
+			copy(pad, body)
+			for i := len(body); i < len(pad); i++ {
+				pad[i] = 'x'
+			}
+			body = pad
+		}
+		b.bodyBuf, b.bodyFor, b.bodyLen = body, b.Name, b.Body
+	}
+	return b.bodyBuf
 }
 
 // Serve serves HTTP on ln until Close; it runs in the caller's goroutine.

@@ -172,15 +172,16 @@ func (l Load) one(ctx context.Context, timeout time.Duration, path string) outco
 		return outcome{err: err}
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	o := outcome{status: resp.StatusCode, target: resp.Header.Get("X-Weir-Target"), bytes: int64(len(body))}
-	if err != nil {
-		o.err = err
+	o := outcome{status: resp.StatusCode, target: resp.Header.Get("X-Weir-Target")}
+	if resp.StatusCode == http.StatusServiceUnavailable {
+		// A refusal page is small: keep it for its reason.
+		body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		o.bytes, o.err, o.reason = int64(len(body)), err, ReasonOf(string(body))
 		return o
 	}
-	if resp.StatusCode == http.StatusServiceUnavailable {
-		o.reason = ReasonOf(string(body))
-	}
+	// Count the rest without keeping it: the load generator must not cost
+	// more than what it measures.
+	o.bytes, o.err = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<20))
 	return o
 }
 
