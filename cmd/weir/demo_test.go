@@ -28,6 +28,13 @@ func TestDemoTUN(t *testing.T) {
 
 func checkDemo(t *testing.T, args ...string) {
 	t.Helper()
+	if raceEnabled {
+		// The demo's loss scenario judges real TCP timing: under the race
+		// detector the stacks run ~10× slower, gVisor's tail-loss probes
+		// fire before ACKs are processed and read as loss on clean legs.
+		// make test runs the demo without it.
+		t.Skip("weir demo measures TCP timing; not meaningful under -race (make test runs it)")
+	}
 	var out, errb bytes.Buffer
 	code := execute(args, &out, &errb)
 	text := out.String()
