@@ -64,7 +64,8 @@ func (l Load) Run(ctx context.Context) Result {
 	if path == "" {
 		path = "/"
 	}
-	ctx, cancel := context.WithTimeout(ctx, dur)
+	deadline := time.Now().Add(dur)
+	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 
 	var (
@@ -76,7 +77,9 @@ func (l Load) Run(ctx context.Context) Result {
 	next := func() bool {
 		mu.Lock()
 		defer mu.Unlock()
-		if ctx.Err() != nil || (l.Requests > 0 && issued >= l.Requests) {
+		// The deadline is checked by the clock too: ctx reports it only once
+		// its timer has run, and requests started in between fail at once.
+		if ctx.Err() != nil || !time.Now().Before(deadline) || (l.Requests > 0 && issued >= l.Requests) {
 			return false
 		}
 		issued++

@@ -5,6 +5,7 @@ package tun
 import (
 	"errors"
 	"fmt"
+	"golang.org/x/sys/unix"
 	"io"
 	"net"
 	"net/netip"
@@ -95,7 +96,9 @@ func Open(o Options) ([]*Device, error) {
 
 // configure sets the link's MTU, txqueuelen, addresses, state and routes.
 func configure(name string, o Options) error {
-	h, err := netlink.NewHandle()
+	// Only rtnetlink: a handle for every family would also open XFRM and
+	// netfilter sockets, which fail on kernels without those modules.
+	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
 	if err != nil {
 		return fmt.Errorf("tun: netlink: %w", err)
 	}

@@ -73,7 +73,9 @@ func New(opts Options) (*Logs, error) {
 		size = 4096
 	}
 	l := &Logs{}
-	l.diode = diode.NewWriter(out, size, 10*time.Millisecond, func(missed int) { l.dropped.Add(uint64(missed)) })
+	// The diode closes its writer on Close; stderr must outlive the log
+	// (weir prints its exit error after), so it gets only the Write method.
+	l.diode = diode.NewWriter(writeOnly{out}, size, 10*time.Millisecond, func(missed int) { l.dropped.Add(uint64(missed)) })
 	l.Logger = zerolog.New(l.diode).Level(level).With().Timestamp().Logger()
 	return l, nil
 }
@@ -136,3 +138,8 @@ func (l *Limiter) Allow(key string, now time.Time) (ok bool, suppressed uint64) 
 	k.last, k.suppressed = now, 0
 	return true, s
 }
+
+// writeOnly hides any Close method of the writer it wraps.
+type writeOnly struct{ w io.Writer }
+
+func (w writeOnly) Write(p []byte) (int, error) { return w.w.Write(p) }

@@ -3,6 +3,7 @@ package obs
 import (
 	"bytes"
 	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -75,5 +76,24 @@ func TestAccessLog(t *testing.T) {
 	}
 	if m["outcome"] != "503" || m["request"] != "GET /wlm/BeenThere HTTP/1.1" || m["bytes_out"] != 431.0 {
 		t.Errorf("json access line %v", m)
+	}
+}
+
+// TestCloseKeepsOutputOpen: closing the log must not close its output
+// (stderr), where weir still prints its exit error.
+func TestCloseKeepsOutputOpen(t *testing.T) {
+	f, err := os.CreateTemp(t.TempDir(), "log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	l, err := New(Options{Output: f, Format: "json"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Info().Msg("last line")
+	l.Close()
+	if _, err := f.WriteString("weir: exit error\n"); err != nil {
+		t.Fatalf("output closed by Logs.Close: %v", err)
 	}
 }
