@@ -73,6 +73,13 @@
 //     netstack.HostDialer, whose Counters (Retransmits/SegmentsSent) feed the
 //     QoS loss ratio; same bounds at 0 % and 5 %, and with 50 ms netem delay
 //     the leg's RTT lies within [50 ms, 250 ms].
+//   - TestVMWeirRunLoss: the whole appliance: the real `weir run` on a TUN
+//     in the VM, two HTTP targets each behind its own veth, 5 % netem loss
+//     toward one; clients upload through the VIP for a dozen 1 s sampling
+//     intervals. The lossy target's measured loss ratio must lie within
+//     [2 %, 12.5 %] (read 4.3-5.5 %), the clean one's under 2 % (0.07-0.9 %);
+//     the lossy target's fraction rises, its effective weight falls below the
+//     clean one's and it gets fewer new connections (25-38 %); SIGTERM exits 0.
 //   - TestVMExitStatus: the harness itself: a file from Options.Files
 //     arrives intact, a static weir (WeirBinary) runs `weir version` inside,
 //     and the program's exit status 7 comes back as Result.ExitCode.
