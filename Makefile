@@ -61,7 +61,8 @@ check: build ## weir check on every example config
 	@for f in examples/*; do echo "== $$f"; ./$(BIN) check -c $$f || exit 1; done
 
 .PHONY: vmtest
-vmtest: build ## end-to-end scenarios inside a QEMU VM (root, installs qemu and a kernel)
+vmtest: build ## end-to-end scenarios inside a QEMU VM with real netem loss (installs qemu, a kernel, busybox: root)
+	bash scripts/vm-deps.sh
 	$(GO) test -count=1 -timeout 30m ./vmtest/ -run VM -v
 
 .PHONY: clean
