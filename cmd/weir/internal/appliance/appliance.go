@@ -576,19 +576,19 @@ func (a *Appliance) access(req *netstack.ConnRequest, s netstack.ConnStats, outc
 	})
 }
 
+// warnEvery and errorEvery write a line at most once per second per key,
+// saying how many were held back since.
 func (a *Appliance) warnEvery(key string, now time.Time, f func(*zerolog.Event)) {
-	if ok, n := a.limiter.Allow(key, now); ok {
-		e := a.log.Warn()
-		if n > 0 {
-			e = e.Uint64("suppressed", n)
-		}
-		f(e)
-	}
+	a.logEvery(zerolog.WarnLevel, key, now, f)
 }
 
 func (a *Appliance) errorEvery(key string, now time.Time, f func(*zerolog.Event)) {
+	a.logEvery(zerolog.ErrorLevel, key, now, f)
+}
+
+func (a *Appliance) logEvery(level zerolog.Level, key string, now time.Time, f func(*zerolog.Event)) {
 	if ok, n := a.limiter.Allow(key, now); ok {
-		e := a.log.Error()
+		e := a.log.WithLevel(level)
 		if n > 0 {
 			e = e.Uint64("suppressed", n)
 		}
