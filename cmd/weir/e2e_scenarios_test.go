@@ -248,3 +248,23 @@ func TestE2EFailover(t *testing.T) {
 		}
 	}
 }
+
+// TestE2EMultiqueue: with --queues 2 the TUN has two queues, each with its
+// own datapath worker and NIC; the kernel spreads flows over them and every
+// connection is served, in the configured proportions.
+func TestE2EMultiqueue(t *testing.T) {
+	w := startWeir(t, "weights.yaml", "--queues", "2")
+	w.backend("t1", "198.18.1.1:8081", 0)
+	w.backend("t2", "198.18.1.2:8082", 0)
+	w.backend("t3", "198.18.1.3:8083", 0)
+	res := w.load("198.18.0.10:80", 4, 120)
+	if res.OK != 120 {
+		t.Fatalf("%d of 120 OK over two queues: %+v", res.OK, res)
+	}
+	if res.PerTarget["t1"] != 60 || res.PerTarget["t2"] != 40 || res.PerTarget["t3"] != 20 {
+		t.Errorf("per target %v, want t1 60, t2 40, t3 20", res.PerTarget)
+	}
+	if !strings.Contains(w.log(), `"queues":2`) {
+		t.Errorf("weir did not report two queues:\n%s", w.log())
+	}
+}
