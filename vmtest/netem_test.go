@@ -163,16 +163,28 @@ func newTopology(t *testing.T) *topology {
 	if os.Getuid() != 0 {
 		t.Fatal("the in-VM scenario must run as root")
 	}
+	veth, ln := newVethListener(t, "wv", senderAddr, receiverAddr, receiverPort)
+	t.Cleanup(func() { ln.Close() })
+	go discardLoop(ln)
+	return &topology{veth: veth}
+}
+
+// newVethListener builds a veth pair prefix0 (here, address local) ↔
+// prefix1 (moved into a new namespace, address remote), one segment per
+// packet both ways, and listens on remote:port inside that namespace. It
+// returns the local end, where netem goes, and the listener.
+func newVethListener(t *testing.T, prefix string, local, remote netip.Prefix, port uint16) (netlink.Link, net.Listener) {
+	t.Helper()
 	la := netlink.NewLinkAttrs()
-	la.Name = "wv0"
-	if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: la, PeerName: "wv1"}); err != nil {
-		t.Fatalf("veth: %v", err)
+	la.Name = prefix + "0"
+	if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: la, PeerName: prefix + "1"}); err != nil {
+		t.Fatalf("veth %s: %v", la.Name, err)
 	}
-	veth, err := netlink.LinkByName("wv0")
+	veth, err := netlink.LinkByName(prefix + "0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	peer, err := netlink.LinkByName("wv1")
+	peer, err := netlink.LinkByName(prefix + "1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,12 +195,11 @@ func newTopology(t *testing.T) *topology {
 			t.Fatalf("gso_max_segs: %v", err)
 		}
 	}
-
 	ns := newNetNS(t)
 	if err := netlink.LinkSetNsFd(peer, ns.fd); err != nil {
 		t.Fatalf("move veth peer: %v", err)
 	}
-	if err := netlink.AddrAdd(veth, &netlink.Addr{IPNet: ipNet(senderAddr)}); err != nil {
+	if err := netlink.AddrAdd(veth, &netlink.Addr{IPNet: ipNet(local)}); err != nil {
 		t.Fatal(err)
 	}
 	if err := netlink.LinkSetUp(veth); err != nil {
@@ -197,26 +208,24 @@ func newTopology(t *testing.T) *topology {
 	var ln net.Listener
 	err = ns.do(func() error {
 		// The package-level netlink calls open their socket on this
-		// thread, so they act inside the receiver's namespace.
-		p, err := netlink.LinkByName("wv1")
+		// thread, so they act inside the far namespace.
+		p, err := netlink.LinkByName(prefix + "1")
 		if err != nil {
 			return err
 		}
-		if err := netlink.AddrAdd(p, &netlink.Addr{IPNet: ipNet(receiverAddr)}); err != nil {
+		if err := netlink.AddrAdd(p, &netlink.Addr{IPNet: ipNet(remote)}); err != nil {
 			return err
 		}
 		if err := netlink.LinkSetUp(p); err != nil {
 			return err
 		}
-		ln, err = net.Listen("tcp4", netip.AddrPortFrom(receiverAddr.Addr(), receiverPort).String())
+		ln, err = net.Listen("tcp4", netip.AddrPortFrom(remote.Addr(), port).String())
 		return err
 	})
 	if err != nil {
-		t.Fatalf("receiver namespace: %v", err)
+		t.Fatalf("namespace behind %s: %v", prefix+"1", err)
 	}
-	t.Cleanup(func() { ln.Close() })
-	go discardLoop(ln)
-	return &topology{veth: veth}
+	return veth, ln
 }
 
 // setNetem replaces the root qdisc of the sender's veth with netem dropping

@@ -17,8 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netlink"
-
 	"weir/bench"
 	"weir/policy"
 	"weir/vmtest"
@@ -241,52 +239,7 @@ balancer:
 // namespace. It returns the local end, where netem goes.
 func newWeirTarget(t *testing.T, name, prefix string, local, remote netip.Prefix) *topology {
 	t.Helper()
-	la := netlink.NewLinkAttrs()
-	la.Name = prefix + "0"
-	if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: la, PeerName: prefix + "1"}); err != nil {
-		t.Fatalf("veth %s: %v", la.Name, err)
-	}
-	veth, err := netlink.LinkByName(prefix + "0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	peer, err := netlink.LinkByName(prefix + "1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range []netlink.Link{veth, peer} {
-		if err := netlink.LinkSetGSOMaxSegs(l, 1); err != nil {
-			t.Fatalf("gso_max_segs: %v", err)
-		}
-	}
-	ns := newNetNS(t)
-	if err := netlink.LinkSetNsFd(peer, ns.fd); err != nil {
-		t.Fatalf("move veth peer: %v", err)
-	}
-	if err := netlink.AddrAdd(veth, &netlink.Addr{IPNet: ipNet(local)}); err != nil {
-		t.Fatal(err)
-	}
-	if err := netlink.LinkSetUp(veth); err != nil {
-		t.Fatal(err)
-	}
-	var ln net.Listener
-	err = ns.do(func() error {
-		p, err := netlink.LinkByName(prefix + "1")
-		if err != nil {
-			return err
-		}
-		if err := netlink.AddrAdd(p, &netlink.Addr{IPNet: ipNet(remote)}); err != nil {
-			return err
-		}
-		if err := netlink.LinkSetUp(p); err != nil {
-			return err
-		}
-		ln, err = net.Listen("tcp4", netip.AddrPortFrom(remote.Addr(), 8080).String())
-		return err
-	})
-	if err != nil {
-		t.Fatalf("target %s namespace: %v", name, err)
-	}
+	veth, ln := newVethListener(t, prefix, local, remote, 8080)
 	b := &bench.Backend{Name: name}
 	go b.Serve(ln)
 	t.Cleanup(func() { b.Close() })
