@@ -214,23 +214,8 @@ func (e Explanation) String() string {
 	b = strconv.AppendInt(b, int64(e.Fraction), 10)
 	b = append(b, "% won="...)
 	b = append(b, e.Winner.String()...)
-	b = append(b, " loss="...)
-	b = strconv.AppendInt(b, int64(e.LossFraction), 10)
-	b = append(b, "% ("...)
-	b = strconv.AppendUint(b, e.Retransmits, 10)
-	b = append(b, '/')
-	b = strconv.AppendUint(b, e.SegmentsSent, 10)
-	b = append(b, " seg "...)
-	b = appendTenths(b, e.LossRatio)
-	b = append(b, ") timeout="...)
-	b = strconv.AppendInt(b, int64(e.TimeoutFraction), 10)
-	b = append(b, "% ("...)
-	b = strconv.AppendUint(b, e.Timeouts, 10)
-	b = append(b, '/')
-	b = strconv.AppendUint(b, e.SegmentsSent, 10)
-	b = append(b, " seg "...)
-	b = appendTenths(b, e.TimeoutRatio)
-	b = append(b, ')')
+	b = appendRatioPart(b, " loss=", e.LossFraction, e.Retransmits, e.SegmentsSent, e.LossRatio)
+	b = appendRatioPart(b, " timeout=", e.TimeoutFraction, e.Timeouts, e.SegmentsSent, e.TimeoutRatio)
 	if e.Held {
 		b = append(b, " held(<"...)
 		b = strconv.AppendInt(b, MinSegments, 10)
@@ -530,4 +515,18 @@ func mulLT(a, b, c, d uint64) bool {
 
 func clampPercent(f int) int {
 	return min(max(f, 0), 100)
+}
+
+// appendRatioPart appends one ratio fraction as `name<fraction>% (num/den seg
+// <ratio>%)`, the form the loss and timeout parts share in String.
+func appendRatioPart(b []byte, name string, fraction int, num, den uint64, tenths int) []byte {
+	b = append(b, name...)
+	b = strconv.AppendInt(b, int64(fraction), 10)
+	b = append(b, "% ("...)
+	b = strconv.AppendUint(b, num, 10)
+	b = append(b, '/')
+	b = strconv.AppendUint(b, den, 10)
+	b = append(b, " seg "...)
+	b = appendTenths(b, tenths)
+	return append(b, ')')
 }
