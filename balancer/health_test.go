@@ -289,13 +289,13 @@ func TestReloadTurningChecksOffForgetsHealth(t *testing.T) {
 	on := policy.BalancerSettings{Health: policy.HealthCheck{Interval: time.Second, Rise: 2, Fall: 1}}
 	b := mustNew(t, makeVS("a", "b"), on)
 	b.ReportHealth("a", false, t0)
-	if err := b.Update(makeVS("a", "b"), on); err != nil {
+	if err := b.Update(compile(t, makeVS("a", "b"), on)); err != nil {
 		t.Fatal(err)
 	}
 	if got := countPicks(t, b, 4, t0); got["a"] != 0 {
 		t.Errorf("checks still on: a got %d picks while health-down", got["a"])
 	}
-	if err := b.Update(makeVS("a", "b"), policy.BalancerSettings{}); err != nil {
+	if err := b.Update(compile(t, makeVS("a", "b"), policy.BalancerSettings{})); err != nil {
 		t.Fatal(err)
 	}
 	if got := countPicks(t, b, 4, t0); got["a"] != 2 {
