@@ -189,7 +189,7 @@ func (e *Engine) Flows() *FlowTable { return e.flows }
 // Flow returns the live flow between client and server (a VIP and port)
 // with IP protocol proto, or nil. The caller may Bind a target to it.
 func (e *Engine) Flow(client, server netip.AddrPort, proto uint8) *Flow {
-	k := FlowKey{Server: server.Addr().As16(), Client: client.Addr().As16(), ServerPort: server.Port(), ClientPort: client.Port(), Proto: proto}
+	k := NewFlowKey(client, server, proto)
 	return e.flows.Lookup(&k, k.Hash(), e.clock())
 }
 

@@ -88,9 +88,17 @@ func TestDialFailure(t *testing.T) {
 			},
 		},
 		{
-			name: "http-attempts-exhausted-503", port: 8080,
-			dialFailed: func(*ConnRequest, Decision, error) Decision { return Decision{Verdict: Accept, Target: dead} },
-			wantFailed: DefaultMaxDialAttempts + 1, // the last, untried Accept is reported too
+			// The forwarder has no bound of its own: it dials every Accept
+			// until the session (the balancer's tried-set) refuses, here
+			// after 5 failed dials, more than any forwarder default.
+			name: "http-session-bounds-attempts-503", port: 8080,
+			dialFailed: func(r *ConnRequest, d Decision, err error) Decision {
+				if r.Attempt < 5 {
+					return Decision{Verdict: Accept, Target: dead}
+				}
+				return Decision{Verdict: Refuse503, Limit: "MaxAttempts", Value: 5, Reason: "No target of this service could be reached."}
+			},
+			wantFailed: 5,
 			check: func(t *testing.T, c *Conn, err error) {
 				if err != nil {
 					t.Fatalf("dial: %v", err)
@@ -103,7 +111,7 @@ func TestDialFailure(t *testing.T) {
 					t.Fatal(err)
 				}
 				body, _ := io.ReadAll(resp.Body)
-				if resp.StatusCode != 503 || !strings.Contains(string(body), "MaxDialAttempts") {
+				if resp.StatusCode != 503 || !strings.Contains(string(body), "MaxAttempts") {
 					t.Fatalf("got %d %s", resp.StatusCode, body)
 				}
 			},
@@ -121,6 +129,9 @@ func TestDialFailure(t *testing.T) {
 			tc.check(t, c, err)
 			if got := adm.nFailed.Load(); got != tc.wantFailed {
 				t.Errorf("DialFailed called %d times, want %d", got, tc.wantFailed)
+			}
+			if got := r.fwd.Stats().DialFailed; got != uint64(tc.wantFailed) {
+				t.Errorf("DialFailed counter %d, want %d", got, tc.wantFailed)
 			}
 		})
 	}

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -75,7 +74,7 @@ func TestRefusals(t *testing.T) {
 		return services(vsHTTP)(a, p)
 	}
 	refuse := Decision{Verdict: Refuse503, Limit: "MaxConnections", Value: 42, Reason: "Too many <connections>.", RetryAfter: 3 * time.Second}
-	adm := &reportingAdmitter{testAdmitter: &testAdmitter{admit: func(*ConnRequest) Decision { return refuse }}}
+	adm := &testAdmitter{admit: func(*ConnRequest) Decision { return refuse }}
 	var counter *tcpFlagCounter
 	r := newRig(t, rigOptions{
 		fwd: ForwarderOptions{Services: lookup, Admitter: adm},
@@ -167,7 +166,7 @@ func TestRefusals(t *testing.T) {
 			// The access log hears the request line and the page's size.
 			deadline := time.Now().Add(5 * time.Second)
 			for {
-				got := adm.last()
+				got := adm.lastRefusal()
 				if got.Status == 503 {
 					if got.RequestLine != "GET /index.html HTTP/1.1" || got.Bytes < len(body) {
 						t.Errorf("reported refusal %+v (body %d bytes)", got, len(body))
@@ -185,37 +184,9 @@ func TestRefusals(t *testing.T) {
 	if st.Refused503 != 2 || st.RefusedRST != 2 || st.Accepted != 0 {
 		t.Errorf("stats %+v", st)
 	}
-	if n := adm.count(); n != 4 {
+	if n := adm.refusalCount(); n != 4 {
 		t.Errorf("%d refusals reported, want 4 (2 RST, 2 pages)", n)
 	}
-}
-
-// reportingAdmitter records what the forwarder reports of each refusal.
-type reportingAdmitter struct {
-	*testAdmitter
-	mu  sync.Mutex
-	got []Refusal
-}
-
-func (a *reportingAdmitter) Refused(_ *ConnRequest, _ Decision, r Refusal) {
-	a.mu.Lock()
-	a.got = append(a.got, r)
-	a.mu.Unlock()
-}
-
-func (a *reportingAdmitter) last() Refusal {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if len(a.got) == 0 {
-		return Refusal{}
-	}
-	return a.got[len(a.got)-1]
-}
-
-func (a *reportingAdmitter) count() int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return len(a.got)
 }
 
 func TestFirstLine(t *testing.T) {
@@ -255,9 +226,13 @@ func TestHandshakeTimeout(t *testing.T) {
 	if st.HandshakeTimedOut != 1 || st.Pending != 0 {
 		t.Fatalf("after the timeout: %+v", st)
 	}
-	// Its target leg was closed and reported.
+	// Its target leg was closed, and the session heard the truth: a
+	// handshake timeout, not a served connection.
 	if adm.nClosed.Load() != 1 {
-		t.Errorf("Closed called %d times, want 1", adm.nClosed.Load())
+		t.Errorf("%d accepted connections ended, want 1", adm.nClosed.Load())
+	}
+	if got := adm.outcomes(); len(got) != 1 || got[0] != HandshakeTimedOut {
+		t.Errorf("outcomes %v, want [handshake-timeout]", got)
 	}
 }
 
