@@ -32,9 +32,9 @@ type testAdmitter struct {
 	keep       bool // keep the final stats of accepted connections
 
 	mu       sync.Mutex
-	closed   []ConnStats // protected by mu: final stats of accepted connections, if keep
-	ends     []Outcome   // protected by mu: every End's outcome, in order
-	refusals []Refusal   // protected by mu: what refused clients were sent
+	closed   []ConnStats  // protected by mu: final stats of accepted connections, if keep
+	ends     []Outcome    // protected by mu: every End's outcome, in order
+	refusals []Refusal    // protected by mu: what refused clients were sent
 	nClosed  atomic.Int64 // Ends of connections whose last decision was Accept
 	nFailed  atomic.Int64 // DialFailed calls
 	nEnds    atomic.Int64 // End calls
