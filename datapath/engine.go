@@ -183,6 +183,16 @@ func (e *Engine) Generation() uint64 { return uint64(e.state.Load().gen) }
 // Meters returns the current config's meters.
 func (e *Engine) Meters() *Meters { return e.state.Load().meters }
 
+var _ policy.ByteTotals = (*Engine)(nil)
+
+// ServiceBytes returns the running byte total of the virtual server called
+// name on the current meters (see Meters.ServiceBytes). Meters carry their
+// counts by name across SetConfig, so the total never goes back: it is what
+// Admission.Recompute reads.
+func (e *Engine) ServiceBytes(name string) (uint64, bool) {
+	return e.state.Load().meters.ServiceBytes(name)
+}
+
 // Flows returns the flow table.
 func (e *Engine) Flows() *FlowTable { return e.flows }
 

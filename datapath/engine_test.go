@@ -262,6 +262,10 @@ func TestEngineConfigSwap(t *testing.T) {
 	if got := tot.Services[0]; got != (Traffic{{1, 40}, {2, 80}}) {
 		t.Errorf("www after swap = %v, want the packets of both configs", got)
 	}
+	// Admission reads the same running total through the engine.
+	if n, ok := r.e.ServiceBytes("www"); !ok || n != 120 {
+		t.Errorf("ServiceBytes(www) after swap = %d, %v; want 120", n, ok)
+	}
 }
 
 func TestEngineBindTarget(t *testing.T) {

@@ -7,8 +7,8 @@
 //	   ──► splice ──► End: release the slot and ticket, write the access line
 //
 // and runs the control loops around them: the recompute loop (every
-// RecomputeInterval: meters → admission bandwidth windows, limit events →
-// the error log) and the sampling loop (every SamplingInterval: per-target
+// RecomputeInterval: the meters' byte totals → admission bandwidth windows,
+// limit events → the error log) and the sampling loop (every SamplingInterval: per-target
 // TCP measurements → policy weight fractions → balancer weights, STATS
 // lines). It serves its state to the admin API and Prometheus, and reloads a
 // new configuration without dropping a connection or losing a counter.
@@ -123,7 +123,6 @@ type Appliance struct {
 	counters counters
 	skipMu   sync.Mutex
 	skipped  map[policy.TargetKey]uint64 // SkippedAtLimit already warned about
-	totals   datapath.MeterTotals        // recompute loop only
 	limiter  obs.Limiter
 
 	stop chan struct{}
