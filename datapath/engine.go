@@ -58,8 +58,9 @@ type EngineOptions struct {
 type EngineStats struct {
 	// Dropped counts ingress packets dropped as malformed, by DropReason.
 	Dropped [numDropReasons]uint64
-	// EgressMalformed counts packets toward clients the parser rejected;
-	// they are passed on unchanged.
+	// EgressMalformed counts packets toward clients the parser rejected
+	// (or buffers shorter than the write offset); they are passed on
+	// unchanged.
 	EgressMalformed uint64
 	// Fragments counts non-first fragments, which are passed on and
 	// metered as no-flow traffic.
@@ -439,6 +440,9 @@ func (p *Port) Write(bufs [][]byte, offset int) (int, error) {
 	var marked uint64
 	for _, buf := range bufs {
 		if offset > len(buf) {
+			// No packet at all: passed on as the inner device sees it,
+			// counted like any other that does not parse.
+			e.stats[p.shard&(e.nstats-1)].egressMalformed.Add(1)
 			continue
 		}
 		b := buf[offset:]

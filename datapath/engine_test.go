@@ -644,3 +644,17 @@ func FuzzEngine(f *testing.F) {
 		}
 	})
 }
+
+// TestEngineWriteShortBuffer: a buffer shorter than the write offset holds
+// no packet; it is passed on and counted, not skipped silently.
+func TestEngineWriteShortBuffer(t *testing.T) {
+	r := newRig(t, testConfig(t), EngineOptions{})
+	pkt := tcp4(t, vip4, client4, 80, 40000, 0, true, true, 0)
+	buf := append(make([]byte, 4), pkt...)
+	if _, err := r.e.Write([][]byte{buf, make([]byte, 2)}, 4); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.e.Stats().EgressMalformed; got != 1 {
+		t.Errorf("EgressMalformed = %d, want 1 (the 2-byte buffer)", got)
+	}
+}

@@ -369,3 +369,31 @@ func TestAccessOutcomes(t *testing.T) {
 		}
 	}
 }
+
+// TestRawStats: the raw counters of every part reach the control plane
+// through one call, NIC by NIC, for the metrics table to export.
+func TestRawStats(t *testing.T) {
+	l := newLab(t, labConfig([]int{1, 1}, nil), lab.Options{})
+	res := bench.Load{Dial: l.Dial, Addr: "198.19.0.80:80", Clients: 2, Requests: 10, Duration: 30 * time.Second}.Run(context.Background())
+	if res.OK != 10 {
+		t.Fatalf("load: %+v", res)
+	}
+	waitClosed(t, l.App)
+	st := l.App.RawStats()
+	if st.Forwarder.Accepted != 10 || st.Flows.Inserted == 0 || st.Datapath.Marked == 0 {
+		t.Errorf("forwarder %+v, flows %+v, datapath %+v", st.Forwarder, st.Flows, st.Datapath)
+	}
+	var names []string
+	for _, n := range st.NICs {
+		names = append(names, n.Name)
+		if n.Link.RxPackets == 0 || n.Link.TxPackets == 0 {
+			t.Errorf("NIC %s moved nothing: %+v", n.Name, n.Link)
+		}
+	}
+	if len(names) != 3 || names[0] != "front" || st.NICs[0].Back || !st.NICs[1].Back {
+		t.Errorf("NICs %v, want the front, then the two back arms", names)
+	}
+	if !st.NICs[0].HasDevice || st.NICs[0].Device.RxPackets == 0 {
+		t.Errorf("front device counters %+v (has %v)", st.NICs[0].Device, st.NICs[0].HasDevice)
+	}
+}
