@@ -198,7 +198,7 @@ func TestAdmitClassBandwidthIsTheSum(t *testing.T) {
 	a.Admit(cfg.ServiceByName("api"), &p)
 	src.add("web", 600)
 	src.add("api", 900)
-	a.Recompute(t0.Add(100 * time.Millisecond), src)
+	a.Recompute(t0.Add(100*time.Millisecond), src)
 	for _, c := range []struct {
 		kind LevelKind
 		name string
@@ -342,7 +342,7 @@ func TestReloadCarriesOver(t *testing.T) {
 	}
 	var apiConn Ticket
 	a.Admit(old.ServiceByName("api"), &apiConn)
-	a.Recompute(t0.Add(100 * time.Millisecond), src)
+	a.Recompute(t0.Add(100*time.Millisecond), src)
 	if s := stat(t, a, LevelVirtualServer, "web"); s.Bandwidth != 300 || s.Conns != 3 {
 		t.Fatalf("before the reload: %+v", s)
 	}
@@ -352,7 +352,7 @@ func TestReloadCarriesOver(t *testing.T) {
 	nw.Services = nw.Services[:1]
 	nw.Services[0].Limits.MaxConnections = 3
 	a.Apply(nw)
-	a.Recompute(t0.Add(200 * time.Millisecond), src)
+	a.Recompute(t0.Add(200*time.Millisecond), src)
 	s := stat(t, a, LevelVirtualServer, "web")
 	if s.Conns != 3 || s.Bandwidth != 300 || s.Bytes != 3000 || s.Limits.MaxConnections != 3 {
 		t.Fatalf("after the reload web is %+v, want 3 connections, 300 B/s, 3000 bytes, limit 3", s)
@@ -370,7 +370,7 @@ func TestReloadCarriesOver(t *testing.T) {
 		t.Errorf("api, removed with an open connection: %+v", api)
 	}
 	src.add("web", 500) // the service's bytes count on its level, carried by name
-	a.Recompute(t0.Add(300 * time.Millisecond), src)
+	a.Recompute(t0.Add(300*time.Millisecond), src)
 	if s := stat(t, a, LevelVirtualServer, "web"); s.Bandwidth != 350 {
 		t.Errorf("web after old-ticket traffic: %d B/s, want 350", s.Bandwidth)
 	}
@@ -445,14 +445,14 @@ func TestEventsOncePerCrossing(t *testing.T) {
 	if got, w := ev[0].String(), `virtual server "web": maxConnections 2 reached (3 open), not enforced`; got != w {
 		t.Errorf("event text %q, want %q", got, w)
 	}
-	a.Recompute(t0.Add(100 * time.Millisecond), src)
+	a.Recompute(t0.Add(100*time.Millisecond), src)
 	if ev := drain(a); len(ev) != 0 {
 		t.Fatalf("recompute while still over: %v", ev)
 	}
 	for i := 0; i < 4; i++ {
 		tickets[i].Release()
 	}
-	a.Recompute(t0.Add(200 * time.Millisecond), src)
+	a.Recompute(t0.Add(200*time.Millisecond), src)
 	ev = drain(a)
 	if len(ev) != 1 || ev[0].Over || ev[0].Measured != 2 || ev[0].Limit != LimitMaxConnections {
 		t.Fatalf("back at 2 connections: %v, want one under event", ev)
@@ -514,7 +514,7 @@ func TestBurstGuard(t *testing.T) {
 				t.Fatal(r)
 			}
 			src.add("web", 20000) // 20 times the limit in 100 ms; the window reads 666 B/s
-			a.Recompute(t0.Add(29 * time.Second), src)
+			a.Recompute(t0.Add(29*time.Second), src)
 			if s := stat(t, a, LevelVirtualServer, "web"); s.Bandwidth != 666 {
 				t.Fatalf("window %d B/s, want 666", s.Bandwidth)
 			}
@@ -541,7 +541,7 @@ func TestBurstGuard(t *testing.T) {
 			if _, ok := a.Admit(web, &tk); ok {
 				t.Fatalf("admitted with bucket %d", stat(t, a, LevelVirtualServer, "web").BurstTokens)
 			}
-			a.Recompute(t0.Add(34*time.Second + 100*time.Millisecond), src)
+			a.Recompute(t0.Add(34*time.Second+100*time.Millisecond), src)
 			if r, ok := a.Admit(web, &tk); !ok {
 				t.Fatalf("still refused after the debt was repaid: %v", r)
 			}
@@ -559,8 +559,8 @@ func TestBurstRefillExact(t *testing.T) {
 	src := &testBytes{}
 	t0 := time.Unix(0, 0)
 	a.Recompute(t0, src)
-	src.add("misc", 1<<20) // misc is in no class: its bytes reach the instance directly
-	a.Recompute(t0.Add(100 * time.Millisecond), src) // 16 refilled (16.6), then drained
+	src.add("misc", 1<<20)                         // misc is in no class: its bytes reach the instance directly
+	a.Recompute(t0.Add(100*time.Millisecond), src) // 16 refilled (16.6), then drained
 	base := stat(t, a, LevelInstance, "weir").BurstTokens
 	for at := 200 * time.Millisecond; at <= 10100*time.Millisecond; at += 100 * time.Millisecond {
 		a.Recompute(t0.Add(at), src)
@@ -699,7 +699,7 @@ func TestAdmitConcurrentReload(t *testing.T) {
 		t0 := time.Unix(0, 0)
 		for i := 0; !stop.Load(); i++ {
 			a.Apply(cfgs[i%2])
-			a.Recompute(t0.Add(time.Duration(i) * 100 * time.Millisecond), src)
+			a.Recompute(t0.Add(time.Duration(i)*100*time.Millisecond), src)
 			for _, s := range a.Snapshot() {
 				if lim := map[string]int64{"web": 5, "gold": 6, "weir": 9}[s.Name]; lim > 0 && s.Conns > lim {
 					bad.Store(s.Name)
@@ -781,7 +781,7 @@ func TestReloadResizesBurst(t *testing.T) {
 	t0 := time.Unix(0, 0)
 	a.Recompute(t0, src)
 	src.add("web", 10000)
-	a.Recompute(t0.Add(100 * time.Millisecond), src)
+	a.Recompute(t0.Add(100*time.Millisecond), src)
 	if got := tokens(); got != -1000 {
 		t.Fatalf("debt %d, want the floor -1000", got)
 	}
@@ -791,7 +791,7 @@ func TestReloadResizesBurst(t *testing.T) {
 	}
 	drain(a)
 	a.Apply(withBurst(0)) // guard off: the next recompute reports it cleared
-	a.Recompute(t0.Add(200 * time.Millisecond), src)
+	a.Recompute(t0.Add(200*time.Millisecond), src)
 	var burst []Event
 	for _, e := range drain(a) {
 		if e.Limit == LimitBurst {
@@ -842,7 +842,7 @@ func TestBytesBeforeFirstRecompute(t *testing.T) {
 	src.add("web", 200000)
 	now := time.Unix(100, 0)
 	a.Recompute(now, src)
-	a.Recompute(now.Add(100 * time.Millisecond), src)
+	a.Recompute(now.Add(100*time.Millisecond), src)
 	for _, l := range a.Snapshot() {
 		if l.Bandwidth != 200000 {
 			t.Errorf("%v %s: bandwidth %d, want 200000", l.Level, l.Name, l.Bandwidth)
