@@ -18,6 +18,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 
 	"weir/datapath"
+	"weir/internal/testutil"
 	"weir/policy"
 )
 
@@ -218,7 +219,7 @@ func TestLinkDropsCounted(t *testing.T) {
 	if _, err := b.Write([][]byte{{0x50, 1, 2, 3}, {0x45}}, 0); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { return nic.Stats().DroppedMalformed == 1 })
+	testutil.Eventually(t, 10*time.Second, func() bool { return nic.Stats().DroppedMalformed == 1 }, "nic.Stats().DroppedMalformed == 1")
 	// A write queue of one whose writer has not started: the first packet
 	// waits, the other 99 are dropped and counted.
 	le := newLinkEndpoint(b, 0, 1)
@@ -235,7 +236,7 @@ func TestLinkDropsCounted(t *testing.T) {
 		t.Errorf("DroppedQueueFull %d, want 99", st.DroppedQueueFull)
 	}
 	le.start()
-	waitFor(t, func() bool { return le.stats().TxPackets == 1 })
+	testutil.Eventually(t, 10*time.Second, func() bool { return le.stats().TxPackets == 1 }, "le.stats().TxPackets == 1")
 	le.shutdown()
 	if st := le.stats(); st.TxBytes != uint64(header.IPv4MinimumSize+header.TCPMinimumSize) {
 		t.Errorf("TxBytes %d", st.TxBytes)
@@ -268,7 +269,7 @@ func TestTargetReset(t *testing.T) {
 		}
 		c.Close()
 	}
-	waitFor(t, func() bool { return adm.nClosed.Load() == 50 })
+	testutil.Eventually(t, 10*time.Second, func() bool { return adm.nClosed.Load() == 50 }, "adm.nClosed.Load() == 50")
 	if st := r.fwd.Stats(); st.Open != 0 || st.Accepted != 50 {
 		t.Errorf("stats %+v", st)
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"weir/internal/testutil"
 	"weir/policy"
 )
 
@@ -49,10 +50,7 @@ func TestSpliceHostTarget(t *testing.T) {
 			// While the connection closes, its record must be listed or
 			// already reported.
 			c.Close()
-			deadline := time.Now().Add(5 * time.Second)
-			for adm.nClosed.Load() == 0 && time.Now().Before(deadline) {
-				time.Sleep(10 * time.Millisecond)
-			}
+			testutil.Within(5*time.Second, func() bool { return adm.nClosed.Load() > 0 })
 			if adm.nClosed.Load() != 1 {
 				t.Fatalf("Closed called %d times, want 1", adm.nClosed.Load())
 			}

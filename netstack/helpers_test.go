@@ -5,15 +5,19 @@ import (
 	"io"
 	"net"
 	"net/netip"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"weir/datapath"
+	"weir/internal/testutil"
 	"weir/policy"
 )
+
+// TestMain fails the package if a test leaves a goroutine running: every
+// forwarder, link and splice goroutine must end with its stack.
+func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }
 
 var (
 	clientV4 = netip.MustParsePrefix("198.18.0.2/15")
@@ -253,17 +257,4 @@ func dial(t testing.TB, s *Stack, addr netip.AddrPort) *Conn {
 		t.Fatalf("dial %v: %v", addr, err)
 	}
 	return c
-}
-
-// settleGoroutines waits until the goroutine count falls to at most want,
-// and returns the last count seen.
-func settleGoroutines(want int, within time.Duration) int {
-	deadline := time.Now().Add(within)
-	for {
-		n := runtime.NumGoroutine()
-		if n <= want || time.Now().After(deadline) {
-			return n
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }

@@ -18,6 +18,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 
 	"weir/datapath"
+	"weir/internal/testutil"
 	"weir/policy"
 )
 
@@ -128,13 +129,8 @@ func TestRefusals(t *testing.T) {
 			if _, err := uc.Write([]byte("hello")); err != nil {
 				t.Fatal(err)
 			}
-			deadline := time.Now().Add(5 * time.Second)
-			for counter.icmpUnreach.Load() == before && time.Now().Before(deadline) {
-				time.Sleep(5 * time.Millisecond)
-			}
-			if counter.icmpUnreach.Load() == before {
-				t.Fatal("no ICMP unreachable for UDP to no virtual server")
-			}
+			testutil.Eventually(t, 5*time.Second, func() bool { return counter.icmpUnreach.Load() != before },
+				"no ICMP unreachable for UDP to no virtual server")
 			if r.fwd.Stats().UDPUnreachable == beforeStat {
 				t.Error("UDPUnreachable not counted")
 			}
@@ -164,19 +160,10 @@ func TestRefusals(t *testing.T) {
 				}
 			}
 			// The access log hears the request line and the page's size.
-			deadline := time.Now().Add(5 * time.Second)
-			for {
-				got := adm.lastRefusal()
-				if got.Status == 503 {
-					if got.RequestLine != "GET /index.html HTTP/1.1" || got.Bytes < len(body) {
-						t.Errorf("reported refusal %+v (body %d bytes)", got, len(body))
-					}
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("no 503 refusal reported; last %+v", got)
-				}
-				time.Sleep(5 * time.Millisecond)
+			testutil.Eventually(t, 5*time.Second, func() bool { return adm.lastRefusal().Status == 503 },
+				"no 503 refusal reported; last %+v", adm.lastRefusal())
+			if got := adm.lastRefusal(); got.RequestLine != "GET /index.html HTTP/1.1" || got.Bytes < len(body) {
+				t.Errorf("reported refusal %+v (body %d bytes)", got, len(body))
 			}
 		})
 	}
@@ -218,10 +205,7 @@ func TestHandshakeTimeout(t *testing.T) {
 	if _, err := r.clientDev.Write([][]byte{syn}, 0); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for r.fwd.Stats().HandshakeTimedOut == 0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	testutil.Within(5*time.Second, func() bool { return r.fwd.Stats().HandshakeTimedOut > 0 })
 	st := r.fwd.Stats()
 	if st.HandshakeTimedOut != 1 || st.Pending != 0 {
 		t.Fatalf("after the timeout: %+v", st)
@@ -278,7 +262,9 @@ func TestMaxInFlight(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, func() bool { st := r.fwd.Stats(); return st.Pending == 2 && st.DroppedInFlight == 3 })
+	testutil.Eventually(t, 10*time.Second, func() bool { st := r.fwd.Stats(); return st.Pending == 2 && st.DroppedInFlight == 3 },
+		"2 pending and 3 dropped; stats %+v", r.fwd.Stats())
 	close(release)
-	waitFor(t, func() bool { st := r.fwd.Stats(); return st.Pending == 0 && st.RefusedRST == 2 })
+	testutil.Eventually(t, 10*time.Second, func() bool { st := r.fwd.Stats(); return st.Pending == 0 && st.RefusedRST == 2 },
+		"none pending and 2 refused; stats %+v", r.fwd.Stats())
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"weir/internal/testutil"
 	"weir/policy"
 )
 
@@ -34,7 +35,7 @@ func TestSampleDeltas(t *testing.T) {
 	defer c1.Close()
 	c2 := dial(t, r.client, netip.AddrPortFrom(vipV4, 81))
 	defer c2.Close()
-	waitFor(t, func() bool { return r.fwd.Stats().Open == 2 })
+	testutil.Eventually(t, 10*time.Second, func() bool { return r.fwd.Stats().Open == 2 }, "r.fwd.Stats().Open == 2")
 
 	echo := func(c *Conn, n int) {
 		t.Helper()
@@ -85,7 +86,7 @@ func TestSampleDeltas(t *testing.T) {
 	// A connection that closes in an interval still reports its last deltas.
 	echo(c1, 5000)
 	c1.Close()
-	waitFor(t, func() bool { return adm.nClosed.Load() == 1 })
+	testutil.Eventually(t, 10*time.Second, func() bool { return adm.nClosed.Load() == 1 }, "adm.nClosed.Load() == 1")
 	s := r.fwd.Sample()
 	if tg := s.Targets[0]; tg.Closed != 1 || tg.Active != 1 || tg.Bytes != 10_000 {
 		t.Errorf("after close: %+v, want 1 closed, 1 active, 10000 bytes", tg)
