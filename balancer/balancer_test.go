@@ -13,8 +13,13 @@ import (
 	"testing"
 	"time"
 
+	"weir/internal/testutil"
 	"weir/policy"
 )
+
+// TestMain fails the package if a test leaves a goroutine running (a health
+// checker's loop or one of its checks).
+func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }
 
 // t0 is the manual clock's start.
 var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
