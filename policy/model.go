@@ -219,8 +219,8 @@ type Target struct {
 	Addr netip.AddrPort
 	// Weight is the WLM weight, ≥ 0; the QoS fraction cuts it. 0 is a
 	// real weight (no new connections while another primary has one), so
-	// Compile does not default it: the YAML and Policy Agent parsers write
-	// 1 when the file gives none.
+	// Compile does not default it: the YAML parser (policy/config) writes 1
+	// when the file gives none; a Target built in code has what it is given.
 	Weight int
 	// MaxConnections is the number of open connections through weir this
 	// target may have; ≤ 0 means no limit.
