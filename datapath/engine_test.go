@@ -11,6 +11,7 @@ import (
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 
+	"weir/internal/testutil"
 	"weir/policy"
 )
 
@@ -372,12 +373,10 @@ func TestEngineWorkersShareState(t *testing.T) {
 		r.client.Write(pkts, 0)
 	}
 	var tot MeterTotals
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+	testutil.Within(10*time.Second, func() bool {
 		r.e.Meters().Totals(&tot)
-		if tot.Instance[Ingress].Packets >= total {
-			break
-		}
-	}
+		return tot.Instance[Ingress].Packets >= total
+	})
 	r.client.Close()
 	wg.Wait()
 	if got := tot.Services[0][Ingress].Packets; got != total {
