@@ -8,7 +8,6 @@ import (
 	"context"
 	"net/http/httptest"
 	"net/netip"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -29,6 +28,10 @@ import (
 
 // labConfig is a config with one http service "web" on 198.19.0.80:80 whose
 // targets are named t1.. with the given weights and maxConnections.
+// TestMain fails the package if any test leaves a goroutine running: the
+// lab's stacks, splices and loops must all end with Close.
+func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }
+
 func labConfig(weights []int, maxConns []int64) *policy.Config {
 	vs := &policy.VirtualServer{
 		Name:  "web",
@@ -255,36 +258,26 @@ func TestMetricsScrape(t *testing.T) {
 	}
 }
 
+// TestNoGoroutineLeak: a lab under load, closed, leaves no goroutine behind
+// (the stacks' workers, the splices, the loops, the health checkers).
 func TestNoGoroutineLeak(t *testing.T) {
-	before := runtime.NumGoroutine()
+	testutil.CheckNoLeaks(t)
 	l, err := lab.New(labConfig([]int{1, 1}, nil), lab.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	l.App.Start()
-	bench.Load{Dial: l.Dial, Addr: "198.19.0.80:80", Clients: 8, Requests: 200}.Run(context.Background())
+	if res := (bench.Load{Dial: l.Dial, Addr: "198.19.0.80:80", Clients: 8, Requests: 200}).Run(context.Background()); res.OK != 200 {
+		t.Errorf("load: %d of 200 OK: %+v", res.OK, res)
+	}
 	l.Close()
-	deadline := time.Now().Add(5 * time.Second)
-	for runtime.NumGoroutine() > before+2 && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-	}
-	if n := runtime.NumGoroutine(); n > before+2 {
-		buf := make([]byte, 1<<20)
-		t.Fatalf("%d goroutines before, %d after close\n%s", before, n, buf[:runtime.Stack(buf, true)])
-	}
 }
 
 // waitClosed waits until every admitted connection has been reported closed:
 // a client has its answer a moment before weir sees both legs end.
 func waitClosed(t *testing.T, a *appliance.Appliance) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for a.OpenConnections() > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d connections still open", a.OpenConnections())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testutil.Eventually(t, 5*time.Second, func() bool { return a.OpenConnections() == 0 }, "every connection reported closed")
 }
 
 func TestHealthChecksTakeDeadTargetOut(t *testing.T) {
@@ -293,22 +286,14 @@ func TestHealthChecksTakeDeadTargetOut(t *testing.T) {
 	l := newLab(t, cfg, lab.Options{})
 	l.App.Start()
 	l.Backends[policy.TargetKey{Service: "web", Target: "t2"}].Close()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		var up bool
+	testutil.Eventually(t, 5*time.Second, func() bool {
 		for _, tg := range l.App.StatusDoc().Services[0].Targets {
 			if tg.Name == "t2" {
-				up = tg.HealthUp
+				return !tg.HealthUp
 			}
 		}
-		if !up {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("t2's backend is closed but health checks still report it up")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return false
+	}, "t2's backend is closed but health checks still report it up")
 	res := bench.Load{Dial: l.Dial, Addr: "198.19.0.80:80", Clients: 2, Requests: 20}.Run(context.Background())
 	if res.OK != 20 || res.PerTarget["t1"] != 20 {
 		t.Errorf("with t2 unhealthy: %+v", res)
