@@ -11,6 +11,10 @@ import (
 	"weir/internal/testutil"
 )
 
+// TestMain fails the package if a test leaves a goroutine running: Close
+// must stop the non-blocking log's writer goroutine.
+func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }
+
 func TestLogsJSONNonBlocking(t *testing.T) {
 	var buf testutil.SyncBuffer
 	l, err := New(Options{Output: &buf, Format: "json"})
