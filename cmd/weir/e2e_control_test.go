@@ -103,7 +103,7 @@ func TestE2EReloadUnderLoad(t *testing.T) {
 // metrics scrapes and parses /metrics.
 func (w *weirProc) metrics() map[string]*metricFamily {
 	w.t.Helper()
-	resp, err := w.http.Get("http://" + e2eAdmin + "/metrics")
+	resp, err := w.HTTP.Get("http://" + w.Admin + "/metrics")
 	if err != nil {
 		w.t.Fatalf("/metrics: %v", err)
 	}
@@ -208,7 +208,7 @@ func TestE2EMetrics(t *testing.T) {
 	if v := metricSum(fams, "weir_datapath_marked_total", nil); v < 30 {
 		t.Errorf("weir_datapath_marked_total %v, want ≥ 30 (a rule marks every packet of the 10 connections)", v)
 	}
-	if code, body, err := w.get("/healthz"); err != nil || code != http.StatusOK {
+	if code, body, err := w.Get("/healthz"); err != nil || code != http.StatusOK {
 		t.Errorf("/healthz: %d %v %s", code, err, body)
 	}
 }
@@ -229,7 +229,7 @@ func TestE2ESigtermDrains(t *testing.T) {
 	sent := time.Now()
 	w.signal(syscall.SIGTERM)
 	w.waitStatus(time.Second, "draining", func(st appliance.Status) bool { return st.Draining })
-	if code, _, err := w.get("/healthz"); err != nil || code == http.StatusOK {
+	if code, _, err := w.Get("/healthz"); err != nil || code == http.StatusOK {
 		t.Errorf("/healthz while draining: %d %v, want an error status", code, err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -245,7 +245,7 @@ func TestE2ESigtermDrains(t *testing.T) {
 	if res.OK != 3 {
 		t.Errorf("in-flight requests across SIGTERM: %+v, want 3 OK", res)
 	}
-	code, err := w.wait(grace)
+	code, err := w.Wait(grace)
 	took := time.Since(sent)
 	if err != nil || code != 0 {
 		t.Fatalf("weir after SIGTERM: exit %d, %v", code, err)

@@ -9,6 +9,7 @@ import (
 
 	"weir/bench"
 	"weir/cmd/weir/internal/appliance"
+	"weir/internal/testutil"
 )
 
 // TestE2EWeightedDistribution: three targets weighted 3:2:1, one client,
@@ -111,17 +112,15 @@ func TestE2EMaxConnections(t *testing.T) {
 		t.Errorf("second tcp connection: %v, want refused or reset", err)
 	}
 	c1.Close()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		c3, err := w.echoOnce("198.18.0.21:23")
-		if err == nil {
+	if !testutil.WithinEvery(5*time.Second, 50*time.Millisecond, func() bool {
+		c3, err2 := w.echoOnce("198.18.0.21:23")
+		if err2 == nil {
 			c3.Close()
-			break
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("tcp slot not free 5s after the first connection closed: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
+		err = err2
+		return err2 == nil
+	}) {
+		t.Fatalf("tcp slot not free 5s after the first connection closed: %v", err)
 	}
 }
 
@@ -133,7 +132,7 @@ func TestE2ELimits(t *testing.T) {
 	w.backend("t1", "198.18.1.1:8081", 800*time.Millisecond)
 	w.backend("t2", "198.18.1.2:8082", 800*time.Millisecond)
 	big := &bench.Backend{Name: "t3", Body: 200_000}
-	ln := w.ns.Listen(t, "198.18.1.3:8083")
+	ln := w.listen("198.18.1.3:8083")
 	go big.Serve(ln)
 	t.Cleanup(func() { big.Close() })
 
@@ -193,15 +192,11 @@ func TestE2ELimits(t *testing.T) {
 	if n := refusalCount(w.status(), "virtual server", "maxBandwidth"); n != 1 {
 		t.Errorf("/status refusals by maxBandwidth: %d, want 1", n)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if res = w.load("198.18.0.12:80", 1, 1); res.OK == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("metered: still refused 5s after the burst (window 2s): %+v", res)
-		}
-		time.Sleep(100 * time.Millisecond)
+	if !testutil.WithinEvery(5*time.Second, 100*time.Millisecond, func() bool {
+		res = w.load("198.18.0.12:80", 1, 1)
+		return res.OK == 1
+	}) {
+		t.Fatalf("metered: still refused 5s after the burst (window 2s): %+v", res)
 	}
 }
 
@@ -264,7 +259,7 @@ func TestE2EMultiqueue(t *testing.T) {
 	if res.PerTarget["t1"] != 60 || res.PerTarget["t2"] != 40 || res.PerTarget["t3"] != 20 {
 		t.Errorf("per target %v, want t1 60, t2 40, t3 20", res.PerTarget)
 	}
-	if !strings.Contains(w.log(), `"queues":2`) {
-		t.Errorf("weir did not report two queues:\n%s", w.log())
+	if !strings.Contains(w.Log(), `"queues":2`) {
+		t.Errorf("weir did not report two queues:\n%s", w.Log())
 	}
 }

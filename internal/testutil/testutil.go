@@ -28,12 +28,19 @@ func Eventually(t testing.TB, timeout time.Duration, cond func() bool, format st
 // Poll. Use it where a test branches on the answer; Eventually where it
 // fails.
 func Within(timeout time.Duration, cond func() bool) bool {
+	return WithinEvery(timeout, Poll, cond)
+}
+
+// WithinEvery is Within checking every period: for a condition that costs
+// something to check (an HTTP request, a log file to parse), so that the
+// test does not load the machine it measures.
+func WithinEvery(timeout, period time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
 			return false
 		}
-		time.Sleep(Poll)
+		time.Sleep(period)
 	}
 	return true
 }
