@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"go.uber.org/goleak"
 
 	"weir/bench"
 	"weir/cmd/weir/internal/appliance"
@@ -43,12 +44,16 @@ var (
 	weirBinErr  error
 )
 
+// TestMain removes the binary the e2e tests built and fails the package if
+// a test left a goroutine running (in-process commands such as weir demo
+// and weir check, the e2e helpers' loads, captures and waits).
 func TestMain(m *testing.M) {
-	code := m.Run()
-	if weirBinDir != "" {
-		os.RemoveAll(weirBinDir)
-	}
-	os.Exit(code)
+	testutil.VerifyNoLeaks(m, goleak.Cleanup(func(code int) {
+		if weirBinDir != "" {
+			os.RemoveAll(weirBinDir)
+		}
+		os.Exit(code)
+	}))
 }
 
 // requireE2E skips the test unless it can create namespaces and TUN
@@ -231,7 +236,14 @@ func (w *weirProc) waitStatus(d time.Duration, what string, ok func(appliance.St
 // backend serves a bench.Backend named name on addr inside the namespace.
 func (w *weirProc) backend(name, addr string, delay time.Duration) *bench.Backend {
 	w.t.Helper()
-	b := &bench.Backend{Name: name, Delay: delay}
+	return w.heldBackend(name, addr, delay, nil)
+}
+
+// heldBackend is backend whose requests also wait for hold to close
+// (bench.Backend.Hold).
+func (w *weirProc) heldBackend(name, addr string, delay time.Duration, hold <-chan struct{}) *bench.Backend {
+	w.t.Helper()
+	b := &bench.Backend{Name: name, Delay: delay, Hold: hold}
 	ln := w.listen(addr)
 	go b.Serve(ln)
 	w.t.Cleanup(func() { b.Close() })
@@ -272,6 +284,23 @@ func (w *weirProc) echo(addr string) {
 // load runs a bench.Load through the namespace.
 func (w *weirProc) load(addr string, clients, requests int) bench.Result {
 	return bench.Load{Dial: w.ns.Dial, Addr: addr, Clients: clients, Requests: requests, Duration: 30 * time.Second}.Run(context.Background())
+}
+
+// heldLoad runs load while the backends hold their requests (hold, see
+// heldBackend) and closes hold once refused holds of /status, or after
+// 20 s: the connections served stay open however slowly a loaded machine
+// brings all clients in. It fails the test if refused never held.
+func (w *weirProc) heldLoad(hold chan struct{}, addr string, clients, requests int, refused func(appliance.Status) bool) bench.Result {
+	w.t.Helper()
+	done := make(chan bench.Result, 1)
+	go func() { done <- w.load(addr, clients, requests) }()
+	ok := testutil.WithinEvery(20*time.Second, 25*time.Millisecond, func() bool { return refused(w.status()) })
+	close(hold)
+	res := <-done
+	if !ok {
+		w.t.Fatalf("%s: the refusals expected were not counted while the backends held their requests: %+v", addr, res)
+	}
+	return res
 }
 
 // service and target find a service and target in a status.
