@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -221,11 +222,16 @@ func TestE2ESigtermDrains(t *testing.T) {
 	const grace = 10 * time.Second
 	accessLog := filepath.Join(t.TempDir(), "access.log")
 	w := startWeir(t, "drain.yaml", "--grace", grace.String(), "--access-log", accessLog)
-	w.backend("t1", "198.18.1.1:8081", 1500*time.Millisecond)
+	// The three requests are held until weir is seen draining and
+	// refusing: they are in flight across SIGTERM however slow the host.
+	hold := make(chan struct{})
+	release := sync.OnceFunc(func() { close(hold) })
+	defer release()
+	w.heldBackend("t1", "198.18.1.1:8081", 0, hold)
 
 	done := make(chan bench.Result, 1)
 	go func() { done <- w.load("198.18.0.10:80", 3, 3) }()
-	w.waitStatus(3*time.Second, "3 in flight", func(st appliance.Status) bool { return st.Open == 3 })
+	w.waitStatus(10*time.Second, "3 in flight", func(st appliance.Status) bool { return st.Open == 3 })
 	sent := time.Now()
 	w.signal(syscall.SIGTERM)
 	w.waitStatus(time.Second, "draining", func(st appliance.Status) bool { return st.Draining })
@@ -241,6 +247,7 @@ func TestE2ESigtermDrains(t *testing.T) {
 	} else if !strings.Contains(err.Error(), "connection refused") {
 		t.Errorf("new connection while draining: %v, want connection refused", err)
 	}
+	release()
 	res := <-done
 	if res.OK != 3 {
 		t.Errorf("in-flight requests across SIGTERM: %+v, want 3 OK", res)

@@ -60,8 +60,8 @@ func TestE2EMaxConnections(t *testing.T) {
 	b2 := w.heldBackend("t2", "198.18.1.2:8082", 0, hold)
 	w.echo("198.18.1.3:2323")
 
-	res := w.heldLoad(hold, "198.18.0.20:80", 30, 30, func(st appliance.Status) bool {
-		s := statusService(st, "wlm")
+	res := w.heldLoad(hold, "198.18.0.20:80", 30, 30, func() bool {
+		s := statusService(w.status(), "wlm")
 		return s != nil && s.Refused >= 23
 	})
 	t.Logf("30 clients: ok=%d 503=%d reset=%d failed=%d in %v, per target %v, reasons %v",
@@ -142,8 +142,8 @@ func TestE2ELimits(t *testing.T) {
 	t.Cleanup(func() { big.Close() })
 
 	// Enforced maxConnections 2: of 6 concurrent slow clients 2 are served.
-	res := w.heldLoad(hold, "198.18.0.10:80", 6, 6, func(st appliance.Status) bool {
-		return refusalCount(st, "virtual server", "maxConnections") >= 4
+	res := w.heldLoad(hold, "198.18.0.10:80", 6, 6, func() bool {
+		return refusalCount(w.status(), "virtual server", "maxConnections") >= 4
 	})
 	if res.OK != 2 || res.Refused503 != 4 {
 		t.Fatalf("capped: ok=%d 503=%d, want 2 and 4: %+v", res.OK, res.Refused503, res)
@@ -213,10 +213,11 @@ func TestE2ELimits(t *testing.T) {
 // primary has room again it serves alone.
 func TestE2EFailover(t *testing.T) {
 	w := startWeir(t, "failover.yaml")
-	b2 := w.backend("t2", "198.18.1.2:8082", 600*time.Millisecond)
-	b3 := w.backend("t3", "198.18.1.3:8083", 600*time.Millisecond)
+	hold := make(chan struct{}) // until all three are in progress
+	b2 := w.heldBackend("t2", "198.18.1.2:8082", 0, hold)
+	b3 := w.heldBackend("t3", "198.18.1.3:8083", 0, hold)
 
-	res := w.load("198.18.0.10:80", 3, 3)
+	res := w.heldLoad(hold, "198.18.0.10:80", 3, 3, func() bool { return b2.Active()+b3.Active() == 3 })
 	t.Logf("3 clients: %v", res.PerTarget)
 	if res.OK != 3 {
 		t.Fatalf("failover: %d of 3 OK: %+v", res.OK, res)

@@ -287,18 +287,19 @@ func (w *weirProc) load(addr string, clients, requests int) bench.Result {
 }
 
 // heldLoad runs load while the backends hold their requests (hold, see
-// heldBackend) and closes hold once refused holds of /status, or after
-// 20 s: the connections served stay open however slowly a loaded machine
-// brings all clients in. It fails the test if refused never held.
-func (w *weirProc) heldLoad(hold chan struct{}, addr string, clients, requests int, refused func(appliance.Status) bool) bench.Result {
+// heldBackend) and closes hold once until holds (the refusals expected are
+// counted, the requests expected are in progress), or after 20 s: the
+// connections served stay open however slowly a loaded machine brings all
+// clients in. It fails the test if until never held.
+func (w *weirProc) heldLoad(hold chan struct{}, addr string, clients, requests int, until func() bool) bench.Result {
 	w.t.Helper()
 	done := make(chan bench.Result, 1)
 	go func() { done <- w.load(addr, clients, requests) }()
-	ok := testutil.WithinEvery(20*time.Second, 25*time.Millisecond, func() bool { return refused(w.status()) })
+	ok := testutil.WithinEvery(20*time.Second, 25*time.Millisecond, until)
 	close(hold)
 	res := <-done
 	if !ok {
-		w.t.Fatalf("%s: the refusals expected were not counted while the backends held their requests: %+v", addr, res)
+		w.t.Fatalf("%s: what the test waits for did not happen while the backends held their requests: %+v", addr, res)
 	}
 	return res
 }
