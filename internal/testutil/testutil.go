@@ -1,6 +1,9 @@
 // Package testutil holds the helpers weir's tests share: waiting for a
-// condition without a fixed sleep, a goroutine-safe output buffer, and
-// whether the race detector is on. It is imported only by _test files.
+// condition without a fixed sleep (Eventually, Within), a goroutine-safe
+// output buffer, whether the race detector is on, goroutine leak checks,
+// and network namespaces of the test's own (NetNS, EnterNetNS, over
+// weir/internal/netns). Its subpackage weirproc starts the weir binary. It
+// is imported only by _test files (deps_test.go checks).
 package testutil
 
 import (
