@@ -8,8 +8,10 @@ import (
 	"time"
 
 	"weir/bench"
+	"weir/cmd/weir/internal/appliance"
 	"weir/datapath/fault"
 	"weir/internal/testutil"
+	"weir/netstack"
 	"weir/policy"
 )
 
@@ -34,10 +36,13 @@ func TestNewRejectsHostTargets(t *testing.T) {
 }
 
 // TestFaultsAreEachTargetsOwn: every target has its backend and its own
-// fault injector; dropping everything on t2's leg leaves t1 serving and
-// the drops counted on t2's injector only.
+// fault injector; dropping everything on t2's leg leaves t1 serving every
+// request and the drops counted on t2's injector only.
 func TestFaultsAreEachTargetsOwn(t *testing.T) {
-	l, err := New(oneService(policy.DialNetstack, "198.19.1.10:8080", "198.19.1.11:8080"), Options{})
+	// A dial to t2 gives up after 300 ms; weir then marks t2 down and
+	// serves the connection from t1.
+	l, err := New(oneService(policy.DialNetstack, "198.19.1.10:8080", "198.19.1.11:8080"),
+		Options{Appliance: appliance.Options{Forwarder: netstack.ForwarderOptions{DialTimeout: 300 * time.Millisecond}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,8 +52,8 @@ func TestFaultsAreEachTargetsOwn(t *testing.T) {
 		t.Fatalf("backends %v, faults %v: want one of each per target", l.Backends, l.Faults)
 	}
 	l.Faults[t2].SetRates(fault.Rates{Drop: 1}, fault.Rates{Drop: 1})
-	res := bench.Load{Dial: l.Dial, Addr: "198.19.0.80:80", Clients: 1, Requests: 4, Timeout: 2 * time.Second, Duration: 20 * time.Second}.Run(context.Background())
-	if res.PerTarget["t1"] == 0 || res.PerTarget["t2"] != 0 {
+	res := bench.Load{Dial: l.Dial, Addr: "198.19.0.80:80", Clients: 1, Requests: 4, Duration: 20 * time.Second}.Run(context.Background())
+	if res.OK != 4 || res.PerTarget["t1"] != 4 {
 		t.Errorf("with t2's leg dropping everything: %+v", res)
 	}
 	if l.Faults[t2].Stats().Write.Dropped == 0 || l.Faults[t1].Stats().Write.Dropped != 0 {
