@@ -260,17 +260,14 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		return Result{}, err
 	}
 
+	// TCG (software emulation) by default: it boots everywhere, about 6 s
+	// here. KVM only when asked for: some hosts offer a /dev/kvm whose
+	// guests never get past the BIOS (nested virtualisation without the CPU
+	// features the kernel wants), and a hang there costs the whole timeout.
 	res := Result{Accel: "tcg"}
-	if f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0); err == nil {
-		f.Close()
-		res.Accel = "kvm"
-	}
-	// Some hosts offer /dev/kvm whose guests never get past the BIOS
-	// (nested virtualisation without the CPU features the kernel wants):
-	// there the accelerator is chosen by hand.
 	switch a := os.Getenv(EnvAccel); a {
-	case "":
-	case "kvm", "tcg":
+	case "", "tcg":
+	case "kvm":
 		res.Accel = a
 	default:
 		return Result{}, fmt.Errorf("vmtest: %s=%q: want kvm or tcg", EnvAccel, a)
@@ -600,8 +597,8 @@ func shellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
-// EnvAccel, when set to "kvm" or "tcg", picks QEMU's accelerator instead
-// of kvm wherever /dev/kvm opens.
+// EnvAccel set to "kvm" runs the VMs with KVM instead of the default TCG
+// ("tcg"); use it where /dev/kvm is known to boot guests.
 const EnvAccel = "WEIR_VMTEST_ACCEL"
 
 // EnvRun set to "1" runs the VM tests even when -run selects nothing.
