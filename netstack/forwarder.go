@@ -239,6 +239,10 @@ type ForwarderOptions struct {
 	// RequestTimeout bounds reading an HTTP request before a 503 answer;
 	// zero means DefaultRequestTimeout.
 	RequestTimeout time.Duration
+	// Segments gives the datapath's passive measurement of a gVisor target
+	// leg (see direction.go); nil means those legs have no per-direction
+	// counts (DirNone).
+	Segments SegmentsFunc
 }
 
 func (o ForwarderOptions) withDefaults() ForwarderOptions {

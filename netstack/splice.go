@@ -13,6 +13,7 @@ package netstack
 
 import (
 	"io"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,8 +36,9 @@ type connEntry struct {
 	aborted   atomic.Bool // closed by Forwarder.Close
 
 	// Sampler state, protected by Forwarder.sampleMu.
-	last     sampleState
-	finished bool // final deltas taken
+	last          sampleState
+	finished      bool           // final deltas taken
+	local, remote netip.AddrPort // the target leg's addresses, once read (gVisor legs)
 }
 
 // abort closes both legs at once, which ends both copy directions.
