@@ -140,7 +140,11 @@ func (a *Appliance) OpenByTarget() map[policy.TargetKey]int64 {
 }
 
 // samplesFrom maps the forwarder's per-target aggregation onto the policy
-// engine's samples.
+// engine's samples. The per-direction data segments come from the
+// connections the monitor's scope covers (ScopePolicy: those under a policy
+// action, i.e. the TargetActions aggregates; ScopeAll: all), and
+// policy.SelectDirection puts the direction the monitor reads into the
+// ratios' inputs.
 func samplesFrom(cfg *policy.Config, s netstack.Sample, open map[policy.TargetKey]int64) map[policy.TargetKey]*policy.TargetSample {
 	interval := s.End.Sub(s.Start)
 	out := map[policy.TargetKey]*policy.TargetSample{}
@@ -150,15 +154,17 @@ func samplesFrom(cfg *policy.Config, s netstack.Sample, open map[policy.TargetKe
 			out[k] = &policy.TargetSample{Interval: interval, ActiveConns: open[k]}
 		}
 	}
+	all := cfg.Monitor.Scope == policy.ScopeAll
 	for _, ag := range s.Targets {
 		ts := out[policy.TargetKey{Service: ag.Service, Target: ag.Name}]
 		if ts == nil {
 			continue // a target gone in a reload
 		}
-		ts.SegmentsSent += ag.SegmentsSent
-		ts.Retransmits += ag.Retransmits
-		ts.Timeouts += ag.Timeouts
 		ts.Bytes += ag.Bytes
+		if all {
+			addDir(&ts.FromTarget, ag.FromTarget)
+			addDir(&ts.ToTarget, ag.ToTarget)
+		}
 	}
 	actions := map[string]*policy.Action{}
 	for _, ac := range cfg.Actions {
@@ -166,13 +172,35 @@ func samplesFrom(cfg *policy.Config, s netstack.Sample, open map[policy.TargetKe
 	}
 	for _, ag := range s.TargetActions {
 		ts := out[policy.TargetKey{Service: ag.Service, Target: ag.Name}]
-		act := actions[ag.Action]
-		if ts == nil || act == nil {
+		if ts == nil {
 			continue
 		}
-		ts.Actions = append(ts.Actions, policy.ActionSample{Action: act, ActiveConns: int64(ag.Active), Bytes: ag.Bytes})
+		if !all {
+			addDir(&ts.FromTarget, ag.FromTarget)
+			addDir(&ts.ToTarget, ag.ToTarget)
+		}
+		if act := actions[ag.Action]; act != nil {
+			ts.Actions = append(ts.Actions, policy.ActionSample{Action: act, ActiveConns: int64(ag.Active), Bytes: ag.Bytes})
+		}
+	}
+	for _, ts := range out {
+		policy.SelectDirection(&cfg.Monitor, ts)
 	}
 	return out
+}
+
+// addDir adds one aggregate's direction to a sample's.
+func addDir(d *policy.DirSample, c netstack.DirCounters) {
+	d.DataSegments += c.DataSegments
+	d.Retransmitted += c.Retransmitted
+	d.Timeouts += c.Timeouts
+	d.OutOfOrder += c.OutOfOrder
+	switch c.Source {
+	case netstack.DirPassive, netstack.DirKernel:
+		d.Measured = true
+	case netstack.DirEstimate:
+		d.Estimate = true
+	}
 }
 
 // logStats writes one STATS line per target, as the WebSphere plug-in does.
