@@ -41,6 +41,7 @@ type runOptions struct {
 	accessCLF bool
 	grace     time.Duration
 	readyFile string
+	backAddrs []string // see backarm.go
 }
 
 func newRunCmd() *cobra.Command {
@@ -80,6 +81,7 @@ func newRunCmd() *cobra.Command {
 	f.BoolVar(&o.accessCLF, "access-clf", false, "access log in Common Log Format instead of JSON")
 	f.DurationVar(&o.grace, "grace", 30*time.Second, "how long SIGTERM waits for open connections to finish")
 	f.StringVar(&o.readyFile, "ready-file", "", "write the admin address to `FILE` once serving (for scripts and tests)")
+	addBackFlags(f, &o)
 	return cmd
 }
 
@@ -112,6 +114,10 @@ func runAppliance(ctx context.Context, stdout, stderr io.Writer, o runOptions) e
 			return fmt.Errorf("--tun-addr %q: %w", s, err)
 		}
 		tunAddrs = append(tunAddrs, p)
+	}
+	backs, backRoutes, err := backArm(cfg, o.backAddrs)
+	if err != nil {
+		return err
 	}
 
 	logs, err := obs.New(obs.Options{Format: o.logFormat, Level: o.logLevel, Output: stderr})
@@ -146,7 +152,7 @@ func runAppliance(ctx context.Context, stdout, stderr io.Writer, o runOptions) e
 		return err
 	}
 
-	devs, err := tun.Open(tun.Options{Name: o.tunName, MTU: o.mtu, Queues: o.queues, Addrs: tunAddrs, Routes: vipRoutes(cfg)})
+	devs, err := tun.Open(tun.Options{Name: o.tunName, MTU: o.mtu, Queues: o.queues, Addrs: tunAddrs, Routes: append(vipRoutes(cfg), backRoutes...)})
 	if err != nil {
 		srv.Shutdown(context.Background())
 		return fmt.Errorf("TUN %s: %w", o.tunName, err)
@@ -157,7 +163,7 @@ func runAppliance(ctx context.Context, stdout, stderr io.Writer, o runOptions) e
 	}
 	app, err = appliance.New(appliance.Options{
 		Config: cfg, Source: o.config,
-		Front: devs[0], FrontQueues: queues,
+		Front: devs[0], FrontQueues: queues, Backs: backs,
 		Log: &log, Access: access, Registerer: reg,
 	})
 	if err != nil {
@@ -177,7 +183,7 @@ func runAppliance(ctx context.Context, stdout, stderr io.Writer, o runOptions) e
 
 	reloader := appliance.NewReloader(app, o.config, config.Load)
 	reloader.OnReload = func(cfg *policy.Config) {
-		if err := syncRoutes(o.tunName, vipRoutes(cfg)); err != nil {
+		if err := syncRoutes(o.tunName, append(vipRoutes(cfg), backRoutes...)); err != nil {
 			log.Error().Err(err).Msg("routing the new VIPs through the TUN failed")
 		}
 	}
@@ -189,6 +195,9 @@ func runAppliance(ctx context.Context, stdout, stderr io.Writer, o runOptions) e
 	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sigs)
 
+	for _, fam := range forwardingOff(backRoutes) {
+		log.Warn().Str("forwarding", fam).Msg("forwarding is off: the back arm's packets to via: netstack targets cannot leave this host (sysctl net.ipv4.ip_forward=1)")
+	}
 	log.Info().Str("tun", o.tunName).Int("queues", len(devs)).Str("admin", srv.Addr()).
 		Int("services", len(cfg.Services)).Str("config", o.config).Msg("weir running")
 	if o.readyFile != "" {

@@ -125,6 +125,7 @@ type Appliance struct {
 	explMu sync.Mutex
 	expl   []policy.Explanation // last sampling interval's, by service then target
 	explAt time.Time
+	segs   map[policy.TargetKey]*Segments // guarded by explMu; see segments.go
 
 	counters counters
 	skipMu   sync.Mutex
@@ -207,6 +208,7 @@ func New(opts Options) (*Appliance, error) {
 	fo.Services = a.service
 	fo.Admitter = a
 	fo.Segments = a.engine.Segments
+	viaFront := false
 	for i, arm := range opts.Backs {
 		name := arm.Name
 		if name == "" {
@@ -229,7 +231,13 @@ func New(opts Options) (*Appliance, error) {
 		}
 		a.backs = append(a.backs, nic)
 		a.nics = append(a.nics, NICStats{Name: name, Back: true, nic: nic, dev: arm.Device})
-		fo.Back = &netstack.StackDialer{Stack: a.stack}
+		if arm.Device == nil {
+			// An arm through the front device shares the front NIC's
+			// default route: its dials name their NIC.
+			fo.Back, viaFront = &netstack.StackDialer{Stack: a.stack, NIC: nic}, true
+		} else if !viaFront {
+			fo.Back = &netstack.StackDialer{Stack: a.stack}
+		}
 	}
 	a.fwd = netstack.NewForwarder(a.stack, fo)
 	if opts.Registerer != nil {

@@ -81,6 +81,7 @@ func (a *Appliance) SampleNow() []policy.Explanation {
 	a.explMu.Lock()
 	expl := a.sampler.Sample(cfg, samples, a.expl[:0:0])
 	a.expl, a.explAt = expl, a.now()
+	a.addSegments(&cfg.Monitor, samples)
 	a.explMu.Unlock()
 
 	if cfg.Monitor.Enabled {
@@ -206,7 +207,13 @@ func addDir(d *policy.DirSample, c netstack.DirCounters) {
 // logStats writes one STATS line per target, as the WebSphere plug-in does.
 func (a *Appliance) logStats(expl []policy.Explanation) {
 	for _, e := range expl {
+		sg, _ := a.SegmentsOf(policy.TargetKey{Service: e.Service, Target: e.Target})
 		a.log.Info().Str("service", e.Service).Str("target", e.Target).
+			Str("direction", sg.Direction).
+			Uint64("from_target_segs", sg.FromTarget.DataSegments).Uint64("from_target_retrans", sg.FromTarget.Retransmitted).
+			Uint64("from_target_timeouts", sg.FromTarget.Timeouts).Str("from_target_source", sg.FromTarget.Source).
+			Uint64("to_target_segs", sg.ToTarget.DataSegments).Uint64("to_target_retrans", sg.ToTarget.Retransmitted).
+			Uint64("to_target_timeouts", sg.ToTarget.Timeouts).Str("to_target_source", sg.ToTarget.Source).
 			Int64("open", e.ActiveConns).Int64("max", e.MaxConns).
 			Int("loss_fr", e.LossFraction).Int("timeout_fr", e.TimeoutFraction).
 			Int("default_fr", e.DefaultFraction).Int("action_fr", e.ActionFraction).

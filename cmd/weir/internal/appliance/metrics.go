@@ -49,6 +49,9 @@ var (
 	descTSkippedDef   = metricDef{"weir_target_skipped_at_limit_total", "Picks that passed the target over at maxConnections.", true, []string{"service", "target"}}
 	descDroppedDef    = metricDef{"weir_datapath_dropped_total", "Packets from clients dropped before the stack, by reason.", true, []string{"reason"}}
 	descNoTargetDef   = metricDef{"weir_service_no_target_total", "Connections refused because no target could serve.", true, []string{"service"}}
+	descTSegsDef      = metricDef{"weir_target_data_segments_total", "Data segments (with payload; pure ACKs never count) on the target legs the monitor covers, by direction (from_target: the target's, to_target: weir's).", true, []string{"service", "target", "direction"}}
+	descTRetransDef   = metricDef{"weir_target_retransmitted_segments_total", "Of those, retransmitted (for a via: host leg's from_target unknown: 0, see /status source).", true, []string{"service", "target", "direction"}}
+	descTTimeoutsDef  = metricDef{"weir_target_timeouts_total", "Retransmission timeouts on the target legs the monitor covers, by direction.", true, []string{"service", "target", "direction"}}
 )
 
 var (
@@ -72,6 +75,9 @@ var (
 	descTSkipped   = descTSkippedDef.desc()
 	descDropped    = descDroppedDef.desc()
 	descNoTarget   = descNoTargetDef.desc()
+	descTSegs      = descTSegsDef.desc()
+	descTRetrans   = descTRetransDef.desc()
+	descTTimeouts  = descTTimeoutsDef.desc()
 )
 
 // metricDefs lists every fixed metric, in the README's order.
@@ -96,6 +102,9 @@ var metricDefs = []metricDef{
 	descTSkippedDef,
 	descDroppedDef,
 	descNoTargetDef,
+	descTSegsDef,
+	descTRetransDef,
+	descTTimeoutsDef,
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
@@ -147,6 +156,16 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			counter(descTPicked, float64(t.Picked), s.Name, t.Name)
 			counter(descTFailed, float64(t.Failed), s.Name, t.Name)
 			counter(descTSkipped, float64(t.SkippedAtLimit), s.Name, t.Name)
+			if sg := t.Segments; sg != nil {
+				for _, d := range []struct {
+					name string
+					t    DirTotals
+				}{{"from_target", sg.FromTarget}, {"to_target", sg.ToTarget}} {
+					counter(descTSegs, float64(d.t.DataSegments), s.Name, t.Name, d.name)
+					counter(descTRetrans, float64(d.t.Retransmitted), s.Name, t.Name, d.name)
+					counter(descTTimeouts, float64(d.t.Timeouts), s.Name, t.Name, d.name)
+				}
+			}
 			if e := t.Explanation; e != nil {
 				gauge(descTFraction, float64(e.LossFraction), s.Name, t.Name, "loss")
 				gauge(descTFraction, float64(e.TimeoutFraction), s.Name, t.Name, "timeout")

@@ -95,6 +95,9 @@ type Service struct {
 type Target struct {
 	balancer.TargetStatus
 	Explanation *policy.Explanation `json:"explanation,omitempty"`
+	// Segments are the target's data segments per direction since start
+	// (see Segments).
+	Segments *Segments `json:"segments,omitempty"`
 }
 
 // Refusals counts refused connections by the level and limit that refused
@@ -153,7 +156,12 @@ func (a *Appliance) StatusDoc() Status {
 			bs := b.Snapshot(now)
 			s.Refused = bs.Refused
 			for _, t := range bs.Targets {
-				s.Targets = append(s.Targets, Target{TargetStatus: t, Explanation: byKey[policy.TargetKey{Service: vs.Name, Target: t.Name}]})
+				k := policy.TargetKey{Service: vs.Name, Target: t.Name}
+				tg := Target{TargetStatus: t, Explanation: byKey[k]}
+				if sg, ok := a.SegmentsOf(k); ok {
+					tg.Segments = &sg
+				}
+				s.Targets = append(s.Targets, tg)
 			}
 		}
 		st.Services = append(st.Services, s)
