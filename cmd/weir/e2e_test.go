@@ -33,7 +33,7 @@ import (
 	"github.com/vishvananda/netns"
 
 	"weir/bench"
-	"weir/cmd/weir/internal/appliance"
+	"weir/cmd/weir/api"
 )
 
 // e2eAdmin is weir's admin address inside each test's namespace: every
@@ -365,13 +365,13 @@ func (w *weirProc) get(path string) (int, []byte, error) {
 }
 
 // status fetches /status.
-func (w *weirProc) status() appliance.Status {
+func (w *weirProc) status() api.Status {
 	w.t.Helper()
 	code, b, err := w.get("/status")
 	if err != nil || code != http.StatusOK {
 		w.t.Fatalf("/status: %d %v %s", code, err, b)
 	}
-	var st appliance.Status
+	var st api.Status
 	if err := json.Unmarshal(b, &st); err != nil {
 		w.t.Fatalf("/status does not decode: %v\n%s", err, b)
 	}
@@ -379,7 +379,7 @@ func (w *weirProc) status() appliance.Status {
 }
 
 // waitStatus polls /status until ok holds, for up to d.
-func (w *weirProc) waitStatus(d time.Duration, what string, ok func(appliance.Status) bool) appliance.Status {
+func (w *weirProc) waitStatus(d time.Duration, what string, ok func(api.Status) bool) api.Status {
 	w.t.Helper()
 	deadline := time.Now().Add(d)
 	for {
@@ -458,7 +458,7 @@ func (w *weirProc) load(addr string, clients, requests int) bench.Result {
 }
 
 // service and target find a service and target in a status.
-func statusService(st appliance.Status, name string) *appliance.Service {
+func statusService(st api.Status, name string) *api.Service {
 	for i := range st.Services {
 		if st.Services[i].Name == name {
 			return &st.Services[i]
@@ -467,7 +467,7 @@ func statusService(st appliance.Status, name string) *appliance.Service {
 	return nil
 }
 
-func pickedSum(st appliance.Status, service string) (sum uint64, by map[string]uint64) {
+func pickedSum(st api.Status, service string) (sum uint64, by map[string]uint64) {
 	by = map[string]uint64{}
 	if s := statusService(st, service); s != nil {
 		for _, tg := range s.Targets {
@@ -478,7 +478,7 @@ func pickedSum(st appliance.Status, service string) (sum uint64, by map[string]u
 	return sum, by
 }
 
-func statusLevel(st appliance.Status, level, name string) *appliance.Level {
+func statusLevel(st api.Status, level, name string) *api.Level {
 	for i := range st.Levels {
 		if st.Levels[i].Level == level && st.Levels[i].Name == name {
 			return &st.Levels[i]
@@ -487,7 +487,7 @@ func statusLevel(st appliance.Status, level, name string) *appliance.Level {
 	return nil
 }
 
-func refusalCount(st appliance.Status, level, limit string) uint64 {
+func refusalCount(st api.Status, level, limit string) uint64 {
 	for _, r := range st.Refusals {
 		if r.Level == level && r.Limit == limit {
 			return r.Count

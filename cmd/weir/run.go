@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/vishvananda/netlink"
 
+	"weir/cmd/weir/api"
 	"weir/cmd/weir/internal/admin"
 	"weir/cmd/weir/internal/appliance"
 	"weir/cmd/weir/internal/obs"
@@ -158,7 +159,7 @@ func runAppliance(ctx context.Context, stdout, stderr io.Writer, o runOptions) e
 	app, err = appliance.New(appliance.Options{
 		Config: cfg, Source: o.config,
 		Front: devs[0], FrontQueues: queues,
-		Log: &log, Access: access, Registerer: reg,
+		Log: &log, Access: access, Registerer: reg, LogDrops: logs.Dropped,
 	})
 	if err != nil {
 		for _, d := range devs {
@@ -236,11 +237,11 @@ type lateSource struct {
 
 func (l *lateSource) set(a *appliance.Appliance) { l.app.Store(a) }
 
-func (l *lateSource) Status() any {
+func (l *lateSource) Status() api.Status {
 	if a := l.app.Load(); a != nil {
 		return a.Status()
 	}
-	return struct{}{}
+	return api.Status{}
 }
 
 func (l *lateSource) Connections() any {

@@ -9,8 +9,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"weir/cmd/weir/api"
 	"weir/cmd/weir/internal/admin"
-	"weir/cmd/weir/internal/appliance"
+	"weir/cmd/weir/internal/view"
 )
 
 func newStatusCmd() *cobra.Command {
@@ -60,9 +61,9 @@ func runStatus(out io.Writer, addr, token string, raw bool) error {
 		_, err := out.Write(body)
 		return err
 	}
-	var st appliance.Status
+	var st api.Status
 	if err := json.Unmarshal(body, &st); err != nil {
 		return fmt.Errorf("%s/status: %w", addr, err)
 	}
-	return appliance.WriteTable(out, st)
+	return view.WriteTable(out, st)
 }

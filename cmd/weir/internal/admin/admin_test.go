@@ -9,11 +9,15 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"weir/cmd/weir/api"
 )
 
 type fakeSource struct{ down error }
 
-func (f fakeSource) Status() any      { return map[string]any{"services": []string{"web"}} }
+func (f fakeSource) Status() api.Status {
+	return api.Status{Instance: "lab", Services: []api.Service{{Name: "web"}}}
+}
 func (f fakeSource) Connections() any { return []int{} }
 func (f fakeSource) Healthy() error   { return f.down }
 

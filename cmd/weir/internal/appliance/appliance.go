@@ -32,6 +32,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"weir/balancer"
+	"weir/cmd/weir/internal/metrics"
 	"weir/cmd/weir/internal/obs"
 	"weir/datapath"
 	"weir/netstack"
@@ -71,6 +72,9 @@ type Options struct {
 	Access *obs.AccessLog
 	// Registerer receives weir's metrics; nil means none are registered.
 	Registerer prometheus.Registerer
+	// LogDrops, when set, counts the main log's lines lost because its
+	// writer could not keep up (obs.Logs.Dropped), for /status and metrics.
+	LogDrops func() uint64
 
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
@@ -109,6 +113,7 @@ type Appliance struct {
 	front  *netstack.NIC
 	backs  []*netstack.NIC
 	fwd    *netstack.Forwarder
+	nics   []namedNIC // every NIC with its transport, for status
 
 	checkMu  sync.Mutex                    // guards checks
 	checks   map[string]context.CancelFunc // health checker per service, while running
@@ -127,11 +132,6 @@ type Appliance struct {
 
 	stop chan struct{}
 	wg   sync.WaitGroup
-}
-
-type reloadError struct {
-	At  time.Time
-	Err string
 }
 
 // connState is what the appliance holds for one admitted connection.
@@ -194,12 +194,15 @@ func New(opts Options) (*Appliance, error) {
 		a.stack.Close()
 		return nil, err
 	}
+	a.nics = append(a.nics, namedNIC{"front", a.front, opts.Front})
 	for i, q := range opts.FrontQueues {
 		name := fmt.Sprintf("front%d", i+1)
-		if _, err := a.stack.AddNIC(a.engine.Attach(q, i+1), netstack.NICOptions{Name: name, Promiscuous: true}); err != nil {
+		nic, err := a.stack.AddNIC(a.engine.Attach(q, i+1), netstack.NICOptions{Name: name, Promiscuous: true})
+		if err != nil {
 			a.stack.Close()
 			return nil, fmt.Errorf("front queue %d: %w", i+1, err)
 		}
+		a.nics = append(a.nics, namedNIC{name, nic, q})
 	}
 	fo := opts.Forwarder
 	fo.Services = a.service
@@ -219,11 +222,12 @@ func New(opts Options) (*Appliance, error) {
 			return nil, fmt.Errorf("back arm %s: %w", name, err)
 		}
 		a.backs = append(a.backs, nic)
+		a.nics = append(a.nics, namedNIC{name, nic, arm.Device})
 		fo.Back = &netstack.StackDialer{Stack: a.stack}
 	}
 	a.fwd = netstack.NewForwarder(a.stack, fo)
 	if opts.Registerer != nil {
-		if err := opts.Registerer.Register(&collector{a: a}); err != nil {
+		if err := opts.Registerer.Register(metrics.NewCollector(a.Status)); err != nil {
 			a.Close()
 			return nil, fmt.Errorf("metrics: %w", err)
 		}

@@ -17,6 +17,7 @@ import (
 
 	"weir/bench"
 	"weir/cmd/weir/internal/admin"
+	"weir/cmd/weir/internal/metrics"
 	"weir/cmd/weir/internal/obs"
 	"weir/datapath/fault"
 	"weir/policy"
@@ -166,7 +167,7 @@ func TestLossMovesWeight(t *testing.T) {
 	if e1.LossRatio >= e2.LossRatio || e1.Weight <= e2.Weight {
 		t.Errorf("clean t1 (%s) not better than lossy t2 (%s)", e1, e2)
 	}
-	st := l.App.StatusDoc()
+	st := l.App.Status()
 	for _, tg := range st.Services[0].Targets {
 		if tg.Name == "t2" && tg.Effective != e2.Weight {
 			t.Errorf("balancer effective weight %d, sampler %d", tg.Effective, e2.Weight)
@@ -191,7 +192,7 @@ func TestReloadKeepsCountersAndConnections(t *testing.T) {
 	if res.OK != 8 {
 		t.Fatalf("reload under load lost connections: %+v", res)
 	}
-	st := l.App.StatusDoc()
+	st := l.App.Status()
 	if st.Generation != 2 {
 		t.Errorf("generation %d, want 2", st.Generation)
 	}
@@ -207,7 +208,7 @@ func TestReloadKeepsCountersAndConnections(t *testing.T) {
 	if err := l.App.Reload(bad); err == nil {
 		t.Fatal("bad config accepted")
 	}
-	if st := l.App.StatusDoc(); st.ReloadError == nil || st.Generation != 2 {
+	if st := l.App.Status(); st.ReloadError == nil || st.Generation != 2 {
 		t.Errorf("after a bad reload: generation %d, error %v", st.Generation, st.ReloadError)
 	}
 }
@@ -231,18 +232,19 @@ func TestMetricsScrape(t *testing.T) {
 		t.Fatalf("metrics do not parse: %v", err)
 	}
 	for _, name := range []string{"weir_connections_closed_total", "weir_target_picked_total", "weir_target_weight",
-		"weir_target_fraction_percent", "weir_datapath_marked_total", "weir_datapath_dropped_total", "weir_forwarder_accepted_total", "weir_level_connections"} {
+		"weir_target_fraction_percent", "weir_datapath_marked_total", "weir_datapath_dropped_total", "weir_connections_accepted_total", "weir_level_connections",
+		"weir_nic_packets_total", "weir_datapath_flows_created_total"} {
 		if fams[name] == nil {
 			t.Errorf("metric %s missing", name)
 		}
 	}
 	documented := map[string]bool{}
-	for _, m := range MetricsDoc() {
+	for _, m := range metrics.Defs {
 		documented[m.Name] = true
 	}
 	for name := range fams {
 		if strings.HasPrefix(name, "weir_") && !documented[name] {
-			t.Errorf("metric %s is exported but not in MetricsDoc (the README table)", name)
+			t.Errorf("metric %s is exported but not in metrics.Defs (the README table)", name)
 		}
 	}
 	if v := fams["weir_connections_closed_total"].Metric[0].Counter.GetValue(); v != 3 {
@@ -291,7 +293,7 @@ func TestHealthChecksTakeDeadTargetOut(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		var up bool
-		for _, tg := range l.App.StatusDoc().Services[0].Targets {
+		for _, tg := range l.App.Status().Services[0].Targets {
 			if tg.Name == "t2" {
 				up = tg.HealthUp
 			}

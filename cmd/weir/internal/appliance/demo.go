@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"weir/bench"
+	"weir/cmd/weir/internal/view"
 	"weir/datapath"
 	"weir/datapath/fault"
 	"weir/policy"
@@ -117,7 +118,7 @@ func RunDemo(ctx context.Context, o DemoOptions) ([]DemoResult, error) {
 	}
 	tw.Flush()
 	fmt.Fprintln(out)
-	WriteTable(out, app.StatusDoc())
+	view.WriteTable(out, app.Status())
 	return results, ctx.Err()
 }
 
@@ -153,7 +154,7 @@ func (d *demo) watch(ctx context.Context, service string, load bench.Load) bench
 // frame redraws the progress line: each target of the service with its
 // open connections, picks and effective weight. The final frame ends the line.
 func (d *demo) frame(service string, last bool) {
-	st := d.lab.App.StatusDoc()
+	st := d.lab.App.Status()
 	var b strings.Builder
 	b.WriteString("\r\033[K   ")
 	for _, s := range st.Services {
@@ -229,7 +230,7 @@ func (d *demo) lossShift(ctx context.Context, loss float64) DemoResult {
 			down = fmt.Sprintf("; %d connects to carol timed out, each resting her %v", n, d.lab.App.Config().Balancer.RetryInterval)
 		}
 		fmt.Fprintf(d.out, "   %-12s carol served %4.1f%% of %d requests; loss %s → fraction %d%%, weight %d → %d%s\n",
-			phase, share(r)*100, r.OK, tenths(e.LossRatio), e.Fraction, e.BaseWeight, e.Weight, down)
+			phase, share(r)*100, r.OK, view.Tenths(e.LossRatio), e.Fraction, e.BaseWeight, e.Weight, down)
 		return e, ok
 	}
 	before := d.watch(ctx, "shop", bench.Load{Addr: load.Addr, Clients: 6, Upload: load.Upload, Duration: 2 * time.Second})

@@ -52,22 +52,22 @@ func TestReloaderFollowsTheFile(t *testing.T) {
 
 	// A changed file is picked up by the refresh interval.
 	writeConfig(t, path, strings.Replace(reloadYAML, "%d", "7", 1))
-	waitFor(t, func() bool { return l.App.StatusDoc().Generation == 2 })
+	waitFor(t, func() bool { return l.App.Status().Generation == 2 })
 	if w := l.App.Config().Services[0].Targets[0].Weight; w != 7 {
 		t.Fatalf("weight after reload %d, want 7", w)
 	}
 	// A broken file is rejected whole: the old config stays, status says why.
 	writeConfig(t, path, "services: [{name: web, port: 0}]\n")
-	waitFor(t, func() bool { return l.App.StatusDoc().ReloadError != nil })
-	st := l.App.StatusDoc()
+	waitFor(t, func() bool { return l.App.Status().ReloadError != nil })
+	st := l.App.Status()
 	if st.Generation != 2 || !strings.Contains(st.ReloadError.Err, "weir.yaml:1:") {
 		t.Fatalf("after a broken file: generation %d, error %+v", st.Generation, st.ReloadError)
 	}
 	// SIGHUP reloads whatever the file holds.
 	writeConfig(t, path, strings.Replace(reloadYAML, "%d", "3", 1))
 	hup <- struct{}{}
-	waitFor(t, func() bool { return l.App.StatusDoc().Generation == 3 })
-	if st := l.App.StatusDoc(); st.ReloadError != nil {
+	waitFor(t, func() bool { return l.App.Status().Generation == 3 })
+	if st := l.App.Status(); st.ReloadError != nil {
 		t.Errorf("reload error left after a good reload: %+v", st.ReloadError)
 	}
 	waitFor(t, func() bool { return swapped.Load() >= 2 })
