@@ -38,6 +38,11 @@ func TestCheckAddr(t *testing.T) {
 		if (err == nil) != tc.ok {
 			t.Errorf("CheckAddr(%q, %q) = %v, want ok=%v", tc.addr, tc.token, err, tc.ok)
 		}
+		// The refusal names the flag and variable that fix it, not config
+		// keys that do not exist.
+		if err != nil && tc.addr != "nonsense" && !strings.Contains(err.Error(), "--admin-token or $WEIR_ADMIN_TOKEN") {
+			t.Errorf("CheckAddr(%q) error %q does not name --admin-token", tc.addr, err)
+		}
 	}
 }
 
@@ -114,7 +119,7 @@ func TestTokenAndPprof(t *testing.T) {
 func TestListenAddressInUse(t *testing.T) {
 	base := serve(t, Options{}, fakeSource{})
 	_, err := Listen(Options{Addr: strings.TrimPrefix(base, "http://")}, fakeSource{}, prometheus.NewRegistry())
-	if err == nil || !strings.Contains(err.Error(), "in use") {
-		t.Fatalf("second listen: %v, want an address-in-use error", err)
+	if err == nil || !strings.Contains(err.Error(), "in use") || !strings.Contains(err.Error(), "--admin HOST:PORT") {
+		t.Fatalf("second listen: %v, want an address-in-use error naming --admin", err)
 	}
 }
