@@ -244,11 +244,11 @@ func (l *lateSource) Status() api.Status {
 	return api.Status{}
 }
 
-func (l *lateSource) Connections() any {
+func (l *lateSource) Connections() []api.Connection {
 	if a := l.app.Load(); a != nil {
 		return a.Connections()
 	}
-	return []struct{}{}
+	return []api.Connection{}
 }
 
 func (l *lateSource) Healthy() error {

@@ -240,3 +240,37 @@ type Control struct {
 	// the control loop did not drain them in time.
 	DroppedEvents uint64 `json:"dropped_events"`
 }
+
+// Connection is one open connection as /connections lists it: both legs,
+// measured.
+type Connection struct {
+	ID      uint64    `json:"id"`
+	Client  string    `json:"client"` // address:port
+	VIP     string    `json:"vip"`    // address:port
+	Service string    `json:"service"`
+	Target  string    `json:"target,omitempty"` // "" before a target leg opened
+	Action  string    `json:"action,omitempty"` // policy action, "" for none
+	Start   time.Time `json:"start"`
+	// ClientLeg is weir ⇄ client, TargetLeg weir ⇄ target.
+	ClientLeg Leg `json:"client_leg"`
+	TargetLeg Leg `json:"target_leg"`
+	// Throughput is bytes per second, both directions, since the last
+	// sampling interval (or since Start).
+	Throughput float64 `json:"throughput"`
+}
+
+// Leg is one TCP leg's counters, as weir's end of it sees them.
+type Leg struct {
+	SegmentsSent     uint64 `json:"segments_sent"`
+	SegmentsReceived uint64 `json:"segments_received"`
+	Retransmits      uint64 `json:"retransmits"`      // segments retransmitted, for any reason
+	FastRetransmits  uint64 `json:"fast_retransmits"` // segments retransmitted in fast recovery
+	Timeouts         uint64 `json:"timeouts"`         // retransmission timeouts (RTO expiries)
+	// TimeoutsKnown is false where the source does not count RTO expiries
+	// (a host socket on a kernel older than 6.7); Timeouts is then 0.
+	TimeoutsKnown bool          `json:"timeouts_known"`
+	RTT           time.Duration `json:"rtt"`     // smoothed round-trip time
+	RTTVar        time.Duration `json:"rtt_var"` // round-trip time variation
+	BytesSent     uint64        `json:"bytes_sent"`
+	BytesReceived uint64        `json:"bytes_received"`
+}

@@ -42,13 +42,14 @@ type Options struct {
 }
 
 // Source provides the data the endpoints serve. Each method is called per
-// request and must be safe for concurrent use; values are encoded as JSON.
+// request and must be safe for concurrent use; the documents (package api)
+// are encoded as JSON.
 type Source interface {
 	// Status is the appliance's state: services, limits, targets and their
 	// weight explanations, the last reload error, every counter.
 	Status() api.Status
 	// Connections lists open connections with both legs' statistics.
-	Connections() any
+	Connections() []api.Connection
 	// Healthy returns nil when the appliance is serving.
 	Healthy() error
 }

@@ -18,8 +18,8 @@ type fakeSource struct{ down error }
 func (f fakeSource) Status() api.Status {
 	return api.Status{Instance: "lab", Services: []api.Service{{Name: "web"}}}
 }
-func (f fakeSource) Connections() any { return []int{} }
-func (f fakeSource) Healthy() error   { return f.down }
+func (f fakeSource) Connections() []api.Connection { return []api.Connection{} }
+func (f fakeSource) Healthy() error                { return f.down }
 
 func TestCheckAddr(t *testing.T) {
 	for _, tc := range []struct {

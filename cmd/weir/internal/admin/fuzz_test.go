@@ -21,8 +21,10 @@ const fuzzToken = "s3cret"
 type secretSource struct{}
 
 func (secretSource) Status() api.Status { return api.Status{Instance: "marker-7f3a"} }
-func (secretSource) Connections() any   { return []string{"marker-7f3a"} }
-func (secretSource) Healthy() error     { return nil }
+func (secretSource) Connections() []api.Connection {
+	return []api.Connection{{Service: "marker-7f3a"}}
+}
+func (secretSource) Healthy() error { return nil }
 
 // FuzzHandler sends the admin API arbitrary methods, paths, queries and
 // Authorization headers. Whatever comes in, the handler does not panic,

@@ -205,8 +205,28 @@ func nicStatus(n namedNIC) api.NIC {
 	return out
 }
 
-// Connections lists open connections with both legs' statistics.
-func (a *Appliance) Connections() any { return a.fwd.Conns() }
+// Connections lists open connections with both legs' statistics, for
+// /connections.
+func (a *Appliance) Connections() []api.Connection {
+	cs := a.fwd.Conns()
+	out := make([]api.Connection, len(cs))
+	for i, c := range cs {
+		out[i] = api.Connection{
+			ID: c.ID, Client: c.Client.String(), VIP: c.VIP.String(), Service: c.Service, Target: c.Target,
+			Action: c.Action, Start: c.Start, ClientLeg: legStatus(c.ClientLeg), TargetLeg: legStatus(c.TargetLeg),
+			Throughput: c.Throughput,
+		}
+	}
+	return out
+}
+
+func legStatus(l netstack.LegStats) api.Leg {
+	return api.Leg{
+		SegmentsSent: l.SegmentsSent, SegmentsReceived: l.SegmentsReceived, Retransmits: l.Retransmits,
+		FastRetransmits: l.FastRetransmits, Timeouts: l.Timeouts, TimeoutsKnown: l.TimeoutsKnown,
+		RTT: l.RTT, RTTVar: l.RTTVar, BytesSent: l.BytesSent, BytesReceived: l.BytesReceived,
+	}
+}
 
 // ConnStats is Connections with its concrete type.
 func (a *Appliance) ConnStats() []netstack.ConnStats { return a.fwd.Conns() }

@@ -1,10 +1,14 @@
 package appliance
 
 import (
+	"context"
+	"io"
 	"reflect"
 	"testing"
+	"time"
 
 	"weir/cmd/weir/api"
+	"weir/internal/testutil"
 )
 
 // TestRefusalsSorted: /status lists refusals by level then limit whatever
@@ -54,5 +58,29 @@ func TestStatusHasEveryNIC(t *testing.T) {
 	}
 	if len(st.Datapath.Dropped) == 0 || st.Datapath.Dropped[0].Reason != "truncated" {
 		t.Errorf("datapath drops %v, want one entry per reason from truncated", st.Datapath.Dropped)
+	}
+}
+
+// TestConnectionsListsOpenConnection: /connections shows an open connection
+// with its addresses, service, target and both legs' bytes.
+func TestConnectionsListsOpenConnection(t *testing.T) {
+	l := newLab(t, labConfig([]int{1}, nil), LabOptions{})
+	c, err := l.Dial(context.Background(), "tcp", "198.19.0.80:80")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	req := "GET / HTTP/1.1\r\nHost: web\r\n\r\n"
+	if _, err := io.WriteString(c, req); err != nil {
+		t.Fatal(err)
+	}
+	var got []api.Connection
+	testutil.Eventually(t, 5*time.Second, func() bool {
+		got = l.App.Connections()
+		return len(got) == 1 && got[0].ClientLeg.BytesReceived >= uint64(len(req)) && got[0].TargetLeg.BytesSent >= uint64(len(req))
+	}, "one connection with the request counted on both legs")
+	cn := got[0]
+	if cn.Service != "web" || cn.Target != "t1" || cn.VIP != "198.19.0.80:80" || cn.Client == "" || cn.Start.IsZero() {
+		t.Errorf("connection %+v", cn)
 	}
 }
