@@ -1,4 +1,4 @@
-package appliance
+package appliance_test
 
 import (
 	"os"
@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"weir/cmd/weir/internal/appliance"
+	"weir/cmd/weir/internal/lab"
 	"weir/policy"
 	"weir/policy/config"
 )
@@ -37,8 +39,8 @@ func TestReloaderFollowsTheFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := newLab(t, cfg, LabOptions{})
-	r := NewReloader(l.App, path, config.Load)
+	l := newLab(t, cfg, lab.Options{})
+	r := appliance.NewReloader(l.App, path, config.Load)
 	var swapped atomic.Int32
 	r.OnReload = func(*policy.Config) { swapped.Add(1) }
 	if r.Changed() {

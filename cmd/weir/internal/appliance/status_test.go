@@ -1,47 +1,20 @@
-package appliance
+package appliance_test
 
 import (
 	"context"
 	"io"
-	"reflect"
 	"testing"
 	"time"
 
 	"weir/cmd/weir/api"
+	"weir/cmd/weir/internal/lab"
 	"weir/internal/testutil"
 )
-
-// TestRefusalsSorted: /status lists refusals by level then limit whatever
-// the order they happened in (the map they are counted in has none), with
-// draining refusals as instance/draining.
-func TestRefusalsSorted(t *testing.T) {
-	var c counters
-	for _, k := range [][2]string{
-		{"virtual server", "maxConnections"}, {"balancer", "targets"}, {"class", "maxBandwidth"},
-		{"virtual server", "burst"}, {"instance", "maxConnections"}, {"class", "maxBandwidth"}, {"balancer", "targets"},
-	} {
-		c.refusal(k[0], k[1])
-	}
-	c.refusedDraining.Add(4)
-	want := []api.Refusal{
-		{Level: "balancer", Limit: "targets", Count: 2},
-		{Level: "class", Limit: "maxBandwidth", Count: 2},
-		{Level: "instance", Limit: "draining", Count: 4},
-		{Level: "instance", Limit: "maxConnections", Count: 1},
-		{Level: "virtual server", Limit: "burst", Count: 1},
-		{Level: "virtual server", Limit: "maxConnections", Count: 1},
-	}
-	for i := 0; i < 20; i++ { // map order varies from call to call
-		if got := c.refusalList(); !reflect.DeepEqual(got, want) {
-			t.Fatalf("refusals\n got %v\nwant %v", got, want)
-		}
-	}
-}
 
 // TestStatusHasEveryNIC: the front NIC and each back arm appear in /status
 // with their transport's counters when it keeps any.
 func TestStatusHasEveryNIC(t *testing.T) {
-	l := newLab(t, labConfig([]int{1, 1}, nil), LabOptions{})
+	l := newLab(t, labConfig([]int{1, 1}, nil), lab.Options{})
 	st := l.App.Status()
 	var names []string
 	for _, n := range st.NICs {
@@ -64,7 +37,7 @@ func TestStatusHasEveryNIC(t *testing.T) {
 // TestConnectionsListsOpenConnection: /connections shows an open connection
 // with its addresses, service, target and both legs' bytes.
 func TestConnectionsListsOpenConnection(t *testing.T) {
-	l := newLab(t, labConfig([]int{1}, nil), LabOptions{})
+	l := newLab(t, labConfig([]int{1}, nil), lab.Options{})
 	c, err := l.Dial(context.Background(), "tcp", "198.19.0.80:80")
 	if err != nil {
 		t.Fatal(err)
