@@ -228,9 +228,6 @@ func legStatus(l netstack.LegStats) api.Leg {
 	}
 }
 
-// ConnStats is Connections with its concrete type.
-func (a *Appliance) ConnStats() []netstack.ConnStats { return a.fwd.Conns() }
-
 // Healthy is nil while the appliance serves, an error while it drains.
 func (a *Appliance) Healthy() error {
 	if a.draining.Load() {
