@@ -236,7 +236,7 @@ var Defs = []Def{
 		Help:    "TCP RSTs weir's stack sent, refusals included.",
 		samples: one(func(st *api.Status) float64 { return float64(st.Stack.TCPResetsSent) })},
 	{Name: "weir_stack_syns_dropped_total", Type: Counter,
-		Help:    "SYNs dropped because 1024 connections were already between SYN and splice; clients retry after a second. Rising: a SYN flood, or targets too slow to connect (see weir_connections_pending).",
+		Help:    "SYNs dropped because the forwarder's bound on connections between SYN and splice (1024 by default) was reached; clients retry after a second. Rising: a SYN flood, or targets too slow to connect (see weir_connections_pending).",
 		samples: one(func(st *api.Status) float64 { return float64(st.Stack.SYNsDroppedInFlight) })},
 	{Name: "weir_stack_udp_no_socket_total", Type: Counter,
 		Help:    "UDP datagrams to an address with no socket, answered with ICMP port unreachable: weir balances TCP only.",
