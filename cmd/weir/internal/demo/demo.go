@@ -264,7 +264,3 @@ func (d *demo) tos(ctx context.Context) Result {
 	return Result{Scenario: "ToS marking", OK: r.OK == 20 && marked >= uint64(3*r.OK),
 		Detail: fmt.Sprintf("%d packets marked over %d connections (≥ 3 each: SYN-ACK, data, FIN)", marked, r.OK)}
 }
-
-// tenths writes a ratio in tenths of a percent (the monitor's unit) as a
-// percentage: 25 → "2.5%".
-func tenths(v int) string { return fmt.Sprintf("%d.%d%%", v/10, v%10) }
