@@ -76,15 +76,16 @@ func (a *Appliance) Status() api.Status {
 		Closed:         a.counters.closed.Load(),
 		DialFailures:   a.counters.dialFailures.Load(),
 		Refusals:       a.counters.refusalList(),
-		Datapath:       datapathStatus(a.engine),
-		Stack:          stackStatus(a.stack.Stats()),
-		Forwarder:      forwarderStatus(a.fwd.Stats()),
-		Control:        api.Control{DroppedEvents: a.adm.DroppedEvents()},
 	}
+	raw := a.RawStats()
+	st.Datapath = datapathStatus(raw.Datapath, raw.Flows)
+	st.Stack = stackStatus(raw.Stack)
+	st.Forwarder = forwarderStatus(raw.Forwarder)
+	st.Control.DroppedEvents = raw.AdmissionEventsDropped
 	if a.opts.LogDrops != nil {
 		st.Control.DroppedLogLines = a.opts.LogDrops()
 	}
-	for _, n := range a.nics {
+	for _, n := range raw.NICs {
 		st.NICs = append(st.NICs, nicStatus(n))
 	}
 	for _, l := range a.adm.Snapshot() {
@@ -145,15 +146,13 @@ func targetStatus(t balancer.TargetStatus, e *policy.Explanation) api.Target {
 	return out
 }
 
-func datapathStatus(e *datapath.Engine) api.Datapath {
-	s := e.Stats()
+func datapathStatus(s datapath.EngineStats, f datapath.FlowTableStats) api.Datapath {
 	out := api.Datapath{EgressMalformed: s.EgressMalformed, Fragments: s.Fragments, Marked: s.Marked, Uncached: s.Uncached}
 	for i, n := range s.Dropped {
 		if r := datapath.DropReason(i); r != datapath.DropNone {
 			out.Dropped = append(out.Dropped, api.Drop{Reason: r.String(), Count: n})
 		}
 	}
-	f := e.Flows().Stats()
 	out.Flows = api.FlowTable{Live: f.Flows, Inserted: f.Inserted, Replaced: f.Replaced, Expired: f.Expired, Refused: f.Refused}
 	return out
 }
@@ -170,21 +169,14 @@ func forwarderStatus(s netstack.ForwarderStats) api.Forwarder {
 	return api.Forwarder{
 		Accepted: s.Accepted, Pending: s.Pending, NoService: s.NoService, RefusedClosed: s.RefusedClosed,
 		HandshakeTimedOut: s.HandshakeTimedOut, HandshakeFailed: s.HandshakeFailed,
-		IdleClosed: s.IdleClosed, TimeWaitReopened: s.TimeWaitReopened,
+		IdleClosed: s.IdleClosed, TimeWaitReopened: s.TimeWaitReopened, Aborted: s.Aborted, NoSession: s.NoSession,
 	}
 }
 
-// namedNIC is one of the stack's interfaces with the transport below it.
-type namedNIC struct {
-	name string
-	nic  *netstack.NIC
-	dev  datapath.Device
-}
-
-func nicStatus(n namedNIC) api.NIC {
-	s := n.nic.Stats()
+func nicStatus(n NICStats) api.NIC {
+	s := n.Link
 	out := api.NIC{
-		Name: n.name, RxPackets: s.RxPackets, RxBytes: s.RxBytes, TxPackets: s.TxPackets, TxBytes: s.TxBytes,
+		Name: n.Name, RxPackets: s.RxPackets, RxBytes: s.RxBytes, TxPackets: s.TxPackets, TxBytes: s.TxBytes,
 		Dropped: []api.Drop{
 			{Reason: "malformed", Count: s.DroppedMalformed},
 			{Reason: "detached", Count: s.DroppedDetached},
@@ -198,9 +190,8 @@ func nicStatus(n namedNIC) api.NIC {
 			{Reason: "write_short", Count: s.WriteShort},
 		},
 	}
-	if r, ok := n.dev.(datapath.StatsReporter); ok {
-		d := r.Stats()
-		out.Device = &api.Device{DroppedFull: d.DroppedFull, DroppedTooBig: d.DroppedTooBig}
+	if n.HasDevice {
+		out.Device = &api.Device{DroppedFull: n.Device.DroppedFull, DroppedTooBig: n.Device.DroppedTooBig}
 	}
 	return out
 }

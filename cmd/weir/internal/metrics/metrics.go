@@ -268,6 +268,13 @@ var Defs = []Def{
 		Help:    "SYNs that ended a TIME_WAIT on their 4-tuple and opened a new connection at once (clients reusing ports quickly).",
 		samples: one(func(st *api.Status) float64 { return float64(st.Forwarder.TimeWaitReopened) })},
 
+	{Name: "weir_forwarder_aborted_total", Type: Counter,
+		Help:    "Connections, pending or spliced, that weir ended because it shut down (after the drain grace, or on Close).",
+		samples: one(func(st *api.Status) float64 { return float64(st.Forwarder.Aborted) })},
+	{Name: "weir_forwarder_no_session_total", Type: Counter,
+		Help:    "Admitted SYNs refused with RST because admission returned no session: a weir bug, report it with the log.",
+		samples: one(func(st *api.Status) float64 { return float64(st.Forwarder.NoSession) })},
+
 	// NICs and transports.
 	{Name: "weir_nic_packets_total", Type: Counter, Labels: []string{"nic", "direction"},
 		Help: "Packets through each stack interface: rx handed to the stack, tx written to the transport.",

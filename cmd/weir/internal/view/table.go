@@ -140,6 +140,7 @@ func countedDrops(st api.Status) []string {
 	add("flow table full (flows)", st.Datapath.Flows.Refused)
 	add("stack SYNs over the pending-handshake limit", st.Stack.SYNsDroppedInFlight)
 	add("stack IP malformed", st.Stack.IPMalformed)
+	add("forwarder SYNs admitted without a session (a bug)", st.Forwarder.NoSession)
 	for _, n := range st.NICs {
 		for _, d := range n.Dropped {
 			add("nic "+n.Name+" "+d.Reason, d.Count)
