@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -35,7 +36,7 @@ func TestStatusCommand(t *testing.T) {
 	addr := strings.TrimPrefix(srv.URL, "http://")
 
 	var out strings.Builder
-	if err := runStatus(&out, addr, "tok", false); err != nil {
+	if err := runStatus(&out, http.DefaultClient, addr, "tok", false); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"weir edge1 — config generation 2", "3 open connections", "t1", "instance draining: 1"} {
@@ -45,7 +46,7 @@ func TestStatusCommand(t *testing.T) {
 	}
 
 	out.Reset()
-	if err := runStatus(&out, addr, "tok", true); err != nil {
+	if err := runStatus(&out, http.DefaultClient, addr, "tok", true); err != nil {
 		t.Fatal(err)
 	}
 	var got api.Status
@@ -53,7 +54,7 @@ func TestStatusCommand(t *testing.T) {
 		t.Errorf("weir status --json: %v %+v", err, got)
 	}
 
-	if err := runStatus(&out, addr, "", false); err == nil || !strings.Contains(err.Error(), "401") {
+	if err := runStatus(&out, http.DefaultClient, addr, "", false); err == nil || !strings.Contains(err.Error(), "401") {
 		t.Errorf("without the token: %v, want a 401", err)
 	}
 
@@ -63,7 +64,7 @@ func TestStatusCommand(t *testing.T) {
 	}
 	dead := ln.Addr().String()
 	ln.Close()
-	if err := runStatus(&out, dead, "", false); err == nil || !strings.Contains(err.Error(), "no weir answering at "+dead) {
+	if err := runStatus(&out, http.DefaultClient, dead, "", false); err == nil || !strings.Contains(err.Error(), "no weir answering at "+dead) {
 		t.Errorf("nothing listening: %v", err)
 	}
 }
@@ -105,8 +106,8 @@ func TestE2EStatusAgreesWithMetrics(t *testing.T) {
 	if metricSum(fams, "weir_transport_dropped_total", map[string]string{"nic": "front", "reason": "queue_full"}) < 0 {
 		t.Error("no weir_transport_dropped_total for the TUN")
 	}
-	var out strings.Builder
-	if err := runStatus(&out, w.Admin, "", false); err != nil {
+	var out strings.Builder // the admin API listens inside the namespace: w.HTTP reaches it
+	if err := runStatus(&out, w.HTTP, w.Admin, "", false); err != nil {
 		t.Fatal(err)
 	}
 	if s := out.String(); !strings.Contains(s, "web (http") || !strings.Contains(s, "  t1 ") {
