@@ -175,7 +175,7 @@ func runAppliance(ctx context.Context, stdout, stderr io.Writer, o runOptions) e
 		}
 	}()
 
-	reloader := appliance.NewReloader(app, o.config, config.Load)
+	reloader := appliance.NewReloader(app, o.config, config.Parser{}.Parse)
 	reloader.OnReload = func(cfg *policy.Config) {
 		if err := syncRoutes(o.tunName, vipRoutes(cfg)); err != nil {
 			log.Error().Err(err).Msg("routing the new VIPs through the TUN failed")
