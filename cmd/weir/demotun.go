@@ -58,7 +58,7 @@ func newTUNClients() (*tunClients, error) {
 		if err := netlink.LinkSetUp(lo); err != nil {
 			return err
 		}
-		devs, err := tun.Open(tun.Options{Name: "weir-demo", Addrs: []netip.Prefix{clientAddr}, Routes: vipRoutes(cfg)})
+		devs, err := tun.Open(tun.Options{Name: "weir-demo", Addrs: []netip.Prefix{clientAddr}, Routes: tun.VIPRoutes(cfg)})
 		if err != nil {
 			return err
 		}
