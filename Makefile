@@ -42,7 +42,7 @@ bench: ## all micro-benchmarks, 5 runs each, into bench/out/bench.txt
 .PHONY: bench-e2e
 bench-e2e: ## end-to-end benchmarks: connections/s and MB/s through weir against a direct baseline
 	@mkdir -p bench/out
-	$(GO) test -run '^$$' -bench . -benchtime 3s -count 3 -timeout 30m ./cmd/weir/internal/appliance/ | tee bench/out/bench-e2e.txt
+	$(GO) test -run '^$$' -bench . -benchtime 3s -count 3 -timeout 30m ./cmd/weir/internal/lab/ | tee bench/out/bench-e2e.txt
 
 .PHONY: bench-smoke
 bench-smoke: ## every benchmark once, briefly, to prove they run

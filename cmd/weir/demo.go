@@ -9,7 +9,7 @@ import (
 	"github.com/mattn/go-isatty"
 	"github.com/spf13/cobra"
 
-	"weir/cmd/weir/internal/appliance"
+	"weir/cmd/weir/internal/demo"
 )
 
 func newDemoCmd() *cobra.Command {
@@ -28,7 +28,7 @@ func newDemoCmd() *cobra.Command {
 			"ToS marks on egress. It ends with a summary table and exits 1 if a scenario failed.",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if dump, _ := cmd.Flags().GetBool("config-dump"); dump {
-				_, err := cmd.OutOrStdout().Write(appliance.DemoConfig)
+				_, err := cmd.OutOrStdout().Write(demo.Config)
 				return err
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
@@ -39,7 +39,7 @@ func newDemoCmd() *cobra.Command {
 				live = true
 			}
 			fmt.Fprintln(out, "weir demo: the whole appliance in one process, with built-in backends (gVisor stacks behind in-memory links) and load")
-			o := appliance.DemoOptions{Out: out, Live: live, Loss: loss / 100}
+			o := demo.Options{Out: out, Live: live, Loss: loss / 100}
 			if useTUN {
 				c, err := newTUNClients()
 				if err != nil {
@@ -49,7 +49,7 @@ func newDemoCmd() *cobra.Command {
 				o.Front, o.Dial = c.dev, c.Dial
 				fmt.Fprintln(out, "clients: the kernel TCP stack of a network namespace of their own, through the TUN weir-demo")
 			}
-			results, err := appliance.RunDemo(ctx, o)
+			results, err := demo.Run(ctx, o)
 			if err != nil {
 				return err
 			}

@@ -11,7 +11,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
-	"weir/cmd/weir/internal/appliance"
+	"weir/cmd/weir/internal/demo"
 	"weir/datapath/tun"
 	"weir/policy/config"
 )
@@ -34,7 +34,7 @@ func newTUNClients() (*tunClients, error) {
 	if err := preflight(); err != nil {
 		return nil, fmt.Errorf("weir demo --tun: %w", err)
 	}
-	cfg, err := config.ParseYAML("demo.yaml", appliance.DemoConfig)
+	cfg, err := config.ParseYAML("demo.yaml", demo.Config)
 	if err != nil {
 		return nil, err
 	}

@@ -242,6 +242,12 @@ func (a *Appliance) balancer(name string) *balancer.Balancer {
 // Config returns the configuration in force.
 func (a *Appliance) Config() *policy.Config { return a.cfg.Load() }
 
+// DatapathStats returns the front datapath's counters now.
+func (a *Appliance) DatapathStats() datapath.EngineStats { return a.engine.Stats() }
+
+// StackStats returns the counters of weir's own TCP/IP stack now.
+func (a *Appliance) StackStats() netstack.StackStats { return a.stack.Stats() }
+
 // Start runs the recompute and sampling loops until Close.
 func (a *Appliance) Start() {
 	a.wg.Add(2)

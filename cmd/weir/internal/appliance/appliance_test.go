@@ -1,13 +1,15 @@
-package appliance
+// The appliance's scenario tests run it whole in a lab (clients and
+// backends on gVisor stacks joined by in-memory pairs), through its exported
+// API only: the lab imports the appliance, so these live in an external test
+// package.
+package appliance_test
 
 import (
-	"bytes"
 	"context"
 	"net/http/httptest"
 	"net/netip"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,8 +19,11 @@ import (
 
 	"weir/bench"
 	"weir/cmd/weir/internal/admin"
+	"weir/cmd/weir/internal/appliance"
+	"weir/cmd/weir/internal/lab"
 	"weir/cmd/weir/internal/obs"
 	"weir/datapath/fault"
+	"weir/internal/testutil"
 	"weir/policy"
 )
 
@@ -52,9 +57,9 @@ func labConfig(weights []int, maxConns []int64) *policy.Config {
 	}
 }
 
-func newLab(t *testing.T, cfg *policy.Config, o LabOptions) *Lab {
+func newLab(t *testing.T, cfg *policy.Config, o lab.Options) *lab.Lab {
 	t.Helper()
-	l, err := NewLab(cfg, o)
+	l, err := lab.New(cfg, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +68,7 @@ func newLab(t *testing.T, cfg *policy.Config, o LabOptions) *Lab {
 }
 
 func TestWeightedDistribution(t *testing.T) {
-	l := newLab(t, labConfig([]int{3, 1}, nil), LabOptions{})
+	l := newLab(t, labConfig([]int{3, 1}, nil), lab.Options{})
 	for _, vip := range []string{"198.19.0.80:80", "[fd00::80]:80"} {
 		res := bench.Load{Dial: l.Dial, Addr: vip, Clients: 1, Requests: 200, Duration: 30 * time.Second}.Run(context.Background())
 		if res.OK != 200 {
@@ -74,7 +79,7 @@ func TestWeightedDistribution(t *testing.T) {
 			t.Errorf("%s: per target %v, want t1 150, t2 50", vip, res.PerTarget)
 		}
 	}
-	if st := l.App.engine.Stats(); st.Marked == 0 {
+	if st := l.App.DatapathStats(); st.Marked == 0 {
 		t.Errorf("no packet toward clients was ToS-marked: %+v", st)
 	}
 }
@@ -85,11 +90,11 @@ func TestWeightedDistribution(t *testing.T) {
 // both serve again once their backlog drains.
 func TestWebSphereMaxConnections(t *testing.T) {
 	cfg := labConfig([]int{1, 1}, []int64{3, 4})
-	var accessBuf syncBuffer
+	var accessBuf testutil.SyncBuffer
 	access := obs.NewAccessLog(&accessBuf, true)
-	l := newLab(t, cfg, LabOptions{
+	l := newLab(t, cfg, lab.Options{
 		Backend:   func(_ policy.TargetKey, b *bench.Backend) { b.Delay = 500 * time.Millisecond },
-		Appliance: Options{Access: access},
+		Appliance: appliance.Options{Access: access},
 	})
 	res := bench.Load{Dial: l.Dial, Addr: "198.19.0.80:80", Clients: 30, Requests: 30, Duration: 30 * time.Second}.Run(context.Background())
 	b1, b2 := l.Backends[policy.TargetKey{Service: "web", Target: "t1"}], l.Backends[policy.TargetKey{Service: "web", Target: "t2"}]
@@ -126,7 +131,7 @@ func TestWebSphereMaxConnections(t *testing.T) {
 func TestEnforcedLimitRefusesWithPage(t *testing.T) {
 	cfg := labConfig([]int{1}, nil)
 	cfg.Services[0].Limits = policy.Limits{MaxConnections: 2, EnforceConnections: true}
-	l := newLab(t, cfg, LabOptions{Backend: func(_ policy.TargetKey, b *bench.Backend) { b.Delay = 300 * time.Millisecond }})
+	l := newLab(t, cfg, lab.Options{Backend: func(_ policy.TargetKey, b *bench.Backend) { b.Delay = 300 * time.Millisecond }})
 	res := bench.Load{Dial: l.Dial, Addr: "198.19.0.80:80", Clients: 6, Requests: 6, Duration: 30 * time.Second}.Run(context.Background())
 	if res.OK != 2 || res.Refused503 != 4 {
 		t.Fatalf("ok=%d 503=%d, want 2 and 4: %+v", res.OK, res.Refused503, res)
@@ -140,7 +145,7 @@ func TestEnforcedLimitRefusesWithPage(t *testing.T) {
 
 func TestLossMovesWeight(t *testing.T) {
 	cfg := labConfig([]int{10, 10}, nil)
-	l := newLab(t, cfg, LabOptions{})
+	l := newLab(t, cfg, lab.Options{})
 	// Loss on weir → t2: weir's own segments to t2 are retransmitted, so
 	// the load uploads (the target leg's measured direction).
 	l.Faults[policy.TargetKey{Service: "web", Target: "t2"}].SetRates(fault.Rates{Drop: 0.05}, fault.Rates{})
@@ -176,7 +181,7 @@ func TestLossMovesWeight(t *testing.T) {
 
 func TestReloadKeepsCountersAndConnections(t *testing.T) {
 	cfg := labConfig([]int{1, 1}, nil)
-	l := newLab(t, cfg, LabOptions{Backend: func(_ policy.TargetKey, b *bench.Backend) { b.Delay = 400 * time.Millisecond }})
+	l := newLab(t, cfg, lab.Options{Backend: func(_ policy.TargetKey, b *bench.Backend) { b.Delay = 400 * time.Millisecond }})
 	done := make(chan bench.Result)
 	go func() {
 		done <- bench.Load{Dial: l.Dial, Addr: "198.19.0.80:80", Clients: 4, Requests: 8, Duration: 30 * time.Second}.Run(context.Background())
@@ -214,7 +219,7 @@ func TestReloadKeepsCountersAndConnections(t *testing.T) {
 
 func TestMetricsScrape(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	l := newLab(t, labConfig([]int{1}, nil), LabOptions{Appliance: Options{Registerer: reg}})
+	l := newLab(t, labConfig([]int{1}, nil), lab.Options{Appliance: appliance.Options{Registerer: reg}})
 	bench.Load{Dial: l.Dial, Addr: "198.19.0.80:80", Clients: 1, Requests: 3}.Run(context.Background())
 	waitClosed(t, l.App)
 	l.App.SampleNow()
@@ -237,7 +242,7 @@ func TestMetricsScrape(t *testing.T) {
 		}
 	}
 	documented := map[string]bool{}
-	for _, m := range MetricsDoc() {
+	for _, m := range appliance.MetricsDoc() {
 		documented[m.Name] = true
 	}
 	for name := range fams {
@@ -252,7 +257,7 @@ func TestMetricsScrape(t *testing.T) {
 
 func TestNoGoroutineLeak(t *testing.T) {
 	before := runtime.NumGoroutine()
-	l, err := NewLab(labConfig([]int{1, 1}, nil), LabOptions{})
+	l, err := lab.New(labConfig([]int{1, 1}, nil), lab.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -271,7 +276,7 @@ func TestNoGoroutineLeak(t *testing.T) {
 
 // waitClosed waits until every admitted connection has been reported closed:
 // a client has its answer a moment before weir sees both legs end.
-func waitClosed(t *testing.T, a *Appliance) {
+func waitClosed(t *testing.T, a *appliance.Appliance) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for a.OpenConnections() > 0 {
@@ -285,7 +290,7 @@ func waitClosed(t *testing.T, a *Appliance) {
 func TestHealthChecksTakeDeadTargetOut(t *testing.T) {
 	cfg := labConfig([]int{1, 1}, nil)
 	cfg.Balancer.Health = policy.HealthCheck{Interval: 50 * time.Millisecond, Timeout: 40 * time.Millisecond, Rise: 1, Fall: 2}
-	l := newLab(t, cfg, LabOptions{})
+	l := newLab(t, cfg, lab.Options{})
 	l.App.Start()
 	l.Backends[policy.TargetKey{Service: "web", Target: "t2"}].Close()
 	deadline := time.Now().Add(5 * time.Second)
@@ -308,22 +313,4 @@ func TestHealthChecksTakeDeadTargetOut(t *testing.T) {
 	if res.OK != 20 || res.PerTarget["t1"] != 20 {
 		t.Errorf("with t2 unhealthy: %+v", res)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -1,4 +1,4 @@
-package appliance
+package appliance_test
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"weir/bench"
+	"weir/cmd/weir/internal/appliance"
+	"weir/cmd/weir/internal/lab"
 	"weir/internal/testutil"
 	"weir/policy"
 	"weir/policy/config"
@@ -34,7 +36,7 @@ func writeConfig(t *testing.T, path, text string) {
 	}
 }
 
-func reloadLab(t *testing.T, text string) (*Lab, string) {
+func reloadLab(t *testing.T, text string) (*lab.Lab, string) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "weir.yaml")
 	writeConfig(t, path, text)
@@ -42,11 +44,11 @@ func reloadLab(t *testing.T, text string) (*Lab, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return newLab(t, cfg, LabOptions{}), path
+	return newLab(t, cfg, lab.Options{}), path
 }
 
 // startLoop runs r.Loop until the test ends.
-func startLoop(t *testing.T, r *Reloader) chan<- struct{} {
+func startLoop(t *testing.T, r *appliance.Reloader) chan<- struct{} {
 	hup, stop := make(chan struct{}), make(chan struct{})
 	done := make(chan struct{})
 	go func() { r.Loop(hup, stop); close(done) }()
@@ -56,7 +58,7 @@ func startLoop(t *testing.T, r *Reloader) chan<- struct{} {
 
 func TestReloaderFollowsTheFile(t *testing.T) {
 	l, path := reloadLab(t, strings.Replace(reloadYAML, "%d", "1", 1))
-	r := NewReloader(l.App, path, config.Parser{}.Parse)
+	r := appliance.NewReloader(l.App, path, config.Parser{}.Parse)
 	r.Settle = 20 * time.Millisecond
 	var swapped atomic.Int32
 	r.OnReload = func(*policy.Config) { swapped.Add(1) }
@@ -102,7 +104,7 @@ func TestReloaderFollowsTheFile(t *testing.T) {
 // noServices: true.
 func TestReloaderRefusesToRemoveEveryService(t *testing.T) {
 	l, path := reloadLab(t, strings.Replace(reloadYAML, "%d", "1", 1))
-	r := NewReloader(l.App, path, config.Parser{}.Parse)
+	r := appliance.NewReloader(l.App, path, config.Parser{}.Parse)
 	r.Settle = time.Millisecond
 	for _, text := range []string{"", "# emptied\n", "balancer: {refreshInterval: 1s}\n"} {
 		writeConfig(t, path, text)
@@ -133,7 +135,7 @@ func TestReloaderRefusesToRemoveEveryService(t *testing.T) {
 // reads is not taken; once it stops changing it is.
 func TestReloaderWaitsForTheFileToSettle(t *testing.T) {
 	l, path := reloadLab(t, strings.Replace(reloadYAML, "%d", "1", 1))
-	r := NewReloader(l.App, path, config.Parser{}.Parse)
+	r := appliance.NewReloader(l.App, path, config.Parser{}.Parse)
 	r.Settle = 20 * time.Millisecond
 	stop, done := make(chan struct{}), make(chan struct{})
 	go func() {
@@ -188,7 +190,7 @@ func TestReloadSurvivesTruncateThenWrite(t *testing.T) {
 		return strings.Replace(strings.Replace(reloadYAML, "%d", string(rune('0'+w)), 1), "20ms", "1s", 1)
 	}
 	l, path := reloadLab(t, text(1))
-	r := NewReloader(l.App, path, config.Parser{}.Parse)
+	r := appliance.NewReloader(l.App, path, config.Parser{}.Parse)
 	startLoop(t, r)
 
 	ctx, cancel := context.WithTimeout(context.Background(), soak)

@@ -178,8 +178,8 @@ func (a *Appliance) Healthy() error {
 	return nil
 }
 
-// targetFailures is the number of failed connects to a target so far.
-func (a *Appliance) targetFailures(k policy.TargetKey) uint64 {
+// TargetFailures is the number of failed connects to a target so far.
+func (a *Appliance) TargetFailures(k policy.TargetKey) uint64 {
 	b := a.balancer(k.Service)
 	if b == nil {
 		return 0

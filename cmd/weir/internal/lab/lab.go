@@ -1,4 +1,8 @@
-package appliance
+// Package lab is a whole weir deployment in one process, with no root: the
+// rig the demo and the appliance's scenario tests run in. It is one of the
+// two places (with the demo) that may import bench and datapath/fault; the
+// product never links it.
+package lab
 
 import (
 	"context"
@@ -9,6 +13,7 @@ import (
 	"sync"
 
 	"weir/bench"
+	"weir/cmd/weir/internal/appliance"
 	"weir/datapath"
 	"weir/datapath/fault"
 	"weir/netstack"
@@ -24,7 +29,7 @@ import (
 //	clients (gVisor) ═pipe═ Engine ─ weir stack ─ arm t1 ═fault═pipe═ backend t1 (gVisor)
 //	                                             └ arm t2 ═fault═pipe═ backend t2 (gVisor)
 type Lab struct {
-	App      *Appliance
+	App      *appliance.Appliance
 	Client   *netstack.Stack
 	Backends map[policy.TargetKey]*bench.Backend
 	// Faults wraps each target's arm, toward the target; set its rates to
@@ -36,16 +41,17 @@ type Lab struct {
 	wg     sync.WaitGroup
 }
 
-// LabOptions tune a Lab; the zero value works.
-type LabOptions struct {
+// Options tune a Lab; the zero value works.
+type Options struct {
 	// ClientAddr is the clients' address; zero means 198.18.0.2 (and
 	// fd00::2 for IPv6 VIPs).
 	ClientAddr netip.Addr
 	// Backend configures each target's server before it starts (its Name
 	// is set to the target's name); nil leaves the defaults.
 	Backend func(k policy.TargetKey, b *bench.Backend)
-	// Appliance is passed to New with Config, Front and Backs filled in.
-	Appliance Options
+	// Appliance is passed to appliance.New with Config, Front and Backs
+	// filled in.
+	Appliance appliance.Options
 	// Seed seeds the fault injectors; zero means 1.
 	Seed uint64
 	// Front, when set, replaces the in-memory pair and client stack toward
@@ -55,10 +61,11 @@ type LabOptions struct {
 	Dial  bench.DialFunc
 }
 
-// NewLab builds the deployment for cfg: every target of every service gets
+// New builds the deployment for cfg: every target of every service gets
 // a backend listening on its address. Targets must be `via: netstack` and
-// their addresses unique.
-func NewLab(cfg *policy.Config, o LabOptions) (*Lab, error) {
+// their addresses unique. The appliance is built but not started: call
+// l.App.Start to run its control loops.
+func New(cfg *policy.Config, o Options) (*Lab, error) {
 	cfg, err := policy.Compile(cfg)
 	if err != nil {
 		return nil, err
@@ -75,7 +82,7 @@ func NewLab(cfg *policy.Config, o LabOptions) (*Lab, error) {
 		seed = 1
 	}
 
-	var arms []BackArm
+	var arms []appliance.BackArm
 	n := 0
 	for _, vs := range cfg.Services {
 		for _, t := range vs.Targets {
@@ -89,7 +96,7 @@ func NewLab(cfg *policy.Config, o LabOptions) (*Lab, error) {
 			f := fault.New(weirEnd, fault.Options{Seed: seed + uint64(n)})
 			l.Faults[k] = f
 			bits := t.Addr.Addr().BitLen()
-			arms = append(arms, BackArm{
+			arms = append(arms, appliance.BackArm{
 				Name:   "arm-" + vs.Name + "-" + t.Name,
 				Device: f,
 				Addrs:  []netip.Prefix{netip.PrefixFrom(armAddr, bits)},
@@ -124,7 +131,7 @@ func NewLab(cfg *policy.Config, o LabOptions) (*Lab, error) {
 			return nil, errors.New("lab: a Front needs a Dial")
 		}
 		ao.Front, l.dial = o.Front, o.Dial
-		if l.App, err = New(ao); err != nil {
+		if l.App, err = appliance.New(ao); err != nil {
 			return nil, err
 		}
 		ok = true
@@ -132,7 +139,7 @@ func NewLab(cfg *policy.Config, o LabOptions) (*Lab, error) {
 	}
 	front, clientEnd := datapath.NewPipe(datapath.PipeOptions{QueueLen: 4096})
 	ao.Front = front
-	l.App, err = New(ao)
+	l.App, err = appliance.New(ao)
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package appliance
+package lab
 
 import (
 	"context"
@@ -159,7 +159,7 @@ func labFor(b *testing.B, body int) *Lab {
 		Name: "web", VIPs: []netip.Addr{netip.MustParseAddr("198.19.0.80")}, Ports: policy.PortRange{Lo: 80, Hi: 80}, Proto: policy.ProtoHTTP,
 		Targets: []*policy.Target{{Name: "t1", Addr: netip.MustParseAddrPort("198.19.1.10:8080"), Weight: 1, Via: policy.DialNetstack}},
 	}}}
-	l, err := NewLab(cfg, LabOptions{Backend: func(_ policy.TargetKey, be *bench.Backend) { be.Body = body }})
+	l, err := New(cfg, Options{Backend: func(_ policy.TargetKey, be *bench.Backend) { be.Body = body }})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -170,7 +170,7 @@ func labFor(b *testing.B, body int) *Lab {
 // retransmits sums the TCP retransmissions of every stack in the lab:
 // clients, weir and backends.
 func (l *Lab) retransmits() uint64 {
-	return retransmits(l.stacks...) + retransmits(l.App.stack)
+	return retransmits(l.stacks...) + l.App.StackStats().TCPRetransmits
 }
 
 // BenchmarkConnections: one short HTTP request per connection, 8 clients.

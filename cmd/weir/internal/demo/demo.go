@@ -1,4 +1,6 @@
-package appliance
+// Package demo is `weir demo`: the whole appliance in a lab, through the
+// seeds' scenarios, with what each one showed.
+package demo
 
 import (
 	"context"
@@ -12,20 +14,21 @@ import (
 	"github.com/rs/zerolog"
 
 	"weir/bench"
+	"weir/cmd/weir/internal/appliance"
+	"weir/cmd/weir/internal/lab"
 	"weir/datapath"
 	"weir/datapath/fault"
 	"weir/policy"
 	"weir/policy/config"
 )
 
-// DemoConfig is the embedded default configuration `weir demo` runs.
+// Config is the embedded default configuration `weir demo` runs.
 //
 //go:embed demo.yaml
-var DemoConfig []byte
+var Config []byte
 
-// DemoOptions configure RunDemo. The zero value prints plain lines to
-// io.Discard.
-type DemoOptions struct {
+// Options configure Run. The zero value prints plain lines to io.Discard.
+type Options struct {
 	Out io.Writer
 	// Live redraws a status table in place while each scenario runs (for a
 	// terminal); otherwise progress is printed as plain lines.
@@ -35,23 +38,23 @@ type DemoOptions struct {
 	Log *zerolog.Logger
 	// Loss is the drop rate injected on carol's leg; zero means 5 %.
 	Loss float64
-	// Front and Dial replace the in-memory clients (see LabOptions):
+	// Front and Dial replace the in-memory clients (see lab.Options):
 	// weir demo --tun runs the clients' side through a real TUN.
 	Front datapath.Device
 	Dial  bench.DialFunc
 }
 
-// DemoResult is one scenario's outcome.
-type DemoResult struct {
+// Result is one scenario's outcome.
+type Result struct {
 	Scenario string
 	OK       bool
 	Detail   string
 }
 
-// RunDemo runs the whole appliance over in-memory transports with built-in
+// Run runs the whole appliance over in-memory transports with built-in
 // backends and load, through the seeds' scenarios, and returns what each
 // showed. It needs no root and finishes in well under a minute.
-func RunDemo(ctx context.Context, o DemoOptions) ([]DemoResult, error) {
+func Run(ctx context.Context, o Options) ([]Result, error) {
 	out := o.Out
 	if out == nil {
 		out = io.Discard
@@ -60,14 +63,14 @@ func RunDemo(ctx context.Context, o DemoOptions) ([]DemoResult, error) {
 	if loss == 0 {
 		loss = 0.05
 	}
-	cfg, err := config.ParseYAML("demo.yaml", DemoConfig)
+	cfg, err := config.ParseYAML("demo.yaml", Config)
 	if err != nil {
 		return nil, fmt.Errorf("embedded demo config: %w", err)
 	}
-	lab, err := NewLab(cfg, LabOptions{
+	l, err := lab.New(cfg, lab.Options{
 		Front:     o.Front,
 		Dial:      o.Dial,
-		Appliance: Options{Source: "embedded demo.yaml", Log: o.Log},
+		Appliance: appliance.Options{Source: "embedded demo.yaml", Log: o.Log},
 		Backend: func(k policy.TargetKey, b *bench.Backend) {
 			if k.Service == "cluster" {
 				b.Delay = 1500 * time.Millisecond // slow members build a backlog
@@ -77,19 +80,19 @@ func RunDemo(ctx context.Context, o DemoOptions) ([]DemoResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer lab.Close()
-	app := lab.App
+	defer l.Close()
+	app := l.App
 	app.Start()
 
-	d := &demo{lab: lab, out: out, live: o.Live}
-	var results []DemoResult
+	d := &demo{lab: l, out: out, live: o.Live}
+	var results []Result
 	for _, sc := range []struct {
 		title string
-		run   func(context.Context) DemoResult
+		run   func(context.Context) Result
 	}{
 		{"1. weighted distribution (smooth weighted round robin over WLM weights)", d.distribution},
 		{"2. MaxConnections: members at 3 and 4, 30 concurrent slow clients", d.maxConnections},
-		{fmt.Sprintf("3. %.0f %% loss on carol's leg: loss fraction up, weight down, traffic away and back", loss*100), func(ctx context.Context) DemoResult { return d.lossShift(ctx, loss) }},
+		{fmt.Sprintf("3. %.0f %% loss on carol's leg: loss fraction up, weight down, traffic away and back", loss*100), func(ctx context.Context) Result { return d.lossShift(ctx, loss) }},
 		{"4. ToS 10100000 on every packet of the Telnet rule, SYN-ACK included", d.tos},
 	} {
 		if ctx.Err() != nil {
@@ -117,12 +120,12 @@ func RunDemo(ctx context.Context, o DemoOptions) ([]DemoResult, error) {
 	}
 	tw.Flush()
 	fmt.Fprintln(out)
-	WriteTable(out, app.StatusDoc())
+	appliance.WriteTable(out, app.StatusDoc())
 	return results, ctx.Err()
 }
 
 type demo struct {
-	lab  *Lab
+	lab  *lab.Lab
 	out  io.Writer
 	live bool
 }
@@ -177,7 +180,7 @@ func (d *demo) frame(service string, last bool) {
 	fmt.Fprint(d.out, b.String())
 }
 
-func (d *demo) distribution(ctx context.Context) DemoResult {
+func (d *demo) distribution(ctx context.Context) Result {
 	r := d.watch(ctx, "shop", bench.Load{Addr: "198.19.0.80:80", Clients: 4, Requests: 300, Duration: 20 * time.Second})
 	want := map[string]float64{"alice": 0.4, "bob": 0.2, "carol": 0.4}
 	ok := r.OK == 300
@@ -189,11 +192,11 @@ func (d *demo) distribution(ctx context.Context) DemoResult {
 		}
 		fmt.Fprintf(d.out, "   %-6s %4d requests  %5.1f%%  (weight share %.0f%%)\n", s.Name, s.Count, s.Share*100, want[s.Name]*100)
 	}
-	return DemoResult{Scenario: "weighted distribution", OK: ok,
+	return Result{Scenario: "weighted distribution", OK: ok,
 		Detail: fmt.Sprintf("%d/%d OK over 4:2:4 — %s", r.OK, r.Requests, strings.Join(parts, ", "))}
 }
 
-func (d *demo) maxConnections(ctx context.Context) DemoResult {
+func (d *demo) maxConnections(ctx context.Context) Result {
 	r := d.watch(ctx, "cluster", bench.Load{Addr: "198.19.0.81:80", Clients: 30, Requests: 30, Duration: 20 * time.Second})
 	b5 := d.lab.Backends[policy.TargetKey{Service: "cluster", Target: "wasmember05"}]
 	b6 := d.lab.Backends[policy.TargetKey{Service: "cluster", Target: "wasmember06"}]
@@ -211,11 +214,11 @@ func (d *demo) maxConnections(ctx context.Context) DemoResult {
 	fmt.Fprintf(d.out, "   after the backlog drained: %v\n", after.PerTarget)
 	ok := r.OK == 7 && r.Refused503 == 23 && b5.MaxActive() <= 3 && b6.MaxActive() <= 4 &&
 		strings.Contains(reason, "at limit") && after.PerTarget["wasmember05"] > 0 && after.PerTarget["wasmember06"] > 0
-	return DemoResult{Scenario: "MaxConnections", OK: ok,
+	return Result{Scenario: "MaxConnections", OK: ok,
 		Detail: fmt.Sprintf("%d served at once (3+4), %d got 503 naming the limits; both serve again after", r.OK, r.Refused503)}
 }
 
-func (d *demo) lossShift(ctx context.Context, loss float64) DemoResult {
+func (d *demo) lossShift(ctx context.Context, loss float64) Result {
 	carol := policy.TargetKey{Service: "shop", Target: "carol"}
 	f := d.lab.Faults[carol]
 	load := bench.Load{Addr: "198.19.0.80:80", Clients: 6, Upload: 48 << 10, Duration: 4 * time.Second}
@@ -225,7 +228,7 @@ func (d *demo) lossShift(ctx context.Context, loss float64) DemoResult {
 	show := func(phase string, r bench.Result) (policy.Explanation, bool) {
 		e, ok := d.lab.App.Explanation(carol)
 		down := ""
-		if n := d.lab.App.targetFailures(carol); n > 0 {
+		if n := d.lab.App.TargetFailures(carol); n > 0 {
 			down = fmt.Sprintf("; %d connects to carol timed out, each resting her %v", n, d.lab.App.Config().Balancer.RetryInterval)
 		}
 		fmt.Fprintf(d.out, "   %-12s carol served %4.1f%% of %d requests; loss %s → fraction %d%%, weight %d → %d%s\n",
@@ -246,17 +249,21 @@ func (d *demo) lossShift(ctx context.Context, loss float64) DemoResult {
 
 	ok := eLoss.LossFraction > 0 && eLoss.Weight < eLoss.BaseWeight && share(during) < share(before) &&
 		eAfter.Weight == eAfter.BaseWeight
-	return DemoResult{Scenario: "loss moves weight", OK: ok, Detail: fmt.Sprintf(
+	return Result{Scenario: "loss moves weight", OK: ok, Detail: fmt.Sprintf(
 		"%d packets dropped; carol's loss fraction reached %d%%, weight %d→%d, share %.0f%%→%.0f%%→%.0f%%",
 		st.Write.Dropped, eLoss.LossFraction, eLoss.BaseWeight, eLoss.Weight,
 		share(before)*100, share(during)*100, share(after)*100)}
 }
 
-func (d *demo) tos(ctx context.Context) DemoResult {
-	before := d.lab.App.engine.Stats().Marked
+func (d *demo) tos(ctx context.Context) Result {
+	before := d.lab.App.DatapathStats().Marked
 	r := bench.Load{Dial: d.lab.Dial, Addr: "198.19.0.23:23", Clients: 2, Requests: 20, Duration: 10 * time.Second}.Run(ctx)
-	marked := d.lab.App.engine.Stats().Marked - before
+	marked := d.lab.App.DatapathStats().Marked - before
 	fmt.Fprintf(d.out, "   %d Telnet connections, %d packets toward clients marked ToS 0xA0\n", r.OK, marked)
-	return DemoResult{Scenario: "ToS marking", OK: r.OK == 20 && marked >= uint64(3*r.OK),
+	return Result{Scenario: "ToS marking", OK: r.OK == 20 && marked >= uint64(3*r.OK),
 		Detail: fmt.Sprintf("%d packets marked over %d connections (≥ 3 each: SYN-ACK, data, FIN)", marked, r.OK)}
 }
+
+// tenths writes a ratio in tenths of a percent (the monitor's unit) as a
+// percentage: 25 → "2.5%".
+func tenths(v int) string { return fmt.Sprintf("%d.%d%%", v/10, v%10) }
