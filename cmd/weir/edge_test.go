@@ -1,9 +1,11 @@
 package main
 
 import (
+	"errors"
 	"net"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"testing"
 )
@@ -179,5 +181,36 @@ func TestPlanDrop(t *testing.T) {
 		if _, err := planDrop(bad); err == nil {
 			t.Errorf("planDrop(%q) accepted", bad)
 		}
+	}
+}
+
+// TestDropNeedsAStaticBuild: in a cgo build (this test binary, normally)
+// dropPrivileges refuses before it changes anything, and says why.
+func TestDropNeedsAStaticBuild(t *testing.T) {
+	bi, ok := debug.ReadBuildInfo()
+	cgo := false
+	for _, s := range bi.Settings {
+		if s.Key == "CGO_ENABLED" && s.Value == "1" {
+			cgo = true
+		}
+	}
+	if !ok || !cgo {
+		t.Skip("skipping: a static test binary would really drop its own privileges")
+	}
+	before, _ := os.ReadFile("/proc/self/status")
+	if err := dropPrivileges(nil); !errors.Is(err, errCgo) {
+		t.Fatalf("dropPrivileges in a cgo build = %v, want errCgo", err)
+	}
+	after, _ := os.ReadFile("/proc/self/status")
+	capLines := func(b []byte) (out []string) {
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, "Cap") || strings.HasPrefix(l, "Uid") || strings.HasPrefix(l, "NoNewPrivs") {
+				out = append(out, l)
+			}
+		}
+		return out
+	}
+	if b, a := capLines(before), capLines(after); strings.Join(b, "\n") != strings.Join(a, "\n") {
+		t.Errorf("a refused drop changed the process:\n%v\n%v", b, a)
 	}
 }
