@@ -21,6 +21,11 @@ type Backend struct {
 	Name string
 	// Delay is how long each request takes; 0 answers at once.
 	Delay time.Duration
+	// Hold, when set, keeps every request waiting (after Delay) until it
+	// is closed: a test holds its connections open exactly as long as it
+	// needs (until the refusals it expects are counted), where a Delay
+	// would guess how fast a loaded machine brings all its clients in.
+	Hold <-chan struct{}
 	// Body, when > 0, is the size in bytes of the response body (the name is
 	// padded), for bulk-transfer loads.
 	Body int
@@ -65,6 +70,13 @@ func (b *Backend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		case <-t.C:
 		case <-r.Context().Done():
 			t.Stop()
+			return
+		}
+	}
+	if b.Hold != nil {
+		select {
+		case <-b.Hold:
+		case <-r.Context().Done():
 			return
 		}
 	}

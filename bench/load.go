@@ -22,7 +22,7 @@ type DialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
 // connection per request (the balancer decides per connection) until
 // Requests are done or Duration has passed, whichever comes first.
 type Load struct {
-	Dial     DialFunc
+	Dial     DialFunc      // nil means a host socket (net.Dialer)
 	Addr     string        // VIP:port
 	Clients  int           // concurrent clients; 0 means 1
 	Requests int           // total requests; 0 means unbounded (Duration bounds it)
@@ -152,7 +152,11 @@ func isReset(err error) bool {
 func (l Load) one(ctx context.Context, timeout time.Duration, path string) outcome {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	c, err := l.Dial(ctx, "tcp", l.Addr)
+	dial := l.Dial
+	if dial == nil {
+		dial = (&net.Dialer{}).DialContext
+	}
+	c, err := dial(ctx, "tcp", l.Addr)
 	if err != nil {
 		return outcome{err: err}
 	}

@@ -6,7 +6,13 @@ import (
 	"net/http"
 	"testing"
 	"time"
+
+	"weir/internal/testutil"
 )
+
+// TestMain fails the package if a test leaves a goroutine running: a load
+// ends with its clients, a backend's Close ends its server.
+func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }
 
 // TestLoadAgainstBackends runs a bounded load over loopback against two real
 // backends behind a tiny round-robin TCP relay-free setup: the dialer itself
@@ -51,6 +57,36 @@ func TestLoadAgainstBackends(t *testing.T) {
 	}
 	if got := res.Reasons["virtual server web: maxConnections 2 reached (2 open)"]; got != 10 {
 		t.Errorf("reasons %v", res.Reasons)
+	}
+}
+
+// TestBackendHold: a held request is in progress (Active) and unanswered
+// until Hold closes, then answered.
+func TestBackendHold(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hold := make(chan struct{})
+	b := &Backend{Name: "held", Hold: hold}
+	go b.Serve(ln)
+	t.Cleanup(func() { b.Close() })
+	done := make(chan Result, 1)
+	go func() {
+		done <- Load{Addr: ln.Addr().String(), Clients: 2, Requests: 2, Duration: 10 * time.Second}.Run(context.Background())
+	}()
+	testutil.Within(5*time.Second, func() bool { return b.Active() == 2 })
+	if b.Active() != 2 || b.Served() != 0 {
+		t.Fatalf("before Hold closes: %d active, %d served; want 2 and 0", b.Active(), b.Served())
+	}
+	select {
+	case r := <-done:
+		t.Fatalf("load finished while held: %+v", r)
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(hold)
+	if r := <-done; r.OK != 2 || b.Served() != 2 {
+		t.Fatalf("after Hold closed: %+v, served %d", r, b.Served())
 	}
 }
 

@@ -12,8 +12,10 @@
 // Installing needs root. Running needs none where the kernel image is
 // world-readable (Debian); some distributions (Ubuntu) install
 // /boot/vmlinuz-* readable only by root, hence sudo. QEMU runs unprivileged
-// and needs no KVM: without /dev/kvm it emulates the CPU with TCG, slower
-// but anywhere. The scenarios are root inside the VM whoever runs QEMU.
+// and needs no KVM: it emulates the CPU with TCG, slower but anywhere
+// (WEIR_VMTEST_ACCEL=kvm uses KVM instead, where /dev/kvm is known to boot
+// guests: on some hosts a nested /dev/kvm opens but its guests hang after
+// the BIOS). The scenarios are root inside the VM whoever runs QEMU.
 // Where the emulator, a readable kernel or a static busybox is missing, the
 // VM tests skip and say what to run. They also skip unless asked for (any
 // -run pattern, as `make vmtest` passes, or WEIR_VMTEST=1): each costs a

@@ -3,18 +3,17 @@ package vmtest_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"net/netip"
 	"os"
-	"runtime"
 	"testing"
 	"time"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"weir/internal/netns"
 	"weir/netstack"
 	"weir/vmtest"
 )
@@ -195,8 +194,12 @@ func newVethListener(t *testing.T, prefix string, local, remote netip.Prefix, po
 			t.Fatalf("gso_max_segs: %v", err)
 		}
 	}
-	ns := newNetNS(t)
-	if err := netlink.LinkSetNsFd(peer, ns.fd); err != nil {
+	ns, err := netns.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Close() })
+	if err := netlink.LinkSetNsFd(peer, ns.FD()); err != nil {
 		t.Fatalf("move veth peer: %v", err)
 	}
 	if err := netlink.AddrAdd(veth, &netlink.Addr{IPNet: ipNet(local)}); err != nil {
@@ -206,7 +209,7 @@ func newVethListener(t *testing.T, prefix string, local, remote netip.Prefix, po
 		t.Fatal(err)
 	}
 	var ln net.Listener
-	err = ns.do(func() error {
+	err = ns.Do(func() error {
 		// The package-level netlink calls open their socket on this
 		// thread, so they act inside the far namespace.
 		p, err := netlink.LinkByName(prefix + "1")
@@ -326,62 +329,4 @@ func tcpInfo(t *testing.T, c *net.TCPConn) *unix.TCPInfo {
 
 func ipNet(p netip.Prefix) *net.IPNet {
 	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
-}
-
-// netNS is a new network namespace held by one goroutine locked to its OS
-// thread; do runs functions on that thread, so sockets they open belong to
-// the namespace (a socket keeps its namespace wherever it is used later).
-type netNS struct {
-	fd  int // the namespace, for moving links into it
-	run chan func()
-}
-
-func newNetNS(t *testing.T) *netNS {
-	t.Helper()
-	ns := &netNS{run: make(chan func())}
-	ready := make(chan error, 1)
-	go func() {
-		// Never unlocked: the thread's namespace differs from the
-		// process's, so the runtime must discard the thread when this
-		// goroutine ends.
-		runtime.LockOSThread()
-		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			ready <- fmt.Errorf("unshare: %w", err)
-			return
-		}
-		fd, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			ready <- err
-			return
-		}
-		ns.fd = fd
-		ready <- nil
-		for f := range ns.run {
-			f()
-		}
-	}()
-	if err := <-ready; err != nil {
-		t.Fatalf("new network namespace: %v", err)
-	}
-	t.Cleanup(func() {
-		close(ns.run)
-		unix.Close(ns.fd)
-	})
-	if err := ns.do(func() error {
-		lo, err := netlink.LinkByName("lo")
-		if err != nil {
-			return err
-		}
-		return netlink.LinkSetUp(lo)
-	}); err != nil {
-		t.Fatalf("receiver lo: %v", err)
-	}
-	return ns
-}
-
-// do runs f on the namespace's thread and returns its error.
-func (ns *netNS) do(f func() error) error {
-	done := make(chan error, 1)
-	ns.run <- func() { done <- f() }
-	return <-done
 }

@@ -1,15 +1,11 @@
 package vmtest_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net"
-	"net/http"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -18,6 +14,7 @@ import (
 	"time"
 
 	"weir/bench"
+	"weir/internal/testutil/weirproc"
 	"weir/policy"
 	"weir/vmtest"
 )
@@ -247,76 +244,32 @@ func newWeirTarget(t *testing.T, name, prefix string, local, remote netip.Prefix
 }
 
 // weirProc is a running `weir run`.
-type weirProc struct {
-	cmd    *exec.Cmd
-	admin  string
-	log    *syncBuffer
-	done   chan struct{}
-	err    error // Wait's result, once done is closed
-	client *http.Client
-}
+type weirProc struct{ *weirproc.Proc }
 
 // startWeir writes cfg and starts /bin/weir run on it with the TUN weir0
-// (198.18.0.1/32) and the admin API on a free loopback port, and waits for
-// its ready file. A cleanup kills it if the test ends before stop.
+// (198.18.0.1/32) and the admin API on a free loopback port
+// (weirproc.Start), and waits for it to be ready. A cleanup kills it if the
+// test ends before stop.
 func startWeir(t *testing.T, cfg string) *weirProc {
 	t.Helper()
-	dir := t.TempDir()
-	cfgPath, ready := filepath.Join(dir, "weir.yaml"), filepath.Join(dir, "ready")
+	cfgPath := filepath.Join(t.TempDir(), "weir.yaml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	w := &weirProc{log: &syncBuffer{}, done: make(chan struct{}), client: &http.Client{Timeout: 5 * time.Second}}
-	w.cmd = exec.Command("/bin/weir", "run", "-c", cfgPath, "--tun", "weir0", "--tun-addr", "198.18.0.1/32",
-		"--admin", "127.0.0.1:0", "--ready-file", ready, "--log-format", "json", "--grace", "5s")
-	w.cmd.Stdout, w.cmd.Stderr = w.log, w.log
-	if err := w.cmd.Start(); err != nil {
-		t.Fatal(err)
+	// If weir exits before it is ready, its own error message may be
+	// missing (`weir run` closes its log, stderr, before main prints the
+	// error): say whether the VM has a TUN.
+	if _, err := os.Stat("/dev/net/tun"); err != nil {
+		t.Logf("no /dev/net/tun in the VM: %v", err)
 	}
-	go func() { w.err = w.cmd.Wait(); close(w.done) }()
-	t.Cleanup(func() {
-		select {
-		case <-w.done:
-		default:
-			_ = w.cmd.Process.Kill()
-			<-w.done
-		}
-	})
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if b, err := os.ReadFile(ready); err == nil && len(bytes.TrimSpace(b)) > 0 {
-			w.admin = strings.TrimSpace(string(b))
-			break
-		}
-		select {
-		case <-w.done:
-			// weir's own error message may be missing: `weir run` closes
-			// its log, stderr, before main prints the error.
-			_, serr := os.Stat("/dev/net/tun")
-			t.Fatalf("weir run exited before ready: %v (/dev/net/tun: %v); its output:\n%s", w.err, serr, w.log.tail(4096))
-		case <-time.After(100 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("weir run not ready after 30 s:\n%s", w.log.tail(4096))
-		}
-	}
-	t.Logf("weir run ready, admin %s", w.admin)
-	return w
+	return &weirProc{weirproc.Start(t, weirproc.Options{Binary: "/bin/weir", Config: cfgPath, Extra: []string{"--grace", "5s"}})}
 }
 
 // status reads /status.
 func (w *weirProc) status() (*weirStatus, error) {
-	resp, err := w.client.Get("http://" + w.admin + "/status")
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("/status: %s", resp.Status)
-	}
 	var st weirStatus
-	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
-		return nil, fmt.Errorf("/status: %w", err)
+	if err := w.GetJSON("/status", &st); err != nil {
+		return nil, err
 	}
 	return &st, nil
 }
@@ -325,20 +278,19 @@ func (w *weirProc) status() (*weirStatus, error) {
 func (w *weirProc) stop(t *testing.T) {
 	t.Helper()
 	start := time.Now()
-	if err := w.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := w.Signal(syscall.SIGTERM); err != nil {
 		t.Fatalf("SIGTERM: %v", err)
 	}
-	select {
-	case <-w.done:
-	case <-time.After(weirStopWait):
-		t.Fatalf("weir run still running %v after SIGTERM:\n%s", weirStopWait, w.log.tail(4096))
+	code, err := w.Wait(weirStopWait)
+	if err != nil {
+		t.Fatalf("weir run after SIGTERM: %v\n%s", err, w.Tail(4096))
 	}
-	if w.err != nil {
-		t.Fatalf("weir run after SIGTERM: %v\n%s", w.err, w.log.tail(4096))
+	if code != 0 {
+		t.Fatalf("weir run after SIGTERM: exit %d\n%s", code, w.Tail(4096))
 	}
 	t.Logf("weir run exited 0 %v after SIGTERM", time.Since(start).Round(time.Millisecond))
 	var warned []string
-	for _, l := range strings.Split(w.log.tail(1<<20), "\n") {
+	for _, l := range strings.Split(w.Log(), "\n") {
 		if strings.Contains(l, `"level":"warn"`) || strings.Contains(l, `"level":"error"`) {
 			warned = append(warned, l)
 		}
@@ -411,28 +363,6 @@ func snapshotOf(st *weirStatus) (weirSnapshot, bool) {
 		}
 	}
 	return sn, ok[0] && ok[1] && !sn.at.IsZero()
-}
-
-// syncBuffer collects weir's output, at most 1 MiB of it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.buf.Len() < 1<<20 {
-		b.buf.Write(p)
-	}
-	return len(p), nil
-}
-
-func (b *syncBuffer) tail(n int) string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	s := b.buf.String()
-	return s[max(0, len(s)-n):]
 }
 
 // dialLog dials the VIP with kernel sockets and remembers when the failed

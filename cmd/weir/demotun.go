@@ -2,25 +2,21 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
-	"runtime"
-
-	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 
 	"weir/cmd/weir/internal/demo"
 	"weir/datapath/tun"
+	"weir/internal/netns"
 	"weir/policy/config"
 )
 
 // tunClients is the clients' side of `weir demo --tun`: a network namespace
 // of its own holding weir's TUN, whose kernel TCP stack is the clients.
 type tunClients struct {
-	ns, orig netns.NsHandle
-	dev      *tun.Device
+	ns  *netns.NS
+	dev *tun.Device
 }
 
 // clientAddr is the clients' address in the demo namespace.
@@ -38,61 +34,29 @@ func newTUNClients() (*tunClients, error) {
 	if err != nil {
 		return nil, err
 	}
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.Get()
+	ns, err := netns.New()
 	if err != nil {
-		return nil, fmt.Errorf("current network namespace: %w", err)
+		return nil, fmt.Errorf("weir demo --tun: %w", err)
 	}
-	ns, err := netns.New() // creates the namespace and moves this thread into it
-	if err != nil {
-		orig.Close()
-		return nil, fmt.Errorf("new network namespace: %w", err)
-	}
-	c := &tunClients{ns: ns, orig: orig}
-	err = func() error {
-		lo, err := netlink.LinkByName("lo")
-		if err != nil {
-			return err
-		}
-		if err := netlink.LinkSetUp(lo); err != nil {
-			return err
-		}
+	c := &tunClients{ns: ns}
+	if err := ns.Do(func() error {
 		devs, err := tun.Open(tun.Options{Name: "weir-demo", Addrs: []netip.Prefix{clientAddr}, Routes: tun.VIPRoutes(cfg)})
 		if err != nil {
 			return err
 		}
 		c.dev = devs[0]
 		return nil
-	}()
-	if serr := netns.Set(orig); serr != nil {
-		// This thread is stuck in the demo namespace: keep it locked so
-		// that it exits with this goroutine instead of serving others.
-		runtime.LockOSThread()
-		err = errors.Join(err, serr)
-	}
-	if err != nil {
+	}); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("weir demo --tun: %w", err)
 	}
 	return c, nil
 }
 
-// Dial connects from inside the namespace: the socket is created on a
-// thread in it and stays there.
+// Dial connects from inside the namespace: the socket is created there and
+// stays there.
 func (c *tunClients) Dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	runtime.LockOSThread()
-	if err := netns.Set(c.ns); err != nil {
-		runtime.UnlockOSThread()
-		return nil, err
-	}
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, network, addr)
-	if serr := netns.Set(c.orig); serr != nil {
-		return nil, errors.Join(err, serr) // the thread stays locked and dies with this goroutine
-	}
-	runtime.UnlockOSThread()
-	return conn, err
+	return c.ns.Dial(ctx, network, addr)
 }
 
 // Close removes the TUN and lets the namespace go.
@@ -100,6 +64,5 @@ func (c *tunClients) Close() error {
 	if c.dev != nil {
 		c.dev.Close()
 	}
-	c.ns.Close()
-	return c.orig.Close()
+	return c.ns.Close()
 }

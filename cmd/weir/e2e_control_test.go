@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -103,7 +104,7 @@ func TestE2EReloadUnderLoad(t *testing.T) {
 // metrics scrapes and parses /metrics.
 func (w *weirProc) metrics() map[string]*metricFamily {
 	w.t.Helper()
-	resp, err := w.http.Get("http://" + e2eAdmin + "/metrics")
+	resp, err := w.HTTP.Get("http://" + w.Admin + "/metrics")
 	if err != nil {
 		w.t.Fatalf("/metrics: %v", err)
 	}
@@ -208,7 +209,7 @@ func TestE2EMetrics(t *testing.T) {
 	if v := metricSum(fams, "weir_datapath_marked_total", nil); v < 30 {
 		t.Errorf("weir_datapath_marked_total %v, want ≥ 30 (a rule marks every packet of the 10 connections)", v)
 	}
-	if code, body, err := w.get("/healthz"); err != nil || code != http.StatusOK {
+	if code, body, err := w.Get("/healthz"); err != nil || code != http.StatusOK {
 		t.Errorf("/healthz: %d %v %s", code, err, body)
 	}
 }
@@ -221,15 +222,20 @@ func TestE2ESigtermDrains(t *testing.T) {
 	const grace = 10 * time.Second
 	accessLog := filepath.Join(t.TempDir(), "access.log")
 	w := startWeir(t, "drain.yaml", "--grace", grace.String(), "--access-log", accessLog)
-	w.backend("t1", "198.18.1.1:8081", 1500*time.Millisecond)
+	// The three requests are held until weir is seen draining and
+	// refusing: they are in flight across SIGTERM however slow the host.
+	hold := make(chan struct{})
+	release := sync.OnceFunc(func() { close(hold) })
+	defer release()
+	w.heldBackend("t1", "198.18.1.1:8081", 0, hold)
 
 	done := make(chan bench.Result, 1)
 	go func() { done <- w.load("198.18.0.10:80", 3, 3) }()
-	w.waitStatus(3*time.Second, "3 in flight", func(st appliance.Status) bool { return st.Open == 3 })
+	w.waitStatus(10*time.Second, "3 in flight", func(st appliance.Status) bool { return st.Open == 3 })
 	sent := time.Now()
 	w.signal(syscall.SIGTERM)
 	w.waitStatus(time.Second, "draining", func(st appliance.Status) bool { return st.Draining })
-	if code, _, err := w.get("/healthz"); err != nil || code == http.StatusOK {
+	if code, _, err := w.Get("/healthz"); err != nil || code == http.StatusOK {
 		t.Errorf("/healthz while draining: %d %v, want an error status", code, err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -241,11 +247,12 @@ func TestE2ESigtermDrains(t *testing.T) {
 	} else if !strings.Contains(err.Error(), "connection refused") {
 		t.Errorf("new connection while draining: %v, want connection refused", err)
 	}
+	release()
 	res := <-done
 	if res.OK != 3 {
 		t.Errorf("in-flight requests across SIGTERM: %+v, want 3 OK", res)
 	}
-	code, err := w.wait(grace)
+	code, err := w.Wait(grace)
 	took := time.Since(sent)
 	if err != nil || code != 0 {
 		t.Fatalf("weir after SIGTERM: exit %d, %v", code, err)

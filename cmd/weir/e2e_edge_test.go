@@ -11,12 +11,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"os/user"
 	"path/filepath"
-	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -28,6 +27,7 @@ import (
 	"github.com/google/gopacket/pcapgo"
 
 	"weir/cmd/weir/internal/appliance"
+	"weir/internal/testutil/weirproc"
 )
 
 var (
@@ -64,7 +64,7 @@ func staticWeir(t *testing.T) string {
 
 // startWeirText starts bin in a new namespace on the config text, in a
 // folder any user may read (weir may run as another user by the time it
-// reloads), with extra flags; it returns once weir wrote its ready file.
+// reloads), with extra flags; it returns once weir is ready.
 func startWeirText(t *testing.T, bin, text string, extra ...string) *weirProc {
 	t.Helper()
 	ns := newNetNS(t)
@@ -77,64 +77,29 @@ func startWeirText(t *testing.T, bin, text string, extra ...string) *weirProc {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	w := &weirProc{t: t, ns: ns, dir: dir, cfgPath: filepath.Join(dir, "weir.yaml"), logPath: filepath.Join(dir, "weir.log"),
-		done: make(chan struct{})}
+	w := &weirProc{t: t, ns: ns, cfgPath: filepath.Join(dir, "weir.yaml")}
 	if err := os.WriteFile(w.cfgPath, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	ready := filepath.Join(dir, "ready")
-	logf, err := os.Create(w.logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	args := append([]string{"netns", "exec", ns.name, bin, "run", "-c", w.cfgPath, "--tun", "weir0",
-		"--tun-addr", "198.18.0.1/32", "--admin", e2eAdmin, "--ready-file", ready, "--log-format", "json"}, extra...)
-	w.cmd = exec.Command("ip", args...)
-	w.cmd.Stdout, w.cmd.Stderr = logf, logf
-	w.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	startErr := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		defer close(w.done)
-		defer logf.Close()
-		if err := w.cmd.Start(); err != nil {
-			startErr <- err
-			return
-		}
-		startErr <- nil
-		w.waitErr = w.cmd.Wait()
-	}()
-	if err := <-startErr; err != nil {
-		t.Fatalf("start weir: %v", err)
-	}
-	w.started = time.Now()
-	t.Cleanup(func() {
-		select {
-		case <-w.done:
-		default:
-			w.cmd.Process.Kill()
-			<-w.done
-		}
-		if t.Failed() {
-			t.Logf("weir log (%s):\n%s", w.logPath, w.log())
-		}
-	})
-	w.http = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: ns.Dial, DisableKeepAlives: true}}
-	deadline := time.After(20 * time.Second)
-	for {
-		if b, err := os.ReadFile(ready); err == nil && bytes.HasSuffix(b, []byte("\n")) {
-			break
-		}
-		select {
-		case <-w.done:
-			t.Fatalf("weir exited before it was ready: %v\n%s", w.waitErr, w.log())
-		case <-deadline:
-			t.Fatalf("weir not ready after 20s\n%s", w.log())
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+	w.Proc = weirproc.Start(t, weirproc.Options{Binary: bin, Config: w.cfgPath, NS: ns, Extra: extra, Ready: 20 * time.Second})
 	return w
+}
+
+// pid finds weir's process: the one whose command line names its config.
+func (w *weirProc) pid() int {
+	w.t.Helper()
+	cmdlines, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, c := range cmdlines {
+		b, err := os.ReadFile(c)
+		if err != nil || !bytes.Contains(b, []byte("\x00-c\x00"+w.cfgPath+"\x00")) {
+			continue
+		}
+		if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(c))); err == nil {
+			return pid
+		}
+	}
+	w.t.Fatalf("no process runs weir on %s", w.cfgPath)
+	return 0
 }
 
 const edgeYAML = `services:
@@ -192,7 +157,7 @@ func TestE2EUserDropsPrivileges(t *testing.T) {
 		"CapInh": netAdmin, "CapPrm": netAdmin, "CapEff": netAdmin, "CapBnd": netAdmin, "CapAmb": netAdmin,
 		"NoNewPrivs": "1",
 	}
-	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/status", w.cmd.Process.Pid))
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/status", w.pid()))
 	if err != nil || len(tasks) < 2 {
 		t.Fatalf("threads of weir: %v %v", tasks, err)
 	}
@@ -236,7 +201,7 @@ func TestE2EUserDropsPrivileges(t *testing.T) {
 		t.Errorf("after the refused reload: %d of 5 OK", res.OK)
 	}
 	w.signal(syscall.SIGTERM)
-	if code, err := w.wait(10 * time.Second); code != 0 || err != nil {
+	if code, err := w.Wait(10 * time.Second); code != 0 || err != nil {
 		t.Errorf("exit %d, %v after SIGTERM", code, err)
 	}
 }
@@ -264,7 +229,7 @@ func TestE2ECapture(t *testing.T) {
 		w := startWeirText(t, bin, edgeYAML, extra...)
 		w.backend("t1", "198.18.1.1:8081", 0)
 		// Without --user weir stays root but keeps CAP_NET_ADMIN alone.
-		st := procStatus(t, fmt.Sprintf("/proc/%d/status", w.cmd.Process.Pid))
+		st := procStatus(t, fmt.Sprintf("/proc/%d/status", w.pid()))
 		if st["Uid"] != "0 0 0 0" || st["CapEff"] != "0000000000001000" || st["CapBnd"] != "0000000000001000" {
 			t.Errorf("%s: weir without --user: Uid %q CapEff %q CapBnd %q, want root with CAP_NET_ADMIN only", tt.name, st["Uid"], st["CapEff"], st["CapBnd"])
 		}
@@ -272,7 +237,7 @@ func TestE2ECapture(t *testing.T) {
 			t.Fatalf("%s: %d of 30 OK with a capture: %+v", tt.name, res.OK, res)
 		}
 		w.signal(syscall.SIGTERM)
-		if code, err := w.wait(10 * time.Second); code != 0 || err != nil {
+		if code, err := w.Wait(10 * time.Second); code != 0 || err != nil {
 			t.Fatalf("%s: exit %d, %v", tt.name, code, err)
 		}
 		fi, err := os.Stat(capPath)

@@ -9,6 +9,7 @@ import (
 
 	"weir/bench"
 	"weir/cmd/weir/internal/appliance"
+	"weir/internal/testutil"
 )
 
 // TestE2EWeightedDistribution: three targets weighted 3:2:1, one client,
@@ -54,18 +55,22 @@ func TestE2EWeightedDistribution(t *testing.T) {
 // with RST, and accepts again once the slot is free.
 func TestE2EMaxConnections(t *testing.T) {
 	w := startWeir(t, "maxconn.yaml")
-	b1 := w.backend("t1", "198.18.1.1:8081", 700*time.Millisecond)
-	b2 := w.backend("t2", "198.18.1.2:8082", 700*time.Millisecond)
+	hold := make(chan struct{})
+	b1 := w.heldBackend("t1", "198.18.1.1:8081", 0, hold)
+	b2 := w.heldBackend("t2", "198.18.1.2:8082", 0, hold)
 	w.echo("198.18.1.3:2323")
 
-	res := w.load("198.18.0.20:80", 30, 30)
+	res := w.heldLoad(hold, "198.18.0.20:80", 30, 30, func() bool {
+		s := statusService(w.status(), "wlm")
+		return s != nil && s.Refused >= 23
+	})
 	t.Logf("30 clients: ok=%d 503=%d reset=%d failed=%d in %v, per target %v, reasons %v",
 		res.OK, res.Refused503, res.Reset, res.Failed, res.Elapsed.Round(time.Millisecond), res.PerTarget, res.Reasons)
 	if b1.MaxActive() > 3 || b2.MaxActive() > 4 {
 		t.Errorf("max active t1=%d (limit 3) t2=%d (limit 4)", b1.MaxActive(), b2.MaxActive())
 	}
-	if res.OK < 7 || res.Refused503 == 0 || res.OK+res.Refused503 != 30 {
-		t.Fatalf("ok=%d 503=%d of 30, want ≥ 7 OK and the rest 503: %+v", res.OK, res.Refused503, res)
+	if res.OK != 7 || res.Refused503 != 23 {
+		t.Fatalf("ok=%d 503=%d of 30, want 7 (3+4) OK and the rest 503: %+v", res.OK, res.Refused503, res)
 	}
 	for r := range res.Reasons {
 		if !strings.Contains(r, "t1 (at limit 3/3)") || !strings.Contains(r, "t2 (at limit 4/4)") {
@@ -111,17 +116,15 @@ func TestE2EMaxConnections(t *testing.T) {
 		t.Errorf("second tcp connection: %v, want refused or reset", err)
 	}
 	c1.Close()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		c3, err := w.echoOnce("198.18.0.21:23")
-		if err == nil {
+	if !testutil.WithinEvery(5*time.Second, 50*time.Millisecond, func() bool {
+		c3, err2 := w.echoOnce("198.18.0.21:23")
+		if err2 == nil {
 			c3.Close()
-			break
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("tcp slot not free 5s after the first connection closed: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
+		err = err2
+		return err2 == nil
+	}) {
+		t.Fatalf("tcp slot not free 5s after the first connection closed: %v", err)
 	}
 }
 
@@ -130,15 +133,18 @@ func TestE2EMaxConnections(t *testing.T) {
 // lets every connection through and writes the Sun-style error-log line.
 func TestE2ELimits(t *testing.T) {
 	w := startWeir(t, "limits.yaml")
-	w.backend("t1", "198.18.1.1:8081", 800*time.Millisecond)
+	hold := make(chan struct{})
+	w.heldBackend("t1", "198.18.1.1:8081", 0, hold)
 	w.backend("t2", "198.18.1.2:8082", 800*time.Millisecond)
 	big := &bench.Backend{Name: "t3", Body: 200_000}
-	ln := w.ns.Listen(t, "198.18.1.3:8083")
+	ln := w.listen("198.18.1.3:8083")
 	go big.Serve(ln)
 	t.Cleanup(func() { big.Close() })
 
 	// Enforced maxConnections 2: of 6 concurrent slow clients 2 are served.
-	res := w.load("198.18.0.10:80", 6, 6)
+	res := w.heldLoad(hold, "198.18.0.10:80", 6, 6, func() bool {
+		return refusalCount(w.status(), "virtual server", "maxConnections") >= 4
+	})
 	if res.OK != 2 || res.Refused503 != 4 {
 		t.Fatalf("capped: ok=%d 503=%d, want 2 and 4: %+v", res.OK, res.Refused503, res)
 	}
@@ -193,15 +199,11 @@ func TestE2ELimits(t *testing.T) {
 	if n := refusalCount(w.status(), "virtual server", "maxBandwidth"); n != 1 {
 		t.Errorf("/status refusals by maxBandwidth: %d, want 1", n)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if res = w.load("198.18.0.12:80", 1, 1); res.OK == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("metered: still refused 5s after the burst (window 2s): %+v", res)
-		}
-		time.Sleep(100 * time.Millisecond)
+	if !testutil.WithinEvery(5*time.Second, 100*time.Millisecond, func() bool {
+		res = w.load("198.18.0.12:80", 1, 1)
+		return res.OK == 1
+	}) {
+		t.Fatalf("metered: still refused 5s after the burst (window 2s): %+v", res)
 	}
 }
 
@@ -211,10 +213,11 @@ func TestE2ELimits(t *testing.T) {
 // primary has room again it serves alone.
 func TestE2EFailover(t *testing.T) {
 	w := startWeir(t, "failover.yaml")
-	b2 := w.backend("t2", "198.18.1.2:8082", 600*time.Millisecond)
-	b3 := w.backend("t3", "198.18.1.3:8083", 600*time.Millisecond)
+	hold := make(chan struct{}) // until all three are in progress
+	b2 := w.heldBackend("t2", "198.18.1.2:8082", 0, hold)
+	b3 := w.heldBackend("t3", "198.18.1.3:8083", 0, hold)
 
-	res := w.load("198.18.0.10:80", 3, 3)
+	res := w.heldLoad(hold, "198.18.0.10:80", 3, 3, func() bool { return b2.Active()+b3.Active() == 3 })
 	t.Logf("3 clients: %v", res.PerTarget)
 	if res.OK != 3 {
 		t.Fatalf("failover: %d of 3 OK: %+v", res.OK, res)
@@ -264,7 +267,7 @@ func TestE2EMultiqueue(t *testing.T) {
 	if res.PerTarget["t1"] != 60 || res.PerTarget["t2"] != 40 || res.PerTarget["t3"] != 20 {
 		t.Errorf("per target %v, want t1 60, t2 40, t3 20", res.PerTarget)
 	}
-	if !strings.Contains(w.log(), `"queues":2`) {
-		t.Errorf("weir did not report two queues:\n%s", w.log())
+	if !strings.Contains(w.Log(), `"queues":2`) {
+		t.Errorf("weir did not report two queues:\n%s", w.Log())
 	}
 }

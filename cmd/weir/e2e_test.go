@@ -3,42 +3,36 @@
 package main
 
 // End-to-end tests of the real `weir run` binary: every test creates its own
-// network namespace (weir-e2e-<pid>-<n>), starts the built binary inside it
-// with `ip netns exec`, serves real HTTP/TCP backends on 198.18.1.x on the
+// network namespace (unnamed: it goes with the test, even a killed one),
+// starts the built binary inside it (weirproc.Start), serves real HTTP/TCP backends on 198.18.1.x on the
 // namespace's loopback, and drives kernel TCP clients through the VIPs
-// (198.18.0.x, fd00::x) that weir routes through its TUN. They need root,
-// /dev/net/tun and ip(8), and skip with a message otherwise.
+// (198.18.0.x, fd00::x) that weir routes through its TUN. They need root
+// and /dev/net/tun, and skip with a message otherwise.
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
-	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netns"
+	"github.com/vishvananda/netlink"
+	"go.uber.org/goleak"
 
 	"weir/bench"
 	"weir/cmd/weir/internal/appliance"
+	"weir/internal/netns"
+	"weir/internal/testutil"
+	"weir/internal/testutil/weirproc"
 )
-
-// e2eAdmin is weir's admin address inside each test's namespace: every
-// namespace has its own loopback, so a fixed port cannot collide.
-const e2eAdmin = "127.0.0.1:9090"
 
 // e2eBackendAddrs are put on each namespace's loopback for the backends.
 var e2eBackendAddrs = []string{"198.18.1.1", "198.18.1.2", "198.18.1.3"}
@@ -48,20 +42,22 @@ var (
 	weirBinDir  string
 	weirBinPath string
 	weirBinErr  error
-	nsSeq       atomic.Int32
-	reapOnce    sync.Once
 )
 
+// TestMain removes the binary the e2e tests built and fails the package if
+// a test left a goroutine running (in-process commands such as weir demo
+// and weir check, the e2e helpers' loads, captures and waits).
 func TestMain(m *testing.M) {
-	code := m.Run()
-	if weirBinDir != "" {
-		os.RemoveAll(weirBinDir)
-	}
-	os.Exit(code)
+	testutil.VerifyNoLeaks(m, goleak.Cleanup(func(code int) {
+		if weirBinDir != "" {
+			os.RemoveAll(weirBinDir)
+		}
+		os.Exit(code)
+	}))
 }
 
-// requireE2E skips the test unless it can create namespaces, TUN devices and
-// run ip(8).
+// requireE2E skips the test unless it can create namespaces and TUN
+// devices.
 func requireE2E(t *testing.T) {
 	t.Helper()
 	if os.Geteuid() != 0 {
@@ -69,9 +65,6 @@ func requireE2E(t *testing.T) {
 	}
 	if _, err := os.Stat("/dev/net/tun"); err != nil {
 		t.Skipf("skipping: end-to-end tests need /dev/net/tun: %v", err)
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skipf("skipping: end-to-end tests need ip(8) from iproute2: %v", err)
 	}
 }
 
@@ -98,191 +91,65 @@ func weirBinary(t *testing.T) string {
 	return weirBinPath
 }
 
-// netNS is a network namespace the test created.
-type netNS struct {
-	name string
-	h    netns.NsHandle
-}
-
-// reapStaleNetNS deletes the namespaces a killed earlier run of these tests
-// left behind: weir-e2e-<pid>-<n> whose test process is gone.
-func reapStaleNetNS(t *testing.T) {
-	names, _ := filepath.Glob("/var/run/netns/weir-e2e-*")
-	for _, path := range names {
-		name := filepath.Base(path)
-		var pid, n int
-		if _, err := fmt.Sscanf(name, "weir-e2e-%d-%d", &pid, &n); err != nil || pid == os.Getpid() {
-			continue
-		}
-		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
-			continue
-		}
-		if out, err := exec.Command("ip", "netns", "del", name).CombinedOutput(); err == nil {
-			t.Logf("deleted namespace %s left by an earlier run", name)
-		} else {
-			t.Logf("deleting stale namespace %s: %v: %s", name, err, out)
-		}
-	}
-}
-
-// newNetNS creates a namespace with its loopback up and the backend
-// addresses on it; cleanup deletes it.
-func newNetNS(t *testing.T) *netNS {
+// newNetNS creates a namespace (testutil.NetNS) with the backend addresses
+// on its loopback; it goes when the test ends.
+func newNetNS(t *testing.T) *netns.NS {
 	t.Helper()
-	reapOnce.Do(func() { reapStaleNetNS(t) })
-	name := fmt.Sprintf("weir-e2e-%d-%d", os.Getpid(), nsSeq.Add(1))
-	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
-		t.Skipf("skipping: cannot create a network namespace: %v: %s", err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("ip", "netns", "del", name).CombinedOutput(); err != nil {
-			t.Errorf("deleting namespace %s: %v: %s", name, err, out)
+	ns := testutil.NetNS(t)
+	if err := ns.Do(func() error {
+		lo, err := netlink.LinkByName("lo")
+		if err != nil {
+			return err
 		}
-	})
-	ip := func(args ...string) {
-		t.Helper()
-		if out, err := exec.Command("ip", append([]string{"-n", name}, args...)...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+		for _, a := range e2eBackendAddrs {
+			if err := netlink.AddrAdd(lo, &netlink.Addr{IPNet: netlink.NewIPNet(net.ParseIP(a))}); err != nil {
+				return fmt.Errorf("address %s on lo: %w", a, err)
+			}
 		}
-	}
-	ip("link", "set", "lo", "up")
-	for _, a := range e2eBackendAddrs {
-		ip("addr", "add", a+"/32", "dev", "lo")
-	}
-	h, err := netns.GetFromName(name)
-	if err != nil {
-		t.Fatalf("open namespace %s: %v", name, err)
-	}
-	t.Cleanup(func() { h.Close() })
-	return &netNS{name: name, h: h}
-}
-
-// do runs f on an OS thread inside the namespace. The thread stays locked
-// and dies with its goroutine, so it never serves other goroutines from
-// inside the namespace. Sockets f creates stay in the namespace.
-func (n *netNS) do(f func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		if err := netns.Set(n.h); err != nil {
-			errc <- fmt.Errorf("enter namespace %s: %w", n.name, err)
-			return
-		}
-		errc <- f()
-	}()
-	return <-errc
-}
-
-// Dial dials from inside the namespace: a bench.DialFunc.
-func (n *netNS) Dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	var c net.Conn
-	err := n.do(func() (err error) {
-		var d net.Dialer
-		c, err = d.DialContext(ctx, network, addr)
-		return err
-	})
-	return c, err
-}
-
-// Listen listens inside the namespace.
-func (n *netNS) Listen(t *testing.T, addr string) net.Listener {
-	t.Helper()
-	var ln net.Listener
-	if err := n.do(func() (err error) {
-		ln, err = net.Listen("tcp", addr)
-		return err
+		return nil
 	}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { ln.Close() })
-	return ln
+	return ns
 }
 
-// weirProc is a `weir run` inside a namespace.
+// weirProc is a `weir run` inside a namespace of its own.
 type weirProc struct {
+	*weirproc.Proc
 	t       *testing.T
-	ns      *netNS
-	dir     string
+	ns      *netns.NS
 	cfgPath string
-	logPath string
-	cmd     *exec.Cmd
-	started time.Time
-	done    chan struct{} // closed when the process has exited
-	waitErr error
-	http    *http.Client
 }
 
 // startWeir creates a namespace and starts weir in it on the config in
-// testdata/e2e/<cfgName>, with extra flags; it returns once weir wrote its
-// ready file. Cleanup kills weir (if still running) before the namespace
-// goes, and prints weir's log when the test failed.
+// testdata/e2e/<cfgName>, with extra flags (weirproc.Start); it returns
+// once weir is ready. Cleanup kills weir (if still running) before the
+// namespace goes, and prints weir's log when the test failed.
 func startWeir(t *testing.T, cfgName string, extra ...string) *weirProc {
 	t.Helper()
 	requireE2E(t)
 	bin := weirBinary(t)
 	ns := newNetNS(t)
-	dir := t.TempDir()
-	w := &weirProc{t: t, ns: ns, dir: dir, cfgPath: filepath.Join(dir, "weir.yaml"), logPath: filepath.Join(dir, "weir.log"),
-		done: make(chan struct{})}
+	w := &weirProc{t: t, ns: ns, cfgPath: filepath.Join(t.TempDir(), "weir.yaml")}
 	w.writeConfig(cfgName)
-	ready := filepath.Join(dir, "ready")
-	logf, err := os.Create(w.logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	args := append([]string{"netns", "exec", ns.name, bin, "run", "-c", w.cfgPath, "--tun", "weir0",
-		"--tun-addr", "198.18.0.1/32", "--tun-addr", "fd00::1/128", "--admin", e2eAdmin,
-		"--ready-file", ready, "--log-format", "json"}, extra...)
-	w.cmd = exec.Command("ip", args...)
-	w.cmd.Stdout, w.cmd.Stderr = logf, logf
-	// weir dies with the thread that started it: a locked thread that lives
-	// until weir exits, so that a crashed test binary leaves no weir behind.
-	w.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	startErr := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		defer close(w.done)
-		defer logf.Close()
-		if err := w.cmd.Start(); err != nil {
-			startErr <- err
-			return
-		}
-		startErr <- nil
-		w.waitErr = w.cmd.Wait()
-	}()
-	if err := <-startErr; err != nil {
-		t.Fatalf("start weir: %v", err)
-	}
-	w.started = time.Now()
-	t.Cleanup(func() {
-		select {
-		case <-w.done:
-		default:
-			w.cmd.Process.Kill()
-			<-w.done
-		}
-		if t.Failed() {
-			t.Logf("weir log (%s):\n%s", w.logPath, w.log())
-		}
+	w.Proc = weirproc.Start(t, weirproc.Options{
+		Binary: bin, Config: w.cfgPath, NS: ns, Extra: extra,
+		TUNAddrs: []string{"198.18.0.1/32", "fd00::1/128"},
+		Ready:    20 * time.Second,
 	})
-	w.http = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: ns.Dial, DisableKeepAlives: true}}
-
-	deadline := time.After(20 * time.Second)
-	for {
-		if b, err := os.ReadFile(ready); err == nil && bytes.HasSuffix(b, []byte("\n")) {
-			break
-		}
-		select {
-		case <-w.done:
-			t.Fatalf("weir exited before it was ready: %v\n%s", w.waitErr, w.log())
-		case <-deadline:
-			t.Fatalf("weir not ready after 20s\n%s", w.log())
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	t.Logf("weir ready in %v (namespace %s)", time.Since(w.started).Round(time.Millisecond), ns.name)
 	return w
+}
+
+// listen listens inside the namespace; the listener closes when the test
+// ends.
+func (w *weirProc) listen(addr string) net.Listener {
+	w.t.Helper()
+	ln, err := w.ns.Listen("tcp", addr)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	w.t.Cleanup(func() { ln.Close() })
+	return ln
 }
 
 // writeConfig puts testdata/e2e/<name> where weir reads its config.
@@ -299,15 +166,9 @@ func (w *weirProc) writeConfig(name string) {
 
 func (w *weirProc) signal(s os.Signal) {
 	w.t.Helper()
-	if err := w.cmd.Process.Signal(s); err != nil {
+	if err := w.Signal(s); err != nil {
 		w.t.Fatalf("signal %v: %v", s, err)
 	}
-}
-
-// log is weir's stderr so far.
-func (w *weirProc) log() string {
-	b, _ := os.ReadFile(w.logPath)
-	return string(b)
 }
 
 // logLine is one JSON line of weir's log: raw, and decoded (for a key
@@ -320,7 +181,7 @@ type logLine struct {
 // logLines are weir's JSON log lines so far.
 func (w *weirProc) logLines() []logLine {
 	var out []logLine
-	sc := bufio.NewScanner(strings.NewReader(w.log()))
+	sc := bufio.NewScanner(strings.NewReader(w.Log()))
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		var m map[string]any
@@ -334,8 +195,8 @@ func (w *weirProc) logLines() []logLine {
 // waitLog waits up to d for a JSON log line whose message holds all of
 // parts, and returns it.
 func (w *weirProc) waitLog(d time.Duration, parts ...string) (logLine, bool) {
-	deadline := time.Now().Add(d)
-	for {
+	var found logLine
+	ok := testutil.WithinEvery(d, 50*time.Millisecond, func() bool {
 	lines:
 		for _, l := range w.logLines() {
 			msg, _ := l.m["message"].(string)
@@ -344,36 +205,20 @@ func (w *weirProc) waitLog(d time.Duration, parts ...string) (logLine, bool) {
 					continue lines
 				}
 			}
-			return l, true
+			found = l
+			return true
 		}
-		if time.Now().After(deadline) {
-			return logLine{}, false
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// get fetches an admin API path from inside the namespace.
-func (w *weirProc) get(path string) (int, []byte, error) {
-	resp, err := w.http.Get("http://" + e2eAdmin + path)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, b, err
+		return false
+	})
+	return found, ok
 }
 
 // status fetches /status.
 func (w *weirProc) status() appliance.Status {
 	w.t.Helper()
-	code, b, err := w.get("/status")
-	if err != nil || code != http.StatusOK {
-		w.t.Fatalf("/status: %d %v %s", code, err, b)
-	}
 	var st appliance.Status
-	if err := json.Unmarshal(b, &st); err != nil {
-		w.t.Fatalf("/status does not decode: %v\n%s", err, b)
+	if err := w.GetJSON("/status", &st); err != nil {
+		w.t.Fatal(err)
 	}
 	return st
 }
@@ -381,41 +226,25 @@ func (w *weirProc) status() appliance.Status {
 // waitStatus polls /status until ok holds, for up to d.
 func (w *weirProc) waitStatus(d time.Duration, what string, ok func(appliance.Status) bool) appliance.Status {
 	w.t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		st := w.status()
-		if ok(st) {
-			return st
-		}
-		if time.Now().After(deadline) {
-			w.t.Fatalf("after %v: not %s: %+v", d, what, st)
-		}
-		time.Sleep(25 * time.Millisecond)
+	var st appliance.Status
+	if !testutil.WithinEvery(d, 25*time.Millisecond, func() bool { st = w.status(); return ok(st) }) {
+		w.t.Fatalf("after %v: not %s: %+v", d, what, st)
 	}
-}
-
-// wait waits up to d for weir to exit and returns its exit code.
-func (w *weirProc) wait(d time.Duration) (int, error) {
-	select {
-	case <-w.done:
-	case <-time.After(d):
-		return -1, fmt.Errorf("weir still running after %v", d)
-	}
-	if w.waitErr == nil {
-		return 0, nil
-	}
-	var ee *exec.ExitError
-	if errors.As(w.waitErr, &ee) {
-		return ee.ExitCode(), nil
-	}
-	return -1, w.waitErr
+	return st
 }
 
 // backend serves a bench.Backend named name on addr inside the namespace.
 func (w *weirProc) backend(name, addr string, delay time.Duration) *bench.Backend {
 	w.t.Helper()
-	b := &bench.Backend{Name: name, Delay: delay}
-	ln := w.ns.Listen(w.t, addr)
+	return w.heldBackend(name, addr, delay, nil)
+}
+
+// heldBackend is backend whose requests also wait for hold to close
+// (bench.Backend.Hold).
+func (w *weirProc) heldBackend(name, addr string, delay time.Duration, hold <-chan struct{}) *bench.Backend {
+	w.t.Helper()
+	b := &bench.Backend{Name: name, Delay: delay, Hold: hold}
+	ln := w.listen(addr)
 	go b.Serve(ln)
 	w.t.Cleanup(func() { b.Close() })
 	return b
@@ -424,7 +253,7 @@ func (w *weirProc) backend(name, addr string, delay time.Duration) *bench.Backen
 // echo serves a TCP echo server on addr inside the namespace.
 func (w *weirProc) echo(addr string) {
 	w.t.Helper()
-	ln := w.ns.Listen(w.t, addr)
+	ln := w.listen(addr)
 	var mu sync.Mutex
 	var conns []net.Conn
 	go func() {
@@ -455,6 +284,24 @@ func (w *weirProc) echo(addr string) {
 // load runs a bench.Load through the namespace.
 func (w *weirProc) load(addr string, clients, requests int) bench.Result {
 	return bench.Load{Dial: w.ns.Dial, Addr: addr, Clients: clients, Requests: requests, Duration: 30 * time.Second}.Run(context.Background())
+}
+
+// heldLoad runs load while the backends hold their requests (hold, see
+// heldBackend) and closes hold once until holds (the refusals expected are
+// counted, the requests expected are in progress), or after 20 s: the
+// connections served stay open however slowly a loaded machine brings all
+// clients in. It fails the test if until never held.
+func (w *weirProc) heldLoad(hold chan struct{}, addr string, clients, requests int, until func() bool) bench.Result {
+	w.t.Helper()
+	done := make(chan bench.Result, 1)
+	go func() { done <- w.load(addr, clients, requests) }()
+	ok := testutil.WithinEvery(20*time.Second, 25*time.Millisecond, until)
+	close(hold)
+	res := <-done
+	if !ok {
+		w.t.Fatalf("%s: what the test waits for did not happen while the backends held their requests: %+v", addr, res)
+	}
+	return res
 }
 
 // service and target find a service and target in a status.

@@ -14,6 +14,8 @@ import (
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 	"golang.org/x/sys/unix"
+
+	"weir/internal/testutil"
 )
 
 // capturedPacket is one TCP packet seen on weir0.
@@ -26,12 +28,13 @@ type capturedPacket struct {
 }
 
 // capture reads every packet on the namespace's weir0 with an AF_PACKET
-// socket until stop is called, which returns what it saw.
-func (w *weirProc) capture(t *testing.T) (stop func() []capturedPacket) {
+// socket until stop is called, which returns what it saw; seen returns
+// what it has seen so far.
+func (w *weirProc) capture(t *testing.T) (seen, stop func() []capturedPacket) {
 	t.Helper()
 	htons := func(v uint16) uint16 { return v<<8 | v>>8 }
 	var fd int
-	if err := w.ns.do(func() error {
+	if err := w.ns.Do(func() error {
 		ifi, err := net.InterfaceByName("weir0")
 		if err != nil {
 			return err
@@ -92,6 +95,11 @@ func (w *weirProc) capture(t *testing.T) (stop func() []capturedPacket) {
 			mu.Unlock()
 		}
 	}()
+	seen = func() []capturedPacket {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]capturedPacket(nil), pkts...)
+	}
 	var once sync.Once
 	stop = func() []capturedPacket {
 		once.Do(func() {
@@ -104,7 +112,7 @@ func (w *weirProc) capture(t *testing.T) (stop func() []capturedPacket) {
 		return pkts
 	}
 	t.Cleanup(func() { stop() })
-	return stop
+	return seen, stop
 }
 
 // TestE2ETOSMarking: the telnet rule's OutgoingTOS 10100000 is on every
@@ -115,7 +123,7 @@ func (w *weirProc) capture(t *testing.T) (stop func() []capturedPacket) {
 func TestE2ETOSMarking(t *testing.T) {
 	w := startWeir(t, "tos.yaml")
 	w.echo("198.18.1.3:2323")
-	stop := w.capture(t)
+	soFar, stop := w.capture(t)
 	const conns = 3
 	for _, vip := range []string{"198.18.0.23:23", "198.18.0.24:2424", "[fd00::23]:23", "[fd00::24]:2424"} {
 		for i := 0; i < conns; i++ {
@@ -126,8 +134,22 @@ func TestE2ETOSMarking(t *testing.T) {
 			c.Close()
 		}
 	}
-	// Let the FIN exchanges finish before the capture stops.
-	time.Sleep(300 * time.Millisecond)
+	// Let the FIN exchanges finish before the capture stops: weir's FIN
+	// toward every client seen (checked below), or 5 s.
+	testutil.WithinEvery(5*time.Second, 20*time.Millisecond, func() bool {
+		fins := map[string]int{}
+		for _, p := range soFar() {
+			if !p.outgoing && p.tcp.FIN {
+				fins[net.JoinHostPort(p.src.String(), strconv.Itoa(int(p.tcp.SrcPort)))]++
+			}
+		}
+		for _, vip := range []string{"198.18.0.23:23", "198.18.0.24:2424", "[fd00::23]:23", "[fd00::24]:2424"} {
+			if fins[vip] < conns {
+				return false
+			}
+		}
+		return true
+	})
 	pkts := stop()
 
 	type seen struct{ packets, synAcks, fins, data, wrongTOS int }

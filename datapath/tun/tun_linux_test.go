@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,15 +16,15 @@ import (
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 
 	"weir/datapath"
+	"weir/internal/testutil"
 )
 
 // inNetns moves the test goroutine, locked to its OS thread, into a new
-// network namespace for the rest of the test; cleanup moves it back and
-// the namespace disappears with its last reference. It skips the test when
-// the host cannot do this (not root, no /dev/net/tun).
+// network namespace for the rest of the test (testutil.EnterNetNS); the
+// namespace disappears with its last reference. It skips the test when the
+// host cannot do this (not root, no /dev/net/tun).
 func inNetns(t *testing.T) {
 	t.Helper()
 	if os.Geteuid() != 0 {
@@ -34,34 +33,7 @@ func inNetns(t *testing.T) {
 	if _, err := os.Stat("/dev/net/tun"); err != nil {
 		t.Skipf("skipping: /dev/net/tun is not available: %v", err)
 	}
-	runtime.LockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		runtime.UnlockOSThread()
-		t.Skipf("skipping: cannot read the current network namespace: %v", err)
-	}
-	ns, err := netns.New()
-	if err != nil {
-		orig.Close()
-		runtime.UnlockOSThread()
-		t.Skipf("skipping: cannot create a network namespace: %v", err)
-	}
-	// A fresh namespace's loopback is down, and IPv6 will not deliver to
-	// a local address without it.
-	if lo, err := netlink.LinkByName("lo"); err == nil {
-		netlink.LinkSetUp(lo)
-	}
-	t.Cleanup(func() {
-		if err := netns.Set(orig); err != nil {
-			// Leave the thread locked: it dies with the goroutine rather
-			// than serve others inside the test namespace.
-			t.Errorf("restoring the network namespace: %v", err)
-			return
-		}
-		ns.Close()
-		orig.Close()
-		runtime.UnlockOSThread()
-	})
+	testutil.EnterNetNS(t)
 }
 
 // snmp6 returns the IPv6 input counters of the test's namespace, for
@@ -177,13 +149,10 @@ func TestTUNRoundTrip(t *testing.T) {
 			// Kernel → TUN: a datagram routed through the interface.
 			// Retry briefly: IPv6 addresses may still be settling.
 			var got []byte
-			for try := 0; ; try++ {
-				if _, err = conn.WriteToUDPAddrPort([]byte("ping"), tt.remote); err == nil || try == 50 {
-					break
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
-			if err != nil {
+			if !testutil.Within(time.Second, func() bool {
+				_, err = conn.WriteToUDPAddrPort([]byte("ping"), tt.remote)
+				return err == nil
+			}) {
 				t.Fatalf("%s: send: %v", tt.name, err)
 			}
 			for range 20 { // skip router solicitations and the like
@@ -261,9 +230,7 @@ func TestTUNMultiqueue(t *testing.T) {
 		conn.Write([]byte{byte(i)})
 		conn.Close()
 	}
-	for deadline := time.Now().Add(5 * time.Second); got.Load() < total && time.Now().Before(deadline); {
-		time.Sleep(5 * time.Millisecond)
-	}
+	testutil.Within(5*time.Second, func() bool { return got.Load() >= total }) // checked below, once the readers stopped
 	for _, d := range devs {
 		d.Close()
 	}

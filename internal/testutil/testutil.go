@@ -1,6 +1,9 @@
 // Package testutil holds the helpers weir's tests share: waiting for a
-// condition without a fixed sleep, a goroutine-safe output buffer, and
-// whether the race detector is on. It is imported only by _test files.
+// condition without a fixed sleep (Eventually, Within), a goroutine-safe
+// output buffer, whether the race detector is on, goroutine leak checks,
+// and network namespaces of the test's own (NetNS, EnterNetNS, over
+// weir/internal/netns). Its subpackage weirproc starts the weir binary. It
+// is imported only by _test files (deps_test.go checks).
 package testutil
 
 import (
@@ -28,12 +31,19 @@ func Eventually(t testing.TB, timeout time.Duration, cond func() bool, format st
 // Poll. Use it where a test branches on the answer; Eventually where it
 // fails.
 func Within(timeout time.Duration, cond func() bool) bool {
+	return WithinEvery(timeout, Poll, cond)
+}
+
+// WithinEvery is Within checking every period: for a condition that costs
+// something to check (an HTTP request, a log file to parse), so that the
+// test does not load the machine it measures.
+func WithinEvery(timeout, period time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
 			return false
 		}
-		time.Sleep(Poll)
+		time.Sleep(period)
 	}
 	return true
 }

@@ -16,6 +16,14 @@ func TestWithin(t *testing.T) {
 	if Within(20*time.Millisecond, func() bool { return false }) {
 		t.Fatal("a condition never true was reported met")
 	}
+	n.Store(0)
+	start := time.Now()
+	if !WithinEvery(time.Second, 30*time.Millisecond, func() bool { return n.Add(1) >= 3 }) {
+		t.Fatal("WithinEvery: condition true on the third call not seen")
+	}
+	if el := time.Since(start); el < 60*time.Millisecond {
+		t.Errorf("WithinEvery checked three times in %v, want two 30 ms periods between them", el)
+	}
 }
 
 func TestSyncBufferKeepsTheLimit(t *testing.T) {

@@ -8,7 +8,6 @@ import (
 	"context"
 	"net/http/httptest"
 	"net/netip"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -29,6 +28,10 @@ import (
 
 // labConfig is a config with one http service "web" on 198.19.0.80:80 whose
 // targets are named t1.. with the given weights and maxConnections.
+// TestMain fails the package if any test leaves a goroutine running: the
+// lab's stacks, splices and loops must all end with Close.
+func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }
+
 func labConfig(weights []int, maxConns []int64) *policy.Config {
 	vs := &policy.VirtualServer{
 		Name:  "web",
@@ -92,17 +95,30 @@ func TestWebSphereMaxConnections(t *testing.T) {
 	cfg := labConfig([]int{1, 1}, []int64{3, 4})
 	var accessBuf testutil.SyncBuffer
 	access := obs.NewAccessLog(&accessBuf, true)
+	// The members hold every request until the 23 refusals are counted:
+	// the 7 served stay open however slowly a loaded machine brings the
+	// 30 clients in.
+	hold := make(chan struct{})
 	l := newLab(t, cfg, lab.Options{
-		Backend:   func(_ policy.TargetKey, b *bench.Backend) { b.Delay = 500 * time.Millisecond },
+		Backend:   func(_ policy.TargetKey, b *bench.Backend) { b.Hold = hold },
 		Appliance: appliance.Options{Access: access},
 	})
-	res := bench.Load{Dial: l.Dial, Addr: "198.19.0.80:80", Clients: 30, Requests: 30, Duration: 30 * time.Second}.Run(context.Background())
+	done := make(chan bench.Result, 1)
+	go func() {
+		done <- bench.Load{Dial: l.Dial, Addr: "198.19.0.80:80", Clients: 30, Requests: 30, Duration: 30 * time.Second}.Run(context.Background())
+	}()
+	held := testutil.Within(20*time.Second, func() bool { return l.App.StatusDoc().Services[0].Refused >= 23 })
+	close(hold)
+	res := <-done
+	if !held {
+		t.Fatalf("23 refusals not counted while 7 requests were held: %+v", res)
+	}
 	b1, b2 := l.Backends[policy.TargetKey{Service: "web", Target: "t1"}], l.Backends[policy.TargetKey{Service: "web", Target: "t2"}]
 	if b1.MaxActive() > 3 || b2.MaxActive() > 4 {
 		t.Errorf("max active t1=%d (limit 3) t2=%d (limit 4)", b1.MaxActive(), b2.MaxActive())
 	}
-	if res.OK < 7 || res.OK+res.Refused503 != 30 {
-		t.Fatalf("ok=%d 503=%d of 30: %+v", res.OK, res.Refused503, res)
+	if res.OK != 7 || res.OK+res.Refused503 != 30 {
+		t.Fatalf("ok=%d 503=%d of 30, want 7 (3+4) and 23: %+v", res.OK, res.Refused503, res)
 	}
 	var reason string
 	for r := range res.Reasons {
@@ -112,9 +128,14 @@ func TestWebSphereMaxConnections(t *testing.T) {
 		t.Errorf("503 reason %q does not name both members at their limit", reason)
 	}
 	// The access log has the request line and 503 for each refusal, as the
-	// plug-in's web server logs it.
+	// plug-in's web server logs it. A refused client has its page a
+	// moment before weir writes the line, as a served one has its answer
+	// before weir sees both legs end: wait for both.
 	waitClosed(t, l.App)
-	access.Flush()
+	testutil.Within(5*time.Second, func() bool {
+		access.Flush()
+		return strings.Count(accessBuf.String(), `"GET / HTTP/1.1" 503 `) >= res.Refused503
+	})
 	if n := strings.Count(accessBuf.String(), `"GET / HTTP/1.1" 503 `); n != res.Refused503 {
 		t.Errorf("access log has %d 503 lines, want %d:\n%s", n, res.Refused503, accessBuf.String())
 	}
@@ -131,8 +152,15 @@ func TestWebSphereMaxConnections(t *testing.T) {
 func TestEnforcedLimitRefusesWithPage(t *testing.T) {
 	cfg := labConfig([]int{1}, nil)
 	cfg.Services[0].Limits = policy.Limits{MaxConnections: 2, EnforceConnections: true}
-	l := newLab(t, cfg, lab.Options{Backend: func(_ policy.TargetKey, b *bench.Backend) { b.Delay = 300 * time.Millisecond }})
-	res := bench.Load{Dial: l.Dial, Addr: "198.19.0.80:80", Clients: 6, Requests: 6, Duration: 30 * time.Second}.Run(context.Background())
+	hold := make(chan struct{}) // the 2 served wait until the 4 refusals are counted
+	l := newLab(t, cfg, lab.Options{Backend: func(_ policy.TargetKey, b *bench.Backend) { b.Hold = hold }})
+	done := make(chan bench.Result, 1)
+	go func() {
+		done <- bench.Load{Dial: l.Dial, Addr: "198.19.0.80:80", Clients: 6, Requests: 6, Duration: 30 * time.Second}.Run(context.Background())
+	}()
+	testutil.Within(20*time.Second, func() bool { return refusals(l.App, "virtual server", "maxConnections") >= 4 })
+	close(hold)
+	res := <-done
 	if res.OK != 2 || res.Refused503 != 4 {
 		t.Fatalf("ok=%d 503=%d, want 2 and 4: %+v", res.OK, res.Refused503, res)
 	}
@@ -186,7 +214,8 @@ func TestReloadKeepsCountersAndConnections(t *testing.T) {
 	go func() {
 		done <- bench.Load{Dial: l.Dial, Addr: "198.19.0.80:80", Clients: 4, Requests: 8, Duration: 30 * time.Second}.Run(context.Background())
 	}()
-	time.Sleep(150 * time.Millisecond)
+	// Reload while connections are open.
+	testutil.Eventually(t, 10*time.Second, func() bool { return l.App.OpenConnections() > 0 }, "no connection open under load")
 	next := labConfig([]int{1, 5}, nil)
 	next.Services[0].Limits = policy.Limits{MaxConnections: 100, EnforceConnections: true}
 	if err := l.App.Reload(next); err != nil {
@@ -255,36 +284,36 @@ func TestMetricsScrape(t *testing.T) {
 	}
 }
 
+// TestNoGoroutineLeak: a lab under load, closed, leaves no goroutine behind
+// (the stacks' workers, the splices, the loops, the health checkers).
 func TestNoGoroutineLeak(t *testing.T) {
-	before := runtime.NumGoroutine()
+	testutil.CheckNoLeaks(t)
 	l, err := lab.New(labConfig([]int{1, 1}, nil), lab.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	l.App.Start()
-	bench.Load{Dial: l.Dial, Addr: "198.19.0.80:80", Clients: 8, Requests: 200}.Run(context.Background())
+	if res := (bench.Load{Dial: l.Dial, Addr: "198.19.0.80:80", Clients: 8, Requests: 200}).Run(context.Background()); res.OK != 200 {
+		t.Errorf("load: %d of 200 OK: %+v", res.OK, res)
+	}
 	l.Close()
-	deadline := time.Now().Add(5 * time.Second)
-	for runtime.NumGoroutine() > before+2 && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
+}
+
+// refusals is the number of connections refused by the given level's limit.
+func refusals(a *appliance.Appliance, level, limit string) uint64 {
+	for _, r := range a.StatusDoc().Refusals {
+		if r.Level == level && r.Limit == limit {
+			return r.Count
+		}
 	}
-	if n := runtime.NumGoroutine(); n > before+2 {
-		buf := make([]byte, 1<<20)
-		t.Fatalf("%d goroutines before, %d after close\n%s", before, n, buf[:runtime.Stack(buf, true)])
-	}
+	return 0
 }
 
 // waitClosed waits until every admitted connection has been reported closed:
 // a client has its answer a moment before weir sees both legs end.
 func waitClosed(t *testing.T, a *appliance.Appliance) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for a.OpenConnections() > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d connections still open", a.OpenConnections())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testutil.Eventually(t, 5*time.Second, func() bool { return a.OpenConnections() == 0 }, "every connection reported closed")
 }
 
 func TestHealthChecksTakeDeadTargetOut(t *testing.T) {
@@ -293,22 +322,14 @@ func TestHealthChecksTakeDeadTargetOut(t *testing.T) {
 	l := newLab(t, cfg, lab.Options{})
 	l.App.Start()
 	l.Backends[policy.TargetKey{Service: "web", Target: "t2"}].Close()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		var up bool
+	testutil.Eventually(t, 5*time.Second, func() bool {
 		for _, tg := range l.App.StatusDoc().Services[0].Targets {
 			if tg.Name == "t2" {
-				up = tg.HealthUp
+				return !tg.HealthUp
 			}
 		}
-		if !up {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("t2's backend is closed but health checks still report it up")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return false
+	}, "t2's backend is closed but health checks still report it up")
 	res := bench.Load{Dial: l.Dial, Addr: "198.19.0.80:80", Clients: 2, Requests: 20}.Run(context.Background())
 	if res.OK != 20 || res.PerTarget["t1"] != 20 {
 		t.Errorf("with t2 unhealthy: %+v", res)

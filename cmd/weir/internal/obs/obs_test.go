@@ -7,10 +7,16 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"weir/internal/testutil"
 )
 
+// TestMain fails the package if a test leaves a goroutine running: Close
+// must stop the non-blocking log's writer goroutine.
+func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }
+
 func TestLogsJSONNonBlocking(t *testing.T) {
-	var buf syncBuffer
+	var buf testutil.SyncBuffer
 	l, err := New(Options{Output: &buf, Format: "json"})
 	if err != nil {
 		t.Fatal(err)
@@ -18,7 +24,7 @@ func TestLogsJSONNonBlocking(t *testing.T) {
 	l.Info().Str("target", "a").Msg("STATS")
 	l.Close()
 	var m map[string]any
-	if err := json.Unmarshal(bytes.TrimSpace(buf.Bytes()), &m); err != nil {
+	if err := json.Unmarshal(bytes.TrimSpace([]byte(buf.String())), &m); err != nil {
 		t.Fatalf("line %q is not JSON: %v", buf.String(), err)
 	}
 	if m["message"] != "STATS" || m["target"] != "a" {
