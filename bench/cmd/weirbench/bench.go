@@ -34,40 +34,40 @@ type options struct {
 }
 
 // testKind is what a test drives.
-type testKind int
+type testKind string
 
 const (
-	iperfTest testKind = iota
-	connTest
+	iperfTest testKind = "iperf3"
+	connTest  testKind = "connrate"
 )
 
 // testDef is one measurement of the matrix.
 type testDef struct {
-	ID          string `json:"id"`
-	Name        string `json:"name"`
-	kind        testKind
-	Streams     int  `json:"streams,omitempty"`      // iperf3 -P
-	Reverse     bool `json:"reverse,omitempty"`      // iperf3 -R
-	Clients     int  `json:"clients,omitempty"`      // connection-rate concurrency
-	ServerClose bool `json:"server_close,omitempty"` // the server closes first
+	ID          string   `json:"id"`
+	Name        string   `json:"name"`
+	Kind        testKind `json:"kind"`
+	Streams     int      `json:"streams,omitempty"`      // iperf3 -P
+	Reverse     bool     `json:"reverse,omitempty"`      // iperf3 -R
+	Clients     int      `json:"clients,omitempty"`      // connection-rate concurrency
+	ServerClose bool     `json:"server_close,omitempty"` // the server closes first
 }
 
 // unit is what the test's primary figure counts.
 func (t testDef) unit() string {
-	if t.kind == iperfTest {
+	if t.Kind == iperfTest {
 		return "Gbit/s"
 	}
 	return "conn/s"
 }
 
 var tests = []testDef{
-	{ID: "stream1", Name: "1 stream", kind: iperfTest, Streams: 1},
-	{ID: "stream4", Name: "4 streams", kind: iperfTest, Streams: 4},
-	{ID: "reverse", Name: "reverse (server → client)", kind: iperfTest, Streams: 1, Reverse: true},
-	{ID: "conn1", Name: "new conns, c1", kind: connTest, Clients: 1},
-	{ID: "conn16", Name: "new conns, c16", kind: connTest, Clients: 16},
-	{ID: "conn1-sc", Name: "new conns, c1, server closes first", kind: connTest, Clients: 1, ServerClose: true},
-	{ID: "conn16-sc", Name: "new conns, c16, server closes first", kind: connTest, Clients: 16, ServerClose: true},
+	{ID: "stream1", Name: "1 stream", Kind: iperfTest, Streams: 1},
+	{ID: "stream4", Name: "4 streams", Kind: iperfTest, Streams: 4},
+	{ID: "reverse", Name: "reverse (server → client)", Kind: iperfTest, Streams: 1, Reverse: true},
+	{ID: "conn1", Name: "new conns, c1", Kind: connTest, Clients: 1},
+	{ID: "conn16", Name: "new conns, c16", Kind: connTest, Clients: 16},
+	{ID: "conn1-sc", Name: "new conns, c1, server closes first", Kind: connTest, Clients: 1, ServerClose: true},
+	{ID: "conn16-sc", Name: "new conns, c16, server closes first", Kind: connTest, Clients: 16, ServerClose: true},
 }
 
 // path is one way from the client to the server.
@@ -210,7 +210,7 @@ func runBench(ctx context.Context, o options) (*report, error) {
 	os.Remove(ready)
 	weir, err := start(topo.router, "weir", nil, o.Weir, "run", "-c", cfgPath, "--tun", weirTUN,
 		"--tun-addr", weirTUNAddr, "--admin", "127.0.0.1:0", "--ready-file", ready,
-		"--log-format", "json", "--log-level", "warn")
+		"--log-format", "json", "--log-level", "warn", "--grace", "1s")
 	if err != nil {
 		return nil, err
 	}
@@ -367,7 +367,7 @@ func runOne(ctx context.Context, topo *topology, self string, o options, t testD
 			return s
 		}
 	}
-	switch t.kind {
+	switch t.Kind {
 	case iperfTest:
 		gbps, bytes, err := iperf(ctx, topo, p.Addr, o.IperfTime, t.Streams, t.Reverse)
 		if err != nil {

@@ -189,8 +189,8 @@ func (r *report) markdown() string {
 		fmt.Fprintf(&b, "| %s | %s |", t.Name, t.unit())
 		for _, p := range r.Paths {
 			c := r.cell(t.ID, p)
-			cellText := fmtStat(c.Value, t.kind == iperfTest)
-			if t.kind == connTest && c.Value.N > 0 {
+			cellText := fmtStat(c.Value, t.Kind == iperfTest)
+			if t.Kind == connTest && c.Value.N > 0 {
 				cellText += fmt.Sprintf(" (%d errors)", c.Errors)
 			}
 			if c.Failed > 0 {
@@ -215,7 +215,7 @@ func (r *report) markdown() string {
 	}
 	b.WriteString("\n")
 	for _, t := range r.Tests {
-		if t.kind != connTest {
+		if t.Kind != connTest {
 			continue
 		}
 		fmt.Fprintf(&b, "| %s |", t.Name)
