@@ -249,7 +249,7 @@ func (r *report) markdown() string {
 		row("CPU per connection (c16, server closes first)", func(a applianceSummary) string { return fmt.Sprintf("%.0f µs", a.CPUPerConS) })
 		row("CPU, whole run", func(a applianceSummary) string { return fmt.Sprintf("%.1f s", a.CPUSec) })
 		row("peak RSS (largest of any run)", func(a applianceSummary) string { return fmtMiB(a.PeakRSS) })
-		b.WriteString("\nPeak RSS per test (largest of the runs)\n\n| test |")
+		b.WriteString("\nPeak RSS during each test, the largest of its runs (the mark is reset to the current RSS before a run, so it includes what earlier runs left resident)\n\n| test |")
 		for _, a := range r.Appliances {
 			fmt.Fprintf(&b, " %s |", a.Path)
 		}
