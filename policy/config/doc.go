@@ -85,7 +85,7 @@
 //	balancer:
 //	  algorithm: round-robin   # round-robin (default), least-conn or maglev
 //	  retryInterval: 60s       # how long a failed target stays down, default 60s, > 0
-//	  maxAttempts: 3           # targets tried per connection, 1..100, default 3
+//	  maxAttempts: 3           # targets tried per connection, 1..16, default 3
 //	  refreshInterval: 0s      # config file check period; 0 (default): off, SIGHUP still reloads
 //	  slowStart: 0s            # weight ramp of a recovered target; 0: off
 //	  healthCheck:             # active TCP checks; interval 0 (default): off

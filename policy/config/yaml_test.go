@@ -197,6 +197,8 @@ func TestParseYAMLErrors(t *testing.T) {
 			`t.yaml:1:32: metricInterval 1s must be a multiple of recomputeInterval 300ms`},
 		{"zero interval", "monitor: {samplingInterval: 0s}\n",
 			`t.yaml:1:29: samplingInterval: must be more than 0`},
+		{"maxAttempts beyond the tried-set", "balancer: {maxAttempts: 17}\n",
+			`t.yaml:1:25: maxAttempts: 17 is out of range 1..16`},
 		{"weight out of range", "services:\n- {name: a, vips: [198.18.0.1], port: 80, targets: [{address: 198.18.1.1:80, weight: 1001}]}\n",
 			`t.yaml:2:86: weight: 1001 is out of range 0..1000`},
 		{"port out of range", "services:\n- {name: a, vips: [198.18.0.1], port: 70000, targets: [{address: 198.18.1.1:80}]}\n",
