@@ -106,6 +106,11 @@ func TestE2EStatusAgreesWithMetrics(t *testing.T) {
 	if metricSum(fams, "weir_transport_dropped_total", map[string]string{"nic": "front", "reason": "queue_full"}) < 0 {
 		t.Error("no weir_transport_dropped_total for the TUN")
 	}
+	if st.TUN == nil || st.TUN.Name == "" {
+		t.Errorf("/status tun %+v, want the TUN interface's kernel counters", st.TUN)
+	} else if metricSum(fams, "weir_tun_kernel_dropped_total", map[string]string{"tun": st.TUN.Name, "direction": "to_weir"}) != float64(st.TUN.ToWeirDropped) {
+		t.Errorf("weir_tun_kernel_dropped_total{to_weir} disagrees with /status %+v", st.TUN)
+	}
 	var out strings.Builder // the admin API listens inside the namespace: w.HTTP reaches it
 	if err := runStatus(&out, w.HTTP, w.Admin, "", false); err != nil {
 		t.Fatal(err)

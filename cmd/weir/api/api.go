@@ -40,7 +40,8 @@ type Status struct {
 	Datapath  Datapath  `json:"datapath"`
 	Stack     Stack     `json:"stack"`
 	Forwarder Forwarder `json:"forwarder"`
-	NICs      []NIC     `json:"nics"` // the stack's interfaces: front (and its queues), back arms
+	NICs      []NIC     `json:"nics"`          // the stack's interfaces: front (and its queues), back arms
+	TUN       *TUN      `json:"tun,omitempty"` // the front TUN interface's kernel counters, when the front is a TUN
 	Control   Control   `json:"control"`
 }
 
@@ -233,6 +234,25 @@ type NIC struct {
 type Device struct {
 	DroppedFull   uint64 `json:"dropped_full"`    // dropped because a queue was full
 	DroppedTooBig uint64 `json:"dropped_too_big"` // dropped because larger than the MTU or buffer
+	// WriteErrors counts packets a TUN queue's kernel refused on write (a
+	// malformed header); 0 for other transports.
+	WriteErrors uint64 `json:"write_errors"`
+}
+
+// TUN is the front TUN interface's link counters as the kernel keeps them,
+// every queue together. "To weir" is the kernel's transmit side (packets
+// routed into the TUN, toward weir's reader), "from weir" its receive side
+// (packets weir wrote).
+type TUN struct {
+	Name string `json:"name"`
+	// ToWeirDropped counts packets the kernel dropped before weir read
+	// them: the TUN's queue was full because weir read too slowly.
+	ToWeirDropped uint64 `json:"to_weir_dropped"`
+	ToWeirErrors  uint64 `json:"to_weir_errors"`
+	// FromWeirDropped and FromWeirErrors count packets weir wrote that the
+	// kernel dropped or refused (no route back, a bad header).
+	FromWeirDropped uint64 `json:"from_weir_dropped"`
+	FromWeirErrors  uint64 `json:"from_weir_errors"`
 }
 
 // Control is what the control plane itself dropped.

@@ -9,6 +9,7 @@ import (
 	"weir/balancer"
 	"weir/cmd/weir/api"
 	"weir/datapath"
+	"weir/datapath/tun"
 	"weir/netstack"
 	"weir/policy"
 )
@@ -85,8 +86,18 @@ func (a *Appliance) Status() api.Status {
 	if a.opts.LogDrops != nil {
 		st.Control.DroppedLogLines = a.opts.LogDrops()
 	}
-	for _, n := range raw.NICs {
+	for i, n := range raw.NICs {
 		st.NICs = append(st.NICs, nicStatus(n))
+		if t, ok := findTUN(a.nics[i].dev); ok {
+			ts, err := t.TUNStats()
+			if d := st.NICs[i].Device; d != nil {
+				d.WriteErrors = ts.WriteErrors
+			}
+			if st.TUN == nil && err == nil {
+				st.TUN = &api.TUN{Name: t.Name(), ToWeirDropped: ts.KernelTxDropped, ToWeirErrors: ts.KernelTxErrors,
+					FromWeirDropped: ts.KernelRxDropped, FromWeirErrors: ts.KernelRxErrors}
+			}
+		}
 	}
 	for _, l := range a.adm.Snapshot() {
 		st.Levels = append(st.Levels, api.Level{
@@ -194,6 +205,29 @@ func nicStatus(n NICStats) api.NIC {
 		out.Device = &api.Device{DroppedFull: n.Device.DroppedFull, DroppedTooBig: n.Device.DroppedTooBig}
 	}
 	return out
+}
+
+// tunDevice is a TUN queue (datapath/tun.Device): its own and its
+// interface's kernel counters.
+type tunDevice interface {
+	Name() string
+	TUNStats() (tun.Stats, error)
+}
+
+// findTUN finds the TUN queue under d, looking through wrappers that say
+// what they wrap (a --capture recorder).
+func findTUN(d datapath.Device) (tunDevice, bool) {
+	for d != nil {
+		if t, ok := d.(tunDevice); ok {
+			return t, true
+		}
+		u, ok := d.(interface{ Unwrap() datapath.Device })
+		if !ok {
+			return nil, false
+		}
+		d = u.Unwrap()
+	}
+	return nil, false
 }
 
 // Connections lists open connections with both legs' statistics, for

@@ -295,13 +295,30 @@ var Defs = []Def{
 		Help:    "Failed transport calls of a stack interface (op read, write, write_short: packets a write did not take); rising means the TUN or its queue is failing, see the error log.",
 		samples: perNIC(func(n *api.NIC, emit func(float64, ...string)) { drops(n.Errors, emit) })},
 	{Name: "weir_transport_dropped_total", Type: Counter, Labels: []string{"nic", "reason"},
-		Help: "Packets the transport below a stack interface (the TUN, a memory pair) dropped itself: queue_full or too_big. Absent when the transport keeps no counters.",
+		Help: "Packets the transport below a stack interface (a TUN queue, a memory pair) dropped itself: queue_full, too_big, or write_refused (the kernel refused a written packet's header). Absent when the transport keeps no counters.",
 		samples: perNIC(func(n *api.NIC, emit func(float64, ...string)) {
 			if d := n.Device; d != nil {
 				emit(float64(d.DroppedFull), "queue_full")
 				emit(float64(d.DroppedTooBig), "too_big")
+				emit(float64(d.WriteErrors), "write_refused")
 			}
 		})},
+	{Name: "weir_tun_kernel_dropped_total", Type: Counter, Labels: []string{"tun", "direction"},
+		Help: "Packets the kernel dropped at weir's TUN interface, all queues: direction to_weir (the TUN's queue was full: weir reads too slowly; add --queues) or from_weir (packets weir wrote that the kernel dropped: no route back to the client).",
+		samples: func(st *api.Status, emit emitter) {
+			if t := st.TUN; t != nil {
+				emit(float64(t.ToWeirDropped), t.Name, "to_weir")
+				emit(float64(t.FromWeirDropped), t.Name, "from_weir")
+			}
+		}},
+	{Name: "weir_tun_kernel_errors_total", Type: Counter, Labels: []string{"tun", "direction"},
+		Help: "Packets the kernel failed to queue toward weir (direction to_weir) or refused from weir (from_weir, a bad header) at weir's TUN interface.",
+		samples: func(st *api.Status, emit emitter) {
+			if t := st.TUN; t != nil {
+				emit(float64(t.ToWeirErrors), t.Name, "to_weir")
+				emit(float64(t.FromWeirErrors), t.Name, "from_weir")
+			}
+		}},
 
 	// The control plane.
 	{Name: "weir_log_lines_dropped_total", Type: Counter,

@@ -50,6 +50,7 @@ func populated(t *testing.T) (api.Status, map[string][]float64) {
 		},
 	}
 	st.Services[0].Targets[0].Explanation = &api.Explanation{}
+	st.TUN = &api.TUN{Name: "weir0"}
 	values := map[string][]float64{}
 	next := 1000.0
 	var fill func(path string, v reflect.Value)
@@ -206,6 +207,9 @@ func TestSamples(t *testing.T) {
 		{"weir_nic_packets_total", map[string]string{"nic": "back0", "direction": "tx"}, float64(st.NICs[1].TxPackets)},
 		{"weir_transport_dropped_total", map[string]string{"nic": "front", "reason": "queue_full"}, float64(st.NICs[0].Device.DroppedFull)},
 		{"weir_log_lines_dropped_total", nil, float64(st.Control.DroppedLogLines)},
+		{"weir_transport_dropped_total", map[string]string{"nic": "front", "reason": "write_refused"}, float64(st.NICs[0].Device.WriteErrors)},
+		{"weir_tun_kernel_dropped_total", map[string]string{"tun": "weir0", "direction": "to_weir"}, float64(st.TUN.ToWeirDropped)},
+		{"weir_tun_kernel_errors_total", map[string]string{"tun": "weir0", "direction": "from_weir"}, float64(st.TUN.FromWeirErrors)},
 		{"weir_admission_events_dropped_total", nil, float64(st.Control.DroppedEvents)},
 	} {
 		got, ok := find(tc.name, tc.labels)

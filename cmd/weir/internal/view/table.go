@@ -151,7 +151,14 @@ func countedDrops(st api.Status) []string {
 		if d := n.Device; d != nil {
 			add("transport "+n.Name+" queue_full", d.DroppedFull)
 			add("transport "+n.Name+" too_big", d.DroppedTooBig)
+			add("transport "+n.Name+" write_refused", d.WriteErrors)
 		}
+	}
+	if t := st.TUN; t != nil {
+		add("kernel at "+t.Name+" toward weir (TUN queue full)", t.ToWeirDropped)
+		add("kernel at "+t.Name+" from weir", t.FromWeirDropped)
+		add("kernel at "+t.Name+" toward weir, errors", t.ToWeirErrors)
+		add("kernel at "+t.Name+" from weir, errors", t.FromWeirErrors)
 	}
 	add("log lines", st.Control.DroppedLogLines)
 	add("admission events", st.Control.DroppedEvents)
