@@ -15,7 +15,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"weir/bench"
-	"weir/cmd/weir/internal/appliance"
+	"weir/cmd/weir/api"
 	"weir/internal/netns"
 	"weir/internal/testutil"
 	"weir/policy"
@@ -163,22 +163,22 @@ func (w *weirProc) bodyBackend(ns *netns.NS, name, addr string, body int) {
 	w.t.Cleanup(func() { b.Close(); ln.Close() })
 }
 
-func segmentsOf(st appliance.Status, target string) (appliance.Segments, *appliance.Target) {
+func segmentsOf(st api.Status, target string) (api.Segments, *api.Target) {
 	if s := statusService(st, "web"); s != nil {
 		for i := range s.Targets {
 			if t := &s.Targets[i]; t.Name == target {
 				if t.Segments != nil {
 					return *t.Segments, t
 				}
-				return appliance.Segments{}, t
+				return api.Segments{}, t
 			}
 		}
 	}
-	return appliance.Segments{}, nil
+	return api.Segments{}, nil
 }
 
-func sub(a, b appliance.DirTotals) appliance.DirTotals {
-	return appliance.DirTotals{DataSegments: a.DataSegments - b.DataSegments, Retransmitted: a.Retransmitted - b.Retransmitted,
+func sub(a, b api.DirTotals) api.DirTotals {
+	return api.DirTotals{DataSegments: a.DataSegments - b.DataSegments, Retransmitted: a.Retransmitted - b.Retransmitted,
 		Timeouts: a.Timeouts - b.Timeouts, OutOfOrder: a.OutOfOrder - b.OutOfOrder, Source: a.Source}
 }
 
@@ -188,9 +188,9 @@ func (w *weirProc) downloads(clients, n int) bench.Result {
 }
 
 // waitSampled waits for a sampling interval that began after now.
-func (w *weirProc) waitSampled(after time.Time) appliance.Status {
+func (w *weirProc) waitSampled(after time.Time) api.Status {
 	w.t.Helper()
-	return w.waitStatus(15*time.Second, "sampled", func(st appliance.Status) bool { return st.SampledAt.After(after.Add(3 * time.Second)) })
+	return w.waitStatus(15*time.Second, "sampled", func(st api.Status) bool { return st.SampledAt.After(after.Add(3 * time.Second)) })
 }
 
 func TestE2EMeasureBackArm(t *testing.T) {
@@ -237,7 +237,7 @@ func TestE2EMeasureBackArm(t *testing.T) {
 			}
 		}
 	}()
-	var cut, clean1 *appliance.Target
+	var cut, clean1 *api.Target
 	var picked0, picked1 map[string]uint64
 	var sum0 uint64
 	testutil.WithinEvery(90*time.Second, 100*time.Millisecond, func() bool {
@@ -285,7 +285,7 @@ func TestE2EMeasureBackArm(t *testing.T) {
 		t.Fatal("t2 was never cut while its packets were lost")
 	}
 	e := cut.Explanation
-	t.Logf("t2 cut: %s", e)
+	t.Logf("t2 cut: %+v", *e)
 	if want := policy.StepFraction(e.Retransmits, e.SegmentsSent, 20, 25, 95); e.LossFraction != want || cut.Effective >= cut.Weight {
 		t.Errorf("t2: loss %d‰ → fraction %d %% (want %d), effective %d of %d", e.LossRatio, e.LossFraction, want, cut.Effective, cut.Weight)
 	}
