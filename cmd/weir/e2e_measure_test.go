@@ -306,8 +306,8 @@ func TestE2EMeasureBackArm(t *testing.T) {
 	w.nft("add", "rule", "inet", "weirtest", "forw", "ip", "daddr", "198.18.3.2", "tcp", "dport", "8082", "numgen", "random", "mod", "100", "<", "5", "counter", "drop")
 	st = w.status()
 	before2, _ = segmentsOf(st, "t2")
-	res = w.downloads(8, 500)
-	if res.OK != 500 {
+	res = w.downloads(8, 1200)
+	if res.OK != 1200 {
 		t.Fatalf("downloads under loss toward t2: %+v", res)
 	}
 	st = w.waitSampled(time.Now())
