@@ -82,11 +82,8 @@ func TestDialFailure(t *testing.T) {
 			name: "tcp-all-failed-rst", port: 80,
 			dialFailed: func(*ConnRequest, Decision, error) Decision { return Decision{Verdict: RefuseRST} },
 			wantFailed: 1,
-			check: func(t *testing.T, c *Conn, err error) {
-				if !errors.Is(err, ErrConnectionRefused) {
-					t.Fatalf("dial: %v, want connection refused", err)
-				}
-			},
+			// Handshake first: the client is connected, then reset.
+			check: func(t *testing.T, c *Conn, err error) { wantReset(t, c, err) },
 		},
 		{
 			// The forwarder has no bound of its own: it dials every Accept
