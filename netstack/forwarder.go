@@ -708,17 +708,17 @@ func (f *Forwarder) serve(reqp **ConnRequest, client *Conn, vip netip.AddrPort) 
 	f.splice(req, d, sess, client, target, t)
 }
 
-// hook is a test hook: tests set testHook to make a stage panic. Nil in
-// production, where it costs one load and a compare per call.
+// hook is a test hook: tests set testHook to make a stage panic. Unset in
+// production, where it costs one atomic load and a compare per call.
 func hook(stage string) {
-	if h := testHook; h != nil {
-		h(stage)
+	if h := testHook.Load(); h != nil {
+		(*h)(stage)
 	}
 }
 
-// testHook, when set by a test before any connection, is called with the
-// name of each hooked stage ("admit", "splice").
-var testHook func(stage string)
+// testHook, when set by a test, is called with the name of each hooked
+// stage ("admit", "splice").
+var testHook atomic.Pointer[func(stage string)]
 
 // recoverConn recovers a panic in a connection goroutine: counts it,
 // reports it to OnPanic with the stack, and runs cleanup (which closes

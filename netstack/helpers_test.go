@@ -4,10 +4,9 @@ import (
 	"context"
 	"errors"
 	"io"
-	"os"
-	"syscall"
 	"net"
 	"net/netip"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -265,7 +264,7 @@ func serveListener(l net.Listener, handle func(net.Conn)) (stop func()) {
 func wantReset(t testing.TB, c *Conn, err error) {
 	t.Helper()
 	if err != nil {
-		if !errors.Is(err, syscall.ECONNRESET) && !errors.Is(err, ErrConnectionRefused) {
+		if !errors.Is(err, ErrConnectionReset) && !errors.Is(err, ErrConnectionRefused) {
 			t.Fatalf("dial: %v, want a reset", err)
 		}
 		return

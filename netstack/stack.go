@@ -386,6 +386,9 @@ var (
 	ErrConnectionRefused = errors.New("connection refused")
 	// ErrTimeout is returned by a dial or handshake that timed out.
 	ErrTimeout = errors.New("timed out")
+	// ErrConnectionReset is returned by a dial whose connection the peer
+	// reset right after the handshake (weir refusing it).
+	ErrConnectionReset = errors.New("connection reset by peer")
 )
 
 // asError converts a tcpip.Error into an error; it is the only way a
@@ -398,6 +401,8 @@ func asError(e tcpip.Error) error {
 		return ErrConnectionRefused
 	case *tcpip.ErrTimeout:
 		return ErrTimeout
+	case *tcpip.ErrConnectionReset:
+		return ErrConnectionReset
 	}
 	return &errTCPIP{e.String()}
 }
