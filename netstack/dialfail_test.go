@@ -179,6 +179,12 @@ func TestForwarderClose(t *testing.T) {
 	r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: services(vs), Admitter: adm}})
 	c := dial(t, r.client, netip.AddrPortFrom(vipV4, 80))
 	defer c.Close()
+	// Handshake first: the dial returns before weir has admitted and
+	// spliced; one echo makes sure it has.
+	io.WriteString(c, "x")
+	if _, err := io.ReadFull(c, make([]byte, 1)); err != nil {
+		t.Fatal(err)
+	}
 	if err := r.fwd.Close(); err != nil {
 		t.Fatal(err)
 	}
