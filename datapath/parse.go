@@ -57,16 +57,16 @@ type DropReason uint8
 
 // The reasons Parse rejects a packet.
 const (
-	DropNone        DropReason = iota
-	DropTruncated              // shorter than a header it announces
-	DropBadVersion             // version nibble neither 4 nor 6
-	DropBadIHL                 // IPv4 header length below 20 bytes
-	DropBadLength              // IP total/payload length inconsistent
-	DropBadL4                  // TCP data offset below 20 bytes
-	DropExtChain               // IPv6 extension chain too long or misplaced
-	DropUnsupported            // IPv6 jumbogram
-	DropBadIPChecksum          // IPv4 header checksum wrong
-	DropTinyFragment           // a first fragment too short for its transport header, or an IPv4 TCP fragment at offset 8 (RFC 1858)
+	DropNone          DropReason = iota
+	DropTruncated                // shorter than a header it announces
+	DropBadVersion               // version nibble neither 4 nor 6
+	DropBadIHL                   // IPv4 header length below 20 bytes
+	DropBadLength                // IP total/payload length inconsistent
+	DropBadL4                    // TCP data offset below 20 bytes
+	DropExtChain                 // IPv6 extension chain too long or misplaced
+	DropUnsupported              // IPv6 jumbogram
+	DropBadIPChecksum            // IPv4 header checksum wrong
+	DropTinyFragment             // a first fragment too short for its transport header, or an IPv4 TCP fragment at offset 8 (RFC 1858)
 	numDropReasons
 )
 

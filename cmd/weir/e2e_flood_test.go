@@ -57,7 +57,9 @@ func TestE2ESYNFlood(t *testing.T) {
 		Timeout: 5 * time.Second,
 		Transport: &http.Transport{
 			DisableKeepAlives: true,
-			DialContext:       func(ctx context.Context, network, addr string) (net.Conn, error) { return w.ns.Dial(ctx, network, addr) },
+			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+				return w.ns.Dial(ctx, network, addr)
+			},
 		},
 	}
 	defer client.CloseIdleConnections()
