@@ -54,7 +54,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"runtime/debug"
 	"sync"
@@ -609,11 +608,13 @@ func (f *Forwarder) timeouts(vs *policy.VirtualServer) policy.Timeouts {
 func (f *Forwarder) serve(reqp **ConnRequest, client *Conn, vip netip.AddrPort) {
 	pendingDone := sync.OnceFunc(func() { f.pendingN.Add(-1) })
 	defer pendingDone()
+	// The endpoint's ID, not RemoteAddr: that fails once the client has
+	// reset the connection, which it may have by now.
+	id := client.ep.Info().(*stack.TransportEndpointInfo).ID
 	req := &ConnRequest{
-		Client: client.RemoteAddr().(*net.TCPAddr).AddrPort(),
+		Client: netip.AddrPortFrom(netipAddr(id.RemoteAddress), id.RemotePort),
 		VIP:    vip,
 	}
-	req.Client = netip.AddrPortFrom(req.Client.Addr().Unmap(), req.Client.Port())
 	if f.opts.Services != nil {
 		req.Service = f.opts.Services(req.VIP.Addr(), req.VIP.Port())
 	}
