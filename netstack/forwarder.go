@@ -362,7 +362,7 @@ type ForwarderStats struct {
 	RefusedRST        uint64 // refused with RST
 	Refused503        uint64 // answered with a 503 page
 	NoService         uint64 // SYNs to an address:port that is no virtual server (RST)
-	RefusedClosed     uint64 // SYNs after Close (RST)
+	RefusedClosed     uint64 // SYNs after Drain or Close (RST, no SYN-ACK)
 	DroppedInFlight   uint64 // SYNs dropped: MaxInFlight or InFlightPerVIP pending (tcp.Forwarder path), or a listener's accept queue full
 	SYNCookiesSent    uint64 // SYN-ACKs with a SYN cookie (a listener's backlog was full)
 	SYNCookiesValid   uint64 // ACKs with a valid cookie: connections established from a cookie
@@ -403,6 +403,7 @@ type Forwarder struct {
 
 	tw timeWaitTable
 
+	draining  atomic.Bool // set by Drain
 	lmu       sync.Mutex
 	listeners map[netip.AddrPort]*listener // protected by lmu
 	lwg       sync.WaitGroup               // accept loops
@@ -518,7 +519,7 @@ func (f *Forwarder) Close() error {
 // into its in-flight set: SYNs to no listener.
 func (f *Forwarder) handle(r *tcp.ForwarderRequest) {
 	f.mu.Lock()
-	if f.closed {
+	if f.closed || f.draining.Load() {
 		f.mu.Unlock()
 		f.refusedClosed.Add(1)
 		r.Complete(true)

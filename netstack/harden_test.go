@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"weir/datapath"
 	"weir/internal/testutil"
 	"weir/policy"
 )
@@ -377,5 +378,44 @@ func TestPanicContained(t *testing.T) {
 	// The admit panic came before any Session existed: no End for it.
 	if panicked != 1 || adm.nEnds.Load() != 3 {
 		t.Errorf("outcomes %v: want 3 Ends, 1 of them panic", got)
+	}
+}
+
+// TestDrainRefusesBeforeHandshake: after Drain a SYN gets RST and no
+// SYN-ACK (the client sees "connection refused"), on a listened VIP and on
+// the tcp.Forwarder path alike, and Listen opens nothing.
+func TestDrainRefusesBeforeHandshake(t *testing.T) {
+	taddr, _, stop := countingEcho(t)
+	defer stop()
+	narrow := &policy.VirtualServer{Name: "n", VIPs: []netip.Addr{vipV4}, Ports: policy.PortRange{Lo: 80, Hi: 80}}
+	wide := &policy.VirtualServer{Name: "w", VIPs: []netip.Addr{vipV4}, Ports: policy.PortRange{Lo: 1000, Hi: 1000 + MaxListenPorts}}
+	lookup := func(a netip.Addr, p uint16) *policy.VirtualServer {
+		if s := services(narrow)(a, p); s != nil {
+			return s
+		}
+		return services(wide)(a, p)
+	}
+	var counter *tcpFlagCounter
+	adm := &testAdmitter{target: &policy.Target{Name: "t", Addr: taddr}}
+	r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: lookup, Admitter: adm}, listen: []*policy.VirtualServer{narrow, wide},
+		wrapFront: func(d datapath.Device) datapath.Device { counter = &tcpFlagCounter{Device: d}; return counter }})
+	r.fwd.Drain()
+	if err := r.fwd.Listen([]*policy.VirtualServer{narrow}); err != nil || r.fwd.Stats().Listeners != 0 {
+		t.Fatalf("Listen after Drain: %v, %d listeners", err, r.fwd.Stats().Listeners)
+	}
+	before := counter.synAck.Load()
+	for _, port := range []uint16{80, 1000} {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := r.client.DialTCP(ctx, netip.AddrPort{}, netip.AddrPortFrom(vipV4, port))
+		cancel()
+		if !errors.Is(err, ErrConnectionRefused) {
+			t.Errorf("port %d after Drain: %v, want refused", port, err)
+		}
+	}
+	if n := counter.synAck.Load() - before; n != 0 {
+		t.Errorf("%d SYN-ACKs after Drain", n)
+	}
+	if st := r.fwd.Stats(); st.RefusedClosed != 2 || adm.nAdmit.Load() != 0 {
+		t.Errorf("after Drain: %+v, %d admitted", st, adm.nAdmit.Load())
 	}
 }

@@ -49,7 +49,7 @@ func (f *Forwarder) Listen(services []*policy.VirtualServer) error {
 	f.mu.Lock()
 	closed := f.closed
 	f.mu.Unlock()
-	if closed {
+	if closed || f.draining.Load() { // checked under lmu: Drain's closeListeners waits for it
 		return nil
 	}
 	for vip, l := range f.listeners {
@@ -171,4 +171,14 @@ func (f *Forwarder) listenerCount() int {
 	f.lmu.Lock()
 	defer f.lmu.Unlock()
 	return len(f.listeners)
+}
+
+// Drain stops taking new connections, as a server closes its listening
+// socket: every listener closes (its half-open handshakes are reset) and
+// from now on every SYN gets RST before any SYN-ACK (RefusedClosed), so a
+// client sees "connection refused" and tries another instance. Connections
+// already accepted go on; Listen does nothing any more.
+func (f *Forwarder) Drain() {
+	f.draining.Store(true)
+	f.closeListeners()
 }

@@ -419,6 +419,7 @@ func (a *Appliance) ReloadFailed(err error) { a.reloadFailed(err) }
 // the number of connections still open.
 func (a *Appliance) Drain(ctx context.Context) int {
 	a.draining.Store(true)
+	a.fwd.Drain() // new SYNs get RST, before any SYN-ACK
 	t := time.NewTicker(50 * time.Millisecond)
 	defer t.Stop()
 	for {
