@@ -86,7 +86,7 @@ func newRunCmd() *cobra.Command {
 // preflight reports, before anything is created, what would stop weir run,
 // each with what to do about it.
 func preflight() error {
-	if os.Geteuid() != 0 {
+	if os.Geteuid() != 0 && !haveNetAdmin() {
 		return errors.New("weir run needs root (CAP_NET_ADMIN) to create its TUN device: run it with sudo.\n" +
 			"To see weir work without root, run `weir demo`")
 	}
