@@ -48,9 +48,11 @@ bench-e2e: ## end-to-end benchmarks: connections/s and MB/s through weir against
 bench-smoke: ## every benchmark once, briefly, to prove they run
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 100x -timeout 10m $(PKGS)
 
+FUZZTIME ?= 5s
+
 .PHONY: fuzz-smoke
-fuzz-smoke: ## each fuzz target for a few seconds
-	bash scripts/fuzz-smoke.sh 5s
+fuzz-smoke: ## every fuzz target of the module (found by go test -list) for FUZZTIME each (default 5s)
+	bash scripts/fuzz-smoke.sh $(FUZZTIME)
 
 .PHONY: demo
 demo: build ## run the demo on the embedded default config

@@ -45,10 +45,11 @@ type Balancer struct {
 
 type effWeight struct{ weight, base int }
 
-// New builds a balancer for vs with settings s (zero fields take the policy
-// defaults). It checks what Pick relies on: target names present and unique,
-// weights not negative. policy.Compile checks the same, so a compiled config
-// never fails here.
+// New builds a balancer for vs with settings s. Both come from a Config
+// passed through policy.Compile, which fills the defaults and checks what
+// Pick relies on (target names present and unique, weights not negative,
+// MaxAttempts within 1..MaxTried); the balancer does not repeat it. New
+// fails only on values that cannot have been compiled.
 func New(vs *policy.VirtualServer, s policy.BalancerSettings) (*Balancer, error) {
 	b := &Balancer{states: map[string]*targetState{}, eff: map[string]effWeight{}}
 	if err := b.Update(vs, s); err != nil {
@@ -57,27 +58,28 @@ func New(vs *policy.VirtualServer, s policy.BalancerSettings) (*Balancer, error)
 	return b, nil
 }
 
-// Update swaps in a new configuration of the virtual server (a reload).
-// Targets are matched by name: open connections, down-state, health and
-// counters carry over, and leases taken before the swap release correctly
-// after it. Effective weights from SetWeights carry over for targets whose
-// base weight did not change. On error the balancer is unchanged.
+// ErrNotCompiled is returned by New and Update for settings no compiled
+// Config holds (see policy.Compile).
+var ErrNotCompiled = errors.New("balancer: settings not compiled by policy.Compile")
+
+// Update swaps in a new configuration of the virtual server (a reload),
+// compiled like New's. Targets are matched by name: open connections,
+// down-state, health and counters carry over, and leases taken before the
+// swap release correctly after it. Effective weights from SetWeights carry
+// over for targets whose base weight did not change. On error the balancer
+// is unchanged.
 func (b *Balancer) Update(vs *policy.VirtualServer, s policy.BalancerSettings) error {
 	if vs == nil {
 		return errors.New("balancer: nil virtual server")
 	}
+	// The tried-set bounds a connection's attempts only if MaxAttempts fits
+	// in it, and a retry interval of 0 would never mark a target down:
+	// guard the two values Pick cannot do without, whoever built s.
+	if s.MaxAttempts < 1 || s.MaxAttempts > MaxTried || s.RetryInterval <= 0 {
+		return fmt.Errorf("%w: maxAttempts %d, retryInterval %v", ErrNotCompiled, s.MaxAttempts, s.RetryInterval)
+	}
 	seen := make(map[string]bool, len(vs.Targets))
 	for _, t := range vs.Targets {
-		switch {
-		case t == nil:
-			return fmt.Errorf("balancer: virtual server %q: nil target", vs.Name)
-		case t.Name == "":
-			return fmt.Errorf("balancer: virtual server %q: target %v has no name", vs.Name, t.Addr)
-		case seen[t.Name]:
-			return fmt.Errorf("balancer: virtual server %q: target %q defined twice", vs.Name, t.Name)
-		case t.Weight < 0:
-			return fmt.Errorf("balancer: virtual server %q: target %q: negative weight", vs.Name, t.Name)
-		}
 		seen[t.Name] = true
 	}
 	b.mu.Lock()
@@ -163,8 +165,10 @@ func (b *Balancer) Pick(now time.Time, flowHash uint64) (Lease, error) {
 }
 
 // PickExcept is Pick for a retry: it skips the targets in tried and adds the
-// chosen one to it. Once tried holds MaxAttempts targets (at most MaxTried) it
-// returns a *NoTargetError instead. A connection's retry loop:
+// chosen one to it. Once tried holds MaxAttempts targets it returns a
+// *NoTargetError instead. tried is the only bound on a connection's
+// attempts: the caller loops until PickExcept refuses. A connection's retry
+// loop:
 //
 //	var tried balancer.Tried
 //	for {
@@ -358,9 +362,9 @@ func (t *table) pickAny(ns int64, start int, tried *Tried) int {
 	return -1
 }
 
-// MaxTried is the most targets one connection can try (the cap on
-// MaxAttempts).
-const MaxTried = 16
+// MaxTried is the most targets one connection can try: the size of Tried,
+// and the upper bound policy.Compile puts on MaxAttempts.
+const MaxTried = policy.MaxAttemptsLimit
 
 // Tried is the set of targets one connection has already been given, for
 // PickExcept. The zero value is empty; it is a fixed-size value meant to live

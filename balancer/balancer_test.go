@@ -13,8 +13,13 @@ import (
 	"testing"
 	"time"
 
+	"weir/internal/testutil"
 	"weir/policy"
 )
+
+// TestMain fails the package if a test leaves a goroutine running (a health
+// checker's loop or one of its checks).
+func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }
 
 // t0 is the manual clock's start.
 var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
@@ -45,9 +50,27 @@ func makeVS(specs ...string) *policy.VirtualServer {
 	return vs
 }
 
+// compile passes vs and s through policy.Compile, as every caller of New and
+// Update does: it fills the defaults and checks the targets. A vs without
+// VIPs gets a test VIP and port.
+func compile(t testing.TB, vs *policy.VirtualServer, s policy.BalancerSettings) (*policy.VirtualServer, policy.BalancerSettings) {
+	t.Helper()
+	if len(vs.VIPs) == 0 {
+		vs.VIPs = []netip.Addr{netip.MustParseAddr("192.0.2.1")}
+	}
+	if vs.Ports == (policy.PortRange{}) {
+		vs.Ports = policy.PortRange{Lo: 80, Hi: 80}
+	}
+	cfg, err := policy.Compile(&policy.Config{Services: []*policy.VirtualServer{vs}, Balancer: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg.Services[0], cfg.Balancer
+}
+
 func mustNew(t testing.TB, vs *policy.VirtualServer, s policy.BalancerSettings) *Balancer {
 	t.Helper()
-	b, err := New(vs, s)
+	b, err := New(compile(t, vs, s))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -484,7 +507,7 @@ func TestReloadCarriesStateOver(t *testing.T) {
 
 	// Reload: c removed, d added, a's limit unchanged, b's weight changed.
 	vs2 := makeVS("a:1:max=2", "b:2", "d:1")
-	if err := b.Update(vs2, s); err != nil {
+	if err := b.Update(compile(t, vs2, s)); err != nil {
 		t.Fatal(err)
 	}
 	snap := map[string]TargetStatus{}
@@ -524,11 +547,11 @@ func TestRemovedTargetKeepsCountUntilReleased(t *testing.T) {
 	if err != nil || l.Name() != "a" {
 		t.Fatalf("pick %q, %v", l.Name(), err)
 	}
-	if err := b.Update(makeVS("b:1"), policy.BalancerSettings{}); err != nil {
+	if err := b.Update(compile(t, makeVS("b:1"), policy.BalancerSettings{})); err != nil {
 		t.Fatal(err)
 	}
 	// a comes back while its old connection is still open: still at its limit.
-	if err := b.Update(makeVS("a:1:max=1"), policy.BalancerSettings{}); err != nil {
+	if err := b.Update(compile(t, makeVS("a:1:max=1"), policy.BalancerSettings{})); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := b.Pick(t0, 0); err == nil || !strings.Contains(err.Error(), "a (at limit 1/1)") {
@@ -658,29 +681,33 @@ func TestNoTargetErrorText(t *testing.T) {
 	}
 }
 
-func TestNewRejectsBadTargets(t *testing.T) {
+// TestNewRejectsUncompiledSettings: the balancer does not repeat
+// policy.Compile's defaults and checks (TestCompile in policy has them), but
+// it refuses the settings its tried-set and down-marking cannot work with,
+// and a refused Update leaves it as it was.
+func TestNewRejectsUncompiledSettings(t *testing.T) {
+	vs, ok := compile(t, makeVS("a"), policy.BalancerSettings{})
 	for _, tc := range []struct {
 		name string
 		vs   *policy.VirtualServer
+		s    policy.BalancerSettings
 		want string
 	}{
-		{"nil", nil, "nil virtual server"},
-		{"duplicate", makeVS("a", "a"), `target "a" defined twice`},
-		{"negative", makeVS("a:-1"), "negative weight"},
-		{"unnamed", &policy.VirtualServer{Name: "vs", Targets: []*policy.Target{{Weight: 1}}}, "has no name"},
-		{"nil target", &policy.VirtualServer{Name: "vs", Targets: []*policy.Target{nil}}, "nil target"},
+		{"nil", nil, ok, "nil virtual server"},
+		{"zero settings", vs, policy.BalancerSettings{}, "not compiled"},
+		{"attempts beyond the tried-set", vs, policy.BalancerSettings{MaxAttempts: MaxTried + 1, RetryInterval: time.Second}, "not compiled"},
+		{"no retry interval", vs, policy.BalancerSettings{MaxAttempts: 3}, "not compiled"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := New(tc.vs, policy.BalancerSettings{})
+			_, err := New(tc.vs, tc.s)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("error %v, want it to contain %q", err, tc.want)
 			}
 		})
 	}
-	// A failed Update leaves the balancer as it was.
 	b := mustNew(t, makeVS("a"), policy.BalancerSettings{})
-	if err := b.Update(makeVS("x", "x"), policy.BalancerSettings{}); err == nil {
-		t.Fatal("Update accepted duplicate names")
+	if err := b.Update(makeVS("x"), policy.BalancerSettings{}); !errors.Is(err, ErrNotCompiled) {
+		t.Fatalf("Update of uncompiled settings: %v", err)
 	}
 	if l, err := b.Pick(t0, 0); err != nil || l.Name() != "a" {
 		t.Errorf("after failed Update: %q %v", l.Name(), err)
@@ -743,6 +770,9 @@ func TestSwapsDuringConcurrentPicks(t *testing.T) {
 		makeVS("a:3:max=2", "b:1:max=3", "c:1", "z:1:backup:max=1"),
 		makeVS("a:1:max=2", "b:5:max=3", "z:1:backup:max=1"), // c removed
 		makeVS("b:1:max=3", "c:2", "a:1:max=2"),              // reordered, z removed
+	}
+	for i := range configs {
+		configs[i], s = compile(t, configs[i], s)
 	}
 	limit := map[string]int64{"a": 2, "b": 3, "z": 1}
 	b := mustNew(t, configs[0], s)

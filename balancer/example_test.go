@@ -13,11 +13,18 @@ import (
 // The eighth concurrent connection is refused with the reason, and a member
 // serves again as soon as one of its connections closes.
 func Example() {
-	vs := &policy.VirtualServer{Name: "shop", Targets: []*policy.Target{
-		{Name: "wasmember05", Addr: netip.MustParseAddrPort("10.0.0.5:9080"), Weight: 1, MaxConnections: 3},
-		{Name: "wasmember06", Addr: netip.MustParseAddrPort("10.0.0.6:9080"), Weight: 1, MaxConnections: 4},
-	}}
-	b, err := balancer.New(vs, policy.BalancerSettings{})
+	vs := &policy.VirtualServer{Name: "shop", VIPs: []netip.Addr{netip.MustParseAddr("192.0.2.80")},
+		Ports: policy.PortRange{Lo: 80, Hi: 80}, Targets: []*policy.Target{
+			{Name: "wasmember05", Addr: netip.MustParseAddrPort("10.0.0.5:9080"), Weight: 1, MaxConnections: 3},
+			{Name: "wasmember06", Addr: netip.MustParseAddrPort("10.0.0.6:9080"), Weight: 1, MaxConnections: 4},
+		}}
+	// Compile fills the defaults (retry interval, attempts) the balancer
+	// takes as given.
+	cfg, err := policy.Compile(&policy.Config{Services: []*policy.VirtualServer{vs}})
+	if err != nil {
+		panic(err)
+	}
+	b, err := balancer.New(cfg.Services[0], cfg.Balancer)
 	if err != nil {
 		panic(err)
 	}

@@ -116,16 +116,18 @@ func (c *Checker) Loop(ctx context.Context) error {
 }
 
 // CheckOnce runs one round of checks over the current targets and returns
-// when they have all been reported (or ctx is done).
+// when they have all been reported (or ctx is done). With health checks off
+// (no Health.Interval) it checks nothing: no later round would undo its
+// results.
 func (c *Checker) CheckOnce(ctx context.Context) {
 	c.round(ctx, c.Balancer.tab.Load())
 }
 
 func (c *Checker) round(ctx context.Context, t *table) {
-	timeout := t.settings.Health.Timeout
-	if timeout <= 0 {
-		timeout = time.Second
+	if t.settings.Health.Interval <= 0 {
+		return
 	}
+	timeout := t.settings.Health.Timeout // policy.Compile's: Interval/2 unless set
 	dial := c.Dial
 	if dial == nil {
 		var d net.Dialer

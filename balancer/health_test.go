@@ -6,11 +6,13 @@ import (
 	"math"
 	"net"
 	"net/netip"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
+	"weir/internal/testutil"
 	"weir/policy"
 )
 
@@ -128,18 +130,13 @@ func TestCheckerAgainstLoopback(t *testing.T) {
 
 	// The live target's listener closes: the loop notices, then stops
 	// cleanly when cancelled, leaving no goroutine behind.
-	before := runtime.NumGoroutine()
+	before := goleak.IgnoreCurrent()
 	ln.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- c.Loop(ctx) }()
-	deadline := time.Now().Add(5 * time.Second)
-	for b.Snapshot(t0).Targets[0].HealthUp {
-		if time.Now().After(deadline) {
-			t.Fatal("checker loop did not mark the closed listener down")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testutil.Eventually(t, 5*time.Second, func() bool { return !b.Snapshot(t0).Targets[0].HealthUp },
+		"checker loop did not mark the closed listener down")
 	if _, err := b.Pick(t0, 0); err == nil || !strings.Contains(err.Error(), "live (health check failed), dead (health check failed)") {
 		t.Errorf("pick with both down: %v", err)
 	}
@@ -152,12 +149,7 @@ func TestCheckerAgainstLoopback(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("Loop did not return after cancel")
 	}
-	for time.Now().Before(deadline) && runtime.NumGoroutine() > before {
-		time.Sleep(5 * time.Millisecond)
-	}
-	if n := runtime.NumGoroutine(); n > before {
-		t.Errorf("%d goroutines after Loop returned, %d before it started", n, before)
-	}
+	goleak.VerifyNone(t, before) // the Loop's goroutines, checks included, are gone
 }
 
 func TestCheckerIdleWhenChecksOff(t *testing.T) {
@@ -289,13 +281,13 @@ func TestReloadTurningChecksOffForgetsHealth(t *testing.T) {
 	on := policy.BalancerSettings{Health: policy.HealthCheck{Interval: time.Second, Rise: 2, Fall: 1}}
 	b := mustNew(t, makeVS("a", "b"), on)
 	b.ReportHealth("a", false, t0)
-	if err := b.Update(makeVS("a", "b"), on); err != nil {
+	if err := b.Update(compile(t, makeVS("a", "b"), on)); err != nil {
 		t.Fatal(err)
 	}
 	if got := countPicks(t, b, 4, t0); got["a"] != 0 {
 		t.Errorf("checks still on: a got %d picks while health-down", got["a"])
 	}
-	if err := b.Update(makeVS("a", "b"), policy.BalancerSettings{}); err != nil {
+	if err := b.Update(compile(t, makeVS("a", "b"), policy.BalancerSettings{})); err != nil {
 		t.Fatal(err)
 	}
 	if got := countPicks(t, b, 4, t0); got["a"] != 2 {

@@ -58,7 +58,7 @@ func TestLeastConnManyTargets(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := b.Update(makeVS(specs...), s); err != nil {
+	if err := b.Update(compile(t, makeVS(specs...), s)); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 1000 {

@@ -161,7 +161,7 @@ func runModel(t *testing.T, algo policy.Algorithm, seed uint64) {
 			b.SetWeights(w)
 		case op < 15: // reload
 			nvs := randomVS()
-			if err := b.Update(nvs, s); err != nil {
+			if err := b.Update(compile(t, nvs, s)); err != nil {
 				t.Fatal(err)
 			}
 			in := map[string]bool{}

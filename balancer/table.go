@@ -34,7 +34,7 @@ type entry struct {
 // swapped whole. Only cursor changes after it is published.
 type table struct {
 	vs       *policy.VirtualServer
-	settings policy.BalancerSettings // defaults filled
+	settings policy.BalancerSettings // as compiled by policy.Compile
 
 	// entries holds the primaries in configured order, then the backups in
 	// configured order.
@@ -49,7 +49,7 @@ type table struct {
 
 	retry     int64 // retry interval, ns
 	slowStart int64 // slow-start window, ns; 0: off
-	attempts  int   // MaxAttempts, at most MaxTried
+	attempts  int   // MaxAttempts: 1..MaxTried, checked by Update
 
 	// sched interleaves primary indices in proportion to their effective
 	// weights (see schedule); round robin walks it with cursor, least-conn
@@ -64,35 +64,19 @@ type table struct {
 	_      [56]byte
 }
 
-// newTable builds a table for vs. states maps names to live state (it is
+// newTable builds a table for vs with settings s, both compiled by
+// policy.Compile (defaults filled, values checked). states maps names to live state (it is
 // consulted, never changed); eff maps names to effective weights (absent: the
 // base weight). prev, the table being replaced (may be nil), lends its
 // schedule or Maglev table when the primaries and their weights are the same,
 // so a QoS sample that changes nothing costs no rebuild.
 func newTable(vs *policy.VirtualServer, s policy.BalancerSettings, states map[string]*targetState, eff map[string]int, prev *table) *table {
-	if s.RetryInterval <= 0 {
-		s.RetryInterval = policy.DefaultRetryInterval
-	}
-	if s.MaxAttempts <= 0 {
-		s.MaxAttempts = policy.DefaultMaxAttempts
-	}
-	if h := &s.Health; h.Interval > 0 {
-		if h.Timeout <= 0 {
-			h.Timeout = h.Interval / 2
-		}
-		if h.Rise <= 0 {
-			h.Rise = 2
-		}
-		if h.Fall <= 0 {
-			h.Fall = 3
-		}
-	}
 	t := &table{
 		vs:        vs,
 		settings:  s,
 		retry:     int64(s.RetryInterval),
-		slowStart: int64(max(s.SlowStart, 0)),
-		attempts:  min(s.MaxAttempts, MaxTried),
+		slowStart: int64(s.SlowStart),
+		attempts:  s.MaxAttempts,
 	}
 	for _, role := range []policy.Role{policy.RolePrimary, policy.RoleBackup} {
 		for _, pt := range vs.Targets {

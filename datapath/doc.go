@@ -24,7 +24,8 @@
 //     lock-free lookups.
 //   - Meters (meter.go) count packets and bytes per virtual server, class,
 //     instance, action and target, each direction, in per-worker
-//     cache-line-separated shards; Bandwidth feeds policy.Window per level.
+//     cache-line-separated shards; their ServiceBytes totals are what
+//     policy.Admission's bandwidth windows read (policy.ByteTotals).
 //   - Engine (engine.go) is a Device wrapping a transport that runs all of
 //     the above per packet; Engine.Worker and Engine.Attach give each worker
 //     (or each TUN queue) its own Port and meter shard.

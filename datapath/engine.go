@@ -58,8 +58,9 @@ type EngineOptions struct {
 type EngineStats struct {
 	// Dropped counts ingress packets dropped as malformed, by DropReason.
 	Dropped [numDropReasons]uint64
-	// EgressMalformed counts packets toward clients the parser rejected;
-	// they are passed on unchanged.
+	// EgressMalformed counts packets toward clients the parser rejected
+	// (or buffers shorter than the write offset); they are passed on
+	// unchanged.
 	EgressMalformed uint64
 	// Fragments counts non-first fragments, which are passed on and
 	// metered as no-flow traffic.
@@ -183,13 +184,23 @@ func (e *Engine) Generation() uint64 { return uint64(e.state.Load().gen) }
 // Meters returns the current config's meters.
 func (e *Engine) Meters() *Meters { return e.state.Load().meters }
 
+var _ policy.ByteTotals = (*Engine)(nil)
+
+// ServiceBytes returns the running byte total of the virtual server called
+// name on the current meters (see Meters.ServiceBytes). Meters carry their
+// counts by name across SetConfig, so the total never goes back: it is what
+// Admission.Recompute reads.
+func (e *Engine) ServiceBytes(name string) (uint64, bool) {
+	return e.state.Load().meters.ServiceBytes(name)
+}
+
 // Flows returns the flow table.
 func (e *Engine) Flows() *FlowTable { return e.flows }
 
 // Flow returns the live flow between client and server (a VIP and port)
 // with IP protocol proto, or nil. The caller may Bind a target to it.
 func (e *Engine) Flow(client, server netip.AddrPort, proto uint8) *Flow {
-	k := FlowKey{Server: server.Addr().As16(), Client: client.Addr().As16(), ServerPort: server.Port(), ClientPort: client.Port(), Proto: proto}
+	k := NewFlowKey(client, server, proto)
 	return e.flows.Lookup(&k, k.Hash(), e.clock())
 }
 
@@ -429,6 +440,9 @@ func (p *Port) Write(bufs [][]byte, offset int) (int, error) {
 	var marked uint64
 	for _, buf := range bufs {
 		if offset > len(buf) {
+			// No packet at all: passed on as the inner device sees it,
+			// counted like any other that does not parse.
+			e.stats[p.shard&(e.nstats-1)].egressMalformed.Add(1)
 			continue
 		}
 		b := buf[offset:]

@@ -11,6 +11,7 @@ import (
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 
+	"weir/internal/testutil"
 	"weir/policy"
 )
 
@@ -262,6 +263,10 @@ func TestEngineConfigSwap(t *testing.T) {
 	if got := tot.Services[0]; got != (Traffic{{1, 40}, {2, 80}}) {
 		t.Errorf("www after swap = %v, want the packets of both configs", got)
 	}
+	// Admission reads the same running total through the engine.
+	if n, ok := r.e.ServiceBytes("www"); !ok || n != 120 {
+		t.Errorf("ServiceBytes(www) after swap = %d, %v; want 120", n, ok)
+	}
 }
 
 func TestEngineBindTarget(t *testing.T) {
@@ -368,12 +373,10 @@ func TestEngineWorkersShareState(t *testing.T) {
 		r.client.Write(pkts, 0)
 	}
 	var tot MeterTotals
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+	testutil.Within(10*time.Second, func() bool {
 		r.e.Meters().Totals(&tot)
-		if tot.Instance[Ingress].Packets >= total {
-			break
-		}
-	}
+		return tot.Instance[Ingress].Packets >= total
+	})
 	r.client.Close()
 	wg.Wait()
 	if got := tot.Services[0][Ingress].Packets; got != total {
@@ -639,4 +642,18 @@ func FuzzEngine(f *testing.F) {
 			t.Fatalf("egress broke a valid IPv4 checksum")
 		}
 	})
+}
+
+// TestEngineWriteShortBuffer: a buffer shorter than the write offset holds
+// no packet; it is passed on and counted, not skipped silently.
+func TestEngineWriteShortBuffer(t *testing.T) {
+	r := newRig(t, testConfig(t), EngineOptions{})
+	pkt := tcp4(t, vip4, client4, 80, 40000, 0, true, true, 0)
+	buf := append(make([]byte, 4), pkt...)
+	if _, err := r.e.Write([][]byte{buf, make([]byte, 2)}, 4); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.e.Stats().EgressMalformed; got != 1 {
+		t.Errorf("EgressMalformed = %d, want 1 (the 2-byte buffer)", got)
+	}
 }

@@ -43,6 +43,13 @@ type FlowKey struct {
 	Proto                  uint8
 }
 
+// NewFlowKey returns the key of the flow between client and server (a VIP
+// and port) with IP protocol proto: the key the engine gives that flow's
+// packets in both directions.
+func NewFlowKey(client, server netip.AddrPort, proto uint8) FlowKey {
+	return FlowKey{Server: server.Addr().As16(), Client: client.Addr().As16(), ServerPort: server.Port(), ClientPort: client.Port(), Proto: proto}
+}
+
 // IngressKey returns the key of a packet travelling client → server.
 func IngressKey(p *Packet) FlowKey {
 	return FlowKey{Server: p.Dst, Client: p.Src, ServerPort: p.DstPort, ClientPort: p.SrcPort, Proto: p.Proto}
@@ -74,8 +81,14 @@ func (k *FlowKey) ClientAddrPort() netip.AddrPort {
 }
 
 // Hash returns the key's 64-bit hash: the addresses and ports folded into
-// two words mixed by one 64×64→128-bit multiply (wyhash's mum). It is not
-// keyed; the per-shard bound limits what a crafted collision set can cost.
+// two words mixed by one 64×64→128-bit multiply (wyhash's mum). It is weir's
+// one flow hash: the flow table shards and probes by it, and the balancer's
+// Maglev maps it to a target. It is not keyed and depends on nothing but
+// the key, so every weir instance (behind ECMP, after a restart) computes
+// the same hash for a flow and Maglev sends it to the same target;
+// TestFlowHashStable pins its values, and changing it moves flows between
+// targets across an upgrade. The per-shard bound limits what a crafted
+// collision set can cost.
 func (k *FlowKey) Hash() uint64 {
 	le := binary.LittleEndian
 	x := le.Uint64(k.Server[0:8]) ^ bits.RotateLeft64(le.Uint64(k.Server[8:16]), 29) ^

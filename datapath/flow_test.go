@@ -1,6 +1,8 @@
 package datapath
 
 import (
+	"net"
+	"net/netip"
 	"sync"
 	"testing"
 	"time"
@@ -240,5 +242,49 @@ func TestFlowLayout(t *testing.T) {
 		if end > 64 {
 			t.Errorf("Flow.%s ends at byte %d, past the first cache line", name, end)
 		}
+	}
+}
+
+// TestFlowHashStable pins FlowKey.Hash: it is weir's one flow hash, and
+// Maglev maps it to a target on every instance, so instances behind ECMP (or
+// one instance across a restart or an upgrade) must agree on it. A change
+// here moves flows between targets: do it on purpose or not at all. The key
+// of a flow is the same from NewFlowKey, from its client's packets and from
+// the replies.
+func TestFlowHashStable(t *testing.T) {
+	for _, tc := range []struct {
+		client, server string
+		want           uint64
+	}{
+		{"198.18.0.2:40000", "198.19.0.80:80", 0x20f7b0d2fedbcbe3},
+		{"[fd00::2]:40000", "[fd00::80]:443", 0x5c8a491c504ff09b},
+		{"10.0.0.1:1", "10.0.0.2:2", 0x4558f19d6adad89b},
+	} {
+		c, s := netip.MustParseAddrPort(tc.client), netip.MustParseAddrPort(tc.server)
+		k := NewFlowKey(c, s, ProtoTCP)
+		if got := k.Hash(); got != tc.want {
+			t.Errorf("%s → %s: hash %#x, want %#x", c, s, got, tc.want)
+		}
+		if k.ClientAddrPort() != c || k.ServerAddrPort() != s {
+			t.Errorf("key round trip: %v %v", k.ClientAddrPort(), k.ServerAddrPort())
+		}
+		// An IPv4 address given IPv4-mapped is the same flow.
+		if c.Addr().Is4() {
+			m := NewFlowKey(netip.AddrPortFrom(netip.AddrFrom16(c.Addr().As16()), c.Port()), s, ProtoTCP)
+			if m != k {
+				t.Errorf("IPv4-mapped client gives another key")
+			}
+		}
+	}
+	// Packets of the flow, both ways, carry the same key.
+	in := tcp4(t, net.IPv4(198, 18, 0, 2), net.IPv4(198, 19, 0, 80), 40000, 80, 0, true, false, 0)
+	out := tcp4(t, net.IPv4(198, 19, 0, 80), net.IPv4(198, 18, 0, 2), 80, 40000, 0, true, true, 0)
+	var p Packet
+	want := NewFlowKey(netip.MustParseAddrPort("198.18.0.2:40000"), netip.MustParseAddrPort("198.19.0.80:80"), ProtoTCP)
+	if Parse(in, &p) != DropNone || IngressKey(&p) != want {
+		t.Errorf("ingress key %+v, want %+v", IngressKey(&p), want)
+	}
+	if Parse(out, &p) != DropNone || EgressKey(&p) != want {
+		t.Errorf("egress key %+v, want %+v", EgressKey(&p), want)
 	}
 }

@@ -6,6 +6,8 @@ package datapath
 //	                                 ─► target row        += 1 packet, n bytes (if bound)
 //	per read (recompute loop, API): Σ shards ─► rows ─► services, classes (their
 //	        services, through the parent chain), actions, targets, instance
+//	admission (every recompute): Engine.ServiceBytes ─► Meters.ServiceBytes ─►
+//	        policy.Admission's levels (the one byte path to the limits)
 //
 // Each worker writes only its own shard, whose counters sit in their own
 // cache lines, so workers never contend. The adds are atomic anyway: a
@@ -20,7 +22,6 @@ package datapath
 
 import (
 	"sync/atomic"
-	"time"
 
 	"weir/policy"
 )
@@ -71,7 +72,8 @@ type Meters struct {
 	nSvc     int // services + 1 (the last row: no service)
 	nAct     int // actions + 1 (the last: no action)
 	nTargets int
-	targetAt []int // first target ID of each service
+	targetAt []int          // first target ID of each service
+	svcIdx   map[string]int // service index by name, for ServiceBytes
 	shards   []meterShard
 	mask     int
 }
@@ -95,9 +97,11 @@ func NewMeters(cfg *policy.Config, shards int) *Meters {
 		n <<= 1
 	}
 	m := &Meters{cfg: cfg, nSvc: len(cfg.Services) + 1, nAct: len(cfg.Actions) + 1, shards: make([]meterShard, n), mask: n - 1}
-	for _, vs := range cfg.Services {
+	m.svcIdx = make(map[string]int, len(cfg.Services))
+	for i, vs := range cfg.Services {
 		m.targetAt = append(m.targetAt, m.nTargets)
 		m.nTargets += len(vs.Targets)
+		m.svcIdx[vs.Name] = i
 	}
 	rows := m.nSvc*m.nAct + m.nTargets
 	for i := range m.shards {
@@ -130,7 +134,9 @@ func (m *Meters) Row(svc, act int) int32 {
 func (m *Meters) NoRow() int32 { return m.Row(-1, -1) }
 
 // TargetID returns the ID of target i of service index svc, the number a
-// Flow is bound to, or NoTarget when there is no such target.
+// Flow is bound to, or NoTarget when there is no such target. IDs number the
+// targets in the order of the config's services, then of each service's
+// targets: the ID of a target is its policy.Config.TargetIndex.
 func (m *Meters) TargetID(svc, i int) int {
 	if svc < 0 || svc >= len(m.targetAt) || i < 0 || i >= len(m.cfg.Services[svc].Targets) {
 		return NoTarget
@@ -219,6 +225,27 @@ func (r *meterRun) flush() {
 		r.m.AddN(r.shard, r.row, r.target, r.d, r.packets, r.size)
 		r.packets, r.size = 0, 0
 	}
+}
+
+var _ policy.ByteTotals = (*Meters)(nil)
+
+// ServiceBytes returns the running byte total, both directions, of the
+// virtual server called name in the meters' config, and false when the
+// config has no such service. It is the meters' side of the one byte path
+// to admission (policy.ByteTotals): Admission.Recompute reads it every
+// recompute interval. It sums the service's rows over the shards and does
+// not allocate.
+func (m *Meters) ServiceBytes(name string) (uint64, bool) {
+	s, ok := m.svcIdx[name]
+	if !ok {
+		return 0, false
+	}
+	var n uint64
+	for a := 0; a < m.nAct; a++ {
+		t := m.rowTraffic(s*m.nAct + a)
+		n += t.Bytes()
+	}
+	return n, true
 }
 
 // rowTraffic sums row r over the shards.
@@ -367,108 +394,4 @@ func indexByName(n int, name func(int) string, want string) int {
 		}
 	}
 	return -1
-}
-
-// BandwidthOptions configure a Bandwidth. The zero value works.
-type BandwidthOptions struct {
-	// EgressOnly meters only bytes toward clients (what a web server
-	// sends); false meters both directions.
-	EgressOnly bool
-}
-
-// Bandwidth feeds one policy.Window per level (instance, class, virtual
-// server, action) from the summed meters. Tick is called by one goroutine,
-// the recompute loop; the windows' Rate may be read by any goroutine.
-type Bandwidth struct {
-	opts     BandwidthOptions
-	meters   func() *Meters // the current meters (the engine swaps them)
-	totals   MeterTotals
-	cfg      *policy.Config
-	Instance *policy.Window
-	Classes  []*policy.Window // parallel to the config's Classes
-	Services []*policy.Window // parallel to the config's Services
-	Actions  []*policy.Window // parallel to the config's Actions
-}
-
-// NewBandwidth returns windows fed from the meters meters returns, sized by
-// their config's MetricInterval and RecomputeInterval. When meters starts
-// returning meters of another config, Tick lays the windows out anew,
-// keeping the window of every level whose name survives.
-func NewBandwidth(meters func() *Meters, o BandwidthOptions) *Bandwidth {
-	return &Bandwidth{opts: o, meters: meters}
-}
-
-// Tick sums the meters and ticks every window with its level's running
-// byte total at now.
-func (b *Bandwidth) Tick(now time.Time) {
-	m := b.meters()
-	if m.cfg != b.cfg {
-		b.relayout(m.cfg)
-	}
-	m.Totals(&b.totals)
-	by := func(t *Traffic) uint64 {
-		if b.opts.EgressOnly {
-			return t[Egress].Bytes
-		}
-		return t.Bytes()
-	}
-	b.Instance.Tick(now, by(&b.totals.Instance))
-	for i, w := range b.Classes {
-		w.Tick(now, by(&b.totals.Classes[i]))
-	}
-	for i, w := range b.Services {
-		w.Tick(now, by(&b.totals.Services[i]))
-	}
-	for i, w := range b.Actions {
-		w.Tick(now, by(&b.totals.Actions[i]))
-	}
-}
-
-func (b *Bandwidth) relayout(cfg *policy.Config) {
-	mi, ri := cfg.Instance.MetricInterval, cfg.Instance.RecomputeInterval
-	keep := func(old []*policy.Window, oldName func(int) string, n int, name func(int) string) []*policy.Window {
-		ws := make([]*policy.Window, n)
-		for i := range ws {
-			for j, w := range old {
-				if oldName(j) == name(i) && w.Interval() == mi {
-					ws[i] = w
-				}
-			}
-			if ws[i] == nil {
-				ws[i] = policy.NewWindow(mi, ri)
-			}
-		}
-		return ws
-	}
-	old := b.cfg
-	if b.Instance == nil || b.Instance.Interval() != mi {
-		b.Instance = policy.NewWindow(mi, ri)
-	}
-	if old == nil {
-		old = &policy.Config{}
-	}
-	b.Classes = keep(b.Classes, func(j int) string { return old.Classes[j].Name }, len(cfg.Classes), func(i int) string { return cfg.Classes[i].Name })
-	b.Services = keep(b.Services, func(j int) string { return old.Services[j].Name }, len(cfg.Services), func(i int) string { return cfg.Services[i].Name })
-	b.Actions = keep(b.Actions, func(j int) string { return old.Actions[j].Name }, len(cfg.Actions), func(i int) string { return cfg.Actions[i].Name })
-	b.cfg = cfg
-}
-
-// Loop ticks b every recompute interval of the current config until stop
-// is closed. It runs in its own goroutine.
-func (b *Bandwidth) Loop(stop <-chan struct{}) {
-	ri := b.meters().cfg.Instance.RecomputeInterval
-	if ri <= 0 {
-		ri = policy.DefaultRecomputeInterval
-	}
-	tk := time.NewTicker(ri)
-	defer tk.Stop()
-	b.Tick(time.Now())
-	for {
-		select {
-		case <-stop:
-			return
-		case now := <-tk.C:
-			b.Tick(now)
-		}
-	}
 }

@@ -90,36 +90,60 @@ func checkTotals(t *testing.T, got, want *MeterTotals) {
 	eq("NoAction", []Traffic{got.NoAction}, []Traffic{want.NoAction})
 }
 
-// TestMetersSunExample runs the seed's example through the meters and the
-// bandwidth windows with a manual clock: 5000 bytes at t = 1 s with a 30 s
-// window read 166 B/s at 1 s and at 30 s, and 0 at 32 s.
+// TestMetersSunExample runs the seed's example through the one byte path,
+// meters → Admission.Recompute (Meters.ServiceBytes, both directions), with
+// a manual clock: 5000 bytes at t = 1 s with a 30 s window read 166 B/s at
+// the service, its classes and the instance from 1 s through 30 s, and 0 at
+// 32 s.
 func TestMetersSunExample(t *testing.T) {
 	cfg := testConfig(t)
 	m := NewMeters(cfg, 2)
-	bw := NewBandwidth(func() *Meters { return m }, BandwidthOptions{EgressOnly: true})
+	adm := policy.NewAdmission(cfg, 0)
 	t0 := time.Unix(1_000_000, 0)
-	bw.Tick(t0)
+	adm.Recompute(t0, m)
 	want := map[time.Duration]int64{1 * time.Second: 166, 30 * time.Second: 166, 32 * time.Second: 0}
 	for at := 100 * time.Millisecond; at <= 32*time.Second; at += 100 * time.Millisecond {
 		if at == time.Second {
-			m.Add(1, m.Row(0, 0), NoTarget, Egress, 5000)
-			m.Add(0, m.Row(0, 0), NoTarget, Ingress, 777) // not counted: EgressOnly
+			m.Add(1, m.Row(0, 0), NoTarget, Egress, 4000)
+			m.Add(0, m.Row(0, 1), NoTarget, Ingress, 1000) // another action, the same service
+			m.Add(0, m.NoRow(), NoTarget, Ingress, 777)    // no service: no level's
 		}
-		bw.Tick(t0.Add(at))
+		adm.Recompute(t0.Add(at), m)
 		w, ok := want[at]
 		if !ok {
 			continue
 		}
-		for name, got := range map[string]int64{
-			"instance": bw.Instance.Rate(), "class gold": bw.Classes[0].Rate(), "class web": bw.Classes[1].Rate(),
-			"service www": bw.Services[0].Rate(), "action premium": bw.Actions[0].Rate(),
-		} {
-			if got != w {
-				t.Errorf("%v: %s rate = %d B/s, want %d", at, name, got, w)
+		for _, l := range adm.Snapshot() {
+			exp := w
+			if l.Name == "api" || l.Name == "telnet" {
+				exp = 0
+			}
+			if l.Bandwidth != exp {
+				t.Errorf("%v: %v %s rate = %d B/s, want %d", at, l.Level, l.Name, l.Bandwidth, exp)
 			}
 		}
-		if got := bw.Services[1].Rate(); got != 0 {
-			t.Errorf("%v: idle service api rate = %d", at, got)
+	}
+	if n, ok := m.ServiceBytes("www"); !ok || n != 5000 {
+		t.Errorf("ServiceBytes(www) = %d, %v", n, ok)
+	}
+	if _, ok := m.ServiceBytes("nowhere"); ok {
+		t.Error("ServiceBytes knows a service the config lacks")
+	}
+	if n := testing.AllocsPerRun(100, func() { m.ServiceBytes("www") }); n != 0 {
+		t.Errorf("ServiceBytes allocates %v", n)
+	}
+}
+
+// TestTargetIDIsPolicyIndex: the meters number targets as policy's
+// Config.TargetIndex does, so a flow is bound by that index.
+func TestTargetIDIsPolicyIndex(t *testing.T) {
+	cfg := testConfig(t)
+	m := NewMeters(cfg, 1)
+	for si, vs := range cfg.Services {
+		for ti, tg := range vs.Targets {
+			if got, want := m.TargetID(si, ti), cfg.TargetIndex(tg); got != want {
+				t.Errorf("%s target %d: meter ID %d, policy index %d", vs.Name, ti, got, want)
+			}
 		}
 	}
 }

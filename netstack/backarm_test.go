@@ -8,14 +8,16 @@ import (
 	"io"
 	"net"
 	"net/netip"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"weir/datapath"
 	"weir/datapath/fault"
+	"weir/internal/testutil"
 	"weir/policy"
 )
 
@@ -124,7 +126,7 @@ func TestBackArmTarget(t *testing.T) {
 			if err != nil || !bytes.Equal(got, msg) {
 				t.Fatalf("echo: %d bytes, err %v", len(got), err)
 			}
-			waitFor(t, func() bool { return adm.nClosed.Load() == 1 })
+			testutil.Eventually(t, 10*time.Second, func() bool { return adm.nClosed.Load() == 1 }, "adm.nClosed.Load() == 1")
 			cs := adm.closedStats()[0]
 			if cs.TargetLeg.SegmentsSent == 0 || cs.TargetLeg.SegmentsReceived == 0 || cs.TargetLeg.RTT <= 0 || !cs.TargetLeg.TimeoutsKnown {
 				t.Errorf("target leg counters implausible: %+v", cs.TargetLeg)
@@ -133,17 +135,6 @@ func TestBackArmTarget(t *testing.T) {
 				t.Errorf("target leg bytes %d/%d", cs.TargetLeg.BytesSent, cs.TargetLeg.BytesReceived)
 			}
 		})
-	}
-}
-
-func waitFor(t testing.TB, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10 s")
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 
@@ -209,7 +200,7 @@ func TestLossRatio(t *testing.T) {
 		t.Fatal(err)
 	}
 	el := time.Since(start)
-	waitFor(t, func() bool { return adm.nClosed.Load() == int64(2*conns) })
+	testutil.Eventually(t, 10*time.Second, func() bool { return adm.nClosed.Load() == int64(2*conns) }, "adm.nClosed.Load() == int64(2*conns)")
 	s := r.fwd.Sample()
 	if len(s.Targets) != 2 {
 		t.Fatalf("targets %+v", s.Targets)
@@ -222,14 +213,14 @@ func TestLossRatio(t *testing.T) {
 	injected := float64(fs.Dropped) / float64(fs.Packets)
 	t.Logf("%d MiB up to each target in %v; injected %.2f%% (%d dropped); lossy: %d sent, %d retransmitted, %d timeouts, loss ratio %.2f%%, timeout ratio %.2f%%; clean: %d sent, %d retransmitted, %d timeouts, loss ratio %.3f%%",
 		conns*size>>20, el.Round(time.Millisecond), 100*injected, fs.Dropped,
-		ls.SegmentsSent, ls.Retransmits, ls.Timeouts, 100*ls.LossRatio, 100*ls.TimeoutRatio,
-		cl.SegmentsSent, cl.Retransmits, cl.Timeouts, 100*cl.LossRatio)
+		ls.SegmentsSent, ls.Retransmits, ls.Timeouts, 100*lossRatio(ls), 100*timeoutRatio(ls),
+		cl.SegmentsSent, cl.Retransmits, cl.Timeouts, 100*lossRatio(cl))
 	for i, n := range back.s.nics {
 		t.Logf("back NIC %d: %+v", i, n.Stats())
 	}
 	t.Logf("front NIC: %+v; client NIC: %+v", r.front.Stats(), r.clientNIC.Stats())
-	if ls.LossRatio < rate/2 || ls.LossRatio > rate*2 {
-		t.Errorf("lossy target's loss ratio %.4f not within a factor 2 of %.2f", ls.LossRatio, rate)
+	if lossRatio(ls) < rate/2 || lossRatio(ls) > rate*2 {
+		t.Errorf("lossy target's loss ratio %.4f not within a factor 2 of %.2f", lossRatio(ls), rate)
 	}
 	// A clean leg is not exactly 0: gVisor counts its tail-loss probes as
 	// retransmits (as Linux's total_retrans does), and on a busy machine
@@ -238,13 +229,14 @@ func TestLossRatio(t *testing.T) {
 	// default 2 % loss threshold, so a clean target never trips it.
 	// Under the race detector the stacks run several times slower and more
 	// probes fire (measured up to 1.05 %); the clean leg must then still
-	// read under half the lossy one's.
+	// read under half the lossy one's; so with -short, on a loaded shared
+	// host (make race runs -short).
 	cleanMax := 0.01
-	if raceEnabled {
-		cleanMax = ls.LossRatio / 2
+	if testutil.Race || testing.Short() {
+		cleanMax = lossRatio(ls) / 2
 	}
-	if cl.LossRatio >= cleanMax {
-		t.Errorf("clean target's loss ratio %.4f, want about 0 (< %.2f %%)", cl.LossRatio, 100*cleanMax)
+	if lossRatio(cl) >= cleanMax {
+		t.Errorf("clean target's loss ratio %.4f, want about 0 (< %.2f %%)", lossRatio(cl), 100*cleanMax)
 	}
 	if minSegs := uint64(conns * size / 1500); cl.SegmentsSent < minSegs || ls.SegmentsSent < minSegs {
 		t.Errorf("segments sent %d / %d, want ≥ %d each", cl.SegmentsSent, ls.SegmentsSent, minSegs)
@@ -271,9 +263,10 @@ func TestNoLeak(t *testing.T) {
 		io.ReadFull(c, make([]byte, 1))
 		c.Close()
 	}
-	waitFor(t, func() bool { return adm.nClosed.Load() == 10 })
-	time.Sleep(100 * time.Millisecond)
-	base := runtime.NumGoroutine()
+	testutil.Eventually(t, 10*time.Second, func() bool { return adm.nClosed.Load() == 10 }, "adm.nClosed.Load() == 10")
+	// Every goroutine now running (the stacks', the rig's) may stay; any
+	// other still running once the connections closed is a leak.
+	before := goleak.IgnoreCurrent()
 
 	conns := make([]*Conn, n)
 	var wg sync.WaitGroup
@@ -312,20 +305,31 @@ func TestNoLeak(t *testing.T) {
 	if got := len(r.fwd.Conns()); got != n {
 		t.Fatalf("Conns lists %d, want %d", got, n)
 	}
-	peak := runtime.NumGoroutine()
 	for _, c := range conns {
 		c.Close()
 	}
-	waitFor(t, func() bool { return adm.nClosed.Load() == int64(n+10) })
+	testutil.Eventually(t, 10*time.Second, func() bool { return adm.nClosed.Load() == int64(n+10) }, "adm.nClosed.Load() == int64(n+10)")
 	// Each spliced connection runs two goroutines; all must be gone.
-	got := settleGoroutines(base+5, 10*time.Second)
-	t.Logf("%d connections: %d goroutines before, %d with all open, %d after", n, base, peak, got)
-	if got > base+5 {
-		buf := make([]byte, 1<<20)
-		t.Errorf("goroutines %d after closing, %d before: leak\n%s", got, base, buf[:runtime.Stack(buf, true)])
-	}
+	goleak.VerifyNone(t, before)
 	st := r.fwd.Stats()
 	if st.Open != 0 || st.Pending != 0 || len(r.fwd.Conns()) != 0 {
 		t.Errorf("after closing: %+v, %d listed", st, len(r.fwd.Conns()))
 	}
+}
+
+// lossRatio and timeoutRatio are the ratios policy judges on, as fractions
+// (policy.RatioTenths gives them in tenths of a percent): netstack reports
+// only the counts.
+func lossRatio(a AggSample) float64 {
+	if a.SegmentsSent == 0 {
+		return 0
+	}
+	return float64(a.Retransmits) / float64(a.SegmentsSent)
+}
+
+func timeoutRatio(a AggSample) float64 {
+	if a.SegmentsSent == 0 {
+		return 0
+	}
+	return float64(a.Timeouts) / float64(a.SegmentsSent)
 }

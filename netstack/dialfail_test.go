@@ -18,6 +18,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 
 	"weir/datapath"
+	"weir/internal/testutil"
 	"weir/policy"
 )
 
@@ -88,9 +89,17 @@ func TestDialFailure(t *testing.T) {
 			},
 		},
 		{
-			name: "http-attempts-exhausted-503", port: 8080,
-			dialFailed: func(*ConnRequest, Decision, error) Decision { return Decision{Verdict: Accept, Target: dead} },
-			wantFailed: DefaultMaxDialAttempts + 1, // the last, untried Accept is reported too
+			// The forwarder has no bound of its own: it dials every Accept
+			// until the session (the balancer's tried-set) refuses, here
+			// after 5 failed dials, more than any forwarder default.
+			name: "http-session-bounds-attempts-503", port: 8080,
+			dialFailed: func(r *ConnRequest, d Decision, err error) Decision {
+				if r.Attempt < 5 {
+					return Decision{Verdict: Accept, Target: dead}
+				}
+				return Decision{Verdict: Refuse503, Limit: "MaxAttempts", Value: 5, Reason: "No target of this service could be reached."}
+			},
+			wantFailed: 5,
 			check: func(t *testing.T, c *Conn, err error) {
 				if err != nil {
 					t.Fatalf("dial: %v", err)
@@ -103,7 +112,7 @@ func TestDialFailure(t *testing.T) {
 					t.Fatal(err)
 				}
 				body, _ := io.ReadAll(resp.Body)
-				if resp.StatusCode != 503 || !strings.Contains(string(body), "MaxDialAttempts") {
+				if resp.StatusCode != 503 || !strings.Contains(string(body), "MaxAttempts") {
 					t.Fatalf("got %d %s", resp.StatusCode, body)
 				}
 			},
@@ -121,6 +130,9 @@ func TestDialFailure(t *testing.T) {
 			tc.check(t, c, err)
 			if got := adm.nFailed.Load(); got != tc.wantFailed {
 				t.Errorf("DialFailed called %d times, want %d", got, tc.wantFailed)
+			}
+			if got := r.fwd.Stats().DialFailed; got != uint64(tc.wantFailed) {
+				t.Errorf("DialFailed counter %d, want %d", got, tc.wantFailed)
 			}
 		})
 	}
@@ -207,7 +219,7 @@ func TestLinkDropsCounted(t *testing.T) {
 	if _, err := b.Write([][]byte{{0x50, 1, 2, 3}, {0x45}}, 0); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { return nic.Stats().DroppedMalformed == 1 })
+	testutil.Eventually(t, 10*time.Second, func() bool { return nic.Stats().DroppedMalformed == 1 }, "nic.Stats().DroppedMalformed == 1")
 	// A write queue of one whose writer has not started: the first packet
 	// waits, the other 99 are dropped and counted.
 	le := newLinkEndpoint(b, 0, 1)
@@ -224,7 +236,7 @@ func TestLinkDropsCounted(t *testing.T) {
 		t.Errorf("DroppedQueueFull %d, want 99", st.DroppedQueueFull)
 	}
 	le.start()
-	waitFor(t, func() bool { return le.stats().TxPackets == 1 })
+	testutil.Eventually(t, 10*time.Second, func() bool { return le.stats().TxPackets == 1 }, "le.stats().TxPackets == 1")
 	le.shutdown()
 	if st := le.stats(); st.TxBytes != uint64(header.IPv4MinimumSize+header.TCPMinimumSize) {
 		t.Errorf("TxBytes %d", st.TxBytes)
@@ -257,7 +269,7 @@ func TestTargetReset(t *testing.T) {
 		}
 		c.Close()
 	}
-	waitFor(t, func() bool { return adm.nClosed.Load() == 50 })
+	testutil.Eventually(t, 10*time.Second, func() bool { return adm.nClosed.Load() == 50 }, "adm.nClosed.Load() == 50")
 	if st := r.fwd.Stats(); st.Open != 0 || st.Accepted != 50 {
 		t.Errorf("stats %+v", st)
 	}

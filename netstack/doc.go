@@ -15,14 +15,14 @@
 //	back.AddNIC(backDev, netstack.NICOptions{Addrs: []netip.Prefix{backAddr}})
 //	fwd := netstack.NewForwarder(front, netstack.ForwarderOptions{
 //		Services: cfg.Service,   // (*policy.Config).Service
-//		Admitter: admission,     // limits + balancer: Admit, DialFailed, Closed
+//		Admitter: admission,     // limits + balancer: Admit returns a Session (DialFailed, End)
 //		Back:     &netstack.StackDialer{Stack: back},
 //	})
 //	defer fwd.Close()
 //	…
-//	s := fwd.Sample() // every sampling interval: loss, timeouts, rates per target and action
+//	s := fwd.Sample() // every sampling interval: raw counters per target and per target and action
 //
 // Every drop is counted: LinkStats per NIC (malformed, queue full, too big),
 // ForwarderStats (no service, refused, in-flight limit, handshake timeouts,
-// dial failures, TIME_WAIT reopens, UDP unreachable), StackStats.
+// dial failures, aborted, TIME_WAIT reopens, UDP unreachable), StackStats.
 package netstack

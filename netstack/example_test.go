@@ -12,18 +12,21 @@ import (
 	"weir/policy"
 )
 
-// acceptAll admits every connection to one target.
+// acceptAll admits every connection to one target; it is its own Session,
+// holding nothing per connection.
 type acceptAll struct{ target *policy.Target }
 
-func (a acceptAll) Admit(*netstack.ConnRequest) netstack.Decision {
-	return netstack.Decision{Verdict: netstack.Accept, Target: a.target}
+func (a acceptAll) Admit(*netstack.ConnRequest) (netstack.Decision, netstack.Session) {
+	return netstack.Decision{Verdict: netstack.Accept, Target: a.target}, a
 }
 
-func (acceptAll) DialFailed(*netstack.ConnRequest, netstack.Decision, error) netstack.Decision {
+// DialFailed gives up at the first failed dial.
+func (acceptAll) DialFailed(netstack.Decision, error) netstack.Decision {
 	return netstack.Decision{Verdict: netstack.RefuseRST}
 }
 
-func (acceptAll) Closed(*netstack.ConnRequest, netstack.Decision, netstack.ConnStats) {}
+// End would release what Admit reserved and write the access log.
+func (acceptAll) End(*netstack.End) {}
 
 // A client stack dials a VIP over an in-memory pair; weir's stack answers for
 // the VIP and splices the connection to a host echo server.

@@ -5,16 +5,18 @@ package netstack
 //	SYN ──► gVisor forwarder (≤ MaxInFlight pending, else dropped and counted)
 //	    ──► handle (own goroutine): Services(VIP, port)
 //	          none        ──► RST                                 NoService
-//	          Admit ──► RefuseRST ──► RST, no SYN-ACK ever sent   RefusedRST
-//	                ──► Refuse503 ──► handshake ──► 503 page ──► close   Refused503
-//	                ──► Accept ──► dial target (DialFailed may pick another)
-//	                                 all failed ──► RST or 503    DialFailed
-//	                               ──► handshake (HandshakeTimeout aborts it)
-//	                               ──► splice client ⇄ target ──► Closed(final stats)
+//	          Admit ──► (Decision, Session)
+//	                ──► RefuseRST ──► RST, no SYN-ACK ever sent   RefusedRST   End(RefusedRST)
+//	                ──► Refuse503 ──► handshake ──► 503 page ──► close   Refused503   End(Refused503)
+//	                ──► Accept ──► dial target; failed: Session.DialFailed answers
+//	                               (another Accept, until the balancer's tried-set
+//	                               refuses) ──► RST or 503               DialFailed
+//	                               ──► handshake (HandshakeTimeout aborts it)  End(HandshakeFailed)
+//	                               ──► splice client ⇄ target ──► End(Served | IdleClosed)
 //
 // The target is dialed before the client's handshake completes, so a client
 // is never left connected to nothing: it gets a SYN-ACK only once its target
-// answered.
+// answered. Every Session gets exactly one End, whatever happens.
 
 import (
 	"context"
@@ -40,15 +42,16 @@ const (
 	DefaultDialTimeout      = 3 * time.Second // one dial to a target
 	DefaultIdleTimeout      = 5 * time.Minute // no byte either way
 	DefaultBufferSize       = 32 << 10        // splice buffer per direction, bytes
-	DefaultMaxDialAttempts  = 3               // dials per connection
 	DefaultRequestTimeout   = 2 * time.Second // reading a refused HTTP request
 	DefaultRetryAfter       = 5 * time.Second // the 503's Retry-After
 )
 
-// ConnRequest describes a new connection asking to be admitted.
+// ConnRequest describes a new connection asking to be admitted. The
+// forwarder owns it; a Session may read it (it does not change after Admit
+// except Attempt) until its End returns.
 type ConnRequest struct {
-	// ID identifies the connection in Conns and Closed; it is unique for
-	// the forwarder's life.
+	// ID identifies the connection in Conns and in its End's Stats; it is
+	// unique for the forwarder's life.
 	ID      uint64
 	Client  netip.AddrPort        // the client's address and port
 	VIP     netip.AddrPort        // the virtual server address and port it asked for
@@ -89,14 +92,18 @@ type Decision struct {
 	Verdict Verdict
 	// Target is where an accepted connection goes; Accept needs it.
 	Target *policy.Target
-	// Action is the policy action the connection falls under, for the
-	// per-action aggregation and the MinRate verdict; nil: none.
+	// Action is the policy action the connection falls under (the datapath
+	// flow's), for the per-target, per-action aggregation of Sample; nil:
+	// none.
 	Action *policy.Action
 	// Dialer dials Target; nil means the forwarder's dialer for Target.Via.
 	Dialer Dialer
-	// Limit names the limit that tripped ("MaxConnections",
-	// "MaxBandwidth", …) and Value is its configured value; Reason is a
-	// sentence for the 503 page. They are reported in refusals.
+	// Limit names the limit that tripped, as the Admitter spells it: weir's
+	// appliance sends policy.LimitKind's configuration names,
+	// "maxConnections" and "maxBandwidth", and "targets" when no target
+	// could serve. Value is the limit's configured value (for "targets",
+	// how many targets were named); Reason is a sentence for the 503 page.
+	// The page shows all three as given.
 	Limit  string
 	Value  int64
 	Reason string
@@ -104,33 +111,91 @@ type Decision struct {
 	RetryAfter time.Duration
 }
 
-// Admitter decides about new connections. It is called from many goroutines
-// at once. Every Decision with Verdict Accept is followed by exactly one call
-// of DialFailed (its dial failed) or Closed (the connection ended, for any
-// reason), so an implementation can count open connections per target.
+// Admitter decides about new connections. Admit is called from many
+// goroutines at once, once per SYN to a virtual server, before any SYN-ACK.
 type Admitter interface {
-	// Admit is called before any SYN-ACK is sent.
-	Admit(req *ConnRequest) Decision
+	// Admit returns the first decision and the connection's Session. The
+	// Session may be nil only with a refusal, when the Admitter wants to
+	// hear nothing more of the connection; an Accept without a Session is
+	// refused with RST. Admit must not keep req past the Session's End.
+	Admit(req *ConnRequest) (Decision, Session)
+}
+
+// Session follows one connection after Admit: it is where the Admitter keeps
+// what it reserved for the connection (an admission ticket, a target slot)
+// and learns what became of them. The forwarder calls it only from the
+// connection's own goroutine, one call at a time: DialFailed once per failed
+// dial, then End exactly once. After End returns the forwarder holds no
+// reference to the Session, and the Session must release what it holds.
+type Session interface {
 	// DialFailed reports that dialing failed.Target failed with err and
 	// asks what to do next: another Accept to try another target, or a
-	// refusal. After ForwarderOptions.MaxDialAttempts failures the
-	// forwarder refuses whatever it answers (and reports an Accept it
-	// returned then through DialFailed again, with ErrDialAttempts).
-	DialFailed(req *ConnRequest, failed Decision, err error) Decision
-	// Closed reports the end of an accepted connection with its final
-	// statistics.
-	Closed(req *ConnRequest, d Decision, final ConnStats)
+	// refusal. The forwarder dials every Accept it is given: bounding the
+	// attempts is the Session's (weir's balancer tried-set does it). A dial
+	// cut short by Forwarder.Close is not reported here; the connection
+	// ends with Aborted.
+	DialFailed(failed Decision, err error) Decision
+	// End reports how the connection ended. e is valid only during the
+	// call. It must not block.
+	End(e *End)
 }
 
-// RefusalReporter is implemented by an Admitter that wants to hear how each
-// refused connection to a virtual server ended, for an access log. Refused
-// is called once per refusal, after the RST was sent or the 503 page
-// written; it must not block.
-type RefusalReporter interface {
-	Refused(req *ConnRequest, d Decision, r Refusal)
+// Outcome is how a connection ended.
+type Outcome uint8
+
+// The outcomes End reports. Their String forms are the access log's.
+const (
+	// Served: spliced to its target, then closed by the client or target.
+	Served Outcome = iota
+	// IdleClosed: spliced, then closed by IdleTimeout.
+	IdleClosed
+	// RefusedReset: refused with RST before any SYN-ACK (a RefuseRST, or a
+	// Refuse503 for a tcp virtual server).
+	RefusedReset
+	// RefusedPage: answered with the 503 page.
+	RefusedPage
+	// HandshakeFailed: the client's handshake failed (RST from the client)
+	// after the target was dialed, or before a 503 page.
+	HandshakeFailed
+	// HandshakeTimedOut: HandshakeTimeout aborted the client's handshake.
+	HandshakeTimedOut
+	// Aborted: Forwarder.Close ended the connection.
+	Aborted
+	numOutcomes
+)
+
+var outcomeNames = [numOutcomes]string{"ok", "idle", "reset", "503", "handshake-failed", "handshake-timeout", "aborted"}
+
+// String returns the outcome as the access log writes it: "ok", "idle",
+// "reset", "503", "handshake-failed", "handshake-timeout", "aborted".
+func (o Outcome) String() string {
+	if o < numOutcomes {
+		return outcomeNames[o]
+	}
+	return "outcome(?)"
 }
 
-// Refusal is how a refused connection ended.
+// End is how one connection ended, for Session.End.
+type End struct {
+	Outcome Outcome
+	// Decision is the last decision made: the Accept whose target was
+	// dialed (Served, IdleClosed, handshake failures after a dial), or the
+	// refusal with its Limit, Value and Reason.
+	Decision Decision
+	// Refusal says what a refused client was sent (RefusedReset,
+	// RefusedPage).
+	Refusal Refusal
+	// Stats are the connection's final statistics. For a connection never
+	// spliced only ID, Client, VIP, Service, Target and Start are set.
+	Stats ConnStats
+	// Dials is the number of failed dials before the end.
+	Dials int
+	// Err is the handshake's error for the handshake outcomes, the dial's
+	// for an Aborted dial; nil otherwise.
+	Err error
+}
+
+// Refusal is what a refused client was sent.
 type Refusal struct {
 	// Status is 503 when a page was served, 0 for a RST.
 	Status int
@@ -139,10 +204,6 @@ type Refusal struct {
 	RequestLine string
 	Bytes       int
 }
-
-// ErrDialAttempts is passed to DialFailed for an Accept decision the
-// forwarder did not try because MaxDialAttempts dials had failed.
-var ErrDialAttempts = errors.New("netstack: too many failed dial attempts")
 
 // ForwarderOptions configure a Forwarder. The zero value works: it answers
 // for no virtual server (every SYN gets RST).
@@ -175,9 +236,6 @@ type ForwarderOptions struct {
 	// BufferSize is the splice buffer per direction, in bytes; zero means
 	// DefaultBufferSize.
 	BufferSize int
-	// MaxDialAttempts bounds the dials for one connection; zero means
-	// DefaultMaxDialAttempts.
-	MaxDialAttempts int
 	// RequestTimeout bounds reading an HTTP request before a 503 answer;
 	// zero means DefaultRequestTimeout.
 	RequestTimeout time.Duration
@@ -205,9 +263,6 @@ func (o ForwarderOptions) withDefaults() ForwarderOptions {
 	if o.BufferSize <= 0 {
 		o.BufferSize = DefaultBufferSize
 	}
-	if o.MaxDialAttempts <= 0 {
-		o.MaxDialAttempts = DefaultMaxDialAttempts
-	}
 	if o.RequestTimeout <= 0 {
 		o.RequestTimeout = DefaultRequestTimeout
 	}
@@ -226,6 +281,8 @@ type ForwarderStats struct {
 	HandshakeTimedOut uint64 // client handshakes aborted by HandshakeTimeout
 	HandshakeFailed   uint64 // client handshakes that failed otherwise (RST from the client)
 	IdleClosed        uint64 // connections closed by IdleTimeout
+	Aborted           uint64 // connections Close ended (pending or spliced)
+	NoSession         uint64 // Accepts without a Session, refused with RST (an Admitter bug)
 	TimeWaitReopened  uint64 // SYNs that ended a TIME_WAIT on their 4-tuple and opened a new connection
 	UDPUnreachable    uint64 // UDP datagrams to no socket, answered with ICMP port unreachable
 	Open              int64  // connections open now (spliced)
@@ -258,6 +315,7 @@ type Forwarder struct {
 
 	accepted, refusedRST, refused503, noService, refusedClosed atomic.Uint64
 	dialFailed, hsTimedOut, hsFailed, idleClosed               atomic.Uint64
+	aborted, noSession                                         atomic.Uint64
 	open, pendingN                                             atomic.Int64
 }
 
@@ -304,6 +362,8 @@ func (f *Forwarder) Stats() ForwarderStats {
 		HandshakeTimedOut: f.hsTimedOut.Load(),
 		HandshakeFailed:   f.hsFailed.Load(),
 		IdleClosed:        f.idleClosed.Load(),
+		Aborted:           f.aborted.Load(),
+		NoSession:         f.noSession.Load(),
 		TimeWaitReopened:  f.tw.reopened.Load(),
 		UDPUnreachable:    st.UDP.UnknownPortErrors.Value(),
 		Open:              f.open.Load(),
@@ -335,6 +395,7 @@ func (f *Forwarder) Close() error {
 		f.abortHandshake(p, id)
 	}
 	for _, c := range conns {
+		c.aborted.Store(true)
 		c.abort()
 	}
 	f.wg.Wait()
@@ -380,43 +441,62 @@ func (f *Forwarder) handle(r *tcp.ForwarderRequest) {
 		r.Complete(true)
 		return
 	}
-	adm := f.opts.Admitter
-	d := adm.Admit(req)
+	d, sess := f.opts.Admitter.Admit(req)
+	if d.Verdict == Accept && sess == nil {
+		f.noSession.Add(1)
+		d = Decision{Verdict: RefuseRST, Reason: "accepted without a session"}
+	}
+	end := End{Stats: ConnStats{ID: req.ID, Client: req.Client, VIP: req.VIP, Service: req.Service.Name, Start: time.Now()}}
+	report := func(o Outcome, d Decision, err error) {
+		if sess == nil {
+			return
+		}
+		end.Outcome, end.Decision, end.Err, end.Dials = o, d, err, req.Attempt
+		if end.Stats.Target == "" {
+			end.Stats.Target = targetName(d)
+		}
+		sess.End(&end)
+	}
 	var target Leg
 	for d.Verdict == Accept {
-		if req.Attempt >= f.opts.MaxDialAttempts {
-			adm.DialFailed(req, d, ErrDialAttempts)
-			d = Decision{Verdict: Refuse503, Limit: "MaxDialAttempts", Value: int64(f.opts.MaxDialAttempts),
-				Reason: "No target of this service could be reached."}
-			break
-		}
 		var err error
 		target, err = f.dial(d)
 		if err == nil {
 			break
 		}
+		if f.ctx.Err() != nil {
+			// Close cut the dial: no fault of the target's to report.
+			f.aborted.Add(1)
+			r.Complete(true)
+			report(Aborted, d, err)
+			return
+		}
 		f.dialFailed.Add(1)
 		req.Attempt++
-		d = adm.DialFailed(req, d, err)
+		d = sess.DialFailed(d, err)
 	}
 	isHTTP := req.Service.Proto == policy.ProtoHTTP
-	rep, _ := adm.(RefusalReporter)
-	if d.Verdict == RefuseRST || d.Verdict == Refuse503 && !isHTTP || d.Verdict > Refuse503 {
+	if d.Verdict != Accept && (d.Verdict != Refuse503 || !isHTTP) {
 		f.refusedRST.Add(1)
 		r.Complete(true)
-		if rep != nil {
-			rep.Refused(req, d, Refusal{})
-		}
+		report(RefusedReset, d, nil)
 		return
 	}
 
 	proto := protoOf(req.VIP.Addr())
-	client, err := f.handshake(r, proto)
+	client, timedOut, err := f.handshake(r, proto)
 	if err != nil {
 		if target != nil {
-			final := ConnStats{ID: req.ID, Client: req.Client, VIP: req.VIP, Start: time.Now()}
 			target.Close()
-			adm.Closed(req, d, final)
+		}
+		switch {
+		case f.ctx.Err() != nil:
+			f.aborted.Add(1)
+			report(Aborted, d, err)
+		case timedOut:
+			report(HandshakeTimedOut, d, err)
+		default:
+			report(HandshakeFailed, d, err)
 		}
 		return
 	}
@@ -424,13 +504,12 @@ func (f *Forwarder) handle(r *tcp.ForwarderRequest) {
 	if d.Verdict == Refuse503 {
 		f.refused503.Add(1)
 		line, n := f.serve503(client, d)
-		if rep != nil {
-			rep.Refused(req, d, Refusal{Status: 503, RequestLine: line, Bytes: n})
-		}
+		end.Refusal = Refusal{Status: 503, RequestLine: line, Bytes: n}
+		report(RefusedPage, d, nil)
 		return
 	}
 	f.accepted.Add(1)
-	f.splice(req, d, client, target)
+	f.splice(req, d, sess, client, target)
 }
 
 // dial opens the target leg of an Accept decision.
@@ -451,15 +530,15 @@ func (f *Forwarder) dial(d Decision) (Leg, error) {
 }
 
 // handshake completes the client's handshake, aborting it after
-// HandshakeTimeout. It always completes r.
-func (f *Forwarder) handshake(r *tcp.ForwarderRequest, proto tcpip.NetworkProtocolNumber) (*Conn, error) {
+// HandshakeTimeout (then timedOut is set). It always completes r.
+func (f *Forwarder) handshake(r *tcp.ForwarderRequest, proto tcpip.NetworkProtocolNumber) (c *Conn, timedOut bool, err error) {
 	id := r.ID()
 	f.mu.Lock()
 	f.pending[id] = proto
 	f.mu.Unlock()
-	var timedOut atomic.Bool
+	var expired atomic.Bool
 	timer := time.AfterFunc(f.opts.HandshakeTimeout, func() {
-		timedOut.Store(true)
+		expired.Store(true)
 		f.abortHandshake(proto, id)
 	})
 	var wq waiter.Queue
@@ -470,15 +549,15 @@ func (f *Forwarder) handshake(r *tcp.ForwarderRequest, proto tcpip.NetworkProtoc
 	delete(f.pending, id)
 	f.mu.Unlock()
 	if terr != nil {
-		if timedOut.Load() {
+		if expired.Load() {
 			f.hsTimedOut.Add(1)
 		} else {
 			f.hsFailed.Add(1)
 		}
-		return nil, asError(terr)
+		return nil, expired.Load(), asError(terr)
 	}
 	f.s.setKeepalive(ep)
-	return newConn(&wq, ep.(*tcp.Endpoint)), nil
+	return newConn(&wq, ep.(*tcp.Endpoint)), false, nil
 }
 
 // abortHandshake aborts the endpoint of a handshake in progress, which makes

@@ -5,15 +5,19 @@ import (
 	"io"
 	"net"
 	"net/netip"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"weir/datapath"
+	"weir/internal/testutil"
 	"weir/policy"
 )
+
+// TestMain fails the package if a test leaves a goroutine running: every
+// forwarder, link and splice goroutine must end with its stack.
+func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }
 
 var (
 	clientV4 = netip.MustParsePrefix("198.18.0.2/15")
@@ -23,45 +27,73 @@ var (
 )
 
 // testAdmitter is an Admitter built from functions; nil functions accept to
-// target (or refuse when target is nil).
+// target (or refuse when target is nil). Its sessions record every End.
 type testAdmitter struct {
 	target     *policy.Target
 	action     *policy.Action
 	admit      func(*ConnRequest) Decision
 	dialFailed func(*ConnRequest, Decision, error) Decision
+	keep       bool // keep the final stats of accepted connections
 
-	mu      sync.Mutex
-	closed  []ConnStats
-	nClosed atomic.Int64
-	nFailed atomic.Int64
-	keep    bool // keep closed records
+	mu       sync.Mutex
+	closed   []ConnStats  // protected by mu: final stats of accepted connections, if keep
+	ends     []Outcome    // protected by mu: every End's outcome, in order
+	refusals []Refusal    // protected by mu: what refused clients were sent
+	nClosed  atomic.Int64 // Ends of connections whose last decision was Accept
+	nFailed  atomic.Int64 // DialFailed calls
+	nEnds    atomic.Int64 // End calls
 }
 
-func (a *testAdmitter) Admit(r *ConnRequest) Decision {
-	if a.admit != nil {
-		return a.admit(r)
+func (a *testAdmitter) Admit(r *ConnRequest) (Decision, Session) {
+	var d Decision
+	switch {
+	case a.admit != nil:
+		d = a.admit(r)
+	case a.target == nil:
+		d = Decision{Verdict: RefuseRST}
+	default:
+		d = Decision{Verdict: Accept, Target: a.target, Action: a.action}
 	}
-	if a.target == nil {
-		return Decision{Verdict: RefuseRST}
-	}
-	return Decision{Verdict: Accept, Target: a.target, Action: a.action}
+	return d, &testSession{a: a, req: r}
 }
 
-func (a *testAdmitter) DialFailed(r *ConnRequest, d Decision, err error) Decision {
-	a.nFailed.Add(1)
-	if a.dialFailed != nil {
-		return a.dialFailed(r, d, err)
+// testSession is one connection's Session of a testAdmitter. It checks the
+// contract: End exactly once, nothing after it.
+type testSession struct {
+	a     *testAdmitter
+	req   *ConnRequest
+	ended atomic.Bool
+}
+
+func (s *testSession) DialFailed(d Decision, err error) Decision {
+	if s.ended.Load() {
+		panic("DialFailed after End")
+	}
+	s.a.nFailed.Add(1)
+	if s.a.dialFailed != nil {
+		return s.a.dialFailed(s.req, d, err)
 	}
 	return Decision{Verdict: RefuseRST}
 }
 
-func (a *testAdmitter) Closed(r *ConnRequest, d Decision, final ConnStats) {
-	if a.keep {
-		a.mu.Lock()
-		a.closed = append(a.closed, final)
-		a.mu.Unlock()
+func (s *testSession) End(e *End) {
+	if s.ended.Swap(true) {
+		panic("End called twice")
 	}
-	a.nClosed.Add(1)
+	a := s.a
+	a.mu.Lock()
+	a.ends = append(a.ends, e.Outcome)
+	if e.Outcome == RefusedReset || e.Outcome == RefusedPage {
+		a.refusals = append(a.refusals, e.Refusal)
+	}
+	if e.Decision.Verdict == Accept && a.keep {
+		a.closed = append(a.closed, e.Stats)
+	}
+	a.mu.Unlock()
+	if e.Decision.Verdict == Accept {
+		a.nClosed.Add(1)
+	}
+	a.nEnds.Add(1)
 }
 
 // closedStats returns a copy of the kept final records.
@@ -69,6 +101,30 @@ func (a *testAdmitter) closedStats() []ConnStats {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return append([]ConnStats(nil), a.closed...)
+}
+
+// outcomes returns the outcomes of the Ends so far.
+func (a *testAdmitter) outcomes() []Outcome {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]Outcome(nil), a.ends...)
+}
+
+// lastRefusal returns what the last refused client was sent.
+func (a *testAdmitter) lastRefusal() Refusal {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.refusals) == 0 {
+		return Refusal{}
+	}
+	return a.refusals[len(a.refusals)-1]
+}
+
+// refusalCount returns the number of refusals reported.
+func (a *testAdmitter) refusalCount() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.refusals)
 }
 
 // rig is a weir front stack and a client stack joined by a memory pair.
@@ -201,17 +257,4 @@ func dial(t testing.TB, s *Stack, addr netip.AddrPort) *Conn {
 		t.Fatalf("dial %v: %v", addr, err)
 	}
 	return c
-}
-
-// settleGoroutines waits until the goroutine count falls to at most want,
-// and returns the last count seen.
-func settleGoroutines(want int, within time.Duration) int {
-	deadline := time.Now().Add(within)
-	for {
-		n := runtime.NumGoroutine()
-		if n <= want || time.Now().After(deadline) {
-			return n
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }

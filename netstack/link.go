@@ -2,7 +2,8 @@ package netstack
 
 // Link flow
 //
-//	ingress: Device.Read(batch) ──► readLoop ──► version nibble ──► [pure SYN? synHook]
+//	ingress: Device.Read(batch) ──► readLoop ──► version nibble
+//	         ──► [synHook set: datapath.Parse; pure SYN? synHook(4-tuple)]
 //	         ──► stack.NewPacketBuffer (copy) ──► dispatcher.DeliverNetworkPacket
 //	egress:  stack ──► WritePackets ──► copy into a pooled buffer ──► queue (bounded,
 //	         drop and count when full) ──► writeLoop ──► Device.Write(batch)
@@ -54,9 +55,9 @@ type linkEndpoint struct {
 	batch    int
 
 	dispatcher atomic.Pointer[dispatcherBox]
-	// synHook, when set, sees every inbound pure SYN (SYN without ACK) before
-	// the stack does; the TIME_WAIT reopen uses it.
-	synHook atomic.Pointer[func(pkt []byte)]
+	// synHook, when set, sees the 4-tuple of every inbound pure SYN (SYN
+	// without ACK) before the stack does; the TIME_WAIT reopen uses it.
+	synHook atomic.Pointer[func(k twKey)]
 
 	queue   chan *[]byte // egress packets, headroom+len bytes each
 	bufPool sync.Pool    // *[]byte of headroom+mtu bytes
@@ -164,8 +165,10 @@ func (e *linkEndpoint) deliver(pkt []byte) {
 		e.dropDetached.Add(1)
 		return
 	}
-	if h := e.synHook.Load(); h != nil && isPureSYN(pkt) {
-		(*h)(pkt)
+	if h := e.synHook.Load(); h != nil {
+		if k, ok := synKey(pkt); ok {
+			(*h)(k)
+		}
 	}
 	e.rxPackets.Add(1)
 	e.rxBytes.Add(uint64(len(pkt)))
@@ -392,31 +395,19 @@ func (e *linkEndpoint) SetOnCloseAction(f func()) {
 	e.onClose.Store(&f)
 }
 
-// isPureSYN reports whether the raw IP packet is a TCP segment with SYN set
-// and ACK clear. IPv6 packets with extension headers are not looked into.
-func isPureSYN(pkt []byte) bool {
-	var tcpOff int
-	switch pkt[0] >> 4 {
-	case 4:
-		if len(pkt) < header.IPv4MinimumSize || pkt[9] != uint8(header.TCPProtocolNumber) {
-			return false
-		}
-		// A fragment other than the first has no TCP header here.
-		if (uint16(pkt[6])<<8|uint16(pkt[7]))&0x1fff != 0 {
-			return false
-		}
-		tcpOff = int(pkt[0]&0x0f) * 4
-	case 6:
-		if len(pkt) < header.IPv6MinimumSize || pkt[6] != uint8(header.TCPProtocolNumber) {
-			return false
-		}
-		tcpOff = header.IPv6MinimumSize
-	default:
-		return false
+// synKey inspects a raw inbound IP packet with the datapath's checked
+// parser and, if it is a pure SYN (TCP, SYN set, ACK clear, not a later
+// fragment), returns its 4-tuple as the receiving side sees it: local is
+// the destination. Anything Parse rejects (an IPv4 IHL below 5, a truncated
+// header, an over-long IPv6 extension chain) is no SYN; IPv6 extension
+// headers are walked to the TCP header. It does not allocate.
+func synKey(pkt []byte) (twKey, bool) {
+	var p datapath.Packet
+	if datapath.Parse(pkt, &p) != datapath.DropNone || p.Proto != datapath.ProtoTCP || p.NonFirstFragment {
+		return twKey{}, false
 	}
-	if len(pkt) < tcpOff+header.TCPMinimumSize {
-		return false
+	if p.TCPFlags&(datapath.TCPSyn|datapath.TCPAck) != datapath.TCPSyn {
+		return twKey{}, false
 	}
-	flags := pkt[tcpOff+13]
-	return flags&(uint8(header.TCPFlagSyn)|uint8(header.TCPFlagAck)) == uint8(header.TCPFlagSyn)
+	return twKey{local: p.DstAddrPort(), remote: p.SrcAddrPort()}, true
 }

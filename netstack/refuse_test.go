@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,6 +18,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 
 	"weir/datapath"
+	"weir/internal/testutil"
 	"weir/policy"
 )
 
@@ -75,7 +75,7 @@ func TestRefusals(t *testing.T) {
 		return services(vsHTTP)(a, p)
 	}
 	refuse := Decision{Verdict: Refuse503, Limit: "MaxConnections", Value: 42, Reason: "Too many <connections>.", RetryAfter: 3 * time.Second}
-	adm := &reportingAdmitter{testAdmitter: &testAdmitter{admit: func(*ConnRequest) Decision { return refuse }}}
+	adm := &testAdmitter{admit: func(*ConnRequest) Decision { return refuse }}
 	var counter *tcpFlagCounter
 	r := newRig(t, rigOptions{
 		fwd: ForwarderOptions{Services: lookup, Admitter: adm},
@@ -129,13 +129,8 @@ func TestRefusals(t *testing.T) {
 			if _, err := uc.Write([]byte("hello")); err != nil {
 				t.Fatal(err)
 			}
-			deadline := time.Now().Add(5 * time.Second)
-			for counter.icmpUnreach.Load() == before && time.Now().Before(deadline) {
-				time.Sleep(5 * time.Millisecond)
-			}
-			if counter.icmpUnreach.Load() == before {
-				t.Fatal("no ICMP unreachable for UDP to no virtual server")
-			}
+			testutil.Eventually(t, 5*time.Second, func() bool { return counter.icmpUnreach.Load() != before },
+				"no ICMP unreachable for UDP to no virtual server")
 			if r.fwd.Stats().UDPUnreachable == beforeStat {
 				t.Error("UDPUnreachable not counted")
 			}
@@ -165,19 +160,10 @@ func TestRefusals(t *testing.T) {
 				}
 			}
 			// The access log hears the request line and the page's size.
-			deadline := time.Now().Add(5 * time.Second)
-			for {
-				got := adm.last()
-				if got.Status == 503 {
-					if got.RequestLine != "GET /index.html HTTP/1.1" || got.Bytes < len(body) {
-						t.Errorf("reported refusal %+v (body %d bytes)", got, len(body))
-					}
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("no 503 refusal reported; last %+v", got)
-				}
-				time.Sleep(5 * time.Millisecond)
+			testutil.Eventually(t, 5*time.Second, func() bool { return adm.lastRefusal().Status == 503 },
+				"no 503 refusal reported; last %+v", adm.lastRefusal())
+			if got := adm.lastRefusal(); got.RequestLine != "GET /index.html HTTP/1.1" || got.Bytes < len(body) {
+				t.Errorf("reported refusal %+v (body %d bytes)", got, len(body))
 			}
 		})
 	}
@@ -185,37 +171,9 @@ func TestRefusals(t *testing.T) {
 	if st.Refused503 != 2 || st.RefusedRST != 2 || st.Accepted != 0 {
 		t.Errorf("stats %+v", st)
 	}
-	if n := adm.count(); n != 4 {
+	if n := adm.refusalCount(); n != 4 {
 		t.Errorf("%d refusals reported, want 4 (2 RST, 2 pages)", n)
 	}
-}
-
-// reportingAdmitter records what the forwarder reports of each refusal.
-type reportingAdmitter struct {
-	*testAdmitter
-	mu  sync.Mutex
-	got []Refusal
-}
-
-func (a *reportingAdmitter) Refused(_ *ConnRequest, _ Decision, r Refusal) {
-	a.mu.Lock()
-	a.got = append(a.got, r)
-	a.mu.Unlock()
-}
-
-func (a *reportingAdmitter) last() Refusal {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if len(a.got) == 0 {
-		return Refusal{}
-	}
-	return a.got[len(a.got)-1]
-}
-
-func (a *reportingAdmitter) count() int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return len(a.got)
 }
 
 func TestFirstLine(t *testing.T) {
@@ -247,17 +205,18 @@ func TestHandshakeTimeout(t *testing.T) {
 	if _, err := r.clientDev.Write([][]byte{syn}, 0); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for r.fwd.Stats().HandshakeTimedOut == 0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	testutil.Within(5*time.Second, func() bool { return r.fwd.Stats().HandshakeTimedOut > 0 })
 	st := r.fwd.Stats()
 	if st.HandshakeTimedOut != 1 || st.Pending != 0 {
 		t.Fatalf("after the timeout: %+v", st)
 	}
-	// Its target leg was closed and reported.
+	// Its target leg was closed, and the session heard the truth: a
+	// handshake timeout, not a served connection.
 	if adm.nClosed.Load() != 1 {
-		t.Errorf("Closed called %d times, want 1", adm.nClosed.Load())
+		t.Errorf("%d accepted connections ended, want 1", adm.nClosed.Load())
+	}
+	if got := adm.outcomes(); len(got) != 1 || got[0] != HandshakeTimedOut {
+		t.Errorf("outcomes %v, want [handshake-timeout]", got)
 	}
 }
 
@@ -303,7 +262,9 @@ func TestMaxInFlight(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, func() bool { st := r.fwd.Stats(); return st.Pending == 2 && st.DroppedInFlight == 3 })
+	testutil.Eventually(t, 10*time.Second, func() bool { st := r.fwd.Stats(); return st.Pending == 2 && st.DroppedInFlight == 3 },
+		"2 pending and 3 dropped; stats %+v", r.fwd.Stats())
 	close(release)
-	waitFor(t, func() bool { st := r.fwd.Stats(); return st.Pending == 0 && st.RefusedRST == 2 })
+	testutil.Eventually(t, 10*time.Second, func() bool { st := r.fwd.Stats(); return st.Pending == 0 && st.RefusedRST == 2 },
+		"none pending and 2 refused; stats %+v", r.fwd.Stats())
 }

@@ -32,6 +32,7 @@ type connEntry struct {
 
 	closeOnce sync.Once
 	idle      atomic.Bool // closed by the idle watchdog
+	aborted   atomic.Bool // closed by Forwarder.Close
 
 	// Sampler state, protected by Forwarder.sampleMu.
 	last     sampleState
@@ -47,8 +48,8 @@ func (c *connEntry) abort() {
 }
 
 // splice copies between client and target until both directions end, then
-// reports the connection closed. It runs in the handler goroutine.
-func (f *Forwarder) splice(req *ConnRequest, d Decision, client *Conn, target Leg) {
+// reports the connection's End to sess. It runs in the handler goroutine.
+func (f *Forwarder) splice(req *ConnRequest, d Decision, sess Session, client *Conn, target Leg) {
 	c := &connEntry{req: *req, d: d, start: time.Now(), client: client, target: target}
 	c.lastIO.Store(c.start.UnixNano())
 	c.last.at = c.start
@@ -60,6 +61,7 @@ func (f *Forwarder) splice(req *ConnRequest, d Decision, client *Conn, target Le
 	f.mu.Unlock()
 	f.open.Add(1)
 	if closed {
+		c.aborted.Store(true)
 		c.abort()
 	}
 
@@ -112,9 +114,15 @@ func (f *Forwarder) splice(req *ConnRequest, d Decision, client *Conn, target Le
 	f.tw.track(c.client)
 	c.abort()
 	f.open.Add(-1)
-	if f.opts.Admitter != nil {
-		f.opts.Admitter.Closed(&c.req, c.d, final)
+	e := End{Outcome: Served, Decision: c.d, Stats: final, Dials: req.Attempt}
+	switch {
+	case c.aborted.Load():
+		e.Outcome = Aborted
+		f.aborted.Add(1)
+	case c.idle.Load():
+		e.Outcome = IdleClosed
 	}
+	sess.End(&e)
 }
 
 // copyHalf copies src to dst until EOF (then half-closes dst) or an error

@@ -135,8 +135,8 @@ type Stack struct {
 	opts Options
 
 	mu      sync.Mutex
-	nics    []*NIC        // protected by mu
-	synHook *func([]byte) // protected by mu; installed on new NICs
+	nics    []*NIC       // protected by mu
+	synHook *func(twKey) // protected by mu; installed on new NICs
 	close   sync.Once
 }
 
@@ -433,7 +433,7 @@ func netipAddr(a tcpip.Address) netip.Addr {
 
 // setSYNHook installs (or, with nil, removes) the pure-SYN hook on every NIC,
 // present and future.
-func (s *Stack) setSYNHook(h *func([]byte)) {
+func (s *Stack) setSYNHook(h *func(twKey)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.synHook = h

@@ -38,11 +38,11 @@ type sampleState struct {
 	toTarget       uint64
 }
 
-// delta is the activity of one connection in a sampling interval.
+// delta is the activity of one connection's target leg in a sampling
+// interval.
 type delta struct {
-	segsSent, retrans, timeouts uint64 // on the measured leg
+	segsSent, retrans, timeouts uint64
 	bytes                       uint64 // both directions
-	toClient                    uint64
 }
 
 func sub(a, b uint64) uint64 {
@@ -52,15 +52,15 @@ func sub(a, b uint64) uint64 {
 	return a - b
 }
 
-// AggSample is the activity of one target or one policy action over a
-// sampling interval. For a target the segment counts are the target leg's
-// (weir → target), for an action the client leg's (weir → client, the
-// outbound traffic a z/OS policy governs).
+// AggSample is the activity of one target, or of one target's connections
+// under one policy action, over a sampling interval: raw counts of the
+// target leg (weir ⇄ target), the segments the target side is measured
+// on. netstack only counts; the ratios, rates and verdicts built on these
+// counts (loss and timeout ratios, the MinRate verdict) are policy's.
 type AggSample struct {
-	// Service is the virtual server of a target's or a target-action
-	// aggregate; Name the target's or the action's name; Action the action
-	// of a target-action aggregate. Target names are unique only within
-	// their service.
+	// Service is the virtual server; Name the target's name, unique only
+	// within its service; Action the policy action of a target-action
+	// aggregate ("" in Sample.Targets).
 	Service string
 	Name    string
 	Action  string
@@ -68,20 +68,10 @@ type AggSample struct {
 	// Closed is the number of connections that ended in the interval; their
 	// activity up to their end is included.
 	Closed       int
-	SegmentsSent uint64
-	Retransmits  uint64
-	Timeouts     uint64
-	// LossRatio = Retransmits / SegmentsSent; TimeoutRatio = Timeouts /
-	// SegmentsSent; both 0 when nothing was sent.
-	LossRatio    float64
-	TimeoutRatio float64
-	Bytes        uint64  // both directions
-	Throughput   float64 // Bytes per second of the interval
-	// MinRate verdict (actions only): connections open through the whole
-	// interval whose rate toward the client was below the action's
-	// MinRate, and their mean rate toward the client in Kbit/s.
-	BelowMinRate int
-	MeanRateKbit float64
+	SegmentsSent uint64 // data segments weir sent on the target leg
+	Retransmits  uint64 // of those, retransmitted
+	Timeouts     uint64 // retransmission timeouts on the target leg
+	Bytes        uint64 // payload bytes, both directions
 }
 
 func (a *AggSample) add(d delta) {
@@ -91,24 +81,14 @@ func (a *AggSample) add(d delta) {
 	a.Bytes += d.bytes
 }
 
-func (a *AggSample) finish(interval time.Duration) {
-	if a.SegmentsSent > 0 {
-		a.LossRatio = float64(a.Retransmits) / float64(a.SegmentsSent)
-		a.TimeoutRatio = float64(a.Timeouts) / float64(a.SegmentsSent)
-	}
-	if s := interval.Seconds(); s > 0 {
-		a.Throughput = float64(a.Bytes) / s
-	}
-}
-
 // Sample is the activity of all connections over one sampling interval.
 type Sample struct {
 	Start, End time.Time
 	Targets    []AggSample // per service and target, sorted
-	Actions    []AggSample // per action, sorted by name
 	// TargetActions splits each target's connections by policy action (the
-	// z/OS policy-action fraction is per target and action); segment counts
-	// are the target leg's, as in Targets.
+	// z/OS policy-action fraction is per target and action): one aggregate
+	// per service, target and action, sorted; connections under no action
+	// are only in Targets.
 	TargetActions []AggSample
 }
 
@@ -117,19 +97,17 @@ type Sample struct {
 type sampler struct {
 	last          time.Time
 	closedTargets map[aggKey]*AggSample
-	closedActions map[aggKey]*AggSample
 	closedFlows   map[aggKey]*AggSample
 }
 
 func (s *sampler) init(now time.Time) {
 	s.last = now
 	s.closedTargets = make(map[aggKey]*AggSample)
-	s.closedActions = make(map[aggKey]*AggSample)
 	s.closedFlows = make(map[aggKey]*AggSample)
 }
 
-// aggKey names an aggregate: a target (service, name), an action (name) or
-// a target's share under an action (service, name, action).
+// aggKey names an aggregate: a target (service, name) or a target's share
+// under an action (service, name, action).
 type aggKey struct{ service, name, action string }
 
 func aggFor(m map[aggKey]*AggSample, k aggKey) *AggSample {
@@ -165,28 +143,21 @@ func actionName(d Decision) string {
 	return d.Action.Name
 }
 
-// observe reads c's counters now and returns them with the deltas since the
-// last observation, which it records. Call with sampleMu held.
-func observe(c *connEntry, now time.Time) (cl, tg LegCounters, dt, da delta) {
+// observe reads c's counters now and returns them with the target leg's
+// deltas since the last observation, which it records. Call with sampleMu
+// held.
+func observe(c *connEntry, now time.Time) (cl, tg LegCounters, dt delta) {
 	cl = c.client.Counters()
 	tg = c.target.Counters()
 	toC, toT := c.toClient.Load(), c.toTarget.Load()
-	bytes := sub(toC, c.last.toClient) + sub(toT, c.last.toTarget)
 	dt = delta{
 		segsSent: sub(tg.SegmentsSent, c.last.target.SegmentsSent),
 		retrans:  sub(tg.Retransmits, c.last.target.Retransmits),
 		timeouts: sub(tg.Timeouts, c.last.target.Timeouts),
-		bytes:    bytes,
-	}
-	da = delta{
-		segsSent: sub(cl.SegmentsSent, c.last.client.SegmentsSent),
-		retrans:  sub(cl.Retransmits, c.last.client.Retransmits),
-		timeouts: sub(cl.Timeouts, c.last.client.Timeouts),
-		bytes:    bytes,
-		toClient: sub(toC, c.last.toClient),
+		bytes:    sub(toC, c.last.toClient) + sub(toT, c.last.toTarget),
 	}
 	c.last = sampleState{at: now, client: cl, target: tg, toClient: toC, toTarget: toT}
-	return cl, tg, dt, da
+	return cl, tg, dt
 }
 
 // finish takes a closing connection's final statistics, adds its last deltas
@@ -195,16 +166,13 @@ func (f *Forwarder) finish(c *connEntry) ConnStats {
 	now := time.Now()
 	f.sampleMu.Lock()
 	prev := c.last
-	cl, tg, dt, da := observe(c, now)
+	cl, tg, dt := observe(c, now)
 	c.finished = true
 	svc, tn := serviceName(c), targetName(c.d)
 	closedT := aggFor(f.sampler.closedTargets, aggKey{service: svc, name: tn})
 	closedT.add(dt)
 	closedT.Closed++
 	if an := actionName(c.d); an != "" {
-		a := aggFor(f.sampler.closedActions, aggKey{name: an})
-		a.add(da)
-		a.Closed++
 		ta := aggFor(f.sampler.closedFlows, aggKey{service: svc, name: tn, action: an})
 		ta.add(dt)
 		ta.Closed++
@@ -258,10 +226,10 @@ func (f *Forwarder) Conns() []ConnStats {
 	return out
 }
 
-// Sample aggregates, per target and per policy action, what happened since
-// the previous Sample (or since NewForwarder): deltas of every open
-// connection's counters plus the last deltas of connections that closed in
-// between. Call it once per sampling interval from one goroutine.
+// Sample aggregates, per target and per target and policy action, what
+// happened since the previous Sample (or since NewForwarder): deltas of
+// every open connection's counters plus the last deltas of connections that
+// closed in between. Call it once per sampling interval from one goroutine.
 func (f *Forwarder) Sample() Sample {
 	f.mu.Lock()
 	list := make([]*connEntry, 0, len(f.conns))
@@ -274,72 +242,31 @@ func (f *Forwarder) Sample() Sample {
 	f.sampleMu.Lock()
 	defer f.sampleMu.Unlock()
 	start := f.sampler.last
-	targets, actions, flows := f.sampler.closedTargets, f.sampler.closedActions, f.sampler.closedFlows
+	targets, flows := f.sampler.closedTargets, f.sampler.closedFlows
 	f.sampler.init(now)
-	type rateAcc struct {
-		sum float64
-		n   int
-	}
-	rates := map[string]*rateAcc{}
 	for _, c := range list {
 		if c.finished {
 			continue
 		}
-		prevAt := c.last.at
-		_, _, dt, da := observe(c, now)
+		_, _, dt := observe(c, now)
 		svc, tn := serviceName(c), targetName(c.d)
 		t := aggFor(targets, aggKey{service: svc, name: tn})
 		t.add(dt)
 		t.Active++
-		an := actionName(c.d)
-		if an == "" {
-			continue
-		}
-		a := aggFor(actions, aggKey{name: an})
-		a.add(da)
-		a.Active++
-		ta := aggFor(flows, aggKey{service: svc, name: tn, action: an})
-		ta.add(dt)
-		ta.Active++
-		// The MinRate verdict looks only at connections open through the
-		// whole interval: a connection that just opened has no rate yet.
-		if !prevAt.After(start) {
-			el := now.Sub(prevAt).Seconds()
-			if el <= 0 {
-				continue
-			}
-			kbit := float64(da.toClient) * 8 / 1000 / el
-			r := rates[an]
-			if r == nil {
-				r = &rateAcc{}
-				rates[an] = r
-			}
-			r.sum += kbit
-			r.n++
-			if c.d.Action.MinRate > 0 && kbit < float64(c.d.Action.MinRate) {
-				a.BelowMinRate++
-			}
+		if an := actionName(c.d); an != "" {
+			ta := aggFor(flows, aggKey{service: svc, name: tn, action: an})
+			ta.add(dt)
+			ta.Active++
 		}
 	}
 	s := Sample{Start: start, End: now}
-	interval := now.Sub(start)
 	for _, a := range targets {
-		a.finish(interval)
 		s.Targets = append(s.Targets, *a)
 	}
-	for k, a := range actions {
-		a.finish(interval)
-		if r := rates[k.name]; r != nil && r.n > 0 {
-			a.MeanRateKbit = r.sum / float64(r.n)
-		}
-		s.Actions = append(s.Actions, *a)
-	}
 	for _, a := range flows {
-		a.finish(interval)
 		s.TargetActions = append(s.TargetActions, *a)
 	}
 	sortAgg(s.Targets)
-	sortAgg(s.Actions)
 	sortAgg(s.TargetActions)
 	return s
 }

@@ -11,7 +11,8 @@ package netstack
 // (1 s, 3 s, …) and connections per second collapse.
 //
 // weir does what Linux does for an acceptable SYN: the TIME_WAIT connection
-// gives way. The link's reader shows every pure SYN to onSYN before the stack
+// gives way. The link's reader shows every pure SYN's 4-tuple (parsed by
+// datapath.Parse, see synKey) to onSYN before the stack
 // sees it; if its 4-tuple belongs to a client leg weir closed and that leg is
 // in TIME_WAIT, the leg is aborted (freeing the 4-tuple; the RST it emits
 // carries the old connection's numbers, which the client's new SYN_SENT
@@ -25,7 +26,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"gvisor.dev/gvisor/pkg/tcpip/header"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 	"gvisor.dev/gvisor/pkg/waiter"
@@ -89,12 +89,9 @@ func (t *timeWaitTable) track(c *Conn) {
 	}
 }
 
-// onSYN runs in a link's reader goroutine for every pure SYN.
-func (t *timeWaitTable) onSYN(pkt []byte) {
-	k, ok := synKey(pkt)
-	if !ok {
-		return
-	}
+// onSYN runs in a link's reader goroutine for every pure SYN, with its
+// 4-tuple k.
+func (t *timeWaitTable) onSYN(k twKey) {
 	t.mu.Lock()
 	c := t.m[k]
 	if c == nil {
@@ -114,29 +111,4 @@ func (t *timeWaitTable) onSYN(pkt []byte) {
 	// unlocked.
 	c.ep.Abort()
 	t.reopened.Add(1)
-}
-
-// synKey returns the 4-tuple of a raw TCP packet as the receiving side sees
-// it: local is the destination.
-func synKey(pkt []byte) (twKey, bool) {
-	var src, dst netip.Addr
-	var off int
-	switch pkt[0] >> 4 {
-	case 4:
-		off = int(pkt[0]&0x0f) * 4
-		src = netip.AddrFrom4([4]byte(pkt[12:16]))
-		dst = netip.AddrFrom4([4]byte(pkt[16:20]))
-	case 6:
-		off = header.IPv6MinimumSize
-		src = netip.AddrFrom16([16]byte(pkt[8:24]))
-		dst = netip.AddrFrom16([16]byte(pkt[24:40]))
-	default:
-		return twKey{}, false
-	}
-	if len(pkt) < off+4 {
-		return twKey{}, false
-	}
-	sport := uint16(pkt[off])<<8 | uint16(pkt[off+1])
-	dport := uint16(pkt[off+2])<<8 | uint16(pkt[off+3])
-	return twKey{local: netip.AddrPortFrom(dst, dport), remote: netip.AddrPortFrom(src, sport)}, true
 }

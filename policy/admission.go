@@ -19,12 +19,15 @@ import (
 //	     connections: open + 1               > MaxConnections ┘ already counted
 //	   not enforced and over: admit anyway; the crossing is an Event
 //	accepted: every level counted +1, the Ticket remembers the levels
-//	Ticket.AddBytes feeds every level's byte counter; Ticket.Release −1 once
+//	Ticket.Release −1 once
 //
-// Every RecomputeInterval the control plane calls Recompute, which ticks each
-// level's sliding Window with the level's own byte counter (a class's bytes
-// are the exact sum of its members', as every byte is added to every level of
-// its connection), refills the burst buckets and emits the over/under events.
+// Bytes take one path: every RecomputeInterval the control plane calls
+// Recompute with the datapath's meters (a ByteTotals), which reads each
+// virtual server's running byte total once, adds what is new since the last
+// read to every level of its chain (so a class's bytes are the exact sum of
+// its members', the instance's of all), ticks each level's sliding Window
+// with the level's total, refills the burst buckets and emits the over/under
+// events.
 //
 // Statistics live in one record per level, matched by name across reloads
 // (the instance is always the same record): Apply swaps the limits in
@@ -198,10 +201,10 @@ const DefaultEventBuffer = 256
 //
 // Create one with NewAdmission; the zero value is not usable.
 //
-// Admit, Ticket.Release, Ticket.AddBytes, AddBytes and Events may be called by
-// any goroutine at any time; they take no lock and do not allocate. Apply,
-// Recompute and Snapshot are the control plane's; they serialise on a mutex
-// that the admission path never takes.
+// Admit, Ticket.Release and Events may be called by any goroutine at any
+// time; they take no lock and do not allocate. Apply, Recompute and Snapshot
+// are the control plane's; they serialise on a mutex that the admission path
+// never takes.
 type Admission struct {
 	st atomic.Pointer[admState]
 
@@ -226,8 +229,9 @@ type levelKey struct {
 type admState struct {
 	byVS   map[*VirtualServer]*chain
 	byName map[string]*chain
-	inst   *chain // the instance alone: for a service the config lacks
-	levels []link // every level once, instance, classes, virtual servers
+	inst   *chain   // the instance alone: for a service the config lacks
+	levels []link   // every level once, instance, classes, virtual servers
+	chains []*chain // one per virtual server, in config order: Recompute's byte feed
 }
 
 // chain is the levels a connection to one virtual server is checked and
@@ -253,6 +257,7 @@ type level struct {
 	overConns, overBW, overBurst atomic.Bool // the state the last event reported
 
 	// By Admission.mu.
+	fed          uint64 // virtual servers: the ByteTotals total already added
 	win          *Window
 	winMetric    time.Duration
 	winRecompute time.Duration
@@ -349,6 +354,7 @@ func (a *Admission) Apply(cfg *Config) {
 		}
 		st.byVS[vs] = c
 		st.byName[vs.Name] = c
+		st.chains = append(st.chains, c)
 	}
 	for k, lv := range a.levels {
 		if fresh[k] == nil && lv.conns.Load() > 0 {
@@ -409,16 +415,6 @@ func (t *Ticket) Release() {
 	}
 }
 
-// AddBytes counts n bytes of the connection's traffic at every level it was
-// admitted at. Call it per read or write (not per packet): each call is one
-// atomic add per level, all connections of the instance sharing the
-// instance's counter. A released or zero Ticket counts nothing.
-func (t *Ticket) AddBytes(n uint64) {
-	if c := t.c.Load(); c != nil {
-		c.addBytes(n)
-	}
-}
-
 func (c *chain) addBytes(n uint64) {
 	for i := range c.links {
 		c.links[i].lvl.bytes.Add(n)
@@ -438,12 +434,6 @@ func (st *admState) chain(vs *VirtualServer) *chain {
 		return c
 	}
 	return st.inst
-}
-
-// AddBytes counts n bytes of vs's traffic that belongs to no Ticket. vs is
-// matched as in Admit.
-func (a *Admission) AddBytes(vs *VirtualServer, n uint64) {
-	a.st.Load().chain(vs).addBytes(n)
 }
 
 // Admit decides whether a new connection to vs may open. It checks the
@@ -532,11 +522,23 @@ func (a *Admission) Events() <-chan Event { return a.events }
 // full.
 func (a *Admission) DroppedEvents() uint64 { return a.dropped.Load() }
 
+// ByteTotals is where Recompute reads traffic: the running byte total
+// (both directions) of each virtual server, by name, false for a name it
+// does not know. The datapath's meters satisfy it (datapath.Engine and
+// datapath.Meters); a total must not go back, and one that does counts as
+// a fresh start (its bytes are all new). Recompute calls it from its own
+// goroutine, once per virtual server per step; it must not block.
+type ByteTotals interface {
+	ServiceBytes(name string) (total uint64, ok bool)
+}
+
 // Recompute is the bandwidth manager's step, called every RecomputeInterval
-// by one goroutine with the current time: it ticks every level's window with
-// the level's byte total, refills the burst buckets, publishes the rates that
-// Admit reads, and emits an Event for every limit crossed since the previous
-// call.
+// by one goroutine with the current time and the byte totals: it adds each
+// virtual server's new bytes to its levels, ticks every level's window with
+// the level's byte total, refills the burst buckets, publishes the rates
+// that Admit reads, and emits an Event for every limit crossed since the
+// previous call. bytes may be nil (no traffic is metered). It does not
+// allocate.
 //
 // The burst guard (Limits.BurstBytes > 0 with MaxBandwidth > 0, off by
 // default) is a token bucket of BurstBytes bytes, full at start, refilled at
@@ -547,16 +549,34 @@ func (a *Admission) DroppedEvents() uint64 { return a.dropped.Load() }
 // BurstBytes, so after a long transfer new connections wait at most
 // BurstBytes/MaxBandwidth seconds longer than the traffic lasted. Like the
 // window, it sees traffic once per recompute interval.
-func (a *Admission) Recompute(now time.Time) {
+func (a *Admission) Recompute(now time.Time, bytes ByteTotals) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	st := a.st.Load()
+	if bytes != nil {
+		for _, c := range st.chains {
+			vs := c.links[0] // a chain starts at its virtual server
+			total, ok := bytes.ServiceBytes(vs.name)
+			if !ok {
+				continue
+			}
+			n := total - vs.lvl.fed
+			if total < vs.lvl.fed {
+				n = total // the source started over
+			}
+			vs.lvl.fed = total
+			if n > 0 {
+				c.addBytes(n)
+			}
+		}
+	}
 	var dt time.Duration
 	if !a.last.IsZero() && now.After(a.last) {
 		dt = now.Sub(a.last)
 	}
 	a.last = now
 	a.now.Store(now.UnixNano())
-	for _, l := range a.st.Load().levels {
+	for _, l := range st.levels {
 		a.recomputeLevel(now, dt, l)
 	}
 	for _, lv := range a.order {

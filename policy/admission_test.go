@@ -35,6 +35,29 @@ func (l limitsCfg) build(t testing.TB) *Config {
 	return c
 }
 
+// testBytes is a ByteTotals for tests: running byte totals by virtual server
+// name, as the datapath's meters keep them. Safe for concurrent use.
+type testBytes struct {
+	mu sync.Mutex
+	m  map[string]uint64
+}
+
+func (b *testBytes) add(name string, n uint64) {
+	b.mu.Lock()
+	if b.m == nil {
+		b.m = map[string]uint64{}
+	}
+	b.m[name] += n
+	b.mu.Unlock()
+}
+
+func (b *testBytes) ServiceBytes(name string) (uint64, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n, ok := b.m[name]
+	return n, ok
+}
+
 func stat(t *testing.T, a *Admission, kind LevelKind, name string) LevelStat {
 	t.Helper()
 	for _, s := range a.Snapshot() {
@@ -64,6 +87,7 @@ func drain(a *Admission) []Event {
 func TestAdmitSunBandwidth(t *testing.T) {
 	cfg := limitsCfg{web: Limits{MaxBandwidth: 100, EnforceBandwidth: true}}.build(t)
 	a := NewAdmission(cfg, 0)
+	src := &testBytes{}
 	web := cfg.ServiceByName("web")
 	t0 := time.Unix(1_000_000, 0)
 	var conn Ticket
@@ -72,10 +96,10 @@ func TestAdmitSunBandwidth(t *testing.T) {
 	}
 	for at := time.Duration(0); at <= 33*time.Second; at += 100 * time.Millisecond {
 		if at == time.Second {
-			conn.AddBytes(5000)
+			src.add("web", 5000)
 			conn.Release()
 		}
-		a.Recompute(t0.Add(at))
+		a.Recompute(t0.Add(at), src)
 		var tk Ticket
 		r, ok := a.Admit(web, &tk)
 		tk.Release()
@@ -166,15 +190,15 @@ func TestAdmitLevels(t *testing.T) {
 func TestAdmitClassBandwidthIsTheSum(t *testing.T) {
 	cfg := limitsCfg{gold: Limits{MaxBandwidth: 100, EnforceBandwidth: true}, metric: 10 * time.Second}.build(t)
 	a := NewAdmission(cfg, 0)
+	src := &testBytes{}
 	t0 := time.Unix(0, 0)
-	a.Recompute(t0)
+	a.Recompute(t0, src)
 	var w, p Ticket
 	a.Admit(cfg.ServiceByName("web"), &w)
 	a.Admit(cfg.ServiceByName("api"), &p)
-	w.AddBytes(600)
-	p.AddBytes(600)
-	a.AddBytes(cfg.ServiceByName("api"), 300)
-	a.Recompute(t0.Add(100 * time.Millisecond))
+	src.add("web", 600)
+	src.add("api", 900)
+	a.Recompute(t0.Add(100*time.Millisecond), src)
 	for _, c := range []struct {
 		kind LevelKind
 		name string
@@ -306,18 +330,19 @@ func TestAdmitConcurrent(t *testing.T) {
 func TestReloadCarriesOver(t *testing.T) {
 	old := limitsCfg{web: Limits{MaxConnections: 10, EnforceConnections: true}, metric: 10 * time.Second}.build(t)
 	a := NewAdmission(old, 0)
+	src := &testBytes{}
 	t0 := time.Unix(0, 0)
-	a.Recompute(t0)
+	a.Recompute(t0, src)
 	tickets := make([]Ticket, 3)
 	for i := range tickets {
 		if r, ok := a.Admit(old.ServiceByName("web"), &tickets[i]); !ok {
 			t.Fatal(r)
 		}
-		tickets[i].AddBytes(1000)
+		src.add("web", 1000)
 	}
 	var apiConn Ticket
 	a.Admit(old.ServiceByName("api"), &apiConn)
-	a.Recompute(t0.Add(100 * time.Millisecond))
+	a.Recompute(t0.Add(100*time.Millisecond), src)
 	if s := stat(t, a, LevelVirtualServer, "web"); s.Bandwidth != 300 || s.Conns != 3 {
 		t.Fatalf("before the reload: %+v", s)
 	}
@@ -327,7 +352,7 @@ func TestReloadCarriesOver(t *testing.T) {
 	nw.Services = nw.Services[:1]
 	nw.Services[0].Limits.MaxConnections = 3
 	a.Apply(nw)
-	a.Recompute(t0.Add(200 * time.Millisecond))
+	a.Recompute(t0.Add(200*time.Millisecond), src)
 	s := stat(t, a, LevelVirtualServer, "web")
 	if s.Conns != 3 || s.Bandwidth != 300 || s.Bytes != 3000 || s.Limits.MaxConnections != 3 {
 		t.Fatalf("after the reload web is %+v, want 3 connections, 300 B/s, 3000 bytes, limit 3", s)
@@ -344,8 +369,8 @@ func TestReloadCarriesOver(t *testing.T) {
 	if api := stat(t, a, LevelVirtualServer, "api"); !api.Retired || api.Conns != 1 {
 		t.Errorf("api, removed with an open connection: %+v", api)
 	}
-	tickets[0].AddBytes(500) // an old connection's bytes count on the new level
-	a.Recompute(t0.Add(300 * time.Millisecond))
+	src.add("web", 500) // the service's bytes count on its level, carried by name
+	a.Recompute(t0.Add(300*time.Millisecond), src)
 	if s := stat(t, a, LevelVirtualServer, "web"); s.Bandwidth != 350 {
 		t.Errorf("web after old-ticket traffic: %d B/s, want 350", s.Bandwidth)
 	}
@@ -402,9 +427,10 @@ func TestEventsOncePerCrossing(t *testing.T) {
 		metric: time.Second,
 	}.build(t)
 	a := NewAdmission(cfg, 0)
+	src := &testBytes{}
 	web := cfg.ServiceByName("web")
 	t0 := time.Unix(100, 0)
-	a.Recompute(t0)
+	a.Recompute(t0, src)
 	tickets := make([]Ticket, 6)
 	for i := range tickets {
 		if r, ok := a.Admit(web, &tickets[i]); !ok {
@@ -419,14 +445,14 @@ func TestEventsOncePerCrossing(t *testing.T) {
 	if got, w := ev[0].String(), `virtual server "web": maxConnections 2 reached (3 open), not enforced`; got != w {
 		t.Errorf("event text %q, want %q", got, w)
 	}
-	a.Recompute(t0.Add(100 * time.Millisecond))
+	a.Recompute(t0.Add(100*time.Millisecond), src)
 	if ev := drain(a); len(ev) != 0 {
 		t.Fatalf("recompute while still over: %v", ev)
 	}
 	for i := 0; i < 4; i++ {
 		tickets[i].Release()
 	}
-	a.Recompute(t0.Add(200 * time.Millisecond))
+	a.Recompute(t0.Add(200*time.Millisecond), src)
 	ev = drain(a)
 	if len(ev) != 1 || ev[0].Over || ev[0].Measured != 2 || ev[0].Limit != LimitMaxConnections {
 		t.Fatalf("back at 2 connections: %v, want one under event", ev)
@@ -437,10 +463,10 @@ func TestEventsOncePerCrossing(t *testing.T) {
 
 	// Bandwidth: 500 bytes in a 1 s window is 500 B/s, over 100 for as long
 	// as the sample is in the window, then back under: two events.
-	tickets[4].AddBytes(500)
+	src.add("web", 500)
 	var bw []Event
 	for at := 300 * time.Millisecond; at <= 3*time.Second; at += 100 * time.Millisecond {
-		a.Recompute(t0.Add(at))
+		a.Recompute(t0.Add(at), src)
 		bw = append(bw, drain(a)...)
 	}
 	if len(bw) != 2 || !bw[0].Over || bw[0].Limit != LimitMaxBandwidth || bw[0].Measured != 500 ||
@@ -477,17 +503,18 @@ func TestBurstGuard(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := limitsCfg{web: Limits{MaxBandwidth: 1000, EnforceBandwidth: true, BurstBytes: tt.burst}}.build(t)
 			a := NewAdmission(cfg, 0)
+			src := &testBytes{}
 			web := cfg.ServiceByName("web")
 			t0 := time.Unix(0, 0)
 			for at := time.Duration(0); at < 29*time.Second; at += 100 * time.Millisecond {
-				a.Recompute(t0.Add(at)) // idle
+				a.Recompute(t0.Add(at), src) // idle
 			}
 			var conn Ticket
 			if r, ok := a.Admit(web, &conn); !ok {
 				t.Fatal(r)
 			}
-			conn.AddBytes(20000) // 20 times the limit in 100 ms; the window reads 666 B/s
-			a.Recompute(t0.Add(29 * time.Second))
+			src.add("web", 20000) // 20 times the limit in 100 ms; the window reads 666 B/s
+			a.Recompute(t0.Add(29*time.Second), src)
 			if s := stat(t, a, LevelVirtualServer, "web"); s.Bandwidth != 666 {
 				t.Fatalf("window %d B/s, want 666", s.Bandwidth)
 			}
@@ -509,12 +536,12 @@ func TestBurstGuard(t *testing.T) {
 			// The debt (bounded at one burst) is repaid at 1000 B/s: still
 			// empty at 34 s, admitting again after 5 s.
 			for at := 29*time.Second + 100*time.Millisecond; at <= 34*time.Second; at += 100 * time.Millisecond {
-				a.Recompute(t0.Add(at))
+				a.Recompute(t0.Add(at), src)
 			}
 			if _, ok := a.Admit(web, &tk); ok {
 				t.Fatalf("admitted with bucket %d", stat(t, a, LevelVirtualServer, "web").BurstTokens)
 			}
-			a.Recompute(t0.Add(34*time.Second + 100*time.Millisecond))
+			a.Recompute(t0.Add(34*time.Second+100*time.Millisecond), src)
 			if r, ok := a.Admit(web, &tk); !ok {
 				t.Fatalf("still refused after the debt was repaid: %v", r)
 			}
@@ -529,15 +556,14 @@ func TestBurstRefillExact(t *testing.T) {
 	// 166 B/s refilled every 100 ms is 16.6 B a step: the remainder carries.
 	cfg := limitsCfg{inst: Limits{MaxBandwidth: 166, BurstBytes: 1 << 20}}.build(t)
 	a := NewAdmission(cfg, 0)
-	var tk Ticket
-	a.Admit(nil, &tk)
+	src := &testBytes{}
 	t0 := time.Unix(0, 0)
-	a.Recompute(t0)
-	tk.AddBytes(1 << 20)
-	a.Recompute(t0.Add(100 * time.Millisecond)) // 16 refilled (16.6), then drained
+	a.Recompute(t0, src)
+	src.add("misc", 1<<20)                         // misc is in no class: its bytes reach the instance directly
+	a.Recompute(t0.Add(100*time.Millisecond), src) // 16 refilled (16.6), then drained
 	base := stat(t, a, LevelInstance, "weir").BurstTokens
 	for at := 200 * time.Millisecond; at <= 10100*time.Millisecond; at += 100 * time.Millisecond {
-		a.Recompute(t0.Add(at))
+		a.Recompute(t0.Add(at), src)
 	}
 	if got := stat(t, a, LevelInstance, "weir").BurstTokens - base; got != 1660 {
 		t.Errorf("10 s of refill at 166 B/s: %d B, want 1660", got)
@@ -594,11 +620,21 @@ func TestAdmitDoesNotAllocate(t *testing.T) {
 	var tk, other Ticket
 	if n := testing.AllocsPerRun(1000, func() {
 		a.Admit(web, &tk)
-		tk.AddBytes(100)
 		a.Admit(web, &other) // refused: web is at its limit
 		tk.Release()
 	}); n != 0 {
 		t.Errorf("%v allocations per admit, refusal and release", n)
+	}
+	// The recompute step reads the byte totals without allocating either.
+	src := &testBytes{}
+	src.add("web", 1)
+	now := time.Unix(0, 0)
+	if n := testing.AllocsPerRun(100, func() {
+		now = now.Add(100 * time.Millisecond)
+		src.add("web", 100)
+		a.Recompute(now, src)
+	}); n != 0 {
+		t.Errorf("%v allocations per recompute", n)
 	}
 }
 
@@ -653,6 +689,7 @@ func TestAdmitConcurrentReload(t *testing.T) {
 		limitsCfg{web: enf(5), gold: enf(4), inst: enf(7)}.build(t),
 	}
 	a := NewAdmission(cfgs[0], 0)
+	src := &testBytes{}
 	var stop atomic.Bool
 	var bad atomic.Value
 	var ctl sync.WaitGroup
@@ -662,7 +699,7 @@ func TestAdmitConcurrentReload(t *testing.T) {
 		t0 := time.Unix(0, 0)
 		for i := 0; !stop.Load(); i++ {
 			a.Apply(cfgs[i%2])
-			a.Recompute(t0.Add(time.Duration(i) * 100 * time.Millisecond))
+			a.Recompute(t0.Add(time.Duration(i)*100*time.Millisecond), src)
 			for _, s := range a.Snapshot() {
 				if lim := map[string]int64{"web": 5, "gold": 6, "weir": 9}[s.Name]; lim > 0 && s.Conns > lim {
 					bad.Store(s.Name)
@@ -682,7 +719,7 @@ func TestAdmitConcurrentReload(t *testing.T) {
 				vs := cfg.Services[(g+i/2)%len(cfg.Services)]
 				tk := &held[i%2]
 				a.Admit(vs, tk) // releases what tk held first
-				tk.AddBytes(10)
+				src.add(vs.Name, 10)
 				runtime.Gosched()
 			}
 			held[0].Release()
@@ -692,6 +729,7 @@ func TestAdmitConcurrentReload(t *testing.T) {
 	workers.Wait()
 	stop.Store(true)
 	ctl.Wait()
+	a.Recompute(time.Unix(1<<20, 0), src) // feed the bytes counted since the last step
 	if v := bad.Load(); v != nil {
 		t.Fatalf("%s exceeded the larger of its limits", v)
 	}
@@ -729,6 +767,7 @@ func TestReloadResizesBurst(t *testing.T) {
 	}
 	cfg := withBurst(5000)
 	a := NewAdmission(cfg, 0)
+	src := &testBytes{}
 	tokens := func() int64 { return stat(t, a, LevelVirtualServer, "web").BurstTokens }
 	if got := tokens(); got != 5000 {
 		t.Fatalf("new bucket holds %d, want full (5000)", got)
@@ -740,9 +779,9 @@ func TestReloadResizesBurst(t *testing.T) {
 	var tk Ticket
 	a.Admit(cfg.ServiceByName("web"), &tk)
 	t0 := time.Unix(0, 0)
-	a.Recompute(t0)
-	tk.AddBytes(10000)
-	a.Recompute(t0.Add(100 * time.Millisecond))
+	a.Recompute(t0, src)
+	src.add("web", 10000)
+	a.Recompute(t0.Add(100*time.Millisecond), src)
 	if got := tokens(); got != -1000 {
 		t.Fatalf("debt %d, want the floor -1000", got)
 	}
@@ -752,7 +791,7 @@ func TestReloadResizesBurst(t *testing.T) {
 	}
 	drain(a)
 	a.Apply(withBurst(0)) // guard off: the next recompute reports it cleared
-	a.Recompute(t0.Add(200 * time.Millisecond))
+	a.Recompute(t0.Add(200*time.Millisecond), src)
 	var burst []Event
 	for _, e := range drain(a) {
 		if e.Limit == LimitBurst {
@@ -790,7 +829,7 @@ func TestApplyUnlistedClassLoop(t *testing.T) {
 	}
 }
 
-// TestBytesBeforeFirstRecompute: traffic counted before the first Recompute
+// TestBytesBeforeFirstRecompute: traffic metered before the first Recompute
 // is in the window (it used to become the window's starting point).
 func TestBytesBeforeFirstRecompute(t *testing.T) {
 	vs := &VirtualServer{Name: "web", VIPs: []netip.Addr{netip.MustParseAddr("198.18.0.10")}, Ports: PortRange{Lo: 80, Hi: 80}}
@@ -799,10 +838,11 @@ func TestBytesBeforeFirstRecompute(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := NewAdmission(cfg, 0)
-	a.AddBytes(vs, 200000)
+	src := &testBytes{}
+	src.add("web", 200000)
 	now := time.Unix(100, 0)
-	a.Recompute(now)
-	a.Recompute(now.Add(100 * time.Millisecond))
+	a.Recompute(now, src)
+	a.Recompute(now.Add(100*time.Millisecond), src)
 	for _, l := range a.Snapshot() {
 		if l.Bandwidth != 200000 {
 			t.Errorf("%v %s: bandwidth %d, want 200000", l.Level, l.Name, l.Bandwidth)

@@ -17,12 +17,17 @@ const (
 	DefaultSamplingInterval  = 60 * time.Second
 	DefaultRetryInterval     = 60 * time.Second
 	DefaultMaxAttempts       = 3
-	DefaultLossThreshold     = 20  // tenths of a percent: 2 %
-	DefaultLossStep          = 25  // percent
-	DefaultLossMax           = 95  // percent
-	DefaultTimeoutThreshold  = 50  // tenths of a percent: 5 %
-	DefaultTimeoutStep       = 50  // percent
-	DefaultTimeoutMax        = 100 // percent
+	// MaxAttemptsLimit is the most targets one connection may try: the
+	// bound Compile enforces on BalancerSettings.MaxAttempts and the size of
+	// the balancer's per-connection tried-set (balancer.MaxTried), which is
+	// the one place the attempts are counted.
+	MaxAttemptsLimit        = 16
+	DefaultLossThreshold    = 20  // tenths of a percent: 2 %
+	DefaultLossStep         = 25  // percent
+	DefaultLossMax          = 95  // percent
+	DefaultTimeoutThreshold = 50  // tenths of a percent: 5 %
+	DefaultTimeoutStep      = 50  // percent
+	DefaultTimeoutMax       = 100 // percent
 )
 
 // DefaultMaxConnLevels are MaxConnWeightFr 50 65 80: the percentages of an
@@ -42,10 +47,16 @@ type Config struct {
 	Rules    []*Rule          // in priority order: the first match wins
 	Monitor  Monitor
 	Balancer BalancerSettings
+	// NoServices says the file defines no service on purpose (the YAML key
+	// `noServices: true`). A file-triggered reload refuses a config without
+	// services unless it is set, so that a file caught empty or half-written
+	// never takes every VIP down.
+	NoServices bool
 
 	// Built by Compile.
-	compiled bool
-	byVIP    map[netip.Addr][]*VirtualServer
+	compiled  bool
+	byVIP     map[netip.Addr][]*VirtualServer
+	targetIdx map[*Target]int // see TargetIndex
 }
 
 // Instance is the global server instance: the top of the limit hierarchy.
@@ -211,7 +222,10 @@ type Target struct {
 	// and down-state carry over by name). Default: Addr.String().
 	Name string
 	Addr netip.AddrPort
-	// Weight is the WLM weight, ≥ 0; the QoS fraction cuts it. Default 1.
+	// Weight is the WLM weight, ≥ 0; the QoS fraction cuts it. 0 is a
+	// real weight (no new connections while another primary has one), so
+	// Compile does not default it: the YAML parser (policy/config) writes 1
+	// when the file gives none; a Target built in code has what it is given.
 	Weight int
 	// MaxConnections is the number of open connections through weir this
 	// target may have; ≤ 0 means no limit.
@@ -339,8 +353,10 @@ type BalancerSettings struct {
 	// RetryInterval is how long a target that failed a connect stays down;
 	// zero means DefaultRetryInterval (60 s, as the WebSphere plug-in).
 	RetryInterval time.Duration
-	// MaxAttempts bounds the targets tried for one connection; zero means
-	// DefaultMaxAttempts.
+	// MaxAttempts bounds the targets tried for one connection, 1 to
+	// MaxAttemptsLimit; zero means DefaultMaxAttempts. The balancer's
+	// tried-set is its only owner: the forwarder dials whatever the
+	// balancer hands out until the balancer refuses.
 	MaxAttempts int
 	// RefreshInterval is how often the config file is checked for changes;
 	// zero turns the check off (SIGHUP still reloads).
@@ -354,9 +370,15 @@ type BalancerSettings struct {
 type HealthCheck struct {
 	Interval time.Duration
 	Timeout  time.Duration // default Interval/2
-	Rise     int           // successes to mark up, default 2
-	Fall     int           // failures to mark down, default 3
+	Rise     int           // successes to mark up, default DefaultHealthRise
+	Fall     int           // failures to mark down, default DefaultHealthFall
 }
+
+// Health-check defaults applied by Compile when Interval is set.
+const (
+	DefaultHealthRise = 2
+	DefaultHealthFall = 3
+)
 
 // Compile fills defaults, checks the invariants every consumer relies on and
 // builds the lookup indexes. After Compile the Config must not be modified.
@@ -404,15 +426,29 @@ func Compile(c *Config) (*Config, error) {
 	if b.RetryInterval == 0 {
 		b.RetryInterval = DefaultRetryInterval
 	}
+	if b.RetryInterval < 0 {
+		bad("balancer retryInterval %v is negative", b.RetryInterval)
+	}
 	if b.MaxAttempts == 0 {
 		b.MaxAttempts = DefaultMaxAttempts
+	}
+	if b.MaxAttempts < 1 || b.MaxAttempts > MaxAttemptsLimit {
+		bad("balancer maxAttempts %d is out of range 1..%d", b.MaxAttempts, MaxAttemptsLimit)
+	}
+	if b.SlowStart < 0 {
+		bad("balancer slowStart %v is negative", b.SlowStart)
 	}
 	if h := &b.Health; h.Interval > 0 {
 		if h.Timeout == 0 {
 			h.Timeout = h.Interval / 2
 		}
-		def(&h.Rise, 2)
-		def(&h.Fall, 3)
+		def(&h.Rise, DefaultHealthRise)
+		def(&h.Fall, DefaultHealthFall)
+		if h.Timeout < 0 || h.Rise < 0 || h.Fall < 0 {
+			bad("health check timeout %v, rise %d, fall %d: none may be negative", h.Timeout, h.Rise, h.Fall)
+		}
+	} else if h.Interval < 0 {
+		bad("health check interval %v is negative", h.Interval)
 	}
 
 	// Class chains must end.
@@ -428,8 +464,13 @@ func Compile(c *Config) (*Config, error) {
 	}
 
 	c.byVIP = make(map[netip.Addr][]*VirtualServer)
+	c.targetIdx = make(map[*Target]int)
 	names := map[string]bool{}
 	for _, vs := range c.Services {
+		if vs == nil {
+			bad("nil virtual server")
+			continue
+		}
 		if names[vs.Name] {
 			bad("virtual server %q defined twice", vs.Name)
 		}
@@ -442,6 +483,11 @@ func Compile(c *Config) (*Config, error) {
 		}
 		tnames := map[string]bool{}
 		for _, t := range vs.Targets {
+			if t == nil {
+				bad("virtual server %q: nil target", vs.Name)
+				continue
+			}
+			c.targetIdx[t] = len(c.targetIdx)
 			if t.Name == "" {
 				t.Name = t.Addr.String()
 			}
@@ -484,6 +530,18 @@ func (c *Config) Service(addr netip.Addr, port uint16) *VirtualServer {
 		}
 	}
 	return nil
+}
+
+// TargetIndex returns t's position among all of c's targets, numbered in
+// the order of c.Services and then of each service's Targets (the numbering
+// datapath.Meters uses for its target rows), or -1 when t is not one of c's
+// targets (a target of an older config after a reload). It is a map lookup
+// built by Compile: O(1), no allocation.
+func (c *Config) TargetIndex(t *Target) int {
+	if i, ok := c.targetIdx[t]; ok {
+		return i
+	}
+	return -1
 }
 
 // ServiceByName returns the virtual server called name, or nil.

@@ -9,7 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"weir/datapath"
+	"weir/internal/testutil"
 )
 
 // rig is a fault wrapper over one end of a memory pair; peer is the other
@@ -228,8 +231,12 @@ func TestFaultDelayQueueBound(t *testing.T) {
 	}
 }
 
+// TestMain fails the package if a test leaves a goroutine running (a
+// delay line after Close).
+func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }
+
 func TestFaultCloseStopsGoroutines(t *testing.T) {
-	before := runtime.NumGoroutine()
+	before := goleak.IgnoreCurrent()
 	a, _ := datapath.NewPipe(datapath.PipeOptions{})
 	d := New(a, Options{Write: Rates{Delay: time.Hour}})
 	d.Write(batch(0, 3), 0)
@@ -246,12 +253,7 @@ func TestFaultCloseStopsGoroutines(t *testing.T) {
 	if _, err := d.Write(batch(0, 1), 0); !errors.Is(err, os.ErrClosed) {
 		t.Errorf("Write after Close = %v", err)
 	}
-	for deadline := time.Now().Add(2 * time.Second); runtime.NumGoroutine() > before && time.Now().Before(deadline); {
-		time.Sleep(time.Millisecond)
-	}
-	if n := runtime.NumGoroutine(); n > before {
-		t.Errorf("%d goroutines after Close, %d before", n, before)
-	}
+	goleak.VerifyNone(t, before) // the delay line's goroutine is gone
 }
 
 // BenchmarkFault measures packets through the wrapper's write path into a

@@ -195,8 +195,14 @@ func TestParseYAMLErrors(t *testing.T) {
 			`t.yaml:1:28: metricInterval: want a duration like 30s or 100ms, got "30"`},
 		{"interval not a multiple", "instance: {metricInterval: 1s, recomputeInterval: 300ms}\n",
 			`t.yaml:1:32: metricInterval 1s must be a multiple of recomputeInterval 300ms`},
+		{"noServices with services", "noServices: true\nservices:\n- {name: a, vips: [198.18.0.1], port: 80, targets: [{address: 198.18.1.1:80}]}\n",
+			`t.yaml:1:1: noServices: true, but the file defines 1 services: remove the key or the services`},
+		{"noServices not a bool", "noServices: yes please\n",
+			`t.yaml:1:13: noServices: want true or false, got "yes please"`},
 		{"zero interval", "monitor: {samplingInterval: 0s}\n",
 			`t.yaml:1:29: samplingInterval: must be more than 0`},
+		{"maxAttempts beyond the tried-set", "balancer: {maxAttempts: 17}\n",
+			`t.yaml:1:25: maxAttempts: 17 is out of range 1..16`},
 		{"weight out of range", "services:\n- {name: a, vips: [198.18.0.1], port: 80, targets: [{address: 198.18.1.1:80, weight: 1001}]}\n",
 			`t.yaml:2:86: weight: 1001 is out of range 0..1000`},
 		{"port out of range", "services:\n- {name: a, vips: [198.18.0.1], port: 70000, targets: [{address: 198.18.1.1:80}]}\n",
@@ -347,5 +353,27 @@ func TestParseYAMLAliasBomb(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "document too large once aliases are expanded (over 1048576 nodes)") {
 		t.Errorf("error does not say the document was cut short: %.300s", err)
+	}
+}
+
+// TestParseYAMLNoServices pins the key a file uses to say it has no
+// services on purpose: a reload refuses an empty config without it.
+func TestParseYAMLNoServices(t *testing.T) {
+	for _, tt := range []struct {
+		text string
+		want bool
+	}{
+		{"", false},
+		{"noServices: false\n", false},
+		{"noServices: true\n", true},
+		{"noServices: true\nbalancer: {refreshInterval: 1s}\n", true},
+	} {
+		cfg, err := noFiles.ParseYAML("t.yaml", []byte(tt.text))
+		if err != nil {
+			t.Fatalf("%q: %v", tt.text, err)
+		}
+		if cfg.NoServices != tt.want || len(cfg.Services) != 0 {
+			t.Errorf("%q: NoServices %v with %d services, want %v", tt.text, cfg.NoServices, len(cfg.Services), tt.want)
+		}
 	}
 }

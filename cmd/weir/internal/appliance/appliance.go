@@ -1,12 +1,14 @@
 // Package appliance wires weir's parts into one running product:
 //
-//	front Device ──► datapath.Engine ──► netstack.Stack (front NIC)
-//	   ──► Forwarder ──► Admit: policy.Admission (limits) ──► balancer.Pick
-//	   ──► dial (host socket | back NIC) ──► splice ──► Closed: release
+//	front Device ──► datapath.Engine (flow: service, action) ──► netstack.Stack (front NIC)
+//	   ──► Forwarder ──► Admit: policy.Admission (limits) ──► balancer.PickExcept
+//	   ──► a session per connection ──► dial (host socket | back NIC)
+//	       DialFailed: the next pick, until the tried-set refuses
+//	   ──► splice ──► End: release the slot and ticket, write the access line
 //
 // and runs the control loops around them: the recompute loop (every
-// RecomputeInterval: meters → admission bandwidth windows, limit events →
-// the error log) and the sampling loop (every SamplingInterval: per-target
+// RecomputeInterval: the meters' byte totals → admission bandwidth windows,
+// limit events → the error log) and the sampling loop (every SamplingInterval: per-target
 // TCP measurements → policy weight fractions → balancer weights, STATS
 // lines). It serves its state to the admin API and Prometheus, and reloads a
 // new configuration without dropping a connection or losing a counter.
@@ -20,7 +22,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"net"
 	"net/netip"
 	"sort"
@@ -108,11 +109,12 @@ type Appliance struct {
 	stack  *netstack.Stack
 	front  *netstack.NIC
 	backs  []*netstack.NIC
+	nics   []NICStats // every NIC, front ones first, with its device (Stats empty)
 	fwd    *netstack.Forwarder
 
 	checkMu  sync.Mutex                    // guards checks
 	checks   map[string]context.CancelFunc // health checker per service, while running
-	conns    sync.Map                      // connection ID → *connState
+	open     atomic.Int64                  // sessions that hold a target slot and have not ended
 	draining atomic.Bool
 
 	explMu sync.Mutex
@@ -122,7 +124,6 @@ type Appliance struct {
 	counters counters
 	skipMu   sync.Mutex
 	skipped  map[policy.TargetKey]uint64 // SkippedAtLimit already warned about
-	totals   datapath.MeterTotals        // recompute loop only
 	limiter  obs.Limiter
 
 	stop chan struct{}
@@ -132,14 +133,6 @@ type Appliance struct {
 type reloadError struct {
 	At  time.Time
 	Err string
-}
-
-// connState is what the appliance holds for one admitted connection.
-type connState struct {
-	ticket policy.Ticket
-	lease  balancer.Lease
-	tried  balancer.Tried
-	start  time.Time
 }
 
 // New builds the appliance: the stack, its NICs and forwarder, the admission
@@ -194,12 +187,15 @@ func New(opts Options) (*Appliance, error) {
 		a.stack.Close()
 		return nil, err
 	}
+	a.nics = append(a.nics, NICStats{Name: "front", nic: a.front, dev: opts.Front})
 	for i, q := range opts.FrontQueues {
 		name := fmt.Sprintf("front%d", i+1)
-		if _, err := a.stack.AddNIC(a.engine.Attach(q, i+1), netstack.NICOptions{Name: name, Promiscuous: true}); err != nil {
+		nic, err := a.stack.AddNIC(a.engine.Attach(q, i+1), netstack.NICOptions{Name: name, Promiscuous: true})
+		if err != nil {
 			a.stack.Close()
 			return nil, fmt.Errorf("front queue %d: %w", i+1, err)
 		}
+		a.nics = append(a.nics, NICStats{Name: name, nic: nic, dev: q})
 	}
 	fo := opts.Forwarder
 	fo.Services = a.service
@@ -219,6 +215,7 @@ func New(opts Options) (*Appliance, error) {
 			return nil, fmt.Errorf("back arm %s: %w", name, err)
 		}
 		a.backs = append(a.backs, nic)
+		a.nics = append(a.nics, NICStats{Name: name, Back: true, nic: nic, dev: arm.Device})
 		fo.Back = &netstack.StackDialer{Stack: a.stack}
 	}
 	a.fwd = netstack.NewForwarder(a.stack, fo)
@@ -247,6 +244,59 @@ func (a *Appliance) DatapathStats() datapath.EngineStats { return a.engine.Stats
 
 // StackStats returns the counters of weir's own TCP/IP stack now.
 func (a *Appliance) StackStats() netstack.StackStats { return a.stack.Stats() }
+
+// RawStats are the raw counters of the appliance's parts at one moment:
+// every counted drop of the datapath, the flow table, the stack, its NICs
+// and their devices, the forwarder and the admission is in one of them.
+// They are totals since New; the metrics table and /status export them.
+type RawStats struct {
+	Datapath  datapath.EngineStats
+	Flows     datapath.FlowTableStats // Refused: flows the full table did not cache
+	Stack     netstack.StackStats
+	Forwarder netstack.ForwarderStats
+	// NICs are the front NIC, the further front queues' and the back
+	// arms', in that order.
+	NICs []NICStats
+	// AdmissionEventsDropped counts limit crossings the admission's event
+	// buffer had no room for (their log lines are lost; the state in
+	// /status is not).
+	AdmissionEventsDropped uint64
+}
+
+// NICStats are one NIC's counters: the link's between stack and device
+// (DroppedQueueFull: egress packets the full write queue dropped), and the
+// device's own when it counts (a datapath.StatsReporter: a memory pair, a
+// TUN that reports).
+type NICStats struct {
+	Name string
+	Back bool // a back arm, not a front NIC
+	Link netstack.LinkStats
+	// Device holds the device's counters when HasDevice is set.
+	Device    datapath.DeviceStats
+	HasDevice bool
+
+	nic *netstack.NIC
+	dev datapath.Device
+}
+
+// RawStats returns the raw counters of every part now.
+func (a *Appliance) RawStats() RawStats {
+	st := RawStats{
+		Datapath:               a.engine.Stats(),
+		Flows:                  a.engine.Flows().Stats(),
+		Stack:                  a.stack.Stats(),
+		Forwarder:              a.fwd.Stats(),
+		AdmissionEventsDropped: a.adm.DroppedEvents(),
+		NICs:                   make([]NICStats, len(a.nics)),
+	}
+	for i, n := range a.nics {
+		st.NICs[i] = NICStats{Name: n.Name, Back: n.Back, Link: n.nic.Stats()}
+		if r, ok := n.dev.(datapath.StatsReporter); ok {
+			st.NICs[i].Device, st.NICs[i].HasDevice = r.Stats(), true
+		}
+	}
+	return st
+}
 
 // Start runs the recompute and sampling loops until Close.
 func (a *Appliance) Start() {
@@ -382,12 +432,9 @@ func (a *Appliance) Drain(ctx context.Context) int {
 	}
 }
 
-// OpenConnections is the number of admitted connections not yet closed.
-func (a *Appliance) OpenConnections() int {
-	n := 0
-	a.conns.Range(func(_, _ any) bool { n++; return true })
-	return n
-}
+// OpenConnections is the number of admitted connections not yet ended: a
+// counter the sessions keep, not a scan.
+func (a *Appliance) OpenConnections() int { return int(a.open.Load()) }
 
 // Close stops the loops, the forwarder (closing open connections) and the
 // stack.
@@ -412,78 +459,82 @@ func (a *Appliance) Close() error {
 	return err
 }
 
-// flowHash hashes a connection's 4-tuple for Maglev. It is FNV-1a, the same
-// in every weir instance, so instances behind ECMP agree on a flow's target.
-func flowHash(client, vip netip.AddrPort) uint64 {
-	h := fnv.New64a()
-	b := client.Addr().As16()
-	h.Write(b[:])
-	b = vip.Addr().As16()
-	h.Write(b[:])
-	h.Write([]byte{byte(client.Port() >> 8), byte(client.Port()), byte(vip.Port() >> 8), byte(vip.Port())})
-	return h.Sum64()
-}
-
 // Admit is the netstack admission hook: policy limits first (virtual server,
-// class chain, instance), then the balancer. It runs before any SYN-ACK.
-func (a *Appliance) Admit(req *netstack.ConnRequest) netstack.Decision {
+// class chain, instance), then the balancer. It runs before any SYN-ACK and
+// returns the connection's session, which holds what admission reserved and
+// hears how the connection ends.
+func (a *Appliance) Admit(req *netstack.ConnRequest) (netstack.Decision, netstack.Session) {
 	vs := req.Service
 	now := a.now()
+	s := &session{a: a, req: req, start: now}
 	if a.draining.Load() {
 		a.counters.refusedDraining.Add(1)
-		return netstack.Decision{Verdict: netstack.RefuseRST, Reason: "draining"}
+		return netstack.Decision{Verdict: netstack.RefuseRST, Reason: "draining"}, s
 	}
-	st := &connState{start: now}
-	if ref, ok := a.adm.Admit(vs, &st.ticket); !ok {
+	if ref, ok := a.adm.Admit(vs, &s.ticket); !ok {
 		a.counters.refusal(ref.Level.String(), ref.Limit.String())
 		a.warnEvery("refuse:"+vs.Name+":"+ref.Limit.String(), now, func(e *zerolog.Event) {
 			e.Str("service", vs.Name).Str("client", req.Client.String()).Msg("refused: " + ref.Error())
 		})
-		return refuse(vs, ref.Limit.String(), ref.Value, ref.Error())
+		return refuse(vs, ref.Limit.String(), ref.Value, ref.Error()), s
 	}
 	b := a.balancer(vs.Name)
 	if b == nil { // reloaded away between lookup and admission
-		st.ticket.Release()
-		return netstack.Decision{Verdict: netstack.RefuseRST, Reason: "virtual server " + vs.Name + " removed"}
+		s.ticket.Release()
+		return netstack.Decision{Verdict: netstack.RefuseRST, Reason: "virtual server " + vs.Name + " removed"}, s
 	}
-	lease, err := b.PickExcept(now, flowHash(req.Client, req.VIP), &st.tried)
+	// The datapath classified the connection when its SYN passed: its flow
+	// holds the service's action, and binding it to the target makes the
+	// target's meters count it. Its key's hash is the flow hash Maglev
+	// needs (the same on every instance: see datapath.FlowKey.Hash).
+	key := datapath.NewFlowKey(req.Client, req.VIP, datapath.ProtoTCP)
+	s.hash = key.Hash()
+	s.flow = a.engine.Flow(req.Client, req.VIP, datapath.ProtoTCP)
+	lease, err := b.PickExcept(now, s.hash, &s.tried)
 	if err != nil {
-		st.ticket.Release()
-		return a.noTarget(vs, req, err, now)
+		s.ticket.Release()
+		return a.noTarget(vs, req, err, now), s
 	}
-	st.lease = lease
-	a.conns.Store(req.ID, st)
-	return a.accept(vs, req, &st.lease)
+	s.lease = lease
+	s.counted = true
+	a.open.Add(1)
+	return s.accept(), s
 }
 
-func (a *Appliance) accept(vs *policy.VirtualServer, req *netstack.ConnRequest, l *balancer.Lease) netstack.Decision {
-	cfg := a.cfg.Load()
-	action := cfg.Classify(6, req.VIP, req.Client, vs)
-	// Bind the datapath flow to its target so the target's meters count it.
-	if f := a.engine.Flow(req.Client, req.VIP, 6); f != nil {
-		if m := a.engine.Meters(); m.Config() == cfg {
-			if si, ti, ok := targetIndex(cfg, vs.Name, l.Name()); ok {
-				f.Bind(m.TargetID(si, ti))
-			}
-		}
-	}
-	return netstack.Decision{Verdict: netstack.Accept, Target: l.Target(), Action: action}
+// session is one connection's netstack.Session: what admission reserved for
+// it (an admission ticket, a balancer lease and the targets it tried), the
+// datapath flow it arrived on. The forwarder calls it from the connection's
+// goroutine only, so its fields need no lock.
+type session struct {
+	a      *Appliance
+	req    *netstack.ConnRequest
+	start  time.Time
+	flow   *datapath.Flow // nil when the flow table refused the flow
+	hash   uint64         // the flow key's hash, for Maglev
+	ticket policy.Ticket
+	lease  balancer.Lease
+	tried  balancer.Tried
+	// counted is set while the session is in Appliance.open: from an
+	// admitted pick to End.
+	counted bool
 }
 
-// targetIndex finds a target's position in cfg: its service's index and its
-// own index in that service.
-func targetIndex(cfg *policy.Config, service, target string) (si, ti int, ok bool) {
-	for si, vs := range cfg.Services {
-		if vs.Name != service {
-			continue
-		}
-		for ti, t := range vs.Targets {
-			if t.Name == target {
-				return si, ti, true
-			}
+// accept answers with the session's lease and binds the datapath flow to
+// the lease's target.
+func (s *session) accept() netstack.Decision {
+	d := netstack.Decision{Verdict: netstack.Accept, Target: s.lease.Target()}
+	if f := s.flow; f != nil {
+		d.Action = f.Action
+		// The target's index in the meters' config: -1 when the lease
+		// comes from another config than the meters' (a reload between
+		// the two), and a flow of an older generation is reclassified on
+		// its next packet; neither is bound, rather than bound wrong.
+		m := s.a.engine.Meters()
+		if id := m.Config().TargetIndex(s.lease.Target()); id >= 0 && uint64(f.Gen) == s.a.engine.Generation() {
+			f.Bind(id)
 		}
 	}
-	return 0, 0, false
+	return d
 }
 
 // refuse answers a refusal the way the service speaks: an http service gets
@@ -509,77 +560,66 @@ func (a *Appliance) noTarget(vs *policy.VirtualServer, req *netstack.ConnRequest
 	return refuse(vs, "targets", value, err.Error())
 }
 
-// DialFailed marks the failed target down for the retry interval and tries
-// another one, within the balancer's MaxAttempts.
-func (a *Appliance) DialFailed(req *netstack.ConnRequest, failed netstack.Decision, err error) netstack.Decision {
+// DialFailed marks the failed target down for the retry interval and asks
+// the balancer for another, excluding those tried; the tried-set's
+// MaxAttempts is the only bound, so a target is marked down only when it
+// was dialed and failed.
+func (s *session) DialFailed(failed netstack.Decision, err error) netstack.Decision {
+	a, req, vs := s.a, s.req, s.req.Service
 	now := a.now()
-	v, ok := a.conns.Load(req.ID)
-	if !ok {
-		return netstack.Decision{Verdict: netstack.RefuseRST, Reason: "connection state lost"}
-	}
-	st := v.(*connState)
-	name := st.lease.Name()
-	st.lease.Failed(now)
+	name := s.lease.Name()
+	s.lease.Failed(now)
 	a.counters.dialFailures.Add(1)
-	a.warnEvery("dial:"+req.Service.Name+":"+name, now, func(e *zerolog.Event) {
-		e.Str("service", req.Service.Name).Str("target", name).Err(err).Msg("target connect failed; marked down for the retry interval")
+	a.warnEvery("dial:"+vs.Name+":"+name, now, func(e *zerolog.Event) {
+		e.Str("service", vs.Name).Str("target", name).Err(err).Msg("target connect failed; marked down for the retry interval")
 	})
-	vs := req.Service
-	if b := a.balancer(vs.Name); b != nil && !errors.Is(err, netstack.ErrDialAttempts) {
-		lease, perr := b.PickExcept(now, flowHash(req.Client, req.VIP), &st.tried)
+	if b := a.balancer(vs.Name); b != nil {
+		lease, perr := b.PickExcept(now, s.hash, &s.tried)
 		if perr == nil {
-			st.lease = lease
-			return a.accept(vs, req, &st.lease)
+			s.lease = lease
+			return s.accept()
 		}
 		err = perr
 	}
-	a.conns.Delete(req.ID)
-	st.ticket.Release()
-	return a.noTarget(vs, req, err, now) // the access line comes with Refused
+	s.ticket.Release() // refused: the admission slot is free now
+	return a.noTarget(vs, req, err, now)
 }
 
-// Closed releases the connection's target slot and admission ticket and
-// writes its access-log line.
-func (a *Appliance) Closed(req *netstack.ConnRequest, d netstack.Decision, final netstack.ConnStats) {
-	v, ok := a.conns.LoadAndDelete(req.ID)
-	if !ok {
-		return
+// End releases the connection's target slot and admission ticket and writes
+// its access-log line, whose outcome is the forwarder's account of the end.
+func (s *session) End(e *netstack.End) {
+	a := s.a
+	s.lease.Release()
+	s.ticket.Release()
+	if s.counted {
+		s.counted = false
+		a.open.Add(-1)
 	}
-	st := v.(*connState)
-	st.lease.Release()
-	st.ticket.Release()
-	a.counters.closed.Add(1)
-	a.access(req, final, "ok", "", st.start)
-}
-
-// Refused writes the access-log line of a refused connection: for an http
-// service the request line and 503 with the page's size, as the WebSphere
-// plug-in's web server logs it.
-func (a *Appliance) Refused(req *netstack.ConnRequest, d netstack.Decision, r netstack.Refusal) {
+	if e.Decision.Verdict == netstack.Accept {
+		a.counters.closed.Add(1)
+	}
 	if a.opts.Access == nil {
 		return
 	}
-	outcome := "reset"
-	if r.Status == 503 {
-		outcome = "503"
+	req := s.req
+	r := obs.AccessRecord{
+		Start: s.start, Client: req.Client.String(), VIP: req.VIP.String(), Service: req.Service.Name,
+		Target: e.Stats.Target, BytesIn: e.Stats.TargetLeg.BytesSent, BytesOut: e.Stats.ClientLeg.BytesSent,
+		Duration: a.now().Sub(s.start), Outcome: e.Outcome.String(), Reason: e.Decision.Reason,
 	}
-	now := a.now()
-	a.opts.Access.Log(obs.AccessRecord{
-		Start: now, Client: req.Client.String(), VIP: req.VIP.String(), Service: req.Service.Name,
-		BytesOut: uint64(r.Bytes), Outcome: outcome, Reason: d.Reason,
-		RequestLine: r.RequestLine, Status: r.Status,
-	})
-}
-
-func (a *Appliance) access(req *netstack.ConnRequest, s netstack.ConnStats, outcome, reason string, start time.Time) {
-	if a.opts.Access == nil {
-		return
+	switch e.Outcome {
+	case netstack.RefusedReset, netstack.RefusedPage:
+		// For an http service the request line and 503 with the page's
+		// size, as the WebSphere plug-in's web server logs it.
+		r.Target, r.BytesIn = "", 0
+		r.BytesOut = uint64(e.Refusal.Bytes)
+		r.RequestLine, r.Status = e.Refusal.RequestLine, e.Refusal.Status
+	case netstack.HandshakeFailed, netstack.HandshakeTimedOut, netstack.Aborted:
+		if e.Err != nil {
+			r.Reason = e.Err.Error()
+		}
 	}
-	a.opts.Access.Log(obs.AccessRecord{
-		Start: start, Client: req.Client.String(), VIP: req.VIP.String(), Service: req.Service.Name,
-		Target: s.Target, BytesIn: s.TargetLeg.BytesSent, BytesOut: s.ClientLeg.BytesSent,
-		Duration: a.now().Sub(start), Outcome: outcome, Reason: reason,
-	})
+	a.opts.Access.Log(r)
 }
 
 // warnEvery and errorEvery write a line at most once per second per key,

@@ -23,6 +23,7 @@ import (
 	"weir/cmd/weir/internal/obs"
 	"weir/datapath/fault"
 	"weir/internal/testutil"
+	"weir/netstack"
 	"weir/policy"
 )
 
@@ -333,5 +334,87 @@ func TestHealthChecksTakeDeadTargetOut(t *testing.T) {
 	res := bench.Load{Dial: l.Dial, Addr: "198.19.0.80:80", Clients: 2, Requests: 20}.Run(context.Background())
 	if res.OK != 20 || res.PerTarget["t1"] != 20 {
 		t.Errorf("with t2 unhealthy: %+v", res)
+	}
+}
+
+// TestMaxAttemptsOneOwner: with maxAttempts 5 and three refusing targets
+// ahead of a healthy one, the balancer's tried-set alone bounds the dials.
+// The client is served by the fourth pick, each refusing target is marked
+// down for having failed, and the healthy target is never marked down (the
+// forwarder used to stop after 3 dials of its own and report the fourth,
+// never-dialed pick as failed: a 503, and a healthy target down for the
+// retry interval).
+func TestMaxAttemptsOneOwner(t *testing.T) {
+	cfg := labConfig([]int{1, 1, 1, 1}, nil)
+	cfg.Balancer.MaxAttempts = 5
+	var accessBuf testutil.SyncBuffer
+	access := obs.NewAccessLog(&accessBuf, false)
+	l := newLab(t, cfg, lab.Options{Appliance: appliance.Options{Access: access}})
+	for _, name := range []string{"t1", "t2", "t3"} {
+		l.Backends[policy.TargetKey{Service: "web", Target: name}].Close() // its stack answers SYNs with RST
+	}
+	res := bench.Load{Dial: l.Dial, Addr: "198.19.0.80:80", Clients: 1, Requests: 1, Duration: 30 * time.Second}.Run(context.Background())
+	if res.OK != 1 || res.PerTarget["t4"] != 1 {
+		t.Fatalf("client not served by t4: %+v", res)
+	}
+	waitClosed(t, l.App)
+	for _, tg := range l.App.StatusDoc().Services[0].Targets {
+		switch tg.Name {
+		case "t4":
+			if tg.Down || tg.Failed != 0 || tg.Picked != 1 {
+				t.Errorf("healthy t4: down %v, failed %d, picked %d; want up, 0 failed, 1 picked", tg.Down, tg.Failed, tg.Picked)
+			}
+		default:
+			if !tg.Down || tg.Failed != 1 {
+				t.Errorf("refusing %s: down %v, failed %d; want down after 1 failed dial", tg.Name, tg.Down, tg.Failed)
+			}
+		}
+	}
+	// The access line says what happened: served, by t4.
+	access.Flush()
+	if line := accessBuf.String(); !strings.Contains(line, `"target":"t4"`) || !strings.Contains(line, `"outcome":"ok"`) {
+		t.Errorf("access log %q, want t4 and outcome ok", line)
+	}
+}
+
+// TestAccessOutcomes: the access log's outcomes are the forwarder's, each
+// with its Common Log Format status.
+func TestAccessOutcomes(t *testing.T) {
+	for o, code := range map[netstack.Outcome]string{
+		netstack.Served: "200", netstack.IdleClosed: "200", netstack.RefusedReset: "503", netstack.RefusedPage: "503",
+		netstack.HandshakeFailed: "408", netstack.HandshakeTimedOut: "408", netstack.Aborted: "500",
+	} {
+		line := obs.CLF(obs.AccessRecord{Client: "198.18.0.2:4000", VIP: "198.19.0.80:80", Target: "t1", Outcome: o.String()})
+		if !strings.Contains(line, `"TCP 198.19.0.80:80 t1" `+code+" ") {
+			t.Errorf("outcome %s: %s, want status %s", o, line, code)
+		}
+	}
+}
+
+// TestRawStats: the raw counters of every part reach the control plane
+// through one call, NIC by NIC, for the metrics table to export.
+func TestRawStats(t *testing.T) {
+	l := newLab(t, labConfig([]int{1, 1}, nil), lab.Options{})
+	res := bench.Load{Dial: l.Dial, Addr: "198.19.0.80:80", Clients: 2, Requests: 10, Duration: 30 * time.Second}.Run(context.Background())
+	if res.OK != 10 {
+		t.Fatalf("load: %+v", res)
+	}
+	waitClosed(t, l.App)
+	st := l.App.RawStats()
+	if st.Forwarder.Accepted != 10 || st.Flows.Inserted == 0 || st.Datapath.Marked == 0 {
+		t.Errorf("forwarder %+v, flows %+v, datapath %+v", st.Forwarder, st.Flows, st.Datapath)
+	}
+	var names []string
+	for _, n := range st.NICs {
+		names = append(names, n.Name)
+		if n.Link.RxPackets == 0 || n.Link.TxPackets == 0 {
+			t.Errorf("NIC %s moved nothing: %+v", n.Name, n.Link)
+		}
+	}
+	if len(names) != 3 || names[0] != "front" || st.NICs[0].Back || !st.NICs[1].Back {
+		t.Errorf("NICs %v, want the front, then the two back arms", names)
+	}
+	if !st.NICs[0].HasDevice || st.NICs[0].Device.RxPackets == 0 {
+		t.Errorf("front device counters %+v (has %v)", st.NICs[0].Device, st.NICs[0].HasDevice)
 	}
 }

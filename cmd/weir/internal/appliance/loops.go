@@ -7,15 +7,14 @@ import (
 	"weir/policy"
 )
 
-// recomputeLoop runs in its own goroutine: every RecomputeInterval it feeds
-// the bytes the datapath metered per virtual server into the admission
-// windows, recomputes the bandwidths, logs each limit crossing once and
-// flushes the access log.
+// recomputeLoop runs in its own goroutine: every RecomputeInterval the
+// admission reads the datapath's running byte totals (the engine is its
+// policy.ByteTotals: the one byte path from the meters to the limits) and
+// recomputes the bandwidths; then each limit crossing is logged once and
+// the access log flushed.
 func (a *Appliance) recomputeLoop() {
-	var fed map[string]uint64
 	a.every(func(c *policy.Config) time.Duration { return c.Instance.RecomputeInterval }, func() {
-		fed = a.feedBytes(fed)
-		a.adm.Recompute(a.now())
+		a.adm.Recompute(a.now(), a.engine)
 		a.drainEvents()
 		if a.opts.Access != nil {
 			a.opts.Access.Flush() // lines reach the file within a recompute interval
@@ -42,26 +41,6 @@ func (a *Appliance) every(period func(*policy.Config) time.Duration, step func()
 		}
 		step()
 	}
-}
-
-// feedBytes credits each virtual server with the bytes the datapath metered
-// for it since the previous call. prev holds the totals already fed, by
-// service name, so that a reload (new service objects) loses nothing.
-func (a *Appliance) feedBytes(prev map[string]uint64) map[string]uint64 {
-	m := a.engine.Meters()
-	cfg := m.Config()
-	m.Totals(&a.totals)
-	next := make(map[string]uint64, len(cfg.Services))
-	for i, vs := range cfg.Services {
-		total := a.totals.Services[i].Bytes()
-		if p, ok := prev[vs.Name]; ok && total > p {
-			a.adm.AddBytes(vs, total-p)
-		} else if !ok && total > 0 {
-			a.adm.AddBytes(vs, total)
-		}
-		next[vs.Name] = total
-	}
-	return next
 }
 
 // drainEvents writes the admission's limit crossings to the log: the

@@ -21,9 +21,14 @@ type AccessRecord struct {
 	BytesIn  uint64 // client → target
 	BytesOut uint64 // target → client
 	Duration time.Duration
-	// Outcome is "ok", "refused", "503", "dial-failed", "timeout", "reset".
+	// Outcome is how the connection ended, netstack.Outcome's String: "ok"
+	// (served), "idle" (closed by the idle timeout), "reset" (refused with
+	// RST), "503" (refused with the page), "handshake-failed",
+	// "handshake-timeout" (the client never completed its handshake) or
+	// "aborted" (weir shut down).
 	Outcome string
-	// Reason says why a connection was refused (the limit that tripped).
+	// Reason says why a connection was refused (the limit that tripped) or
+	// why it failed (the handshake's or the aborted dial's error).
 	Reason string
 	// RequestLine and Status are set for HTTP refusals answered with a page.
 	RequestLine string
@@ -78,7 +83,8 @@ func (a *AccessLog) Flush() error {
 
 // CLF formats r in Common Log Format: host ident user [time] "request" status
 // bytes. A plain TCP connection's request is "TCP <vip> <target>" and its
-// status its outcome's HTTP-like code (200 served, 503 refused).
+// status its outcome's HTTP-like code (200 served, 503 refused, 408 a
+// handshake the client did not complete, 500 aborted).
 func CLF(r AccessRecord) string {
 	host := r.Client
 	if h, _, ok := cutPort(host); ok {
@@ -89,10 +95,12 @@ func CLF(r AccessRecord) string {
 	if req == "" {
 		req = fmt.Sprintf("TCP %s %s", r.VIP, orDash(r.Target))
 		switch r.Outcome {
-		case "ok":
+		case "ok", "idle":
 			status = 200
-		case "refused", "503", "dial-failed", "reset":
+		case "503", "reset":
 			status = 503
+		case "handshake-failed", "handshake-timeout":
+			status = 408 // the client did not complete its side
 		default:
 			status = 500
 		}

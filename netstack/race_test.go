@@ -1,6 +1,0 @@
-//go:build race
-
-package netstack
-
-// raceEnabled relaxes timing checks under the race detector.
-const raceEnabled = true

@@ -1,0 +1,110 @@
+package policy
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+)
+
+func compileTestConfig(mod func(c *Config)) (*Config, error) {
+	vs := &VirtualServer{
+		Name: "web", VIPs: []netip.Addr{netip.MustParseAddr("192.0.2.1")}, Ports: PortRange{Lo: 80, Hi: 80},
+		Targets: []*Target{
+			{Addr: netip.MustParseAddrPort("10.0.0.1:80"), Weight: 1},
+			{Name: "b", Addr: netip.MustParseAddrPort("10.0.0.2:80"), Weight: 2},
+		},
+	}
+	c := &Config{Services: []*VirtualServer{vs}}
+	if mod != nil {
+		mod(c)
+	}
+	return Compile(c)
+}
+
+// TestCompileDefaults: Compile is the one place defaults are filled; the
+// balancer and the datapath take its values as they are.
+func TestCompileDefaults(t *testing.T) {
+	c, err := compileTestConfig(func(c *Config) { c.Balancer.Health.Interval = 10 * time.Second })
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := c.Balancer
+	if b.MaxAttempts != DefaultMaxAttempts || b.RetryInterval != DefaultRetryInterval {
+		t.Errorf("balancer defaults %+v", b)
+	}
+	if h := b.Health; h.Timeout != 5*time.Second || h.Rise != DefaultHealthRise || h.Fall != DefaultHealthFall {
+		t.Errorf("health defaults %+v", h)
+	}
+	if got := c.Services[0].Targets[0].Name; got != "10.0.0.1:80" {
+		t.Errorf("unnamed target called %q, want its address", got)
+	}
+	if c.Instance.Name != "weir" || c.Instance.MetricInterval != DefaultMetricInterval || c.Instance.RecomputeInterval != DefaultRecomputeInterval {
+		t.Errorf("instance defaults %+v", c.Instance)
+	}
+	if c.Services[0].Targets[1].Weight != 2 {
+		t.Error("Compile changed a weight")
+	}
+}
+
+func TestCompileRejects(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		mod  func(c *Config)
+		want string
+	}{
+		{"attempts beyond the tried-set", func(c *Config) { c.Balancer.MaxAttempts = MaxAttemptsLimit + 1 }, "maxAttempts 17 is out of range 1..16"},
+		{"negative attempts", func(c *Config) { c.Balancer.MaxAttempts = -1 }, "maxAttempts -1 is out of range"},
+		{"negative retry", func(c *Config) { c.Balancer.RetryInterval = -time.Second }, "retryInterval -1s is negative"},
+		{"negative slow start", func(c *Config) { c.Balancer.SlowStart = -time.Second }, "slowStart -1s is negative"},
+		{"negative health", func(c *Config) { c.Balancer.Health = HealthCheck{Interval: time.Second, Rise: -1} }, "none may be negative"},
+		{"negative health interval", func(c *Config) { c.Balancer.Health.Interval = -time.Second }, "interval -1s is negative"},
+		{"nil target", func(c *Config) { c.Services[0].Targets = append(c.Services[0].Targets, nil) }, `"web": nil target`},
+		{"duplicate", func(c *Config) { c.Services[0].Targets[1].Name = "10.0.0.1:80" }, `target "10.0.0.1:80" defined twice`},
+		{"negative weight", func(c *Config) { c.Services[0].Targets[1].Weight = -1 }, `target "b": negative weight`},
+		{"nil service", func(c *Config) { c.Services = append(c.Services, nil) }, "nil virtual server"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := compileTestConfig(tc.mod)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %v, want it to contain %q", err, tc.want)
+			}
+		})
+	}
+	for _, n := range []int{1, MaxAttemptsLimit} {
+		if _, err := compileTestConfig(func(c *Config) { c.Balancer.MaxAttempts = n }); err != nil {
+			t.Errorf("maxAttempts %d: %v", n, err)
+		}
+	}
+}
+
+// TestTargetIndex: targets are numbered over the services in order, the
+// numbering of datapath.Meters' target rows; a target of another config has
+// none.
+func TestTargetIndex(t *testing.T) {
+	c, err := compileTestConfig(func(c *Config) {
+		c.Services = append(c.Services, &VirtualServer{
+			Name: "db", VIPs: []netip.Addr{netip.MustParseAddr("192.0.2.2")}, Ports: PortRange{Lo: 5432, Hi: 5432},
+			Targets: []*Target{{Name: "d", Addr: netip.MustParseAddrPort("10.0.1.1:5432")}},
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []int{0, 1, 2}
+	i := 0
+	for _, vs := range c.Services {
+		for _, tg := range vs.Targets {
+			if got := c.TargetIndex(tg); got != want[i] {
+				t.Errorf("TargetIndex(%s) = %d, want %d", tg.Name, got, want[i])
+			}
+			i++
+		}
+	}
+	if got := c.TargetIndex(&Target{Name: "d"}); got != -1 {
+		t.Errorf("foreign target: %d, want -1", got)
+	}
+	if n := testing.AllocsPerRun(100, func() { c.TargetIndex(c.Services[1].Targets[0]) }); n != 0 {
+		t.Errorf("TargetIndex allocates %v", n)
+	}
+}
