@@ -243,6 +243,10 @@ func TestUnitPrivilegeModel(t *testing.T) {
 	if !strings.Contains(routes, "198.18.0.10") {
 		t.Errorf("VIP 198.18.0.10 not routed through weir0 by the unprivileged weir: %q\n%s", routes, logs.String())
 	}
+	// weir has nothing left to drop and must not claim otherwise.
+	if l := logs.String(); strings.Contains(l, "not dropped") || !strings.Contains(l, `"privileges dropped"`) {
+		t.Errorf("weir's privilege drop under the unit's credentials:\n%s", l)
+	}
 	cmd.Process.Signal(syscall.SIGHUP)
 	if !testutil.Within(10*time.Second, func() bool { return strings.Contains(logs.String(), "configuration reloaded") }) {
 		t.Errorf("no reload after SIGHUP:\n%s", logs.String())
