@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"debug/elf"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -12,6 +13,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -243,7 +245,9 @@ func TestUnitPrivilegeModel(t *testing.T) {
 	if !strings.Contains(routes, "198.18.0.10") {
 		t.Errorf("VIP 198.18.0.10 not routed through weir0 by the unprivileged weir: %q\n%s", routes, logs.String())
 	}
-	// weir has nothing left to drop and must not claim otherwise.
+	// weir has nothing left to drop and must not claim otherwise. (The log
+	// reaches the buffer through a pipe, a little after the ready file.)
+	testutil.Within(5*time.Second, func() bool { return strings.Contains(logs.String(), `"weir running"`) })
 	if l := logs.String(); strings.Contains(l, "not dropped") || !strings.Contains(l, `"privileges dropped"`) {
 		t.Errorf("weir's privilege drop under the unit's credentials:\n%s", l)
 	}
@@ -275,8 +279,7 @@ func buildAndInstall(t *testing.T) *builtDeb {
 			t.Skipf("skipping: no %s on this machine (apt-get install dpkg git systemd)", tool)
 		}
 	}
-	out := run(t, "go", "run", "./cmd/mkdeb", "-o", t.TempDir())
-	d := &builtDeb{path: strings.TrimSpace(out)}
+	d := &builtDeb{path: buildOnce(t)}
 	m := regexp.MustCompile(`^weir_([0-9][A-Za-z0-9.+~]*)_([a-z0-9]+)\.deb$`).FindStringSubmatch(filepath.Base(d.path))
 	if m == nil {
 		t.Fatalf("package file %q is not weir_<version>_<arch>.deb", d.path)
@@ -356,6 +359,43 @@ func buildAndInstall(t *testing.T) *builtDeb {
 	}
 	dpkg(t, d.root, "-i", d.path)
 	return d
+}
+
+var built struct {
+	once      sync.Once
+	dir, path string
+	err       error
+}
+
+// buildOnce builds the package as `make deb` does, once for all the tests
+// (TestMain removes it).
+func buildOnce(t *testing.T) string {
+	t.Helper()
+	built.once.Do(func() {
+		if built.dir, built.err = os.MkdirTemp("", "weir-deb-test-"); built.err != nil {
+			return
+		}
+		cmd := exec.Command("go", "run", "./cmd/mkdeb", "-o", built.dir)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			built.err = fmt.Errorf("go run ./cmd/mkdeb: %v\n%s", err, stderr.Bytes())
+		}
+		built.path = strings.TrimSpace(string(out))
+	})
+	if built.err != nil {
+		t.Fatal(built.err)
+	}
+	return built.path
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if built.dir != "" {
+		os.RemoveAll(built.dir)
+	}
+	os.Exit(code)
 }
 
 // dpkg runs dpkg on the throwaway root.

@@ -5,6 +5,8 @@ set -euo pipefail
 
 need_apt=()
 command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)
+# packaging/deb_test.go: systemd-sysusers (postinst in a throwaway root), systemd-analyze verify
+command -v systemd-analyze >/dev/null 2>&1 || need_apt+=(systemd)
 if [ ${#need_apt[@]} -gt 0 ]; then
 	if [ "$(id -u)" = 0 ]; then
 		echo "deps: installing ${need_apt[*]}"
