@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 
+	"weir/cmd/weir/api"
 	"weir/cmd/weir/internal/admin"
 	"weir/cmd/weir/internal/appliance"
 	"weir/cmd/weir/internal/obs"
@@ -269,7 +270,7 @@ func runAppliance(ctx context.Context, stdout, stderr io.Writer, o runOptions) e
 	app, err = appliance.New(appliance.Options{
 		Config: cfg, Source: o.config,
 		Front: fronts[0], FrontQueues: fronts[1:],
-		Log: &log, Access: access, Registerer: reg,
+		Log: &log, Access: access, Registerer: reg, LogDrops: logs.Dropped,
 	})
 	if err != nil {
 		for _, d := range fronts {
@@ -374,18 +375,18 @@ type lateSource struct {
 
 func (l *lateSource) set(a *appliance.Appliance) { l.app.Store(a) }
 
-func (l *lateSource) Status() any {
+func (l *lateSource) Status() api.Status {
 	if a := l.app.Load(); a != nil {
 		return a.Status()
 	}
-	return struct{}{}
+	return api.Status{}
 }
 
-func (l *lateSource) Connections() any {
+func (l *lateSource) Connections() []api.Connection {
 	if a := l.app.Load(); a != nil {
 		return a.Connections()
 	}
-	return []struct{}{}
+	return []api.Connection{}
 }
 
 func (l *lateSource) Healthy() error {
