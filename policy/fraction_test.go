@@ -600,3 +600,56 @@ func TestWinnerTextRoundTrip(t *testing.T) {
 		t.Error("nonsense accepted")
 	}
 }
+
+// TestExactWeight: the balancer's weight is base·(100−fraction), unrounded.
+func TestExactWeight(t *testing.T) {
+	for _, tc := range []struct{ base, fraction, want int }{
+		{1, 0, 100}, {1, 25, 75}, {2, 25, 150}, {40, 50, 2000}, {1, 100, 0}, {0, 10, 0}, {-3, 0, 0}, {5, -10, 500}, {5, 150, 0},
+	} {
+		if got := ExactWeight(tc.base, tc.fraction); got != tc.want {
+			t.Errorf("ExactWeight(%d, %d) = %d, want %d", tc.base, tc.fraction, got, tc.want)
+		}
+	}
+}
+
+// TestExplainLevels: each action with connections to the target gets its
+// own level: max(its connection fraction, its MinRate verdict, the default
+// fraction); connections under no action are balanced on DefaultWeight.
+// The seed's telnetGold (MinRate 500, no MeanRate) trips on its connections
+// that had data waiting, never on idle sessions.
+func TestExplainLevels(t *testing.T) {
+	m := seedMonitor()
+	const iv = time.Minute
+	telnetGold := &Action{Name: "telnetGold", MinRate: 500}
+	bronze := &Action{Name: "bronze", MaxConnections: 10}
+	tg := &Target{Name: "a", Weight: 40}
+	s := TargetSample{SegmentsSent: 1000, Retransmits: 25, ActiveConns: 30, Actions: []ActionSample{
+		// 20 sessions, 2 of them streaming at 100 Kbit/s each: slow.
+		{Action: telnetGold, ActiveConns: 20, Bytes: kbpsBytes(200, iv) + 100, WaitingConns: 2, WaitingBytes: kbpsBytes(200, iv)},
+		{Action: bronze, ActiveConns: 5, Bytes: 1},
+	}}
+	e := Explain(&m, tg, &s, nil)
+	if e.DefaultFraction != 25 || e.DefaultWeight != 30 {
+		t.Fatalf("default level: fraction %d weight %d, want 25 30", e.DefaultFraction, e.DefaultWeight)
+	}
+	want := []Level{
+		{Action: "telnetGold", Conns: 20, MinRateFraction: 100, Fraction: 100, Weight: 0},
+		{Action: "bronze", Conns: 5, ConnFraction: 50, Fraction: 50, Weight: 20},
+	}
+	if len(e.Levels) != 2 || e.Levels[0] != want[0] || e.Levels[1] != want[1] {
+		t.Errorf("levels %+v, want %+v", e.Levels, want)
+	}
+	if e.Fraction != 100 || e.Winner != WinMinRate || e.Action != "telnetGold" {
+		t.Errorf("largest: %d %v %s", e.Fraction, e.Winner, e.Action)
+	}
+	// The same sessions idle (nothing waiting): not slow.
+	s.Actions[0].WaitingConns, s.Actions[0].WaitingBytes = 0, 0
+	if e := Explain(&m, tg, &s, nil); e.Levels[0].MinRateFraction != 0 || e.Levels[0].Fraction != 25 {
+		t.Errorf("idle telnetGold: %+v, want the default fraction only", e.Levels[0])
+	}
+	// Streaming at 600 Kbit/s each: MinRate met.
+	s.Actions[0].WaitingConns, s.Actions[0].WaitingBytes = 2, kbpsBytes(1200, iv)
+	if e := Explain(&m, tg, &s, nil); e.Levels[0].MinRateFraction != 0 {
+		t.Errorf("fast telnetGold: %+v", e.Levels[0])
+	}
+}

@@ -203,6 +203,7 @@ func samplesFrom(cfg *policy.Config, s netstack.Sample, open map[policy.TargetKe
 		ts.Retransmits += ag.Retransmits
 		ts.Timeouts += ag.Timeouts
 		ts.Bytes += ag.Bytes
+		ts.TimeoutsUnknown = ts.TimeoutsUnknown || ag.TimeoutsUnknown > 0
 	}
 	actions := map[string]*policy.Action{}
 	for _, ac := range cfg.Actions {
@@ -214,7 +215,8 @@ func samplesFrom(cfg *policy.Config, s netstack.Sample, open map[policy.TargetKe
 		if ts == nil || act == nil {
 			continue
 		}
-		ts.Actions = append(ts.Actions, policy.ActionSample{Action: act, ActiveConns: int64(ag.Active), Bytes: ag.Bytes})
+		ts.Actions = append(ts.Actions, policy.ActionSample{Action: act, ActiveConns: int64(ag.Active), Bytes: ag.Bytes,
+			WaitingConns: int64(ag.Waiting), WaitingBytes: ag.WaitingBytes})
 	}
 	return out
 }
