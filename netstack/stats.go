@@ -45,8 +45,9 @@ type delta struct {
 	segsSent, retrans, timeouts uint64
 	bytes                       uint64 // both directions
 	// waiting: data streamed for at least half the time since the last
-	// observation (see AggSample.Waiting).
+	// observation (see AggSample.Waiting), which is elapsed.
 	waiting bool
+	elapsed time.Duration
 	// rtoUnknown: the target leg does not count its RTO expiries.
 	rtoUnknown bool
 }
@@ -88,6 +89,11 @@ type AggSample struct {
 	// these connections only.)
 	Waiting      int
 	WaitingBytes uint64
+	// WaitingTime is the sum of those connections' time in the interval
+	// (a connection that opened or closed in it counts its part only), so
+	// WaitingBytes/WaitingTime is their rate per connection, fair to a
+	// short one.
+	WaitingTime time.Duration
 	// TimeoutsUnknown counts the connections whose target leg cannot count
 	// RTO expiries (a host socket on a kernel before 6.7): Timeouts is then
 	// a lower bound.
@@ -102,6 +108,7 @@ func (a *AggSample) add(d delta) {
 	if d.waiting {
 		a.Waiting++
 		a.WaitingBytes += d.bytes
+		a.WaitingTime += d.elapsed
 	}
 	if d.rtoUnknown {
 		a.TimeoutsUnknown++
@@ -185,7 +192,7 @@ func observe(c *connEntry, now time.Time) (cl, tg LegCounters, dt delta) {
 	}
 	stream := c.streamNs.Load()
 	if el := now.Sub(c.last.at); el > 0 {
-		dt.waiting = 2*(stream-c.last.stream) >= int64(el)
+		dt.waiting, dt.elapsed = 2*(stream-c.last.stream) >= int64(el), el
 	}
 	dt.rtoUnknown = !tg.TimeoutsKnown
 	c.last = sampleState{at: now, client: cl, target: tg, toClient: toC, toTarget: toT, stream: stream}

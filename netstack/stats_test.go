@@ -138,7 +138,7 @@ func TestSampleWaiting(t *testing.T) {
 		t.Fatalf("sample %+v", s)
 	}
 	id, st := s.TargetActions[0], s.TargetActions[1]
-	if st.Action != "stream" || st.Waiting != 1 || st.WaitingBytes != st.Bytes {
+	if st.Action != "stream" || st.Waiting != 1 || st.WaitingBytes != st.Bytes || st.WaitingTime <= 0 {
 		t.Errorf("streaming connection: %+v, want 1 waiting with all its bytes", st)
 	}
 	if id.Action != "idle" || id.Waiting != 0 || id.Bytes != 20 {

@@ -100,6 +100,10 @@ type ActionSample struct {
 	// session has nothing waiting and is not slow.
 	WaitingConns int64
 	WaitingBytes uint64
+	// WaitingTime is the sum of those flows' time in the interval (one
+	// that opened or closed in it counts its part); zero means each was
+	// open all of it. WaitingBytes/WaitingTime is their rate per flow.
+	WaitingTime time.Duration
 }
 
 // Level is one service level of a target: the fraction and weight that new
@@ -420,8 +424,9 @@ func ConnFraction(levels [3]int, conns, maxConns int64) int {
 // Without a MeanRate (the seed's own telnetGold has MinRate 500 alone) there
 // is no mean to say the service is busy, so the connections themselves must
 // say it: the caller passes only the flows that had data waiting to be sent
-// during the interval (ActionSample.WaitingConns, WaitingBytes), and the
-// check trips when their average is below MinRate. An idle session has
+// during the interval (ActionSample.WaitingConns, WaitingBytes; Explain
+// divides by WaitingTime, the time they were open, when it is known), and
+// the check trips when their average is below MinRate. An idle session has
 // nothing waiting and is never judged "slow"; a session whose sender had a
 // backlog and still moved less than MinRate is.
 func MinRateFraction(a *Action, conns int64, bytes uint64, interval time.Duration) int {
@@ -442,6 +447,11 @@ func MinRateFraction(a *Action, conns int64, bytes uint64, interval time.Duratio
 // with a MeanRate, the flows with data waiting without one.
 func actionMinRate(as *ActionSample, interval time.Duration) int {
 	if as.Action != nil && as.Action.MeanRate == 0 {
+		if as.WaitingConns > 0 && as.WaitingTime > 0 {
+			// Per flow over the time each was open: a short transfer that
+			// closed early is judged by its own rate, not the interval's.
+			return MinRateFraction(as.Action, 1, as.WaitingBytes, as.WaitingTime)
+		}
 		return MinRateFraction(as.Action, as.WaitingConns, as.WaitingBytes, interval)
 	}
 	return MinRateFraction(as.Action, as.ActiveConns, as.Bytes, interval)

@@ -647,6 +647,13 @@ func TestExplainLevels(t *testing.T) {
 	if e := Explain(&m, tg, &s, nil); e.Levels[0].MinRateFraction != 0 || e.Levels[0].Fraction != 25 {
 		t.Errorf("idle telnetGold: %+v, want the default fraction only", e.Levels[0])
 	}
+	// One short transfer at 8 Mbit/s, closed after 1 s of the minute: judged
+	// over its own second, not slow.
+	s.Actions[0].WaitingConns, s.Actions[0].WaitingBytes, s.Actions[0].WaitingTime = 1, 1_000_000, time.Second
+	if e := Explain(&m, tg, &s, nil); e.Levels[0].MinRateFraction != 0 {
+		t.Errorf("short fast transfer: %+v", e.Levels[0])
+	}
+	s.Actions[0].WaitingTime = 0
 	// Streaming at 600 Kbit/s each: MinRate met.
 	s.Actions[0].WaitingConns, s.Actions[0].WaitingBytes = 2, kbpsBytes(1200, iv)
 	if e := Explain(&m, tg, &s, nil); e.Levels[0].MinRateFraction != 0 {

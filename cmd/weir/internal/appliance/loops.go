@@ -216,7 +216,7 @@ func samplesFrom(cfg *policy.Config, s netstack.Sample, open map[policy.TargetKe
 			continue
 		}
 		ts.Actions = append(ts.Actions, policy.ActionSample{Action: act, ActiveConns: int64(ag.Active), Bytes: ag.Bytes,
-			WaitingConns: int64(ag.Waiting), WaitingBytes: ag.WaitingBytes})
+			WaitingConns: int64(ag.Waiting), WaitingBytes: ag.WaitingBytes, WaitingTime: ag.WaitingTime})
 	}
 	return out
 }
