@@ -3,6 +3,7 @@ package balancer
 // Pick flow (every new connection):
 //
 //	table ← atomic load                  the immutable table of this moment
+//	      → its level for the connection's policy action, if it has one
 //	fast path by algorithm over primaries that are up, weighted and not tried:
 //	  round robin   cursor ← atomic add; its schedule entry, else random ones
 //	  least-conn    ≤ 32 primaries: scan for the least open/weight, ties to the
@@ -12,7 +13,9 @@ package balancer
 //	  each candidate: slow-start thinning, then a CAS on its open count
 //	                bounded by MaxConnections (full: SkippedAtLimit++)
 //	every primary once, from a rotating start (no slow-start thinning)
+//	primaries the QoS cut to weight 0, once each
 //	backups in configured order: the first that is up and under its limit
+//	primaries configured with weight 0 (draining), once each
 //	none: *NoTargetError naming each target and why (allocates; refusal only)
 
 import (
@@ -214,9 +217,11 @@ func (b *Balancer) swap(vs *policy.VirtualServer, s policy.BalancerSettings) {
 //
 // Only primaries that are up (no failed connect within the retry interval, no
 // failed health check) and under their MaxConnections are chosen, by the
-// configured algorithm over their effective weights. Effective weight 0 keeps
-// a primary out while another primary has a positive weight; if every primary
-// has weight 0 they are balanced as if equal. A primary in slow start is
+// configured algorithm over their effective weights. A primary the QoS cut to
+// weight 0 is passed over while another primary can serve, and serves (before
+// any backup) when none can; if every weighted primary is cut to 0 they are
+// balanced as if equal. A primary configured with weight 0 (draining) serves
+// only when neither another primary nor a backup can. A primary in slow start is
 // passed over with a probability that falls from 90 % to 0 over the window,
 // but never when no other target could serve. When no primary can serve, the
 // backups are tried in configured order and the first that can serve is
