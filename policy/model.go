@@ -49,6 +49,11 @@ type Config struct {
 	Rules    []*Rule          // in priority order: the first match wins
 	Monitor  Monitor
 	Balancer BalancerSettings
+	// NoServices says the file defines no service on purpose (the YAML key
+	// `noServices: true`). A file-triggered reload refuses a config without
+	// services unless it is set, so that a file caught empty or half-written
+	// never takes every VIP down.
+	NoServices bool
 
 	// Built by Compile.
 	compiled  bool

@@ -24,7 +24,7 @@ func newCheckCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			files = append(files, args...)
 			if len(files) == 0 {
-				return errors.New("check: no config file (give -c FILE)")
+				return usageErr(errors.New("check: no config file (give -c FILE)"))
 			}
 			return runCheck(cmd.OutOrStdout(), cmd.ErrOrStderr(), files)
 		},

@@ -40,7 +40,7 @@ func newTUNClients() (*tunClients, error) {
 	}
 	c := &tunClients{ns: ns}
 	if err := ns.Do(func() error {
-		devs, err := tun.Open(tun.Options{Name: "weir-demo", Addrs: []netip.Prefix{clientAddr}, Routes: vipRoutes(cfg)})
+		devs, err := tun.Open(tun.Options{Name: "weir-demo", Addrs: []netip.Prefix{clientAddr}, Routes: tun.VIPRoutes(cfg)})
 		if err != nil {
 			return err
 		}

@@ -13,9 +13,8 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"weir/bench"
-	"weir/cmd/weir/internal/appliance"
+	"weir/cmd/weir/api"
 	"weir/internal/testutil"
-	"weir/policy"
 )
 
 // TestE2EMinRateTBF: a TBF rate cap (300 Kbit/s) on one target's egress,
@@ -90,20 +89,20 @@ func TestE2EMinRateTBF(t *testing.T) {
 	go func() {
 		done <- bench.Load{Dial: w.ns.Dial, Addr: "198.18.0.30:80", Clients: 4, Duration: 12 * time.Second, Timeout: 15 * time.Second}.Run(context.Background())
 	}()
-	level := func(e *policy.Explanation, action string) (policy.Level, bool) {
+	level := func(e *api.Explanation, action string) (api.ExplanationLevel, bool) {
 		if e == nil {
-			return policy.Level{}, false
+			return api.ExplanationLevel{}, false
 		}
 		for _, l := range e.Levels {
 			if l.Action == action {
 				return l, true
 			}
 		}
-		return policy.Level{}, false
+		return api.ExplanationLevel{}, false
 	}
-	var slow, fast *policy.Explanation
+	var slow, fast *api.Explanation
 	fastTripped := ""
-	w.waitStatus(30*time.Second, "slow's gold level at MinRate 100", func(st appliance.Status) bool {
+	w.waitStatus(30*time.Second, "slow's gold level at MinRate 100", func(st api.Status) bool {
 		for _, tg := range statusService(st, "dl").Targets {
 			switch tg.Name {
 			case "slow":
@@ -113,15 +112,17 @@ func TestE2EMinRateTBF(t *testing.T) {
 			}
 		}
 		if l, ok := level(fast, "gold"); ok && l.MinRateFraction != 0 && fastTripped == "" {
-			fastTripped = fast.String()
+			fastTripped = fmt.Sprintf("%+v", *fast)
 		}
 		l, ok := level(slow, "gold")
 		return ok && l.MinRateFraction == 100
 	})
 	res := <-done
 	t.Logf("load: %d OK, %d bytes, per target %v", res.OK, res.Bytes, res.PerTarget)
-	t.Logf("slow: %s", slow)
-	t.Logf("fast: %s", fast)
+	t.Logf("slow: %+v", *slow)
+	if fast != nil {
+		t.Logf("fast: %+v", *fast)
+	}
 	if fastTripped != "" {
 		t.Errorf("uncapped fast got a MinRate verdict: %s", fastTripped)
 	}
@@ -129,7 +130,7 @@ func TestE2EMinRateTBF(t *testing.T) {
 		t.Errorf("no download served by fast: %+v", res)
 	}
 	if slow.DefaultFraction == 100 || slow.DefaultWeight != slow.BaseWeight {
-		t.Errorf("slow's default level cut too: %s", slow)
+		t.Errorf("slow's default level cut too: %+v", *slow)
 	}
 }
 

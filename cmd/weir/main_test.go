@@ -112,9 +112,9 @@ func TestCheckErrors(t *testing.T) {
 		{"missing file", []string{"check", "-c", filepath.Join(dir, "none.yaml")}, 1,
 			"config: open " + filepath.Join(dir, "none.yaml") + ": no such file or directory\n" +
 				"weir check: 1 of 1 config files have errors\n", ""},
-		{"no file", []string{"check"}, 2,
+		{"no file", []string{"check"}, 1,
 			"weir: check: no config file (give -c FILE)\nRun 'weir --help' for usage.\n", ""},
-		{"unknown flag", []string{"check", "--bogus"}, 2,
+		{"unknown flag", []string{"check", "--bogus"}, 1,
 			"weir: unknown flag: --bogus\nRun 'weir --help' for usage.\n", ""},
 	}
 	for _, tt := range tests {

@@ -5,10 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/netip"
 	"os"
 	"os/signal"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -16,8 +16,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
-	"github.com/vishvananda/netlink"
 
+	"weir/cmd/weir/api"
 	"weir/cmd/weir/internal/admin"
 	"weir/cmd/weir/internal/appliance"
 	"weir/cmd/weir/internal/obs"
@@ -27,20 +27,28 @@ import (
 	"weir/policy/config"
 )
 
+// adminTokenEnv names the environment variable that may carry the admin
+// token (never shown by --help).
+const adminTokenEnv = "WEIR_ADMIN_TOKEN"
+
 // runOptions are weir run's flags.
 type runOptions struct {
-	config    string
-	tunName   string
-	mtu       int
-	queues    int
-	tunAddrs  []string
-	admin     admin.Options
-	logFormat string
-	logLevel  string
-	accessLog string
-	accessCLF bool
-	grace     time.Duration
-	readyFile string
+	config     string
+	tunName    string
+	mtu        int
+	queues     int
+	tunAddrs   []string
+	admin      admin.Options
+	tokenFile  string
+	logFormat  string
+	logLevel   string
+	accessLog  string
+	accessCLF  bool
+	grace      time.Duration
+	readyFile  string
+	user       string
+	capture    string
+	captureMax int64
 }
 
 func newRunCmd() *cobra.Command {
@@ -53,26 +61,38 @@ func newRunCmd() *cobra.Command {
 			"splice to the targets. It runs the QoS sampler and the admin API (/status,\n" +
 			"/connections, /metrics, /healthz). SIGHUP reloads the config (also every\n" +
 			"balancer.refreshInterval when the file changed); SIGTERM or SIGINT stops accepting,\n" +
-			"drains open connections for up to --grace, and exits 0.",
-		Example: "  sudo weir run -c examples/websphere-cluster.yaml\n  sudo weir run -c weir.yaml --tun weir0 --queues 2 --admin 127.0.0.1:9090",
+			"drains open connections for up to --grace, and exits 0.\n\n" +
+			"Once the TUN, its routes and the listeners are set up, run keeps only CAP_NET_ADMIN\n" +
+			"(reloads change routes): with --user it also becomes that user.\n\n" +
+			"The admin token comes from --admin-token-file or $" + adminTokenEnv + ", never from the\n" +
+			"command line, where every user of the host can read it.\n\n" +
+			"Exit status: 0 after a clean stop, 1 for a usage or config error (nothing was\n" +
+			"started), 2 for a runtime failure (no root, the TUN or the admin port cannot be had).",
+		Example: "  sudo weir run -c examples/websphere-cluster.yaml\n" +
+			"  sudo weir run -c weir.yaml --tun weir0 --queues 2 --admin 127.0.0.1:9090 --user weir\n" +
+			"  sudo weir run -c weir.yaml --admin 0.0.0.0:9090 --admin-token-file /etc/weir/token\n" +
+			"  sudo weir run -c weir.yaml --capture front.pcap --capture-max 10MB",
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if o.config == "" && len(args) == 1 {
 				o.config = args[0]
 			}
-			if o.config == "" {
-				return errors.New("run: no config file (give -c FILE)")
+			if err := o.check(cmd); err != nil {
+				return usageErr(err)
 			}
 			return runAppliance(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), o)
 		},
 	}
 	f := cmd.Flags()
-	f.StringVarP(&o.config, "config", "c", "", "config `FILE` (YAML or Policy Agent)")
-	f.StringVar(&o.tunName, "tun", "weir0", "TUN interface `NAME`")
-	f.IntVar(&o.mtu, "mtu", 1500, "TUN MTU in bytes")
-	f.IntVar(&o.queues, "queues", 1, "TUN queues, one datapath worker each")
+	f.StringVarP(&o.config, "config", "c", "", "config `FILE` (YAML or Policy Agent); with --user it must stay readable by that user for reloads")
+	f.StringVar(&o.tunName, "tun", "weir0", "TUN interface `NAME`: 1 to 15 bytes, no '/', ':' or space")
+	f.IntVar(&o.mtu, "mtu", 1500, "TUN MTU in bytes (576..65535)")
+	f.IntVar(&o.queues, "queues", 1, "TUN queues, one datapath worker each (≥ 1)")
 	f.StringSliceVar(&o.tunAddrs, "tun-addr", nil, "address `PREFIX` for the TUN interface (repeatable); the VIPs are routed through it either way")
-	f.StringVar(&o.admin.Addr, "admin", admin.DefaultAddr, "admin API `HOST:PORT`; a non-loopback address needs --admin-token")
-	f.StringVar(&o.admin.Token, "admin-token", os.Getenv("WEIR_ADMIN_TOKEN"), "bearer `TOKEN` required by the admin API (default $WEIR_ADMIN_TOKEN)")
+	f.StringVar(&o.admin.Addr, "admin", admin.DefaultAddr, "admin API `HOST:PORT`; a non-loopback address needs a token (--admin-token-file)")
+	f.StringVar(&o.tokenFile, "admin-token-file", "", "read the bearer token the admin API requires from `FILE` (default: $"+adminTokenEnv+" if set)")
+	f.StringVar(&o.admin.Token, "admin-token", "", "bearer `TOKEN` on the command line, readable by every user in /proc (deprecated)")
+	f.MarkDeprecated("admin-token", "every user can read it in /proc/PID/cmdline; use --admin-token-file or $"+adminTokenEnv)
 	f.BoolVar(&o.admin.Pprof, "pprof", false, "serve /debug/pprof on the admin API")
 	f.StringVar(&o.logFormat, "log-format", "", "json or console (default: console on a terminal, else json)")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -80,15 +100,82 @@ func newRunCmd() *cobra.Command {
 	f.BoolVar(&o.accessCLF, "access-clf", false, "access log in Common Log Format instead of JSON")
 	f.DurationVar(&o.grace, "grace", 30*time.Second, "how long SIGTERM waits for open connections to finish")
 	f.StringVar(&o.readyFile, "ready-file", "", "write the admin address to `FILE` once serving (for scripts and tests)")
+	f.StringVar(&o.user, "user", "", "after setup, run as `USER` (a name or a numeric uid) with only CAP_NET_ADMIN")
+	f.StringVar(&o.capture, "capture", "", "record what the front NIC sees (both directions) to the pcap `FILE` (mode 0600; tcpdump -r, Wireshark)")
+	o.captureMax = defaultCaptureMax
+	f.Var(byteSize{&o.captureMax}, "capture-max", "stop recording once the capture holds this many `BYTES` (suffixes kB, MB, GB, KiB, MiB, GiB)")
 	return cmd
+}
+
+// check validates the flags that need no system call: each error names
+// the flag and what it accepts.
+func (o *runOptions) check(cmd *cobra.Command) error {
+	if o.config == "" {
+		return errors.New("run: no config file (give -c FILE)")
+	}
+	if err := tun.ValidName(o.tunName); err != nil {
+		return fmt.Errorf("--tun: %w", err)
+	}
+	if o.queues < 1 {
+		return fmt.Errorf("--queues %d: want at least 1", o.queues)
+	}
+	if o.mtu < 576 || o.mtu > 65535 {
+		return fmt.Errorf("--mtu %d: want 576..65535", o.mtu)
+	}
+	if o.grace < 0 {
+		return fmt.Errorf("--grace %v: want a duration ≥ 0", o.grace)
+	}
+	if o.captureMax < 1<<10 {
+		return fmt.Errorf("--capture-max %d: want at least 1KiB", o.captureMax)
+	}
+	if cmd.Flags().Changed("capture-max") && o.capture == "" {
+		return errors.New("--capture-max needs --capture FILE")
+	}
+	if o.tokenFile != "" && o.admin.Token != "" {
+		return errors.New("--admin-token-file and --admin-token both given: keep --admin-token-file")
+	}
+	switch {
+	case o.tokenFile != "":
+		tok, err := readToken(o.tokenFile)
+		if err != nil {
+			return fmt.Errorf("--admin-token-file: %w", err)
+		}
+		o.admin.Token = tok
+	case o.admin.Token == "":
+		o.admin.Token = os.Getenv(adminTokenEnv)
+	}
+	if err := admin.CheckAddr(o.admin.Addr, o.admin.Token); err != nil {
+		return err
+	}
+	for _, s := range o.tunAddrs {
+		if _, err := netip.ParsePrefix(s); err != nil {
+			return fmt.Errorf("--tun-addr %q: %w", s, err)
+		}
+	}
+	return nil
+}
+
+// readToken reads an admin token file: its first line, without surrounding
+// white space, must not be empty.
+func readToken(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	tok, _, _ := strings.Cut(string(b), "\n")
+	tok = strings.TrimSpace(tok)
+	if tok == "" {
+		return "", fmt.Errorf("%s holds no token (its first line is empty)", path)
+	}
+	return tok, nil
 }
 
 // preflight reports, before anything is created, what would stop weir run,
 // each with what to do about it.
 func preflight() error {
 	if os.Geteuid() != 0 {
-		return errors.New("weir run needs root (CAP_NET_ADMIN) to create its TUN device: run it with sudo.\n" +
-			"To see weir work without root, run `weir demo`")
+		return errors.New("weir run needs root (CAP_NET_ADMIN) to create its TUN device: run it with sudo " +
+			"(--user drops to another user once it is set up).\nTo see weir work without root, run `weir demo`")
 	}
 	if _, err := os.Stat("/dev/net/tun"); err != nil {
 		return fmt.Errorf("no /dev/net/tun (%v): load the tun module (modprobe tun), or give the container the device (--device /dev/net/tun)", err)
@@ -96,27 +183,31 @@ func preflight() error {
 	return nil
 }
 
+// runAppliance runs weir until ctx ends or a signal stops it. Its errors
+// are runtime failures (exit 2) except where marked as config errors.
 func runAppliance(ctx context.Context, stdout, stderr io.Writer, o runOptions) error {
-	if err := preflight(); err != nil {
-		return err
-	}
 	cfg, err := config.Load(o.config)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return &exitError{code: 1}
 	}
+	var drop *dropPlan
+	if o.user != "" {
+		if drop, err = planDrop(o.user); err != nil {
+			return usageErr(fmt.Errorf("--user: %w", err))
+		}
+	}
+	if err := preflight(); err != nil {
+		return err
+	}
 	var tunAddrs []netip.Prefix
 	for _, s := range o.tunAddrs {
-		p, err := netip.ParsePrefix(s)
-		if err != nil {
-			return fmt.Errorf("--tun-addr %q: %w", s, err)
-		}
-		tunAddrs = append(tunAddrs, p)
+		tunAddrs = append(tunAddrs, netip.MustParsePrefix(s)) // checked by o.check
 	}
 
 	logs, err := obs.New(obs.Options{Format: o.logFormat, Level: o.logLevel, Output: stderr})
 	if err != nil {
-		return err
+		return usageErr(err)
 	}
 	defer logs.Close()
 	log := logs.Logger
@@ -134,6 +225,15 @@ func runAppliance(ctx context.Context, stdout, stderr io.Writer, o runOptions) e
 		access = obs.NewAccessLog(w, o.accessCLF)
 		defer access.Flush()
 	}
+	// The ready file is created now, while weir may still write where it
+	// likes, and filled once it serves (perhaps as --user by then).
+	var ready *os.File
+	if o.readyFile != "" {
+		if ready, err = os.OpenFile(o.readyFile, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644); err != nil {
+			return fmt.Errorf("ready file: %w", err)
+		}
+		defer ready.Close()
+	}
 
 	// The admin port is bound before the TUN exists, so that "address in
 	// use" stops weir before it touches the network.
@@ -146,26 +246,38 @@ func runAppliance(ctx context.Context, stdout, stderr io.Writer, o runOptions) e
 		return err
 	}
 
-	devs, err := tun.Open(tun.Options{Name: o.tunName, MTU: o.mtu, Queues: o.queues, Addrs: tunAddrs, Routes: vipRoutes(cfg)})
+	devs, err := tun.Open(tun.Options{Name: o.tunName, MTU: o.mtu, Queues: o.queues, Addrs: tunAddrs, Routes: tun.VIPRoutes(cfg)})
 	if err != nil {
 		srv.Shutdown(context.Background())
 		return fmt.Errorf("TUN %s: %w", o.tunName, err)
 	}
-	var queues []datapath.Device
-	for _, d := range devs[1:] {
-		queues = append(queues, d)
+	fronts := make([]datapath.Device, len(devs))
+	for i, d := range devs {
+		fronts[i] = d
+	}
+	var capture *frontCapture
+	if o.capture != "" {
+		if capture, err = startCapture(o.capture, o.captureMax, fronts); err != nil {
+			for _, d := range devs {
+				d.Close()
+			}
+			srv.Shutdown(context.Background())
+			return err
+		}
+		defer capture.Close()
+		fronts = capture.fronts
 	}
 	app, err = appliance.New(appliance.Options{
 		Config: cfg, Source: o.config,
-		Front: devs[0], FrontQueues: queues,
-		Log: &log, Access: access, Registerer: reg,
+		Front: fronts[0], FrontQueues: fronts[1:],
+		Log: &log, Access: access, Registerer: reg, LogDrops: logs.Dropped,
 	})
 	if err != nil {
-		for _, d := range devs {
+		for _, d := range fronts {
 			d.Close()
 		}
 		srv.Shutdown(context.Background())
-		return err
+		return usageErr(err)
 	}
 	src.set(app)
 	app.Start()
@@ -175,9 +287,26 @@ func runAppliance(ctx context.Context, stdout, stderr io.Writer, o runOptions) e
 		}
 	}()
 
-	reloader := appliance.NewReloader(app, o.config, config.Load)
+	// Everything that needs privileges is set up: keep CAP_NET_ADMIN (the
+	// reloads' route changes) and drop the rest.
+	if err := dropPrivileges(drop); err != nil {
+		if drop != nil {
+			app.Close()
+			srv.Shutdown(context.Background())
+			return fmt.Errorf("--user %s: %w", o.user, err)
+		}
+		log.Warn().Err(err).Msg("capabilities not dropped: weir keeps every privilege it started with")
+	} else {
+		ev := log.Info().Str("capabilities", "cap_net_admin")
+		if drop != nil {
+			ev = ev.Str("user", o.user).Int("uid", drop.uid)
+		}
+		ev.Msg("privileges dropped")
+	}
+
+	reloader := appliance.NewReloader(app, o.config, config.Parser{}.Parse)
 	reloader.OnReload = func(cfg *policy.Config) {
-		if err := syncRoutes(o.tunName, vipRoutes(cfg)); err != nil {
+		if err := devs[0].SyncVIPs(cfg); err != nil {
 			log.Error().Err(err).Msg("routing the new VIPs through the TUN failed")
 		}
 	}
@@ -189,12 +318,17 @@ func runAppliance(ctx context.Context, stdout, stderr io.Writer, o runOptions) e
 	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sigs)
 
-	log.Info().Str("tun", o.tunName).Int("queues", len(devs)).Str("admin", srv.Addr()).
-		Int("services", len(cfg.Services)).Str("config", o.config).Msg("weir running")
-	if o.readyFile != "" {
-		if err := os.WriteFile(o.readyFile, []byte(srv.Addr()+"\n"), 0o644); err != nil {
+	ev := log.Info().Str("tun", o.tunName).Int("queues", len(devs)).Str("admin", srv.Addr()).
+		Int("services", len(cfg.Services)).Str("config", o.config)
+	if capture != nil {
+		ev = ev.Str("capture", o.capture).Int64("capture_max", o.captureMax)
+	}
+	ev.Msg("weir running")
+	if ready != nil {
+		if _, err := ready.WriteString(srv.Addr() + "\n"); err != nil {
 			log.Error().Err(err).Msg("ready file")
 		}
+		ready.Close()
 	}
 
 	for {
@@ -224,6 +358,11 @@ func runAppliance(ctx context.Context, stdout, stderr io.Writer, o runOptions) e
 	srv.Shutdown(sctx)
 	cancel()
 	err = app.Close()
+	if capture != nil {
+		st := capture.Close()
+		log.Info().Str("capture", o.capture).Uint64("packets", st.Recorded).Uint64("not_recorded", st.Missed).
+			Int64("bytes", st.Bytes).Msg("capture closed")
+	}
 	log.Info().Msg("weir stopped")
 	return err
 }
@@ -236,18 +375,18 @@ type lateSource struct {
 
 func (l *lateSource) set(a *appliance.Appliance) { l.app.Store(a) }
 
-func (l *lateSource) Status() any {
+func (l *lateSource) Status() api.Status {
 	if a := l.app.Load(); a != nil {
 		return a.Status()
 	}
-	return struct{}{}
+	return api.Status{}
 }
 
-func (l *lateSource) Connections() any {
+func (l *lateSource) Connections() []api.Connection {
 	if a := l.app.Load(); a != nil {
 		return a.Connections()
 	}
-	return []struct{}{}
+	return []api.Connection{}
 }
 
 func (l *lateSource) Healthy() error {
@@ -255,68 +394,4 @@ func (l *lateSource) Healthy() error {
 		return a.Healthy()
 	}
 	return errors.New("starting")
-}
-
-// vipRoutes are the host routes that send every VIP of cfg into the TUN.
-func vipRoutes(cfg *policy.Config) []netip.Prefix {
-	seen := map[netip.Addr]bool{}
-	var out []netip.Prefix
-	for _, vs := range cfg.Services {
-		for _, v := range vs.VIPs {
-			if v = v.Unmap(); !seen[v] {
-				seen[v] = true
-				out = append(out, netip.PrefixFrom(v, v.BitLen()))
-			}
-		}
-	}
-	return out
-}
-
-// syncRoutes makes the routes through the TUN named name exactly want: it
-// adds the new VIPs' routes and removes those of VIPs gone in a reload.
-func syncRoutes(name string, want []netip.Prefix) error {
-	link, err := netlink.LinkByName(name)
-	if err != nil {
-		return err
-	}
-	have := map[netip.Prefix]netlink.Route{}
-	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
-		rs, err := netlink.RouteList(link, fam)
-		if err != nil {
-			return err
-		}
-		for _, r := range rs {
-			if r.Dst == nil || r.Protocol == 2 /* kernel: the interface's own prefixes */ {
-				continue
-			}
-			ones, _ := r.Dst.Mask.Size()
-			if a, ok := netip.AddrFromSlice(r.Dst.IP); ok {
-				have[netip.PrefixFrom(a.Unmap(), ones)] = r
-			}
-		}
-	}
-	var errs []error
-	wantSet := map[netip.Prefix]bool{}
-	for _, p := range want {
-		wantSet[p] = true
-		if _, ok := have[p]; ok {
-			continue
-		}
-		r := netlink.Route{LinkIndex: link.Attrs().Index, Dst: prefixIPNet(p)}
-		if err := netlink.RouteReplace(&r); err != nil {
-			errs = append(errs, fmt.Errorf("route %v: %w", p, err))
-		}
-	}
-	for p, r := range have {
-		if !wantSet[p] {
-			if err := netlink.RouteDel(&r); err != nil {
-				errs = append(errs, fmt.Errorf("remove route %v: %w", p, err))
-			}
-		}
-	}
-	return errors.Join(errs...)
-}
-
-func prefixIPNet(p netip.Prefix) *net.IPNet {
-	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
 }

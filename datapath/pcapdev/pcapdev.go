@@ -1,8 +1,9 @@
 // Package pcapdev connects weir's datapath to pcap capture files: Replay
 // is a datapath.Device whose input is a capture, and Recorder wraps any
-// Device and writes everything read from or written to it into a capture
+// Device and writes everything read from or written to it into a Capture
 // (link type RAW: bare IPv4/IPv6 packets), which Wireshark and tcpdump
-// open directly.
+// open directly. `weir run --capture FILE` records its front NIC this way:
+// one Capture, bounded in size, shared by a Recorder per TUN queue.
 //
 // Flow
 //
@@ -11,10 +12,12 @@
 //	Replay.Write:    counted and discarded
 //	Recorder.Read:   inner.Read ─► each packet appended to the capture ─► caller
 //	Recorder.Write:  each packet appended to the capture ─► inner.Write
+//	Capture:         buffered, flushed every FlushEvery; past MaxBytes: counted, not written
 //
-// The Recorder serialises capture writes on a mutex and buffers them; it
-// is a debugging and test tool, not meant to sit on the fast path of a
-// loaded appliance.
+// The Capture serialises writes on a mutex and buffers them: recording is
+// a debugging tool an operator turns on, not meant to sit on the fast path
+// of a loaded appliance (once MaxBytes is reached it costs one atomic
+// load per packet).
 package pcapdev
 
 import (
@@ -241,94 +244,251 @@ func (d *Replay) Stats() datapath.DeviceStats {
 // Skipped returns the number of frames that carried no IP packet.
 func (d *Replay) Skipped() uint64 { return d.stats.skipped.Load() }
 
-// RecorderOptions configure NewRecorder. The zero value works.
-type RecorderOptions struct {
+// CaptureOptions configure NewCapture. The zero value works.
+type CaptureOptions struct {
 	// Snaplen is the most bytes of each packet recorded; zero means the
 	// whole packet (up to 65535).
 	Snaplen int
+	// MaxBytes bounds the capture: once the next record would take the
+	// file past MaxBytes, recording stops for good (traffic still passes)
+	// and every packet after is counted in Missed. Zero means no bound.
+	MaxBytes int64
+	// FlushEvery is the longest a record waits in the buffer before it is
+	// written out, so that a capture can be read while it grows; zero
+	// means one second.
+	FlushEvery time.Duration
 	// Now is the clock for packet timestamps; nil means time.Now.
 	Now func() time.Time
 }
 
-// Recorder is a datapath.Device that passes everything through to an
-// inner device and records it to a pcap capture of link type RAW.
-type Recorder struct {
-	inner datapath.Device
-	opts  RecorderOptions
+// RecorderOptions configure NewRecorder: those of its capture.
+type RecorderOptions = CaptureOptions
 
-	mu     sync.Mutex // guards w, bw and err
-	bw     *bufio.Writer
-	w      *pcapgo.Writer
-	err    error // first write error; recording stops after it
-	closer io.Closer
+// Sizes of the pcap format, for MaxBytes.
+const (
+	fileHeaderLen   = 24
+	recordHeaderLen = 16
+)
 
-	recorded atomic.Uint64
+// Capture is a pcap capture of link type RAW being written (bare IPv4 and
+// IPv6 packets, nanosecond timestamps), which tcpdump -r and Wireshark
+// open directly. Several Recorders may share one Capture (one per TUN
+// queue): records are serialised on a mutex and buffered.
+type Capture struct {
+	opts CaptureOptions
+
+	mu        sync.Mutex // guards everything below but the atomics
+	bw        *bufio.Writer
+	w         *pcapgo.Writer
+	closer    io.Closer
+	bytes     int64     // written to the capture, file header included
+	lastFlush time.Time // when bw was last flushed
+	err       error     // first write error; recording stops after it
+	closed    bool
+
+	stopped          atomic.Bool // MaxBytes reached, an error or Close: record nothing more
+	recorded, missed atomic.Uint64
 }
 
-var _ datapath.Device = (*Recorder)(nil)
+// CaptureStats are what a capture recorded and what it could not.
+type CaptureStats struct {
+	Recorded uint64 // packets written
+	Missed   uint64 // packets not written: MaxBytes reached, or after a write error
+	Bytes    int64  // size of the capture, file header included
+}
 
-// NewRecorder writes a pcap file header to w and returns a recorder around
-// inner. If w is an io.Closer, Close closes it after the inner device.
-func NewRecorder(inner datapath.Device, w io.Writer, o RecorderOptions) (*Recorder, error) {
+// NewCapture writes a pcap file header to w. If w is an io.Closer, Close
+// closes it.
+func NewCapture(w io.Writer, o CaptureOptions) (*Capture, error) {
 	if o.Snaplen <= 0 || o.Snaplen > 65535 {
 		o.Snaplen = 65535
 	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	if o.FlushEvery <= 0 {
+		o.FlushEvery = time.Second
+	}
+	if o.MaxBytes > 0 && o.MaxBytes < fileHeaderLen {
+		return nil, fmt.Errorf("pcap capture: MaxBytes %d is smaller than the file header (%d bytes)", o.MaxBytes, fileHeaderLen)
+	}
 	bw := bufio.NewWriterSize(w, 64<<10)
 	pw := pcapgo.NewWriterNanos(bw)
+	// The header goes out at once: the file is a valid, empty capture
+	// from the start.
 	if err := pw.WriteFileHeader(uint32(o.Snaplen), layers.LinkTypeRaw); err != nil {
-		return nil, fmt.Errorf("pcap recorder: %w", err)
+		return nil, fmt.Errorf("pcap capture: %w", err)
 	}
-	r := &Recorder{inner: inner, opts: o, bw: bw, w: pw}
-	if c, ok := w.(io.Closer); ok {
-		r.closer = c
+	if err := bw.Flush(); err != nil {
+		return nil, fmt.Errorf("pcap capture: %w", err)
 	}
-	return r, nil
+	c := &Capture{opts: o, bw: bw, w: pw, bytes: fileHeaderLen, lastFlush: o.Now()}
+	if cl, ok := w.(io.Closer); ok {
+		c.closer = cl
+	}
+	return c, nil
 }
 
-// CreateRecorder records inner's traffic to a new file at path.
-func CreateRecorder(inner datapath.Device, path string, o RecorderOptions) (*Recorder, error) {
-	f, err := os.Create(path)
+// CreateCapture creates (or truncates) the file at path, readable and
+// writable by its owner only (a capture holds the traffic's payload), and
+// starts a capture in it.
+func CreateCapture(path string, o CaptureOptions) (*Capture, error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
 	if err != nil {
 		return nil, err
 	}
-	r, err := NewRecorder(inner, f, o)
+	// An existing file keeps its mode through O_TRUNC: narrow it.
+	if err := f.Chmod(0o600); err != nil {
+		f.Close()
+		return nil, err
+	}
+	c, err := NewCapture(f, o)
 	if err != nil {
 		f.Close()
 		return nil, err
 	}
+	return c, nil
+}
+
+// record appends one packet, or counts it missed.
+func (c *Capture) record(p []byte) {
+	if c.stopped.Load() {
+		c.missed.Add(1)
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || c.err != nil {
+		c.missed.Add(1)
+		return
+	}
+	now := c.opts.Now()
+	ci := gopacket.CaptureInfo{Timestamp: now, CaptureLength: min(len(p), c.opts.Snaplen), Length: len(p)}
+	size := int64(recordHeaderLen + ci.CaptureLength)
+	if c.opts.MaxBytes > 0 && c.bytes+size > c.opts.MaxBytes {
+		c.stopped.Store(true)
+		c.missed.Add(1)
+		c.bw.Flush()
+		return
+	}
+	if err := c.w.WritePacket(ci, p[:ci.CaptureLength]); err != nil {
+		c.err = err
+		c.stopped.Store(true)
+		c.missed.Add(1)
+		return
+	}
+	c.bytes += size
+	c.recorded.Add(1)
+	if now.Sub(c.lastFlush) >= c.opts.FlushEvery {
+		c.lastFlush = now
+		if err := c.bw.Flush(); err != nil {
+			c.err = err
+			c.stopped.Store(true)
+		}
+	}
+}
+
+// Wrap returns a Recorder that passes everything through to inner and
+// records it in c. Closing the Recorder closes inner, not c.
+func (c *Capture) Wrap(inner datapath.Device) *Recorder {
+	return &Recorder{inner: inner, c: c}
+}
+
+// Flush writes buffered records to the underlying writer.
+func (c *Capture) Flush() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		return c.err
+	}
+	if c.closed {
+		return nil
+	}
+	return c.bw.Flush()
+}
+
+// Stats returns what c recorded so far.
+func (c *Capture) Stats() CaptureStats {
+	c.mu.Lock()
+	n := c.bytes
+	c.mu.Unlock()
+	return CaptureStats{Recorded: c.recorded.Load(), Missed: c.missed.Load(), Bytes: n}
+}
+
+// Err returns the first error writing the capture, after which recording
+// stopped (traffic still passes).
+func (c *Capture) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// Close flushes the capture and closes its writer when that is an
+// io.Closer; packets after it are counted missed. A second Close does
+// nothing.
+func (c *Capture) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil
+	}
+	c.closed = true
+	c.stopped.Store(true)
+	err := c.err
+	if err == nil {
+		err = c.bw.Flush()
+	}
+	if c.closer != nil {
+		if cerr := c.closer.Close(); err == nil {
+			err = cerr
+		}
+	}
+	return err
+}
+
+// Recorder is a datapath.Device that passes everything through to an
+// inner device and records it in a Capture.
+type Recorder struct {
+	inner datapath.Device
+	c     *Capture
+	owns  bool // Close closes c too (NewRecorder, CreateRecorder)
+}
+
+var (
+	_ datapath.Device        = (*Recorder)(nil)
+	_ datapath.StatsReporter = (*Recorder)(nil)
+)
+
+// NewRecorder starts a capture in w and returns a recorder around inner
+// that owns it: Close closes inner, then the capture (and w when it is an
+// io.Closer).
+func NewRecorder(inner datapath.Device, w io.Writer, o RecorderOptions) (*Recorder, error) {
+	c, err := NewCapture(w, o)
+	if err != nil {
+		return nil, err
+	}
+	r := c.Wrap(inner)
+	r.owns = true
 	return r, nil
 }
 
-func (r *Recorder) record(pkts [][]byte) {
-	now := r.opts.Now()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.err != nil {
-		return
+// CreateRecorder records inner's traffic to a new file at path (mode 0600).
+func CreateRecorder(inner datapath.Device, path string, o RecorderOptions) (*Recorder, error) {
+	c, err := CreateCapture(path, o)
+	if err != nil {
+		return nil, err
 	}
-	for _, p := range pkts {
-		ci := gopacket.CaptureInfo{Timestamp: now, CaptureLength: min(len(p), r.opts.Snaplen), Length: len(p)}
-		if err := r.w.WritePacket(ci, p[:ci.CaptureLength]); err != nil {
-			r.err = err
-			return
-		}
-	}
-	r.recorded.Add(uint64(len(pkts)))
+	r := c.Wrap(inner)
+	r.owns = true
+	return r, nil
 }
 
 // Read implements datapath.Device: it reads from the inner device and
 // records what it returns.
 func (r *Recorder) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 	n, err := r.inner.Read(bufs, sizes, offset)
-	if n > 0 {
-		var one [1][]byte
-		for i := range n {
-			one[0] = bufs[i][offset : offset+sizes[i]]
-			r.record(one[:])
-		}
+	for i := range n {
+		r.c.record(bufs[i][offset : offset+sizes[i]])
 	}
 	return n, err
 }
@@ -336,36 +496,30 @@ func (r *Recorder) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 // Write implements datapath.Device: it records the packets, then writes
 // them to the inner device.
 func (r *Recorder) Write(bufs [][]byte, offset int) (int, error) {
-	var one [1][]byte
 	for _, b := range bufs {
 		if offset <= len(b) {
-			one[0] = b[offset:]
-			r.record(one[:])
+			r.c.record(b[offset:])
 		}
 	}
 	return r.inner.Write(bufs, offset)
 }
 
+// Capture returns the capture r records in.
+func (r *Recorder) Capture() *Capture { return r.c }
+
+// Unwrap returns the device r records, for callers that look for its own
+// methods (a TUN's kernel counters).
+func (r *Recorder) Unwrap() datapath.Device { return r.inner }
+
 // Flush writes buffered records to the underlying writer.
-func (r *Recorder) Flush() error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.err != nil {
-		return r.err
-	}
-	return r.bw.Flush()
-}
+func (r *Recorder) Flush() error { return r.c.Flush() }
 
 // Recorded returns the number of packets written to the capture.
-func (r *Recorder) Recorded() uint64 { return r.recorded.Load() }
+func (r *Recorder) Recorded() uint64 { return r.c.recorded.Load() }
 
 // Err returns the first error writing the capture, after which recording
 // stopped (traffic still passes).
-func (r *Recorder) Err() error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.err
-}
+func (r *Recorder) Err() error { return r.c.Err() }
 
 // BatchSize implements datapath.Device.
 func (r *Recorder) BatchSize() int { return r.inner.BatchSize() }
@@ -373,23 +527,25 @@ func (r *Recorder) BatchSize() int { return r.inner.BatchSize() }
 // MTU implements datapath.Device.
 func (r *Recorder) MTU() int { return r.inner.MTU() }
 
-// Close implements datapath.Device: it closes the inner device, flushes
-// the capture and closes its writer when that is an io.Closer.
+// Stats implements datapath.StatsReporter with the inner device's
+// counters (zero when it keeps none).
+func (r *Recorder) Stats() datapath.DeviceStats {
+	if sr, ok := r.inner.(datapath.StatsReporter); ok {
+		return sr.Stats()
+	}
+	return datapath.DeviceStats{}
+}
+
+// Close implements datapath.Device: it closes the inner device and, when
+// r owns its capture, flushes and closes the capture.
 func (r *Recorder) Close() error {
 	err := r.inner.Close()
-	if ferr := r.Flush(); err == nil {
-		err = ferr
-	}
-	if r.closer != nil {
-		r.mu.Lock()
-		c := r.closer
-		r.closer = nil
-		r.mu.Unlock()
-		if c != nil {
-			if cerr := c.Close(); err == nil {
-				err = cerr
-			}
+	if r.owns {
+		if cerr := r.c.Close(); err == nil {
+			err = cerr
 		}
+	} else if ferr := r.c.Flush(); err == nil {
+		err = ferr
 	}
 	return err
 }

@@ -5,19 +5,22 @@ package tun
 import (
 	"errors"
 	"fmt"
-	"golang.org/x/sys/unix"
 	"io"
 	"net"
 	"net/netip"
 	"os"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/songgao/water"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"weir/datapath"
+	"weir/policy"
 )
 
 // Options configure Open. The zero value opens one queue of a TUN named by
@@ -36,7 +39,8 @@ type Options struct {
 	TxQueueLen int
 	// Addrs are assigned to the interface (e.g. 198.18.0.1/15).
 	Addrs []netip.Prefix
-	// Routes are routed through the interface.
+	// Routes are routed through the interface (weir run: VIPRoutes of its
+	// config); SyncRoutes changes them later.
 	Routes []netip.Prefix
 	// Down leaves the link down; by default Open sets it up.
 	Down bool
@@ -47,9 +51,50 @@ type Device struct {
 	ifce   *water.Interface
 	name   string
 	mtu    int
+	link   *link // shared by every queue of the interface
 	closed atomic.Bool
 
 	rxPackets, rxBytes, txPackets, txBytes, tooBig, txErrors atomic.Uint64
+}
+
+// link is the interface the queues share: a netlink socket opened in the
+// interface's network namespace at Open, so that routes and counters can be
+// read and changed later from any goroutine (a reload runs on a thread that
+// may be elsewhere), and closed with the last queue.
+type link struct {
+	mu    sync.Mutex // serialises requests on h
+	h     *netlink.Handle
+	index int
+	refs  atomic.Int32
+}
+
+func (l *link) release() {
+	if l.refs.Add(-1) == 0 {
+		l.mu.Lock()
+		l.h.Close()
+		l.mu.Unlock()
+	}
+}
+
+// MaxNameLen is the longest interface name Linux accepts (IFNAMSIZ - 1).
+const MaxNameLen = unix.IFNAMSIZ - 1
+
+// ValidName reports why the kernel would refuse or mangle name as an
+// interface name: it must be 1 to 15 bytes, not "." or "..", without '/',
+// ':' or white space. Open checks a non-empty Options.Name with it; weir run
+// checks --tun before it touches anything.
+func ValidName(name string) error {
+	switch {
+	case name == "":
+		return errors.New("tun: empty interface name")
+	case len(name) > MaxNameLen:
+		return fmt.Errorf("tun: interface name %q is %d bytes long; Linux allows at most %d", name, len(name), MaxNameLen)
+	case name == "." || name == "..":
+		return fmt.Errorf("tun: %q is not an interface name", name)
+	case strings.ContainsAny(name, "/: \t\n\r\v\f"):
+		return fmt.Errorf("tun: interface name %q contains '/', ':' or white space", name)
+	}
+	return nil
 }
 
 var (
@@ -70,6 +115,11 @@ func Open(o Options) ([]*Device, error) {
 	if o.TxQueueLen <= 0 {
 		o.TxQueueLen = 10000
 	}
+	if o.Name != "" {
+		if err := ValidName(o.Name); err != nil {
+			return nil, err
+		}
+	}
 	var devs []*Device
 	fail := func(err error) ([]*Device, error) {
 		for _, d := range devs {
@@ -88,30 +138,36 @@ func Open(o Options) ([]*Device, error) {
 		name = ifce.Name()
 		devs = append(devs, &Device{ifce: ifce, name: name, mtu: o.MTU})
 	}
-	if err := configure(name, o); err != nil {
-		return fail(err)
-	}
-	return devs, nil
-}
-
-// configure sets the link's MTU, txqueuelen, addresses, state and routes.
-func configure(name string, o Options) error {
 	// Only rtnetlink: a handle for every family would also open XFRM and
 	// netfilter sockets, which fail on kernels without those modules.
 	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
 	if err != nil {
-		return fmt.Errorf("tun: netlink: %w", err)
+		return fail(fmt.Errorf("tun: netlink: %w", err))
 	}
-	defer h.Close()
+	l := &link{h: h}
+	if l.index, err = configure(h, name, o); err != nil {
+		h.Close()
+		return fail(err)
+	}
+	l.refs.Store(int32(len(devs)))
+	for _, d := range devs {
+		d.link = l
+	}
+	return devs, nil
+}
+
+// configure sets the link's MTU, txqueuelen, addresses, state and routes,
+// and returns its index.
+func configure(h *netlink.Handle, name string, o Options) (int, error) {
 	link, err := h.LinkByName(name)
 	if err != nil {
-		return fmt.Errorf("tun: %s: %w", name, err)
+		return 0, fmt.Errorf("tun: %s: %w", name, err)
 	}
 	if err := h.LinkSetMTU(link, o.MTU); err != nil {
-		return fmt.Errorf("tun: %s: set MTU %d: %w", name, o.MTU, err)
+		return 0, fmt.Errorf("tun: %s: set MTU %d: %w", name, o.MTU, err)
 	}
 	if err := h.LinkSetTxQLen(link, o.TxQueueLen); err != nil {
-		return fmt.Errorf("tun: %s: set txqueuelen %d: %w", name, o.TxQueueLen, err)
+		return 0, fmt.Errorf("tun: %s: set txqueuelen %d: %w", name, o.TxQueueLen, err)
 	}
 	for _, p := range o.Addrs {
 		a := &netlink.Addr{IPNet: prefixNet(p)}
@@ -119,23 +175,103 @@ func configure(name string, o Options) error {
 			a.Flags = syscall.IFA_F_NODAD // usable at once, no duplicate detection on a point-to-point TUN
 		}
 		if err := h.AddrAdd(link, a); err != nil {
-			return fmt.Errorf("tun: %s: add address %v: %w", name, p, err)
+			return 0, fmt.Errorf("tun: %s: add address %v: %w", name, p, err)
 		}
 	}
+	index := link.Attrs().Index
 	if o.Down {
-		return nil
+		return index, nil
 	}
 	if err := h.LinkSetUp(link); err != nil {
-		return fmt.Errorf("tun: %s: set up: %w", name, err)
+		return 0, fmt.Errorf("tun: %s: set up: %w", name, err)
 	}
 	waitLocal(h, o.Addrs)
-	for _, p := range o.Routes {
-		r := &netlink.Route{LinkIndex: link.Attrs().Index, Dst: prefixNet(p.Masked())}
-		if err := h.RouteReplace(r); err != nil {
-			return fmt.Errorf("tun: %s: route %v: %w", name, p, err)
+	if err := syncRoutes(h, index, o.Routes); err != nil {
+		return 0, fmt.Errorf("tun: %s: %w", name, err)
+	}
+	return index, nil
+}
+
+// VIPRoutes are the host routes that send every VIP of cfg into the TUN:
+// one /32 or /128 per distinct VIP, in config order.
+func VIPRoutes(cfg *policy.Config) []netip.Prefix {
+	seen := map[netip.Addr]bool{}
+	var out []netip.Prefix
+	for _, vs := range cfg.Services {
+		for _, v := range vs.VIPs {
+			if v = v.Unmap(); !seen[v] {
+				seen[v] = true
+				out = append(out, netip.PrefixFrom(v, v.BitLen()))
+			}
 		}
 	}
+	return out
+}
+
+// SyncVIPs routes exactly the VIPs of cfg through the interface: weir run
+// calls it after each reload (Open routed those of the first config).
+func (d *Device) SyncVIPs(cfg *policy.Config) error { return d.SyncRoutes(VIPRoutes(cfg)) }
+
+// SyncRoutes makes the routes through the interface exactly want: it adds
+// the missing ones and removes the others, except the kernel's own routes
+// for the interface's addresses. Any queue of the interface may be asked;
+// it works from any goroutine (the netlink socket lives in the interface's
+// namespace) until the last queue is closed, and needs CAP_NET_ADMIN.
+func (d *Device) SyncRoutes(want []netip.Prefix) error {
+	l := d.link
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.refs.Load() <= 0 {
+		return os.ErrClosed
+	}
+	if err := syncRoutes(l.h, l.index, want); err != nil {
+		return fmt.Errorf("tun: %s: %w", d.name, err)
+	}
 	return nil
+}
+
+// rtProtKernel marks the routes the kernel adds for an interface's own
+// addresses (RTPROT_KERNEL); they are not ours to remove.
+const rtProtKernel = 2
+
+func syncRoutes(h *netlink.Handle, index int, want []netip.Prefix) error {
+	have := map[netip.Prefix]netlink.Route{}
+	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
+		rs, err := h.RouteList(&netlink.Device{LinkAttrs: netlink.LinkAttrs{Index: index}}, fam)
+		if err != nil {
+			return fmt.Errorf("list routes: %w", err)
+		}
+		for _, r := range rs {
+			if r.Dst == nil || r.Protocol == rtProtKernel {
+				continue
+			}
+			ones, _ := r.Dst.Mask.Size()
+			if a, ok := netip.AddrFromSlice(r.Dst.IP); ok {
+				have[netip.PrefixFrom(a.Unmap(), ones)] = r
+			}
+		}
+	}
+	var errs []error
+	wantSet := map[netip.Prefix]bool{}
+	for _, p := range want {
+		p = p.Masked()
+		wantSet[p] = true
+		if _, ok := have[p]; ok {
+			continue
+		}
+		r := netlink.Route{LinkIndex: index, Dst: prefixNet(p)}
+		if err := h.RouteReplace(&r); err != nil {
+			errs = append(errs, fmt.Errorf("route %v: %w", p, err))
+		}
+	}
+	for p, r := range have {
+		if !wantSet[p] {
+			if err := h.RouteDel(&r); err != nil {
+				errs = append(errs, fmt.Errorf("remove route %v: %w", p, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // rtnLocal is RTN_LOCAL, the route type of an address of this host.
@@ -240,7 +376,11 @@ func (d *Device) Close() error {
 	if d.closed.Swap(true) {
 		return nil
 	}
-	return d.ifce.Close()
+	err := d.ifce.Close()
+	if d.link != nil {
+		d.link.release()
+	}
+	return err
 }
 
 // Stats implements datapath.StatsReporter. DroppedTooBig counts packets
@@ -255,3 +395,45 @@ func (d *Device) Stats() datapath.DeviceStats {
 
 // WriteErrors returns the number of packets the kernel refused on write.
 func (d *Device) WriteErrors() uint64 { return d.txErrors.Load() }
+
+// Stats are the raw counters of one TUN queue and of its interface. The
+// kernel counts from the interface's side, the opposite of weir's: its
+// "transmit" is toward weir's reader, its "receive" what weir writes.
+type Stats struct {
+	// This queue's, as Device.Stats counts them.
+	datapath.DeviceStats
+	// WriteErrors counts packets of this queue the kernel refused on write
+	// (a malformed header).
+	WriteErrors uint64
+
+	// The interface's (every queue), from the kernel's link statistics.
+	// KernelTxDropped counts packets routed into the TUN that the kernel
+	// dropped before weir read them: its queue (TxQueueLen) was full, the
+	// reader too slow. KernelTxErrors counts those it failed to queue;
+	// KernelRxDropped and KernelRxErrors the packets weir wrote that the
+	// kernel dropped or refused (no route back, a bad header).
+	KernelRxErrors, KernelRxDropped, KernelTxErrors, KernelTxDropped uint64
+}
+
+// TUNStats returns d's counters and its interface's kernel counters. It
+// asks the kernel (a netlink request): call it from the control plane,
+// not per packet. After the last queue is closed the kernel part is zero
+// and the error os.ErrClosed.
+func (d *Device) TUNStats() (Stats, error) {
+	st := Stats{DeviceStats: d.Stats(), WriteErrors: d.txErrors.Load()}
+	l := d.link
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.refs.Load() <= 0 {
+		return st, os.ErrClosed
+	}
+	lk, err := l.h.LinkByIndex(l.index)
+	if err != nil {
+		return st, fmt.Errorf("tun: %s: %w", d.name, err)
+	}
+	if ks := lk.Attrs().Statistics; ks != nil {
+		st.KernelRxErrors, st.KernelRxDropped = ks.RxErrors, ks.RxDropped
+		st.KernelTxErrors, st.KernelTxDropped = ks.TxErrors, ks.TxDropped
+	}
+	return st, nil
+}

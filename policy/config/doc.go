@@ -96,6 +96,7 @@
 //	    rise: 2                # successes to mark up, 1..100, default 2
 //	    fall: 3                # failures to mark down, 1..100, default 3
 //	include: [zos-telnet.pa]   # Policy Agent files (a list or one name), relative to this file
+//	noServices: true           # say that no service is defined on purpose; default false
 //
 // LIMITS is the same mapping at each of the three levels; a zero or omitted
 // field is no limit at that level, and admission checks the service, then its
@@ -106,6 +107,14 @@
 //	maxConnections: 100        # concurrent connections; -1 or 0: no limit
 //	enforceConnections: true   # refuse at the limit; false: log only
 //	burstBytes: 64KiB          # optional token bucket refilled at maxBandwidth; needs maxBandwidth
+//
+// noServices exists for reloads: weir run refuses a reload that would remove
+// every service (a file caught empty or half-written, an editor's truncate)
+// unless the new file says `noServices: true`. The key is an error in a file
+// that defines services. An empty file still parses (weir check accepts it,
+// weir run starts on it); only the reload that would empty a running
+// appliance asks for the key. A Policy Agent file cannot carry it: include
+// the Policy Agent file from a YAML file that does.
 //
 // Whole-file checks: a VIP and port may belong to one service only (port
 // ranges overlapping on a shared VIP are an error); names are unique per

@@ -340,6 +340,12 @@ type include struct {
 
 func (p *yparser) top(root *yaml.Node) (includes []include) {
 	c := &p.b.cfg
+	var noServicesAt *yaml.Node
+	defer func() {
+		if c.NoServices && len(c.Services) > 0 {
+			p.errf(noServicesAt, "noServices: true, but the file defines %d services: remove the key or the services", len(c.Services))
+		}
+	}()
 	p.mapping(root, "config", []field{
 		{name: "instance", fn: func(_, v *yaml.Node) { p.instance(v) }},
 		{name: "classes", fn: func(k, v *yaml.Node) { p.seq(k, v, p.class) }},
@@ -352,6 +358,7 @@ func (p *yparser) top(root *yaml.Node) (includes []include) {
 			}
 		}},
 		{name: "balancer", fn: func(_, v *yaml.Node) { p.balancer(&c.Balancer, v) }},
+		{name: "noServices", fn: func(k, v *yaml.Node) { c.NoServices, _ = p.bool(k, v); noServicesAt = k }},
 		{name: "include", fn: func(k, v *yaml.Node) {
 			one := func(item *yaml.Node) {
 				if s, ok := p.str(k, item); ok {

@@ -199,6 +199,10 @@ func TestParseYAMLErrors(t *testing.T) {
 			`t.yaml:1:28: bandwidthBytes: unknown bandwidthBytes "headers" (want payload or wire)`},
 		{"zero minSegments", "monitor: {minSegments: 0}\n",
 			`t.yaml:1:24: minSegments: 0 is out of range 1..1073741824`},
+		{"noServices with services", "noServices: true\nservices:\n- {name: a, vips: [198.18.0.1], port: 80, targets: [{address: 198.18.1.1:80}]}\n",
+			`t.yaml:1:1: noServices: true, but the file defines 1 services: remove the key or the services`},
+		{"noServices not a bool", "noServices: yes please\n",
+			`t.yaml:1:13: noServices: want true or false, got "yes please"`},
 		{"zero interval", "monitor: {samplingInterval: 0s}\n",
 			`t.yaml:1:29: samplingInterval: must be more than 0`},
 		{"maxAttempts beyond the tried-set", "balancer: {maxAttempts: 17}\n",
@@ -372,5 +376,27 @@ func TestParseQoSOptions(t *testing.T) {
 	}
 	if c.Instance.BandwidthBytes != policy.CountPayload || c.Monitor.MinSegments != policy.DefaultMinSegments {
 		t.Errorf("defaults: bandwidthBytes %v minSegments %d", c.Instance.BandwidthBytes, c.Monitor.MinSegments)
+	}
+}
+
+// TestParseYAMLNoServices pins the key a file uses to say it has no
+// services on purpose: a reload refuses an empty config without it.
+func TestParseYAMLNoServices(t *testing.T) {
+	for _, tt := range []struct {
+		text string
+		want bool
+	}{
+		{"", false},
+		{"noServices: false\n", false},
+		{"noServices: true\n", true},
+		{"noServices: true\nbalancer: {refreshInterval: 1s}\n", true},
+	} {
+		cfg, err := noFiles.ParseYAML("t.yaml", []byte(tt.text))
+		if err != nil {
+			t.Fatalf("%q: %v", tt.text, err)
+		}
+		if cfg.NoServices != tt.want || len(cfg.Services) != 0 {
+			t.Errorf("%q: NoServices %v with %d services, want %v", tt.text, cfg.NoServices, len(cfg.Services), tt.want)
+		}
 	}
 }

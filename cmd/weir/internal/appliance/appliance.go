@@ -33,6 +33,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"weir/balancer"
+	"weir/cmd/weir/internal/metrics"
 	"weir/cmd/weir/internal/obs"
 	"weir/datapath"
 	"weir/netstack"
@@ -72,6 +73,9 @@ type Options struct {
 	Access *obs.AccessLog
 	// Registerer receives weir's metrics; nil means none are registered.
 	Registerer prometheus.Registerer
+	// LogDrops, when set, counts the main log's lines lost because its
+	// writer could not keep up (obs.Logs.Dropped), for /status and metrics.
+	LogDrops func() uint64
 
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
@@ -128,11 +132,6 @@ type Appliance struct {
 
 	stop chan struct{}
 	wg   sync.WaitGroup
-}
-
-type reloadError struct {
-	At  time.Time
-	Err string
 }
 
 // New builds the appliance: the stack, its NICs and forwarder, the admission
@@ -220,7 +219,7 @@ func New(opts Options) (*Appliance, error) {
 	}
 	a.fwd = netstack.NewForwarder(a.stack, fo)
 	if opts.Registerer != nil {
-		if err := opts.Registerer.Register(&collector{a: a}); err != nil {
+		if err := opts.Registerer.Register(metrics.NewCollector(a.Status)); err != nil {
 			a.Close()
 			return nil, fmt.Errorf("metrics: %w", err)
 		}

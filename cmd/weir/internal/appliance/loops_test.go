@@ -24,7 +24,7 @@ func TestMonitorOffReloadRestoresWeights(t *testing.T) {
 	}
 	l.App.SampleNow()
 	effective := func() (eff, base int) {
-		for _, tg := range l.App.StatusDoc().Services[0].Targets {
+		for _, tg := range l.App.Status().Services[0].Targets {
 			if tg.Name == "t2" {
 				return tg.Effective, tg.Weight
 			}

@@ -3,48 +3,81 @@ package appliance
 import (
 	"bytes"
 	"crypto/sha256"
+	"fmt"
+	"io"
 	"os"
 	"time"
 
 	"weir/policy"
+	"weir/policy/config"
 )
+
+// DefaultSettle is how long a config file must stay unchanged before a
+// reload takes it (Reloader.Settle).
+const DefaultSettle = 100 * time.Millisecond
+
+// settleTries bounds how many Settle intervals a reload waits for a file
+// that keeps changing before it gives up (and tries again next time).
+const settleTries = 10
 
 // Reloader reloads an appliance's configuration from a file: on demand
 // (SIGHUP) and, when the config's Balancer.RefreshInterval is set, whenever
-// the file's content changes. A file that fails to parse or validate is
-// rejected whole: it is logged, /status shows the error, and the running
-// configuration stays.
+// the file's content changes.
+//
+// A reload never swaps in a file caught while it is being written (an
+// editor or `cat > file` truncates, then writes):
+//   - it parses exactly the bytes it hashed, never a second read of the file;
+//   - it takes those bytes only when two reads Settle apart returned the same
+//     content and the file was last modified at least Settle before (two
+//     reads can both land between a truncate and its write);
+//   - it refuses a config that would remove every running service unless the
+//     file says `noServices: true`.
+//
+// A file refused for any of these reasons, or one that fails to parse or
+// validate, is rejected whole: it is logged, /status shows the error
+// (reloadError), and the running configuration stays.
 type Reloader struct {
 	App  *Appliance
 	Path string
-	// Load parses and compiles a config file (config.Load).
-	Load func(path string) (*policy.Config, error)
+	// Parse parses and compiles the content of the file named name
+	// (config.Parser.Parse).
+	Parse func(name string, data []byte) (*policy.Config, error)
 	// OnReload, when set, is called with each configuration swapped in
-	// (weir run routes new VIPs through its TUN).
+	// (weir run routes the new VIPs through its TUN).
 	OnReload func(*policy.Config)
+	// Settle is the interval between the two reads that must agree; zero
+	// means DefaultSettle.
+	Settle time.Duration
 
 	sum []byte // hash of the content last loaded (or rejected)
 }
 
 // NewReloader remembers the content of path as the one already running.
-func NewReloader(app *Appliance, path string, load func(string) (*policy.Config, error)) *Reloader {
-	r := &Reloader{App: app, Path: path, Load: load}
-	if b, err := os.ReadFile(path); err == nil {
-		s := sha256.Sum256(b)
-		r.sum = s[:]
+func NewReloader(app *Appliance, path string, parse func(string, []byte) (*policy.Config, error)) *Reloader {
+	r := &Reloader{App: app, Path: path, Parse: parse}
+	if b, _, err := readFile(path); err == nil {
+		r.sum = hash(b)
 	}
 	return r
 }
 
-// Reload loads the file and swaps it in, whatever its content.
+// Reload loads the file and swaps it in once its content has settled.
 func (r *Reloader) Reload() error {
-	b, err := os.ReadFile(r.Path)
-	if err == nil {
-		s := sha256.Sum256(b)
-		r.sum = s[:]
-	}
-	cfg, err := r.Load(r.Path)
+	data, err := r.readSettled()
 	if err != nil {
+		// Not remembered as seen: the next refresh tries again.
+		r.App.ReloadFailed(err)
+		return err
+	}
+	r.sum = hash(data)
+	cfg, err := r.Parse(r.Path, data)
+	if err != nil {
+		r.App.ReloadFailed(err)
+		return err
+	}
+	if n := len(r.App.Config().Services); n > 0 && len(cfg.Services) == 0 && !cfg.NoServices {
+		err := fmt.Errorf("%s defines no service: reloading it would remove all %d running; "+
+			"the file may be half-written, so the running config stays (write `noServices: true` to mean it)", r.Path, n)
 		r.App.ReloadFailed(err)
 		return err
 	}
@@ -57,15 +90,41 @@ func (r *Reloader) Reload() error {
 	return nil
 }
 
+// readSettled returns the file's content once two reads Settle apart agree.
+func (r *Reloader) readSettled() ([]byte, error) {
+	settle := r.Settle
+	if settle <= 0 {
+		settle = DefaultSettle
+	}
+	prev, _, err := readFile(r.Path)
+	if err != nil {
+		return nil, err
+	}
+	for range settleTries {
+		time.Sleep(settle)
+		cur, mtime, err := readFile(r.Path)
+		if err != nil {
+			return nil, err
+		}
+		// A modification time in the future (a skewed clock, touch -d)
+		// cannot say the file is quiet: content alone decides then.
+		age := time.Since(mtime)
+		if bytes.Equal(cur, prev) && (age >= settle || age < -time.Second) {
+			return cur, nil
+		}
+		prev = cur
+	}
+	return nil, fmt.Errorf("config: %s kept changing for %v: not reloaded (the running config stays)", r.Path, settleTries*settle)
+}
+
 // Changed reports whether the file's content differs from the last one
 // loaded or rejected.
 func (r *Reloader) Changed() bool {
-	b, err := os.ReadFile(r.Path)
+	b, _, err := readFile(r.Path)
 	if err != nil {
 		return false
 	}
-	s := sha256.Sum256(b)
-	return !bytes.Equal(s[:], r.sum)
+	return !bytes.Equal(hash(b), r.sum)
 }
 
 // Loop runs in its own goroutine until stop closes: it reloads on every
@@ -93,4 +152,31 @@ func (r *Reloader) Loop(hup <-chan struct{}, stop <-chan struct{}) {
 			}
 		}
 	}
+}
+
+func hash(b []byte) []byte {
+	s := sha256.Sum256(b)
+	return s[:]
+}
+
+// readFile reads a file of at most config.MaxFileSize bytes and returns it
+// with its modification time.
+func readFile(path string) ([]byte, time.Time, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("config: %w", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("config: %w", err)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, config.MaxFileSize+1))
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("config: %w", err)
+	}
+	if len(b) > config.MaxFileSize {
+		return nil, time.Time{}, fmt.Errorf("config: %s is larger than %d bytes", path, config.MaxFileSize)
+	}
+	return b, st.ModTime(), nil
 }

@@ -1,6 +1,8 @@
 package appliance_test
 
 import (
+	"context"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -8,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"weir/bench"
 	"weir/cmd/weir/internal/appliance"
 	"weir/cmd/weir/internal/lab"
 	"weir/internal/testutil"
@@ -26,68 +29,225 @@ balancer:
   refreshInterval: 20ms
 `
 
-// writeConfig replaces the file whole (a rename), the way an editor or a
-// config manager does: the reloader polls every 20 ms and must never read a
-// file half written.
 func writeConfig(t *testing.T, path, text string) {
 	t.Helper()
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(text), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func TestReloaderFollowsTheFile(t *testing.T) {
+func reloadLab(t *testing.T, text string) (*lab.Lab, string) {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "weir.yaml")
-	writeConfig(t, path, strings.Replace(reloadYAML, "%d", "1", 1))
+	writeConfig(t, path, text)
 	cfg, err := config.Load(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := newLab(t, cfg, lab.Options{})
-	r := appliance.NewReloader(l.App, path, config.Load)
+	return newLab(t, cfg, lab.Options{}), path
+}
+
+// startLoop runs r.Loop until the test ends.
+func startLoop(t *testing.T, r *appliance.Reloader) chan<- struct{} {
+	hup, stop := make(chan struct{}), make(chan struct{})
+	done := make(chan struct{})
+	go func() { r.Loop(hup, stop); close(done) }()
+	t.Cleanup(func() { close(stop); <-done })
+	return hup
+}
+
+func TestReloaderFollowsTheFile(t *testing.T) {
+	l, path := reloadLab(t, strings.Replace(reloadYAML, "%d", "1", 1))
+	r := appliance.NewReloader(l.App, path, config.Parser{}.Parse)
+	r.Settle = 20 * time.Millisecond
 	var swapped atomic.Int32
 	r.OnReload = func(*policy.Config) { swapped.Add(1) }
 	if r.Changed() {
 		t.Fatal("unchanged file reported changed")
 	}
+	hup := startLoop(t, r)
 
-	hup, stop := make(chan struct{}), make(chan struct{})
-	done := make(chan struct{})
-	go func() { r.Loop(hup, stop); close(done) }()
-	defer func() { close(stop); <-done }()
-
-	// A changed file is picked up by the refresh interval.
+	// A changed file is picked up by the refresh interval. os.WriteFile
+	// truncates, then writes: the reloader must never take the empty file
+	// in between, which would be one more generation and no service.
 	writeConfig(t, path, strings.Replace(reloadYAML, "%d", "7", 1))
-	testutil.Eventually(t, 5*time.Second, func() bool { return l.App.StatusDoc().Generation == 2 }, "the changed file reloaded (generation 2)")
+	testutil.Eventually(t, 5*time.Second, func() bool { return l.App.Status().Generation >= 2 }, "reload of the changed file")
+	if g := l.App.Status().Generation; g != 2 {
+		t.Fatalf("generation %d after one change, want 2", g)
+	}
 	if w := l.App.Config().Services[0].Targets[0].Weight; w != 7 {
 		t.Fatalf("weight after reload %d, want 7", w)
 	}
 	// A broken file is rejected whole: the old config stays, status says why.
 	writeConfig(t, path, "services: [{name: web, port: 0}]\n")
-	testutil.Eventually(t, 5*time.Second, func() bool { return l.App.StatusDoc().ReloadError != nil }, "the broken file rejected")
-	st := l.App.StatusDoc()
+	testutil.Eventually(t, 5*time.Second, func() bool { return l.App.Status().ReloadError != nil }, "broken file reported")
+	st := l.App.Status()
 	if st.Generation != 2 || !strings.Contains(st.ReloadError.Err, "weir.yaml:1:") {
 		t.Fatalf("after a broken file: generation %d, error %+v", st.Generation, st.ReloadError)
 	}
-	// A fixed file is picked up again and clears the error.
+	// SIGHUP reloads whatever the file holds (the refresh may see the
+	// change first: then SIGHUP reloads the same content once more).
 	writeConfig(t, path, strings.Replace(reloadYAML, "%d", "3", 1))
-	testutil.Eventually(t, 5*time.Second, func() bool { return l.App.StatusDoc().Generation == 3 }, "the fixed file reloaded (generation 3)")
-	if st := l.App.StatusDoc(); st.ReloadError != nil {
+	hup <- struct{}{}
+	testutil.Eventually(t, 5*time.Second, func() bool { return l.App.Status().Generation >= 3 }, "SIGHUP reload")
+	if w := l.App.Config().Services[0].Targets[0].Weight; w != 3 {
+		t.Fatalf("weight after SIGHUP %d, want 3", w)
+	}
+	if st := l.App.Status(); st.ReloadError != nil {
 		t.Errorf("reload error left after a good reload: %+v", st.ReloadError)
 	}
-	// SIGHUP reloads whatever the file holds, changed or not. (The file is
-	// unchanged here, so the refresh cannot be the one reloading it.)
-	hup <- struct{}{}
-	testutil.Eventually(t, 5*time.Second, func() bool { return l.App.StatusDoc().Generation == 4 }, "SIGHUP reloaded the unchanged file (generation 4)")
-	if w := l.App.Config().Services[0].Targets[0].Weight; w != 3 {
-		t.Errorf("weight after SIGHUP %d, want 3", w)
+	testutil.Eventually(t, 5*time.Second, func() bool { return swapped.Load() >= 2 }, "OnReload called %d times, want ≥ 2", swapped.Load())
+}
+
+// TestReloaderRefusesToRemoveEveryService: an empty file (or one whose
+// services are gone) is refused while services run, unless it says
+// noServices: true.
+func TestReloaderRefusesToRemoveEveryService(t *testing.T) {
+	l, path := reloadLab(t, strings.Replace(reloadYAML, "%d", "1", 1))
+	r := appliance.NewReloader(l.App, path, config.Parser{}.Parse)
+	r.Settle = time.Millisecond
+	for _, text := range []string{"", "# emptied\n", "balancer: {refreshInterval: 1s}\n"} {
+		writeConfig(t, path, text)
+		err := r.Reload()
+		if err == nil || !strings.Contains(err.Error(), "noServices: true") {
+			t.Fatalf("%q: reload error %v, want a refusal naming noServices", text, err)
+		}
+		st := l.App.Status()
+		if st.Generation != 1 || len(l.App.Config().Services) != 1 || st.ReloadError == nil || !strings.Contains(st.ReloadError.Err, "no service") {
+			t.Fatalf("%q: generation %d, %d services, reload error %+v", text, st.Generation, len(l.App.Config().Services), st.ReloadError)
+		}
 	}
-	testutil.Eventually(t, 5*time.Second, func() bool { return swapped.Load() == 3 }, "OnReload called for each of the 3 reloads")
-	if st := l.App.StatusDoc(); st.Generation != 4 {
-		t.Errorf("generation %d after one SIGHUP, want 4 (a reload too many?)", st.Generation)
+	writeConfig(t, path, "noServices: true\n")
+	if err := r.Reload(); err != nil {
+		t.Fatalf("noServices: true refused: %v", err)
+	}
+	if n := len(l.App.Config().Services); n != 0 || l.App.Status().Generation != 2 {
+		t.Fatalf("after noServices: true: %d services, generation %d", n, l.App.Status().Generation)
+	}
+	// From no services, an empty file removes nothing: it loads.
+	writeConfig(t, path, "")
+	if err := r.Reload(); err != nil {
+		t.Fatalf("empty file after an empty config: %v", err)
+	}
+}
+
+// TestReloaderWaitsForTheFileToSettle: a file that changes between two
+// reads is not taken; once it stops changing it is.
+func TestReloaderWaitsForTheFileToSettle(t *testing.T) {
+	l, path := reloadLab(t, strings.Replace(reloadYAML, "%d", "1", 1))
+	r := appliance.NewReloader(l.App, path, config.Parser{}.Parse)
+	r.Settle = 20 * time.Millisecond
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		// Replaced whole by rename: every read sees a complete file, but
+		// never the same one twice.
+		tmp := path + ".tmp"
+		for i := 2; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			writeConfig(t, tmp, strings.Replace(reloadYAML, "%d", "1", 1)+"#"+strings.Repeat("#", i%50)+"\n")
+			if err := os.Rename(tmp, path); err != nil {
+				t.Error(err)
+				return
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	err := r.Reload()
+	close(stop)
+	<-done
+	if err == nil || !strings.Contains(err.Error(), "kept changing") {
+		t.Fatalf("reload of a file changing every 2 ms: %v, want a refusal", err)
+	}
+	if g := l.App.Status().Generation; g != 1 {
+		t.Fatalf("generation %d after a refused reload", g)
+	}
+	if !r.Changed() {
+		t.Fatal("a refused unsettled file is remembered as seen: it would never be retried")
+	}
+	if err := r.Reload(); err != nil {
+		t.Fatalf("reload of the settled file: %v", err)
+	}
+	if g := l.App.Status().Generation; g != 2 {
+		t.Fatalf("generation %d after the settled reload, want 2", g)
+	}
+}
+
+// TestReloadSurvivesTruncateThenWrite is issue 13's probe: the config is
+// rewritten in place (truncate, pause, write in two chunks) in a loop while
+// refreshInterval: 1s reloads it and a client loop runs. Not one request
+// fails; the changed files are reloaded; the empty ones are refused.
+func TestReloadSurvivesTruncateThenWrite(t *testing.T) {
+	soak := 30 * time.Second
+	if testing.Short() {
+		soak = 8 * time.Second
+	}
+	text := func(w int) string {
+		return strings.Replace(strings.Replace(reloadYAML, "%d", string(rune('0'+w)), 1), "20ms", "1s", 1)
+	}
+	l, path := reloadLab(t, text(1))
+	r := appliance.NewReloader(l.App, path, config.Parser{}.Parse)
+	startLoop(t, r)
+
+	ctx, cancel := context.WithTimeout(context.Background(), soak)
+	defer cancel()
+	writes := make(chan int, 1)
+	go func() {
+		rng := rand.New(rand.NewPCG(1, 2))
+		n := 0
+		defer func() { writes <- n }()
+		for w := 2; ctx.Err() == nil; w = w%9 + 1 {
+			f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0o644)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			// Empty about half the time, often longer than Settle: a
+			// reload that took the empty file would take every VIP down,
+			// and one that waits for it to settle must still refuse it.
+			time.Sleep(time.Duration(rng.IntN(400)) * time.Millisecond)
+			b := []byte(text(w))
+			cut := rng.IntN(len(b))
+			f.Write(b[:cut])
+			time.Sleep(time.Duration(rng.IntN(20)) * time.Millisecond)
+			f.Write(b[cut:])
+			f.Close()
+			n++
+			// Mostly rewritten again soon; every fourth file stays long
+			// enough for a refresh tick to see it settled and load it.
+			if n%4 == 0 {
+				time.Sleep(1500 * time.Millisecond)
+			} else {
+				time.Sleep(time.Duration(100+rng.IntN(200)) * time.Millisecond)
+			}
+		}
+	}()
+	// Loads of a bounded number of requests, so that the end of the soak
+	// never cuts a request short.
+	var res bench.Result
+	for ctx.Err() == nil {
+		b := bench.Load{Dial: l.Dial, Addr: "198.19.0.80:80", Clients: 2, Requests: 100, Duration: time.Minute}.Run(context.Background())
+		res.Requests += b.Requests
+		res.OK += b.OK
+		res.Failed += b.Failed + b.Reset + b.Refused503
+		if len(res.Errors) < 5 {
+			res.Errors = append(res.Errors, b.Errors...)
+		}
+	}
+	n := <-writes
+	st := l.App.Status()
+	t.Logf("%v: %d rewrites, %d reloads, %d requests OK", soak, n, st.Generation-1, res.OK)
+	if res.OK == 0 || res.OK != res.Requests {
+		t.Fatalf("%d of %d requests OK during the rewrites (%d failed): %v", res.OK, res.Requests, res.Failed, res.Errors)
+	}
+	if len(l.App.Config().Services) != 1 {
+		t.Fatalf("running config has %d services", len(l.App.Config().Services))
+	}
+	if st.Generation < 3 {
+		t.Errorf("only %d reloads in %v of rewrites", st.Generation-1, soak)
 	}
 }
