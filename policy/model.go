@@ -28,6 +28,8 @@ const (
 	DefaultTimeoutThreshold = 50  // tenths of a percent: 5 %
 	DefaultTimeoutStep      = 50  // percent
 	DefaultTimeoutMax       = 100 // percent
+	// DefaultMinSegments is Monitor.MinSegments when unset.
+	DefaultMinSegments = 100
 )
 
 // DefaultMaxConnLevels are MaxConnWeightFr 50 65 80: the percentages of an
@@ -70,6 +72,43 @@ type Instance struct {
 	// RecomputeInterval is how often bandwidth is recomputed; zero means
 	// DefaultRecomputeInterval (100 ms). It must divide MetricInterval.
 	RecomputeInterval time.Duration
+	// BandwidthBytes chooses what the bandwidth limits count: the TCP
+	// payload of admitted connections (CountPayload, the zero value, what
+	// the Sun seed counts) or every byte on the wire of those connections,
+	// headers included (CountWire). Traffic of refused connections is never
+	// counted either way.
+	BandwidthBytes ByteCount
+}
+
+// ByteCount chooses which bytes the bandwidth limits count.
+type ByteCount uint8
+
+const (
+	// CountPayload counts TCP payload bytes (application bytes).
+	CountPayload ByteCount = iota
+	// CountWire counts whole IP packets, headers included.
+	CountWire
+)
+
+// String returns "payload" or "wire".
+func (b ByteCount) String() string {
+	switch b {
+	case CountPayload:
+		return "payload"
+	case CountWire:
+		return "wire"
+	}
+	return "bytecount(" + strconv.Itoa(int(b)) + ")"
+}
+
+// ParseByteCount parses a ByteCount's String form.
+func ParseByteCount(s string) (ByteCount, error) {
+	for b := CountPayload; b <= CountWire; b++ {
+		if b.String() == s {
+			return b, nil
+		}
+	}
+	return 0, fmt.Errorf("unknown bandwidthBytes %q (want payload or wire)", s)
 }
 
 // Class is a virtual-server class (Sun's term): a named group of virtual
@@ -311,6 +350,11 @@ type Monitor struct {
 	LossMax          int           // LossMaxWeightFr (%), default 95
 	TimeoutMax       int           // TimeoutMaxWeightFr (%), default 100
 	MaxConnLevels    [3]int        // MaxConnWeightFr (%), default 50 65 80
+	// MinSegments is the noise guard: the segments a target's loss and
+	// timeout ratios are judged over at least; a quieter target accumulates
+	// its counts over intervals until it has that many (see Explain).
+	// Zero means DefaultMinSegments (100).
+	MinSegments int
 }
 
 // Algorithm selects how the balancer spreads new connections.
@@ -419,6 +463,10 @@ func Compile(c *Config) (*Config, error) {
 	def(&m.TimeoutThreshold, DefaultTimeoutThreshold)
 	def(&m.TimeoutStep, DefaultTimeoutStep)
 	def(&m.TimeoutMax, DefaultTimeoutMax)
+	def(&m.MinSegments, DefaultMinSegments)
+	if m.MinSegments < 0 {
+		bad("monitor minSegments %d is negative", m.MinSegments)
+	}
 	if m.MaxConnLevels == ([3]int{}) {
 		m.MaxConnLevels = DefaultMaxConnLevels
 	}
