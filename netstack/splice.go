@@ -38,6 +38,14 @@ const (
 	fbExpired              // the first-byte timeout fired first
 )
 
+// StreamGap is the longest pause between two reads that still counts as
+// one stream of data: a sender with data waiting (a bulk transfer, even a
+// throttled one) delivers segment after segment with gaps well under it,
+// while an interactive session's keystrokes and an idle keep-alive leave
+// gaps far longer. 250 ms is above the inter-segment gap of a 50 Kbit/s
+// stream of full-size segments.
+const StreamGap = 250 * time.Millisecond
+
 // connEntry is one open, spliced connection in the forwarder's registry.
 type connEntry struct {
 	req    ConnRequest
@@ -49,6 +57,11 @@ type connEntry struct {
 	toTarget atomic.Uint64 // bytes read from the client and written to the target
 	toClient atomic.Uint64 // bytes read from the target and written to the client
 	lastIO   atomic.Int64  // unix nanoseconds of the last byte moved
+	// streamNs is a raw counter: the nanoseconds during which data kept
+	// moving, in either direction, with gaps shorter than StreamGap; the
+	// sampler reads it to tell a connection whose sender had data waiting
+	// from an idle one (see AggSample.Waiting).
+	streamNs atomic.Int64
 
 	closeOnce sync.Once
 	idle      atomic.Bool  // closed by the idle watchdog
@@ -224,7 +237,10 @@ func (f *Forwarder) copyHalf(c *connEntry, dst, src Leg, n *atomic.Uint64, first
 			if toClient && !c.fb.CompareAndSwap(fbWaiting, fbSpoke) && c.fb.Load() == fbExpired {
 				return
 			}
-			c.lastIO.Store(time.Now().UnixNano())
+			now := time.Now().UnixNano()
+			if gap := now - c.lastIO.Swap(now); gap >= 0 && gap < int64(StreamGap) {
+				c.streamNs.Add(gap)
+			}
 			nw, ew := dst.Write(buf[:nr])
 			n.Add(uint64(nw))
 			if ew != nil {

@@ -28,6 +28,8 @@ const (
 	DefaultTimeoutThreshold = 50  // tenths of a percent: 5 %
 	DefaultTimeoutStep      = 50  // percent
 	DefaultTimeoutMax       = 100 // percent
+	// DefaultMinSegments is Monitor.MinSegments when unset.
+	DefaultMinSegments = 100
 )
 
 // DefaultMaxConnLevels are MaxConnWeightFr 50 65 80: the percentages of an
@@ -74,6 +76,43 @@ type Instance struct {
 	// Timeouts are every virtual server's defaults; Compile fills each zero
 	// field with its Default… constant.
 	Timeouts Timeouts
+	// BandwidthBytes chooses what the bandwidth limits count: the TCP
+	// payload of admitted connections (CountPayload, the zero value, what
+	// the Sun seed counts) or every byte on the wire of those connections,
+	// headers included (CountWire). Traffic of refused connections is never
+	// counted either way.
+	BandwidthBytes ByteCount
+}
+
+// ByteCount chooses which bytes the bandwidth limits count.
+type ByteCount uint8
+
+const (
+	// CountPayload counts TCP payload bytes (application bytes).
+	CountPayload ByteCount = iota
+	// CountWire counts whole IP packets, headers included.
+	CountWire
+)
+
+// String returns "payload" or "wire".
+func (b ByteCount) String() string {
+	switch b {
+	case CountPayload:
+		return "payload"
+	case CountWire:
+		return "wire"
+	}
+	return "bytecount(" + strconv.Itoa(int(b)) + ")"
+}
+
+// ParseByteCount parses a ByteCount's String form.
+func ParseByteCount(s string) (ByteCount, error) {
+	for b := CountPayload; b <= CountWire; b++ {
+		if b.String() == s {
+			return b, nil
+		}
+	}
+	return 0, fmt.Errorf("unknown bandwidthBytes %q (want payload or wire)", s)
 }
 
 // Defaults of Timeouts, filled in by Compile.
@@ -381,6 +420,11 @@ type Monitor struct {
 	LossMax          int           // LossMaxWeightFr (%), default 95
 	TimeoutMax       int           // TimeoutMaxWeightFr (%), default 100
 	MaxConnLevels    [3]int        // MaxConnWeightFr (%), default 50 65 80
+	// MinSegments is the noise guard: the segments a target's loss and
+	// timeout ratios are judged over at least; a quieter target accumulates
+	// its counts over intervals until it has that many (see Explain).
+	// Zero means DefaultMinSegments (100).
+	MinSegments int
 }
 
 // Algorithm selects how the balancer spreads new connections.
@@ -493,6 +537,10 @@ func Compile(c *Config) (*Config, error) {
 	def(&m.TimeoutThreshold, DefaultTimeoutThreshold)
 	def(&m.TimeoutStep, DefaultTimeoutStep)
 	def(&m.TimeoutMax, DefaultTimeoutMax)
+	def(&m.MinSegments, DefaultMinSegments)
+	if m.MinSegments < 0 {
+		bad("monitor minSegments %d is negative", m.MinSegments)
+	}
 	if m.MaxConnLevels == ([3]int{}) {
 		m.MaxConnLevels = DefaultMaxConnLevels
 	}

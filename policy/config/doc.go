@@ -40,6 +40,7 @@
 //	  name: edge               # default "weir"
 //	  metricInterval: 30s      # bandwidth averaging window, default 30s, > 0
 //	  recomputeInterval: 100ms # default 100ms; must divide metricInterval
+//	  bandwidthBytes: payload  # what bandwidth limits count: payload (TCP payload, default) or wire (whole packets), of admitted connections only
 //	  limits: LIMITS
 //	  timeouts: TIMEOUTS       # every service's defaults
 //	classes:                   # Sun's virtual-server classes, in file order
@@ -84,6 +85,7 @@
 //	  lossMaxWeightFr: 95      # cap of the loss fraction, percent 1..100
 //	  timeoutMaxWeightFr: 100  # cap of the timeout fraction, percent 1..100
 //	  maxConnWeightFr: [50, 65, 80]     # percent of an action's maxConnections, ascending 1..100
+//	  minSegments: 100         # noise guard: ratios judged over at least this many segments, accumulated over quiet intervals; 1..2^30
 //	balancer:
 //	  algorithm: round-robin   # round-robin (default), least-conn or maglev
 //	  retryInterval: 60s       # how long a failed target stays down, default 60s, > 0

@@ -431,6 +431,9 @@ func (p *yparser) instance(v *yaml.Node) {
 	p.mapping(v, "instance", []field{
 		{name: "name", fn: func(k, v *yaml.Node) { in.Name, _ = p.str(k, v) }},
 		{name: "limits", fn: func(_, v *yaml.Node) { p.limits(&in.Limits, v) }},
+		{name: "bandwidthBytes", fn: func(k, v *yaml.Node) {
+			in.BandwidthBytes, _ = parse(p, k, v, "payload or wire", policy.ParseByteCount)
+		}},
 		{name: "metricInterval", fn: func(k, v *yaml.Node) {
 			d, ok := p.positive(k, v)
 			if ok {
@@ -689,6 +692,10 @@ func (p *yparser) monitor(m *policy.Monitor, v *yaml.Node) {
 		{name: "timeoutRatioAndWeightFr", fn: func(k, v *yaml.Node) { pair(k, v, &m.TimeoutThreshold, &m.TimeoutStep) }},
 		{name: "lossMaxWeightFr", fn: func(k, v *yaml.Node) { frac(k, v, &m.LossMax) }},
 		{name: "timeoutMaxWeightFr", fn: func(k, v *yaml.Node) { frac(k, v, &m.TimeoutMax) }},
+		{name: "minSegments", fn: func(k, v *yaml.Node) {
+			x, _ := p.int(k, v, 1, maxMinSegments)
+			m.MinSegments = int(x)
+		}},
 		{name: "maxConnWeightFr", fn: func(k, v *yaml.Node) {
 			x, ok := p.ints(k, v, 3, 1, maxFraction)
 			if !ok {

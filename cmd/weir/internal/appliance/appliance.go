@@ -398,6 +398,7 @@ func (a *Appliance) Reload(cfg *policy.Config) error {
 	a.reloadErr.Store(nil)
 	a.syncCheckers()
 	a.listen(cfg)
+	a.monitorOff(cfg)
 	a.counters.reloads.Add(1)
 	a.log.Info().Int64("generation", a.gen.Load()).Int("services", len(cfg.Services)).Msg("configuration reloaded")
 	return nil
@@ -516,7 +517,7 @@ func (a *Appliance) Admit(req *netstack.ConnRequest) (netstack.Decision, netstac
 	key := datapath.NewFlowKey(req.Client, req.VIP, datapath.ProtoTCP)
 	s.hash = key.Hash()
 	s.flow = a.engine.Flow(req.Client, req.VIP, datapath.ProtoTCP)
-	lease, err := b.PickExcept(now, s.hash, &s.tried)
+	lease, err := b.PickAction(now, s.hash, s.action(), &s.tried)
 	if err != nil {
 		s.ticket.Release()
 		return a.noTarget(vs, req, err, now), s
@@ -543,6 +544,15 @@ type session struct {
 	// counted is set while the session is in Appliance.open: from an
 	// admitted pick to End.
 	counted bool
+}
+
+// action is the policy action the datapath classified the connection into,
+// nil for none: the balancer picks on that service level's weights.
+func (s *session) action() *policy.Action {
+	if s.flow == nil {
+		return nil
+	}
+	return s.flow.Action
 }
 
 // accept answers with the session's lease and binds the datapath flow to
@@ -600,7 +610,7 @@ func (s *session) DialFailed(failed netstack.Decision, err error) netstack.Decis
 		e.Str("service", vs.Name).Str("target", name).Err(err).Msg("target connect failed; marked down for the retry interval")
 	})
 	if b := a.balancer(vs.Name); b != nil {
-		lease, perr := b.PickExcept(now, s.hash, &s.tried)
+		lease, perr := b.PickAction(now, s.hash, s.action(), &s.tried)
 		if perr == nil {
 			s.lease = lease
 			return s.accept()

@@ -141,7 +141,7 @@ func (a *Appliance) Status() api.Status {
 func targetStatus(t balancer.TargetStatus, e *policy.Explanation) api.Target {
 	out := api.Target{
 		Name: t.Name, Addr: t.Addr.String(), Role: t.Role.String(),
-		Weight: t.Weight, Effective: t.Effective, SlowStart: t.SlowStart,
+		Weight: t.Weight, Effective: t.Effective, Exact: t.Exact, ActionWeights: t.Levels, SlowStart: t.SlowStart,
 		Open: t.Open, Max: t.Max, Down: t.Down, DownUntil: t.DownUntil, HealthUp: t.HealthUp,
 		SkippedAtLimit: t.SkippedAtLimit, Picked: t.Picked, Failed: t.Failed,
 	}
@@ -155,6 +155,14 @@ func targetStatus(t balancer.TargetStatus, e *policy.Explanation) api.Target {
 			PerConnKbps: e.PerConnKbps, MinRateKbps: e.MinRateKbps, MeanRateKbps: e.MeanRateKbps,
 			ConnFraction: e.ConnFraction, MinRateFraction: e.MinRateFraction, ActionFraction: e.ActionFraction,
 			Fraction: e.Fraction, Winner: e.Winner.String(), BaseWeight: e.BaseWeight, Weight: e.Weight,
+			MinSegments: e.MinSegments, PendingSegments: e.PendingSegments, TimeoutsUnknown: e.TimeoutsUnknown,
+			DefaultWeight: e.DefaultWeight,
+		}
+		for _, l := range e.Levels {
+			out.Explanation.Levels = append(out.Explanation.Levels, api.ExplanationLevel{
+				Action: l.Action, Conns: l.Conns, ConnFraction: l.ConnFraction, MinRateFraction: l.MinRateFraction,
+				Fraction: l.Fraction, Weight: l.Weight,
+			})
 		}
 	}
 	return out
