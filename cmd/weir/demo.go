@@ -23,7 +23,8 @@ func newDemoCmd() *cobra.Command {
 		Long: "demo runs weir over in-memory transports with built-in HTTP backends and a built-in\n" +
 			"load generator, on the embedded demo config (weir demo --config-dump prints it). It\n" +
 			"shows, live: weighted distribution; a target reaching MaxConnections and being skipped;\n" +
-			"every target at its limit → 503 naming the limit; loss injected on one target's leg →\n" +
+			"every target at its limit → 503 naming the limit; loss injected on one target's leg, on\n" +
+			"uploads toward it (to_target) and on its responses to downloads (from_target) →\n" +
 			"its loss fraction rising and its weight falling, traffic moving away and coming back;\n" +
 			"ToS marks on egress. It ends with a summary table and exits 1 if a scenario failed.",
 		RunE: func(cmd *cobra.Command, args []string) error {
