@@ -162,7 +162,7 @@ func newTopology(t *testing.T) *topology {
 	if os.Getuid() != 0 {
 		t.Fatal("the in-VM scenario must run as root")
 	}
-	veth, ln := newVethListener(t, "wv", senderAddr, receiverAddr, receiverPort)
+	veth, ln, _ := newVethListener(t, "wv", senderAddr, receiverAddr, receiverPort)
 	t.Cleanup(func() { ln.Close() })
 	go discardLoop(ln)
 	return &topology{veth: veth}
@@ -171,8 +171,9 @@ func newTopology(t *testing.T) *topology {
 // newVethListener builds a veth pair prefix0 (here, address local) ↔
 // prefix1 (moved into a new namespace, address remote), one segment per
 // packet both ways, and listens on remote:port inside that namespace. It
-// returns the local end, where netem goes, and the listener.
-func newVethListener(t *testing.T, prefix string, local, remote netip.Prefix, port uint16) (netlink.Link, net.Listener) {
+// returns the local end, where netem goes, the listener and the far
+// namespace (closed when the test ends).
+func newVethListener(t *testing.T, prefix string, local, remote netip.Prefix, port uint16) (netlink.Link, net.Listener, *netns.NS) {
 	t.Helper()
 	la := netlink.NewLinkAttrs()
 	la.Name = prefix + "0"
@@ -228,7 +229,7 @@ func newVethListener(t *testing.T, prefix string, local, remote netip.Prefix, po
 	if err != nil {
 		t.Fatalf("namespace behind %s: %v", prefix+"1", err)
 	}
-	return veth, ln
+	return veth, ln, ns
 }
 
 // setNetem replaces the root qdisc of the sender's veth with netem dropping

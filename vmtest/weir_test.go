@@ -237,7 +237,7 @@ balancer:
 // namespace. It returns the local end, where netem goes.
 func newWeirTarget(t *testing.T, name, prefix string, local, remote netip.Prefix) *topology {
 	t.Helper()
-	veth, ln := newVethListener(t, prefix, local, remote, 8080)
+	veth, ln, _ := newVethListener(t, prefix, local, remote, 8080)
 	b := &bench.Backend{Name: name}
 	go b.Serve(ln)
 	t.Cleanup(func() { b.Close() })
