@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -21,6 +22,7 @@ import (
 	"weir/cmd/weir/internal/admin"
 	"weir/cmd/weir/internal/appliance"
 	"weir/cmd/weir/internal/obs"
+	"weir/cmd/weir/internal/ui"
 	"weir/datapath"
 	"weir/datapath/tun"
 	"weir/policy"
@@ -49,6 +51,7 @@ type runOptions struct {
 	user       string
 	capture    string
 	captureMax int64
+	history    int
 }
 
 func newRunCmd() *cobra.Command {
@@ -59,7 +62,7 @@ func newRunCmd() *cobra.Command {
 		Long: "run creates the TUN device, routes every VIP of the config through it, and serves the\n" +
 			"virtual servers: datapath → userspace TCP stack → admission (QoS limits) → balancer →\n" +
 			"splice to the targets. It runs the QoS sampler and the admin API (/status,\n" +
-			"/connections, /metrics, /healthz). SIGHUP reloads the config (also every\n" +
+			"/connections, /metrics, /healthz, /history and the status page /ui). SIGHUP reloads the config (also every\n" +
 			"balancer.refreshInterval when the file changed); SIGTERM or SIGINT stops accepting,\n" +
 			"drains open connections for up to --grace, and exits 0.\n\n" +
 			"Once the TUN, its routes and the listeners are set up, run keeps only CAP_NET_ADMIN\n" +
@@ -102,6 +105,8 @@ func newRunCmd() *cobra.Command {
 	f.StringVar(&o.readyFile, "ready-file", "", "write the admin address to `FILE` once serving (for scripts and tests)")
 	f.StringVar(&o.user, "user", "", "after setup, run as `USER` (a name or a numeric uid) with only CAP_NET_ADMIN")
 	f.StringVar(&o.capture, "capture", "", "record what the front NIC sees (both directions) to the pcap `FILE` (mode 0600; tcpdump -r, Wireshark)")
+	f.IntVar(&o.history, "history", ui.DefaultSamples, "`SAMPLES` (sampling intervals) kept per series for /history and the status page /ui; each target's series costs "+
+		strconv.Itoa(ui.TargetSampleBytes)+" bytes a sample")
 	o.captureMax = defaultCaptureMax
 	f.Var(byteSize{&o.captureMax}, "capture-max", "stop recording once the capture holds this many `BYTES` (suffixes kB, MB, GB, KiB, MiB, GiB)")
 	return cmd
@@ -124,6 +129,9 @@ func (o *runOptions) check(cmd *cobra.Command) error {
 	}
 	if o.grace < 0 {
 		return fmt.Errorf("--grace %v: want a duration ≥ 0", o.grace)
+	}
+	if o.history < 1 || o.history > 1<<20 {
+		return fmt.Errorf("--history %d: want 1..%d samples", o.history, 1<<20)
 	}
 	if o.captureMax < 1<<10 {
 		return fmt.Errorf("--capture-max %d: want at least 1KiB", o.captureMax)
@@ -241,6 +249,8 @@ func runAppliance(ctx context.Context, stdout, stderr io.Writer, o runOptions) e
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	var app *appliance.Appliance
 	src := &lateSource{}
+	rec := ui.NewRecorder(o.history)
+	o.admin.History = rec.History
 	srv, err := admin.Listen(o.admin, src, reg)
 	if err != nil {
 		return err
@@ -271,6 +281,7 @@ func runAppliance(ctx context.Context, stdout, stderr io.Writer, o runOptions) e
 		Config: cfg, Source: o.config,
 		Front: fronts[0], FrontQueues: fronts[1:],
 		Log: &log, Access: access, Registerer: reg, LogDrops: logs.Dropped,
+		OnSample: rec.Record,
 	})
 	if err != nil {
 		for _, d := range fronts {

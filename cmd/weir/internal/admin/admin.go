@@ -1,5 +1,6 @@
 // Package admin is weir's admin HTTP API: /status, /connections, /metrics,
-// /healthz and, behind a flag, /debug/pprof. It serves what its Source returns
+// /healthz, the status page (/ui) and its /history when a history is kept,
+// and, behind a flag, /debug/pprof. It serves what its Source returns
 // and knows nothing of the datapath: the appliance wiring owns the data.
 //
 // The server binds 127.0.0.1:9090 by default and refuses a non-loopback
@@ -23,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"weir/cmd/weir/api"
+	"weir/cmd/weir/internal/ui"
 )
 
 // DefaultAddr is where the admin API listens when Options.Addr is empty.
@@ -39,6 +41,10 @@ type Options struct {
 	Token string
 	// Pprof mounts net/http/pprof under /debug/pprof/.
 	Pprof bool
+	// History, when set, serves the recent past as JSON at /history and
+	// the status page that draws it at /ui (package ui), behind the same
+	// token as the rest. It is called per request (ui.Recorder.History).
+	History func() api.History
 }
 
 // Source provides the data the endpoints serve. Each method is called per
@@ -87,6 +93,12 @@ func Handler(opts Options, src Source, g prometheus.Gatherer) http.Handler {
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, src.Status()) })
 	mux.HandleFunc("GET /connections", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, src.Connections()) })
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
+	if opts.History != nil {
+		mux.HandleFunc("GET /history", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, opts.History()) })
+		page := ui.Handler(opts.History)
+		mux.Handle("GET /ui", page)
+		mux.Handle("GET /ui/", page)
+	}
 	if opts.Pprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)

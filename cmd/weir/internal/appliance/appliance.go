@@ -33,6 +33,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"weir/balancer"
+	"weir/cmd/weir/api"
 	"weir/cmd/weir/internal/metrics"
 	"weir/cmd/weir/internal/obs"
 	"weir/datapath"
@@ -76,6 +77,10 @@ type Options struct {
 	// LogDrops, when set, counts the main log's lines lost because its
 	// writer could not keep up (obs.Logs.Dropped), for /status and metrics.
 	LogDrops func() uint64
+	// OnSample, when set, is called with the status after every sampling
+	// step of the sampling loop (a ui.Recorder's Record: the history the
+	// status page draws). It runs in the sampling loop's goroutine.
+	OnSample func(api.Status)
 
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
