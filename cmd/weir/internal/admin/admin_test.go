@@ -123,3 +123,32 @@ func TestListenAddressInUse(t *testing.T) {
 		t.Fatalf("second listen: %v, want an address-in-use error naming --admin", err)
 	}
 }
+
+// TestHistoryAndPage: with a history, /history and the status page are
+// served behind the same token as the rest; without one they are absent.
+func TestHistoryAndPage(t *testing.T) {
+	hist := func() api.History {
+		return api.History{Capacity: 9, Targets: []api.TargetSeries{{Service: "web", Target: "t1", At: []int64{1000}, Weight: []int{4}, Effective: []int{2}}}}
+	}
+	base := serve(t, Options{Token: "s3cret", History: hist}, fakeSource{})
+	for _, tc := range []struct{ path, want string }{
+		{"/history", `"capacity": 9`},
+		{"/ui", `id="weight-web-t1"`},
+		{"/ui/charts", `data-series="effective"`},
+		{"/ui/ui.js", "fetch("},
+		{"/ui/ui.css", "figure.chart"},
+	} {
+		if code, _ := get(t, base+tc.path, ""); code != 401 {
+			t.Errorf("GET %s without the token: %d, want 401", tc.path, code)
+		}
+		if code, body := get(t, base+tc.path, "s3cret"); code != 200 || !strings.Contains(body, tc.want) {
+			t.Errorf("GET %s = %d, want 200 containing %q:\n%.300s", tc.path, code, tc.want, body)
+		}
+	}
+	plain := serve(t, Options{}, fakeSource{})
+	for _, p := range []string{"/history", "/ui"} {
+		if code, _ := get(t, plain+p, ""); code != 404 {
+			t.Errorf("GET %s without a history: %d, want 404", p, code)
+		}
+	}
+}

@@ -325,7 +325,7 @@ func nice(v float64) float64 {
 	for p*10 <= v {
 		p *= 10
 	}
-	for p > v*10 {
+	for p > v {
 		p /= 10
 	}
 	for _, m := range []float64{1, 2, 5, 10} {
