@@ -69,7 +69,7 @@ func Handler(hist func() api.History) http.Handler {
 
 // Chart geometry, in SVG user units.
 const (
-	chartW, chartH = 360, 130
+	chartW, chartH = 330, 130
 	padL, padR     = 44, 8
 	padT, padB     = 8, 18
 )
