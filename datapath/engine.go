@@ -325,7 +325,7 @@ func (p *Port) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 				}
 				sizes[w] = copy(bufs[w][offset:], b)
 			}
-			run.add(row, target, pk.Len)
+			run.add(row, target, pk.Len, PayloadLen(b, &pk))
 			w++
 		}
 		run.flush()
@@ -455,7 +455,7 @@ func (p *Port) Write(bufs [][]byte, offset int) (int, error) {
 			if run.shard < 0 {
 				run.shard = p.shard
 			}
-			run.add(st.noRow, NoTarget, pk.Len)
+			run.add(st.noRow, NoTarget, pk.Len, 0)
 			continue
 		}
 		k := last.next()
@@ -467,7 +467,7 @@ func (p *Port) Write(bufs [][]byte, offset int) (int, error) {
 			}
 			last.set(p.flow(st, k, h, now, &e.stats[run.shard&(e.nstats-1)]))
 		}
-		run.add(last.v.row, last.v.target, pk.Len)
+		run.add(last.v.row, last.v.target, pk.Len, PayloadLen(b, &pk))
 		if last.v.setTOS && SetTOS(b, last.v.tos) {
 			marked++
 		}

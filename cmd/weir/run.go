@@ -181,7 +181,7 @@ func readToken(path string) (string, error) {
 // preflight reports, before anything is created, what would stop weir run,
 // each with what to do about it.
 func preflight() error {
-	if os.Geteuid() != 0 {
+	if os.Geteuid() != 0 && !haveNetAdmin() {
 		return errors.New("weir run needs root (CAP_NET_ADMIN) to create its TUN device: run it with sudo " +
 			"(--user drops to another user once it is set up).\nTo see weir work without root, run `weir demo`")
 	}

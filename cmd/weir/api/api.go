@@ -81,14 +81,19 @@ type Service struct {
 
 // Target is one target's balancer state and its last weight explanation.
 type Target struct {
-	Name      string  `json:"name"`
-	Addr      string  `json:"addr"`
-	Role      string  `json:"role"`       // "primary" or "backup"
-	Weight    int     `json:"weight"`     // WLM weight from the configuration
-	Effective int     `json:"effective"`  // weight after the QoS fraction
-	SlowStart float64 `json:"slow_start"` // slow-start factor in (0, 1]; 1 at full weight
-	Open      int64   `json:"open"`       // open connections
-	Max       int64   `json:"max"`        // maxConnections; ≤ 0: no limit
+	Name      string `json:"name"`
+	Addr      string `json:"addr"`
+	Role      string `json:"role"`      // "primary" or "backup"
+	Weight    int    `json:"weight"`    // WLM weight from the configuration
+	Effective int    `json:"effective"` // weight after the QoS fraction, rounded down (at least 1 while the fraction is below 100 %)
+	// Exact is the default level's weight the balancer balances on,
+	// unrounded (weight 1 at 25 % is 0.75); ActionWeights the same per
+	// policy action with weights of its own.
+	Exact         float64            `json:"exact"`
+	ActionWeights map[string]float64 `json:"action_weights,omitempty"`
+	SlowStart     float64            `json:"slow_start"` // slow-start factor in (0, 1]; 1 at full weight
+	Open          int64              `json:"open"`       // open connections
+	Max           int64              `json:"max"`        // maxConnections; ≤ 0: no limit
 	// Down is set while a failed connect keeps the target out, until
 	// DownUntil.
 	Down      bool      `json:"down"`
@@ -118,7 +123,15 @@ type Explanation struct {
 	TimeoutRatio    int  `json:"timeout_ratio"`
 	LossFraction    int  `json:"loss_fraction"`
 	TimeoutFraction int  `json:"timeout_fraction"`
-	Held            bool `json:"held"`        // the noise guard kept the previous loss and timeout fractions
+	Held            bool `json:"held"` // the noise guard kept the previous loss and timeout fractions
+	// MinSegments is the noise guard; PendingSegments the segments carried
+	// to the next interval while held (fewer than MinSegments so far).
+	MinSegments     int    `json:"min_segments"`
+	PendingSegments uint64 `json:"pending_segments"`
+	// TimeoutsUnknown: some connections could not count their RTO expiries
+	// (a host leg on a kernel before 6.7); Timeouts is a lower bound and
+	// the timeout fraction is the last judged one, not 0 %.
+	TimeoutsUnknown bool `json:"timeouts_unknown,omitempty"`
 	Constrained     bool `json:"constrained"` // active connections reached 90 % of maxConnections
 	DefaultFraction int  `json:"default_fraction"`
 
@@ -133,10 +146,26 @@ type Explanation struct {
 	MinRateFraction int    `json:"min_rate_fraction"`
 	ActionFraction  int    `json:"action_fraction"`
 
-	Fraction   int    `json:"fraction"`
-	Winner     string `json:"winner"` // which part set Fraction: "loss", "maxconn", "minrate", …
-	BaseWeight int    `json:"base_weight"`
-	Weight     int    `json:"weight"`
+	// Levels holds one service level per policy action with connections to
+	// the target: its new connections are balanced on its weight.
+	Levels []ExplanationLevel `json:"action_levels,omitempty"`
+
+	Fraction      int    `json:"fraction"` // the largest of the levels'
+	Winner        string `json:"winner"`   // which part set Fraction: "loss", "maxconn", "minrate", …
+	BaseWeight    int    `json:"base_weight"`
+	Weight        int    `json:"weight"`         // at Fraction
+	DefaultWeight int    `json:"default_weight"` // at DefaultFraction: connections under no action
+}
+
+// ExplanationLevel is one policy action's service level at a target
+// (policy.Level on the wire).
+type ExplanationLevel struct {
+	Action          string `json:"action"`
+	Conns           int64  `json:"conns"`
+	ConnFraction    int    `json:"conn_fraction"`
+	MinRateFraction int    `json:"min_rate_fraction"`
+	Fraction        int    `json:"fraction"` // max(conn, minrate, default)
+	Weight          int    `json:"weight"`
 }
 
 // Refusal counts the connections one limit refused. Level is a QoS level
@@ -185,12 +214,15 @@ type Stack struct {
 	TCPRetransmits  uint64 `json:"tcp_retransmits"`
 	TCPTimeouts     uint64 `json:"tcp_timeouts"` // retransmission timeouts (RTO expiries)
 	TCPResetsSent   uint64 `json:"tcp_resets_sent"`
-	// SYNsDroppedInFlight counts SYNs dropped because the forwarder's
-	// maximum of pending handshakes was reached.
+	// SYNsDroppedInFlight counts SYNs dropped for want of room: a VIP's
+	// listener with a full accept queue, or, for services without
+	// listeners, the in-flight bounds (per VIP, and 1024 in all).
 	SYNsDroppedInFlight  uint64 `json:"syns_dropped_in_flight"`
 	UDPNoSocket          uint64 `json:"udp_no_socket"`          // UDP datagrams to no socket (answered with ICMP port unreachable)
 	ICMPUnreachablesSent uint64 `json:"icmp_unreachables_sent"` // ICMPv4 and ICMPv6 destination-unreachable messages
 	IPMalformed          uint64 `json:"ip_malformed"`           // IP packets the stack dropped as malformed
+	TCPChecksumErrors    uint64 `json:"tcp_checksum_errors"`    // TCP segments dropped for a bad checksum
+	IPFragmentsRefused   uint64 `json:"ip_fragments_refused"`   // fragments reassembly refused (overlapping, conflicting, past 64 KiB)
 }
 
 // Forwarder is the TCP forwarder's counters: what happened to SYNs and
@@ -208,6 +240,15 @@ type Forwarder struct {
 	// NoSession counts admitted SYNs the appliance returned no session for,
 	// refused with RST: a weir bug.
 	NoSession uint64 `json:"no_session"`
+	// SYN cookies: sent when a VIP's backlog of half-open handshakes is
+	// full, valid when a client completed a handshake from one, invalid
+	// for an ACK that carried none.
+	SYNCookiesSent    uint64 `json:"syn_cookies_sent"`
+	SYNCookiesValid   uint64 `json:"syn_cookies_valid"`
+	SYNCookiesInvalid uint64 `json:"syn_cookies_invalid"`
+	Listeners         int    `json:"listeners"`        // VIP and port pairs with a listener now
+	TargetTimedOut    uint64 `json:"target_timed_out"` // targets silent past the first-byte timeout (marked down)
+	Panics            uint64 `json:"panics"`           // panics recovered in connection goroutines
 }
 
 // NIC is one interface of the stack and the transport below it.

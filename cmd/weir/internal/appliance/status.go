@@ -81,6 +81,9 @@ func (a *Appliance) Status() api.Status {
 	raw := a.RawStats()
 	st.Datapath = datapathStatus(raw.Datapath, raw.Flows)
 	st.Stack = stackStatus(raw.Stack)
+	// Every SYN dropped for want of room, listeners' included (the stack's
+	// own counter is only the tcp.Forwarder path's global bound).
+	st.Stack.SYNsDroppedInFlight = raw.Forwarder.DroppedInFlight
 	st.Forwarder = forwarderStatus(raw.Forwarder)
 	st.Control.DroppedEvents = raw.AdmissionEventsDropped
 	if a.opts.LogDrops != nil {
@@ -138,7 +141,7 @@ func (a *Appliance) Status() api.Status {
 func targetStatus(t balancer.TargetStatus, e *policy.Explanation) api.Target {
 	out := api.Target{
 		Name: t.Name, Addr: t.Addr.String(), Role: t.Role.String(),
-		Weight: t.Weight, Effective: t.Effective, SlowStart: t.SlowStart,
+		Weight: t.Weight, Effective: t.Effective, Exact: t.Exact, ActionWeights: t.Levels, SlowStart: t.SlowStart,
 		Open: t.Open, Max: t.Max, Down: t.Down, DownUntil: t.DownUntil, HealthUp: t.HealthUp,
 		SkippedAtLimit: t.SkippedAtLimit, Picked: t.Picked, Failed: t.Failed,
 	}
@@ -152,6 +155,14 @@ func targetStatus(t balancer.TargetStatus, e *policy.Explanation) api.Target {
 			PerConnKbps: e.PerConnKbps, MinRateKbps: e.MinRateKbps, MeanRateKbps: e.MeanRateKbps,
 			ConnFraction: e.ConnFraction, MinRateFraction: e.MinRateFraction, ActionFraction: e.ActionFraction,
 			Fraction: e.Fraction, Winner: e.Winner.String(), BaseWeight: e.BaseWeight, Weight: e.Weight,
+			MinSegments: e.MinSegments, PendingSegments: e.PendingSegments, TimeoutsUnknown: e.TimeoutsUnknown,
+			DefaultWeight: e.DefaultWeight,
+		}
+		for _, l := range e.Levels {
+			out.Explanation.Levels = append(out.Explanation.Levels, api.ExplanationLevel{
+				Action: l.Action, Conns: l.Conns, ConnFraction: l.ConnFraction, MinRateFraction: l.MinRateFraction,
+				Fraction: l.Fraction, Weight: l.Weight,
+			})
 		}
 	}
 	return out
@@ -173,6 +184,7 @@ func stackStatus(s netstack.StackStats) api.Stack {
 		TCPSegmentsSent: s.TCPSegmentsSent, TCPRetransmits: s.TCPRetransmits, TCPTimeouts: s.TCPTimeouts,
 		TCPResetsSent: s.TCPResetsSent, SYNsDroppedInFlight: s.TCPForwardDropFull, UDPNoSocket: s.UDPUnknownPort,
 		ICMPUnreachablesSent: s.ICMPUnreachablesSent, IPMalformed: s.IPMalformed,
+		TCPChecksumErrors: s.TCPChecksumErrors, IPFragmentsRefused: s.IPFragmentsRefused,
 	}
 }
 
@@ -181,6 +193,8 @@ func forwarderStatus(s netstack.ForwarderStats) api.Forwarder {
 		Accepted: s.Accepted, Pending: s.Pending, NoService: s.NoService, RefusedClosed: s.RefusedClosed,
 		HandshakeTimedOut: s.HandshakeTimedOut, HandshakeFailed: s.HandshakeFailed,
 		IdleClosed: s.IdleClosed, TimeWaitReopened: s.TimeWaitReopened, Aborted: s.Aborted, NoSession: s.NoSession,
+		SYNCookiesSent: s.SYNCookiesSent, SYNCookiesValid: s.SYNCookiesValid, SYNCookiesInvalid: s.SYNCookiesInvalid,
+		Listeners: s.Listeners, TargetTimedOut: s.TargetTimedOut, Panics: s.Panics,
 	}
 }
 

@@ -21,6 +21,7 @@ var notMetrics = map[string]string{
 	"DialFailures":               "the sum of weir_target_connect_failures_total",
 	"Services.Refused":           "weir_refusals_total{level=balancer,limit=targets}",
 	"Services.Targets.SlowStart": "already in weir_target_weight{kind=effective}",
+	"Services.Targets.Exact":     "the unrounded effective weight: weir_target_weight{kind=effective} and weir_target_fraction_percent give it",
 	"Levels.EnforceConnections":  "configuration, shown by weir status",
 	"Levels.EnforceBandwidth":    "configuration, shown by weir status",
 	"Services.Targets.Down":      "weir_target_up",
