@@ -3,8 +3,8 @@ package demo
 import (
 	"context"
 	"encoding/json"
-	"net/http"
 	"errors"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
