@@ -351,7 +351,7 @@ func (a *Appliance) checkDial(ctx context.Context, network, address string) (net
 	}
 	for _, vs := range a.cfg.Load().Services {
 		for _, t := range vs.Targets {
-			if t.Addr == ap && t.Via == policy.DialNetstack {
+			if t.DialAddr(ap.Port()) == ap && t.Via == policy.DialNetstack {
 				return a.stack.DialTCP(ctx, netip.AddrPort{}, ap)
 			}
 		}
@@ -563,7 +563,7 @@ func (s *session) action() *policy.Action {
 // accept answers with the session's lease and binds the datapath flow to
 // the lease's target.
 func (s *session) accept() netstack.Decision {
-	d := netstack.Decision{Verdict: netstack.Accept, Target: s.lease.Target()}
+	d := netstack.Decision{Verdict: netstack.Accept, Target: keepPort(s.lease.Target(), s.req.VIP.Port())}
 	if f := s.flow; f != nil {
 		d.Action = f.Action
 		// The target's index in the meters' config: -1 when the lease
