@@ -37,7 +37,8 @@ type Options struct {
 	// is not a loopback address requires Token.
 	Addr string
 	// Token, when set, is required as "Authorization: Bearer <Token>" on
-	// every endpoint except /healthz.
+	// every endpoint except /healthz (and /ui/login, where a browser
+	// gives it once for a cookie that stands for the header).
 	Token string
 	// Pprof mounts net/http/pprof under /debug/pprof/.
 	Pprof bool
@@ -116,9 +117,34 @@ func Handler(opts Options, src Source, g prometheus.Gatherer) http.Handler {
 		}
 		fmt.Fprintln(w, "ok")
 	})
+	if opts.History != nil && opts.Token != "" {
+		// A browser cannot send the bearer header: it signs in once, and
+		// a cookie carrying the token stands for the header.
+		root.HandleFunc("GET /ui/login", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/html; charset=utf-8")
+			fmt.Fprint(w, loginPage)
+		})
+		root.HandleFunc("POST /ui/login", func(w http.ResponseWriter, r *http.Request) {
+			if subtle.ConstantTimeCompare([]byte(r.PostFormValue("token")), []byte(opts.Token)) != 1 {
+				http.Error(w, "wrong token", http.StatusUnauthorized)
+				return
+			}
+			http.SetCookie(w, &http.Cookie{Name: tokenCookie, Value: opts.Token, Path: "/",
+				HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+			http.Redirect(w, r, "/ui", http.StatusSeeOther)
+		})
+	}
 	root.Handle("/", authed)
 	return root
 }
+
+// tokenCookie carries the token for a browser that signed in at /ui/login.
+const tokenCookie = "weir_admin_token"
+
+const loginPage = `<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>weir: sign in</title></head>
+<body><form method="post" action="/ui/login"><label>admin token <input type="password" name="token" autofocus></label>
+<button type="submit">open the status page</button></form></body></html>
+`
 
 func requireToken(token string, next http.Handler) http.Handler {
 	if token == "" {
@@ -127,6 +153,9 @@ func requireToken(token string, next http.Handler) http.Handler {
 	want := []byte("Bearer " + token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got := []byte(r.Header.Get("Authorization"))
+		if c, err := r.Cookie(tokenCookie); err == nil && len(got) == 0 {
+			got = []byte("Bearer " + c.Value)
+		}
 		if subtle.ConstantTimeCompare(got, want) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="weir"`)
 			http.Error(w, "unauthorized", http.StatusUnauthorized)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -149,6 +150,47 @@ func TestHistoryAndPage(t *testing.T) {
 	for _, p := range []string{"/history", "/ui"} {
 		if code, _ := get(t, plain+p, ""); code != 404 {
 			t.Errorf("GET %s without a history: %d, want 404", p, code)
+		}
+	}
+}
+
+// TestPageLogin: a browser signs in with the token at /ui/login and its
+// cookie then opens the page; a wrong token gets no cookie.
+func TestPageLogin(t *testing.T) {
+	base := serve(t, Options{Token: "s3cret", History: func() api.History { return api.History{} }}, fakeSource{})
+	if code, body := get(t, base+"/ui/login", ""); code != 200 || !strings.Contains(body, `name="token"`) {
+		t.Fatalf("login page: %d %q", code, body)
+	}
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := noRedirect.PostForm(base+"/ui/login", url.Values{"token": {"wrong"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 401 || len(resp.Cookies()) != 0 {
+		t.Errorf("wrong token: %d, cookies %v", resp.StatusCode, resp.Cookies())
+	}
+	resp, err = noRedirect.PostForm(base+"/ui/login", url.Values{"token": {"s3cret"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusSeeOther || len(resp.Cookies()) != 1 || !resp.Cookies()[0].HttpOnly {
+		t.Fatalf("sign in: %d, cookies %v", resp.StatusCode, resp.Cookies())
+	}
+	for _, c := range []struct {
+		value string
+		code  int
+	}{{"s3cret", 200}, {"wrong", 401}} {
+		req, _ := http.NewRequest("GET", base+"/ui", nil)
+		req.AddCookie(&http.Cookie{Name: tokenCookie, Value: c.value})
+		r, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Body.Close()
+		if r.StatusCode != c.code {
+			t.Errorf("cookie %q: %d, want %d", c.value, r.StatusCode, c.code)
 		}
 	}
 }
