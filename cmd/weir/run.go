@@ -130,8 +130,8 @@ func (o *runOptions) check(cmd *cobra.Command) error {
 	if o.grace < 0 {
 		return fmt.Errorf("--grace %v: want a duration ≥ 0", o.grace)
 	}
-	if o.history < 1 || o.history > 1<<20 {
-		return fmt.Errorf("--history %d: want 1..%d samples", o.history, 1<<20)
+	if o.history < 0 || o.history > 1<<20 {
+		return fmt.Errorf("--history %d: want 1..%d samples (0: %d)", o.history, 1<<20, ui.DefaultSamples)
 	}
 	if o.captureMax < 1<<10 {
 		return fmt.Errorf("--capture-max %d: want at least 1KiB", o.captureMax)
