@@ -121,6 +121,13 @@ func TestE2EStatusAgreesWithMetrics(t *testing.T) {
 	if s := out.String(); !strings.Contains(s, "web (http") || !strings.Contains(s, "  t1 ") {
 		t.Errorf("weir status:\n%s", s)
 	}
+	// weir run serves the status page and its history.
+	for path, want := range map[string]string{"/ui": `<div id="charts"`, "/history": `"capacity": 720`} {
+		body, err := get(w.HTTP, w.Admin, "", path)
+		if err != nil || !strings.Contains(string(body), want) {
+			t.Errorf("GET %s: %v, body lacks %q:\n%.300s", path, err, want, body)
+		}
+	}
 }
 
 // seqSource serves a status whose carol loses weight from the second ask on.
