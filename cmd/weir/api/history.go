@@ -53,9 +53,12 @@ type TargetSeries struct {
 	ConnPart     []int `json:"conn_part"`
 	MinRatePart  []int `json:"min_rate_part"`
 
-	// LossFromTarget is the loss ratio of the segments the target sent (the
-	// monitor's input by default); LossToTarget that of weir's own sends
-	// toward it, or -1 where the status does not tell the directions apart.
+	// LossFromTarget is the loss ratio over the sampling interval of the
+	// data segments the target sent, LossToTarget that of weir's own sends
+	// toward it (from Target.Segments: retransmitted / data segments); -1
+	// where a direction is not measured (source "none" or "estimate", and
+	// at a series' first sample). Without Segments, LossFromTarget is the
+	// explanation's loss ratio.
 	LossFromTarget []int `json:"loss_from_target"`
 	LossToTarget   []int `json:"loss_to_target"`
 

@@ -38,6 +38,7 @@ type Recorder struct {
 	reloads  []api.ReloadEvent // within the window, oldest first
 	lastGen  int64
 	lastFail uint64
+	lastSeg  map[[2]string]api.Segments // each target's direction totals at the previous sample
 	started  bool
 }
 
@@ -99,11 +100,25 @@ func (r *Recorder) Record(st api.Status) {
 		r.reloads = append([]api.ReloadEvent(nil), r.reloads[len(r.reloads)-r.n:]...)
 	}
 
+	segs := make(map[[2]string]api.Segments, len(r.lastSeg))
 	for _, s := range st.Services {
 		for _, t := range s.Targets {
-			r.targets.push(r.n, [2]string{s.Name, t.Name}, ms, targetSample(t))
+			k := [2]string{s.Name, t.Name}
+			p := targetSample(t)
+			p.lossFrom, p.lossTo = -1, -1
+			if t.Segments != nil {
+				if prev, ok := r.lastSeg[k]; ok {
+					p.lossFrom = lossRatio(prev.FromTarget, t.Segments.FromTarget)
+					p.lossTo = lossRatio(prev.ToTarget, t.Segments.ToTarget)
+				}
+				segs[k] = *t.Segments
+			} else if t.Explanation != nil {
+				p.lossFrom = int16(min(t.Explanation.LossRatio, 1000)) // the monitor's input, one direction
+			}
+			r.targets.push(r.n, k, ms, p)
 		}
 	}
+	r.lastSeg = segs
 	for _, l := range st.Levels {
 		r.levels.push(r.n, [2]string{l.Level, l.Name}, ms, levelPoint{
 			bandwidth: l.Bandwidth, maxBandwidth: l.MaxBandwidth,
@@ -140,16 +155,22 @@ func targetSample(t api.Target) targetPoint {
 			p.pressure = int8(rest) // the default fraction's 100 % at 90 % of maxConnections
 		}
 	}
-	from, to := lossDirections(e)
-	p.lossFrom, p.lossTo = int16(min(from, 1000)), int16(min(to, 1000))
 	return p
 }
 
-// lossDirections is the loss ratio (tenths of a percent) of the target's
-// segments and of weir's own toward it; -1 for a direction /status does not
-// tell apart.
-func lossDirections(e *api.Explanation) (from, to int) {
-	return e.LossRatio, -1
+// lossRatio is one direction's loss ratio over a sampling interval, in
+// tenths of a percent: retransmitted data segments / data segments between
+// two totals. -1 where it is not measured (source "none", or "estimate",
+// whose retransmissions are unknown).
+func lossRatio(prev, cur api.DirTotals) int16 {
+	if cur.Source != "measured" || cur.DataSegments < prev.DataSegments || cur.Retransmitted < prev.Retransmitted {
+		return -1
+	}
+	d := cur.DataSegments - prev.DataSegments
+	if d == 0 {
+		return 0
+	}
+	return int16(min((cur.Retransmitted-prev.Retransmitted)*1000/d, 1000))
 }
 
 // History returns the recorded series, oldest sample first.

@@ -1,6 +1,7 @@
 package ui
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -154,5 +155,30 @@ func TestNice(t *testing.T) {
 		if got := nice(in); got != want {
 			t.Errorf("nice(%v) = %v, want %v", in, got, want)
 		}
+	}
+}
+
+// TestLossDirections: each direction's loss ratio is its interval's
+// retransmitted / data segments; an unmeasured direction is -1.
+func TestLossDirections(t *testing.T) {
+	r := NewRecorder(4)
+	t0 := time.Unix(1000, 0)
+	seg := func(fromData, fromRe, toData, toRe uint64, toSource string) *api.Segments {
+		return &api.Segments{
+			FromTarget: api.DirTotals{DataSegments: fromData, Retransmitted: fromRe, Source: "measured"},
+			ToTarget:   api.DirTotals{DataSegments: toData, Retransmitted: toRe, Source: toSource},
+		}
+	}
+	for i, s := range []*api.Segments{seg(100, 0, 50, 0, "measured"), seg(300, 10, 150, 1, "measured"), seg(300, 10, 150, 1, "none")} {
+		st := status(t0.Add(time.Duration(i)*time.Second), 1, 4, nil)
+		st.Services[0].Targets[0].Segments = s
+		r.Record(st)
+	}
+	ts := r.History().Targets[0]
+	if got, want := ts.LossFromTarget, []int{-1, 50, 0}; !slices.Equal(got, want) {
+		t.Errorf("from target %v, want %v (tenths of a percent)", got, want)
+	}
+	if got, want := ts.LossToTarget, []int{-1, 10, -1}; !slices.Equal(got, want) {
+		t.Errorf("to target %v, want %v", got, want)
 	}
 }
