@@ -9,7 +9,7 @@ STATICCHECK := $(shell $(GO) env GOPATH)/bin/staticcheck
 
 .PHONY: help
 help: ## list the targets
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[1m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[1m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: build
 build: ## build bin/weir (static, no cgo: it runs in the vmtest VM too)
@@ -40,9 +40,16 @@ bench: ## all micro-benchmarks, 5 runs each, into bench/out/bench.txt
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 -timeout 60m $(PKGS) | tee bench/out/bench.txt
 
 .PHONY: bench-e2e
-bench-e2e: ## end-to-end benchmarks: connections/s and MB/s through weir against a direct baseline
+bench-e2e: build ## side-by-side benchmark as root: kernel vs weir (vs PEER_CMD) in 3 namespaces, into bench/out/bench-e2e.{md,json}
+	bash scripts/bench-deps.sh
 	@mkdir -p bench/out
-	$(GO) test -run '^$$' -bench . -benchtime 3s -count 3 -timeout 30m ./cmd/weir/internal/lab/ | tee bench/out/bench-e2e.txt
+	$(GO) build -o bin/weirbench ./bench/cmd/weirbench
+	./bin/weirbench -weir $(BIN) -out bench/out $(BENCH_FLAGS)
+
+.PHONY: bench-lab
+bench-lab: ## in-memory lab benchmarks (no root): connections/s and MB/s through weir against a direct baseline
+	@mkdir -p bench/out
+	$(GO) test -run '^$$' -bench . -benchtime 3s -count 3 -timeout 30m ./cmd/weir/internal/lab/ | tee bench/out/bench-lab.txt
 
 .PHONY: bench-smoke
 bench-smoke: ## every benchmark once, briefly, to prove they run

@@ -72,7 +72,12 @@ var depRules = []depRule{
 		deps:    []string{"github.com/rs/zerolog", "go.yaml.in/yaml", "gopkg.in/yaml", "weir/cmd", "weir/bench", "weir/datapath/fault"},
 		imports: []string{"encoding/json", "flag"}},
 	// The harness drives weir through public APIs only.
-	{root: "weir/bench", deps: []string{"github.com/rs/zerolog", "go.yaml.in/yaml", "gopkg.in/yaml", "flag", "gvisor.dev/gvisor", "weir/cmd", "weir/netstack", "weir/vmtest", "weir/internal"}},
+	{root: "weir/bench", deps: []string{"github.com/rs/zerolog", "go.yaml.in/yaml", "gopkg.in/yaml", "flag", "gvisor.dev/gvisor", "weir/cmd", "weir/netstack", "weir/vmtest", "weir/internal"},
+		except: []string{"weir/bench/cmd"}}, // programs: checked on their own below
+	// The side-by-side harness (bench/cmd/weirbench) is a program that runs
+	// the built binary: it has flags and makes its namespaces the project's
+	// one way (internal/netns), but links none of weir's insides.
+	{root: "weir/bench/cmd", deps: []string{"github.com/rs/zerolog", "go.yaml.in/yaml", "gopkg.in/yaml", "gvisor.dev/gvisor", "weir/cmd", "weir/netstack", "weir/vmtest", "weir/internal/testutil", "weir/datapath", "weir/balancer", "weir/policy"}},
 	// The VM harness runs the built binary; it links none of weir's insides.
 	{root: "weir/vmtest", deps: []string{"gvisor.dev/gvisor", "weir/netstack", "weir/datapath", "weir/balancer", "weir/bench", "weir/cmd/weir/internal"}},
 }

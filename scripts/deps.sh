@@ -3,11 +3,21 @@
 # Idempotent: a second run only checks.
 set -euo pipefail
 
+# command → Debian package, for every tool a test runs: ip (namespaces and
+# routes), iperf3 (the harness smoke test in bench/cmd/weirbench), nft
+# (random loss in a test's own namespace: numgen), tcpdump (reading the
+# pcap that weir run --capture writes).
 need_apt=()
 command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)
+command -v iperf3 >/dev/null 2>&1 || need_apt+=(iperf3)
+command -v nft >/dev/null 2>&1 || need_apt+=(nftables)
+command -v tcpdump >/dev/null 2>&1 || need_apt+=(tcpdump)
 if [ ${#need_apt[@]} -gt 0 ]; then
 	if [ "$(id -u)" = 0 ]; then
 		echo "deps: installing ${need_apt[*]}"
+		# iperf3's package asks whether to start a daemon: no, the tests
+		# start their own servers inside their namespaces.
+		echo "iperf3 iperf3/start_daemon boolean false" | debconf-set-selections 2>/dev/null || true
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
 	else
 		echo "deps: missing ${need_apt[*]} (root needed to install; tests that need them will skip)"

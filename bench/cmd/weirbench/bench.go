@@ -1,0 +1,478 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/vishvananda/netlink"
+
+	"weir/internal/netns"
+)
+
+// options are the harness's flags.
+type options struct {
+	Weir      string        // the weir binary
+	OutDir    string        // where bench-e2e.md, .json and the logs go
+	Reps      int           // repetitions of every (test, path)
+	IperfTime time.Duration // per iperf3 run (whole seconds)
+	ConnTime  time.Duration // per connection-rate run
+	Pause     time.Duration // between runs, for TIME_WAIT and queues to settle
+	PeerCmd   string        // the peer appliance's command ("" means none)
+	PeerName  string        // its column's name
+	Note      string        // a line for the report's header (the machine's state)
+}
+
+// testKind is what a test drives.
+type testKind string
+
+const (
+	iperfTest testKind = "iperf3"
+	connTest  testKind = "connrate"
+)
+
+// testDef is one measurement of the matrix.
+type testDef struct {
+	ID          string   `json:"id"`
+	Name        string   `json:"name"`
+	Kind        testKind `json:"kind"`
+	Streams     int      `json:"streams,omitempty"`      // iperf3 -P
+	Reverse     bool     `json:"reverse,omitempty"`      // iperf3 -R
+	Clients     int      `json:"clients,omitempty"`      // connection-rate concurrency
+	ServerClose bool     `json:"server_close,omitempty"` // the server closes first
+}
+
+// unit is what the test's primary figure counts.
+func (t testDef) unit() string {
+	if t.Kind == iperfTest {
+		return "Gbit/s"
+	}
+	return "conn/s"
+}
+
+var tests = []testDef{
+	{ID: "stream1", Name: "1 stream", Kind: iperfTest, Streams: 1},
+	{ID: "stream4", Name: "4 streams", Kind: iperfTest, Streams: 4},
+	{ID: "reverse", Name: "reverse (server → client)", Kind: iperfTest, Streams: 1, Reverse: true},
+	{ID: "conn1", Name: "new conns, c1", Kind: connTest, Clients: 1},
+	{ID: "conn16", Name: "new conns, c16", Kind: connTest, Clients: 16},
+	{ID: "conn1-sc", Name: "new conns, c1, server closes first", Kind: connTest, Clients: 1, ServerClose: true},
+	{ID: "conn16-sc", Name: "new conns, c16, server closes first", Kind: connTest, Clients: 16, ServerClose: true},
+}
+
+// path is one way from the client to the server.
+type path struct {
+	Name string `json:"name"`
+	Addr string `json:"addr"` // what the client connects to
+	app  *daemon
+}
+
+// sample is one run of one test on one path.
+type sample struct {
+	Test string `json:"test"`
+	Path string `json:"path"`
+	Rep  int    `json:"rep"`
+	// Value is the primary figure: Gbit/s or connections per second.
+	Value float64 `json:"value"`
+	// Bytes is what iperf3's receiver got.
+	Bytes int64           `json:"bytes,omitempty"`
+	Conn  *connRateResult `json:"conn,omitempty"`
+	// CPUSec and PeakRSS are the appliance's during the run (none for the
+	// kernel).
+	CPUSec  float64 `json:"cpu_sec,omitempty"`
+	PeakRSS int64   `json:"peak_rss_bytes,omitempty"`
+	Err     string  `json:"error,omitempty"`
+}
+
+// preflightBench says why the harness cannot run here, if it cannot.
+func preflightBench(o options) error {
+	if os.Geteuid() != 0 {
+		return &skipError{"needs root: it builds network namespaces and runs weir on a TUN (run sudo make bench-e2e)"}
+	}
+	if _, err := exec.LookPath("iperf3"); err != nil {
+		return &skipError{"needs iperf3 (bash scripts/bench-deps.sh installs it)"}
+	}
+	if _, err := os.Stat("/dev/net/tun"); err != nil {
+		return &skipError{fmt.Sprintf("needs /dev/net/tun: %v", err)}
+	}
+	if _, err := os.Stat(o.Weir); err != nil {
+		return fmt.Errorf("weir binary: %w (make build)", err)
+	}
+	return nil
+}
+
+func benchMain(args []string) error {
+	fs := newFlagSet("")
+	var o options
+	fs.StringVar(&o.Weir, "weir", "bin/weir", "the weir `binary`")
+	fs.StringVar(&o.OutDir, "out", "bench/out", "output `dir`")
+	fs.IntVar(&o.Reps, "reps", 3, "repetitions, interleaved")
+	fs.DurationVar(&o.IperfTime, "iperf-time", 10*time.Second, "per iperf3 run (whole seconds)")
+	fs.DurationVar(&o.ConnTime, "conn-time", 10*time.Second, "per connection-rate run")
+	fs.DurationVar(&o.Pause, "pause", time.Second, "pause between runs")
+	fs.StringVar(&o.PeerCmd, "peer-cmd", os.Getenv("PEER_CMD"), "another TUN appliance's `command` (default $PEER_CMD)")
+	fs.StringVar(&o.PeerName, "peer-name", envOr("PEER_NAME", "peer"), "the peer's column `name` (default $PEER_NAME or peer)")
+	fs.StringVar(&o.Note, "note", "machine not quiet: shared with other developers; the figures are orientation", "a `line` for the report's header")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if o.Reps < 1 || o.Reps > 20 || o.IperfTime < time.Second || o.IperfTime > 5*time.Minute ||
+		o.ConnTime <= 0 || o.ConnTime > 5*time.Minute {
+		return errors.New("need 1 <= -reps <= 20, 1s <= -iperf-time <= 5m, 0 < -conn-time <= 5m")
+	}
+	if err := preflightBench(o); err != nil {
+		return err
+	}
+	ctx, stop := signalContext()
+	defer stop()
+	rep, err := runBench(ctx, o)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(o.OutDir, 0o755); err != nil {
+		return err
+	}
+	md := rep.markdown()
+	js, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(o.OutDir, "bench-e2e.md"), []byte(md), 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(o.OutDir, "bench-e2e.json"), append(js, '\n'), 0o644); err != nil {
+		return err
+	}
+	fmt.Print(md)
+	fmt.Printf("\nwritten: %s, %s\n", filepath.Join(o.OutDir, "bench-e2e.md"), filepath.Join(o.OutDir, "bench-e2e.json"))
+	return nil
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+// runBench builds the topology, starts the servers and appliances, runs the
+// matrix and takes everything down again, also on error or ctx's end.
+func runBench(ctx context.Context, o options) (*report, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	logDir := filepath.Join(o.OutDir, "bench-e2e-logs")
+	if err := os.MkdirAll(logDir, 0o755); err != nil {
+		return nil, err
+	}
+	topo, err := buildTopology()
+	if err != nil {
+		return nil, fmt.Errorf("topology: %w", err)
+	}
+	defer topo.close()
+	var daemons []*daemon
+	defer func() {
+		for i := len(daemons) - 1; i >= 0; i-- {
+			daemons[i].stop(3 * time.Second)
+		}
+	}()
+	start := func(ns *netns.NS, name string, env []string, argv ...string) (*daemon, error) {
+		d, err := startDaemon(ns, logDir, name, env, argv...)
+		if err == nil {
+			daemons = append(daemons, d)
+		}
+		return d, err
+	}
+
+	if _, err := start(topo.server, "iperf3-server", nil, "iperf3", "-s", "-p", strconv.Itoa(iperfPort)); err != nil {
+		return nil, err
+	}
+	if _, err := start(topo.server, "rrserver", nil, self, "rrserver", "-listen", ":"+strconv.Itoa(rrPort)); err != nil {
+		return nil, err
+	}
+
+	cfgPath := filepath.Join(logDir, "weir.yaml")
+	if err := os.WriteFile(cfgPath, []byte(weirConfig()), 0o644); err != nil {
+		return nil, err
+	}
+	ready := filepath.Join(logDir, "weir.ready")
+	os.Remove(ready)
+	weir, err := start(topo.router, "weir", nil, o.Weir, "run", "-c", cfgPath, "--tun", weirTUN,
+		"--tun-addr", weirTUNAddr, "--admin", "127.0.0.1:0", "--ready-file", ready,
+		"--log-format", "json", "--log-level", "warn", "--grace", "1s")
+	if err != nil {
+		return nil, err
+	}
+	if err := waitFor(ctx, 30*time.Second, weir, func() bool {
+		b, err := os.ReadFile(ready)
+		return err == nil && bytes.HasSuffix(b, []byte("\n"))
+	}); err != nil {
+		return nil, fmt.Errorf("weir not ready: %w\n%s", err, weir.tail(4000))
+	}
+	paths := []*path{
+		{Name: "kernel", Addr: serverAddr},
+		{Name: "weir", Addr: weirVIP, app: weir},
+	}
+
+	if o.PeerCmd != "" {
+		peer, err := start(topo.router, "peer", []string{"BENCH_TUN=" + peerTUN}, "/bin/sh", "-c", o.PeerCmd)
+		if err != nil {
+			return nil, err
+		}
+		if err := waitFor(ctx, 20*time.Second, peer, func() bool {
+			return topo.router.Do(func() error { _, err := netlink.LinkByName(peerTUN); return err }) == nil
+		}); err != nil {
+			return nil, fmt.Errorf("PEER_CMD made no TUN %s (it gets its name in $BENCH_TUN): %w\n%s", peerTUN, err, peer.tail(4000))
+		}
+		if err := topo.router.Do(routePeer); err != nil {
+			return nil, err
+		}
+		paths = append(paths, &path{Name: o.PeerName, Addr: serverPeerIP, app: peer})
+	}
+
+	// Every path must carry a connection before anything is measured: a
+	// broken path is an error here, not a column of zeros.
+	for _, p := range paths {
+		if err := probe(ctx, topo, self, p); err != nil {
+			return nil, err
+		}
+	}
+
+	rep := &report{
+		Date: time.Now().UTC().Format(time.RFC3339), Machine: machine(), Note: o.Note,
+		Reps: o.Reps, IperfSec: int(o.IperfTime / time.Second), ConnSec: o.ConnTime.Seconds(),
+		Tests: tests,
+	}
+	for _, p := range paths {
+		rep.Paths = append(rep.Paths, p.Name)
+	}
+	started := time.Now()
+	total := o.Reps * len(tests) * len(paths)
+	n := 0
+	// Interleaved: every rep runs every test on every path, the paths'
+	// order rotating from rep to rep, so that a slow minute of the machine
+	// is spread over all of them.
+	for r := range o.Reps {
+		for _, t := range tests {
+			for i := range paths {
+				p := paths[(i+r)%len(paths)]
+				if err := ctx.Err(); err != nil {
+					return nil, fmt.Errorf("interrupted: %w", err)
+				}
+				n++
+				fmt.Fprintf(os.Stderr, "[%d/%d %s] rep %d  %-36s %-8s ", n, total, time.Since(started).Round(time.Second), r+1, t.Name, p.Name)
+				s := runOne(ctx, topo, self, o, t, p, r+1)
+				rep.Samples = append(rep.Samples, s)
+				if s.Err != "" {
+					fmt.Fprintf(os.Stderr, "error: %s\n", s.Err)
+				} else {
+					fmt.Fprintf(os.Stderr, "%.4g %s\n", s.Value, t.unit())
+				}
+				for _, q := range paths {
+					if q.app != nil && q.app.exited() {
+						return nil, fmt.Errorf("%s exited during the run: %v\n%s", q.Name, q.app.waitErr, q.app.tail(4000))
+					}
+				}
+				select {
+				case <-ctx.Done():
+				case <-time.After(o.Pause):
+				}
+			}
+		}
+	}
+	rep.summarize()
+	return rep, nil
+}
+
+// weirConfig is weir's config for the harness: one TCP service per load,
+// both on the VIP, each with the server as its only target.
+func weirConfig() string {
+	return fmt.Sprintf(`# weirbench: the VIP %[1]s spliced to the server.
+services:
+  - name: iperf
+    vips: [%[1]s]
+    port: %[2]d
+    protocol: tcp
+    targets:
+      - name: server
+        address: %[3]s:%[2]d
+  - name: rr
+    vips: [%[1]s]
+    port: %[4]d
+    protocol: tcp
+    targets:
+      - name: server
+        address: %[3]s:%[4]d
+`, weirVIP, iperfPort, serverAddr, rrPort)
+}
+
+// waitFor polls ok every 50 ms for up to d; it fails early if d's process
+// exits or ctx ends.
+func waitFor(ctx context.Context, d time.Duration, p *daemon, ok func() bool) error {
+	deadline := time.Now().Add(d)
+	for !ok() {
+		if p.exited() {
+			return fmt.Errorf("%s exited: %v", p.name, p.waitErr)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not after %v", d)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// probe checks that p carries connections: a short connection-rate run
+// with no error, and an iperf3 connection.
+func probe(ctx context.Context, topo *topology, self string, p *path) error {
+	var r connRateResult
+	var err error
+	for range 3 { // a peer may need a moment after its TUN appears
+		r, err = connRate(ctx, topo, self, p.Addr, 1, 300*time.Millisecond, false)
+		if err == nil && r.Conns > 0 && r.Errors == 0 {
+			return nil
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	if err != nil {
+		return fmt.Errorf("path %s (%s) carries no connection: %w", p.Name, p.Addr, err)
+	}
+	return fmt.Errorf("path %s (%s) carries no connection: %d ok, %d errors %v", p.Name, p.Addr, r.Conns, r.Errors, r.ErrorTexts)
+}
+
+// runOne runs test t on path p once, measuring p's appliance around it.
+func runOne(ctx context.Context, topo *topology, self string, o options, t testDef, p *path, rep int) sample {
+	s := sample{Test: t.ID, Path: p.Name, Rep: rep}
+	var before usage
+	if p.app != nil {
+		resetPeak(p.app.pid())
+		var err error
+		if before, err = groupUsage(p.app.pid()); err != nil {
+			s.Err = err.Error()
+			return s
+		}
+	}
+	switch t.Kind {
+	case iperfTest:
+		gbps, bytes, err := iperf(ctx, topo, p.Addr, o.IperfTime, t.Streams, t.Reverse)
+		if err != nil {
+			s.Err = err.Error()
+		}
+		s.Value, s.Bytes = gbps, bytes
+	case connTest:
+		r, err := connRate(ctx, topo, self, p.Addr, t.Clients, o.ConnTime, t.ServerClose)
+		if err != nil {
+			s.Err = err.Error()
+		}
+		s.Value, s.Conn = r.PerSec, &r
+	}
+	if p.app != nil {
+		after, err := groupUsage(p.app.pid())
+		if err != nil && s.Err == "" {
+			s.Err = err.Error()
+		}
+		s.CPUSec, s.PeakRSS = after.CPUSec-before.CPUSec, after.PeakRSS
+	}
+	return s
+}
+
+// iperf runs iperf3's client in the client namespace against addr.
+func iperf(ctx context.Context, topo *topology, addr string, d time.Duration, streams int, reverse bool) (gbps float64, bytes int64, err error) {
+	secs := max(int(d/time.Second), 1)
+	argv := []string{"iperf3", "-c", addr, "-p", strconv.Itoa(iperfPort), "-t", strconv.Itoa(secs), "-J",
+		"-P", strconv.Itoa(max(streams, 1)), "--connect-timeout", "3000"}
+	if reverse {
+		argv = append(argv, "-R")
+	}
+	for attempt := 0; ; attempt++ {
+		rctx, cancel := context.WithTimeout(ctx, time.Duration(secs)*time.Second+30*time.Second)
+		out, err := runIn(rctx, topo.client, argv...)
+		cancel()
+		gbps, bytes, perr := parseIperf(out)
+		// The server answers "busy" while it still winds the last test down.
+		if perr != nil && strings.Contains(perr.Error(), "busy") && attempt < 3 {
+			time.Sleep(time.Second)
+			continue
+		}
+		if perr != nil {
+			return 0, 0, errors.Join(perr, err)
+		}
+		return gbps, bytes, nil
+	}
+}
+
+// parseIperf reads iperf3's -J output: the receiver's total.
+func parseIperf(out []byte) (gbps float64, bytes int64, err error) {
+	var r struct {
+		Error string `json:"error"`
+		End   struct {
+			SumReceived struct {
+				Bytes         float64 `json:"bytes"`
+				BitsPerSecond float64 `json:"bits_per_second"`
+			} `json:"sum_received"`
+		} `json:"end"`
+	}
+	if err := json.Unmarshal(out, &r); err != nil {
+		return 0, 0, fmt.Errorf("iperf3 output: %w", err)
+	}
+	if r.Error != "" {
+		return 0, 0, fmt.Errorf("iperf3: %s", r.Error)
+	}
+	if r.End.SumReceived.Bytes <= 0 {
+		return 0, 0, errors.New("iperf3: nothing received")
+	}
+	return r.End.SumReceived.BitsPerSecond / 1e9, int64(r.End.SumReceived.Bytes), nil
+}
+
+// connRate runs `weirbench connrate` in the client namespace.
+func connRate(ctx context.Context, topo *topology, self, addr string, clients int, d time.Duration, serverClose bool) (connRateResult, error) {
+	argv := []string{self, "connrate", "-addr", net.JoinHostPort(addr, strconv.Itoa(rrPort)),
+		"-c", strconv.Itoa(clients), "-d", d.String()}
+	if serverClose {
+		argv = append(argv, "-server-close")
+	}
+	rctx, cancel := context.WithTimeout(ctx, d+30*time.Second)
+	defer cancel()
+	out, err := runIn(rctx, topo.client, argv...)
+	var r connRateResult
+	if err != nil {
+		return r, err
+	}
+	if err := json.Unmarshal(out, &r); err != nil {
+		return r, fmt.Errorf("connrate output: %w: %q", err, out)
+	}
+	return r, nil
+}
+
+// machine describes this machine for the report.
+func machine() string {
+	model := "unknown CPU"
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "model name" {
+				model = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	kernel := "unknown kernel"
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		kernel = "Linux " + strings.TrimSpace(string(b))
+	}
+	return fmt.Sprintf("%d cores (%s), %s, %s, MTU 1500 veths", runtime.NumCPU(), model, kernel, runtime.Version())
+}

@@ -1,0 +1,333 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+)
+
+// report is the harness's output: every sample, and their summary.
+type report struct {
+	Date     string    `json:"date"`
+	Machine  string    `json:"machine"`
+	Note     string    `json:"note"`
+	Reps     int       `json:"reps"`
+	IperfSec int       `json:"iperf_sec"`
+	ConnSec  float64   `json:"conn_sec"`
+	Paths    []string  `json:"paths"` // the kernel first
+	Tests    []testDef `json:"tests"`
+	Samples  []sample  `json:"samples"`
+	Summary  []summary `json:"summary"`
+	// Appliances are the resource figures of the paths that are processes.
+	Appliances []applianceSummary `json:"appliances"`
+}
+
+// stat is a median with its spread over the repetitions.
+type stat struct {
+	Median float64 `json:"median"`
+	Min    float64 `json:"min"`
+	Max    float64 `json:"max"`
+	N      int     `json:"n"`
+}
+
+func statOf(xs []float64) stat {
+	if len(xs) == 0 {
+		return stat{}
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	m := s[len(s)/2]
+	if len(s)%2 == 0 {
+		m = (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	return stat{Median: m, Min: s[0], Max: s[len(s)-1], N: len(s)}
+}
+
+// summary is one (test, path) cell.
+type summary struct {
+	Test   string `json:"test"`
+	Path   string `json:"path"`
+	Value  stat   `json:"value"` // Gbit/s or conn/s, over the runs without error
+	Failed int    `json:"failed_runs"`
+	// Ratio is Value.Median / the kernel's (0 when the kernel has none).
+	Ratio float64 `json:"ratio_to_kernel"`
+	// Connection tests: errors summed over the runs, latency medians of
+	// the runs' percentiles (µs).
+	Errors     int     `json:"errors,omitempty"`
+	ConnectP50 float64 `json:"connect_p50_us,omitempty"`
+	ConnectP99 float64 `json:"connect_p99_us,omitempty"`
+	TxnP50     float64 `json:"txn_p50_us,omitempty"`
+	TxnP99     float64 `json:"txn_p99_us,omitempty"`
+	// Appliance CPU seconds per run, and per GB or per connection.
+	CPUSec      stat    `json:"cpu_sec"`
+	CPUPerGB    float64 `json:"cpu_sec_per_gb,omitempty"`
+	CPUPerConnU float64 `json:"cpu_us_per_conn,omitempty"`
+	PeakRSS     int64   `json:"peak_rss_bytes,omitempty"` // the largest of the runs
+}
+
+// applianceSummary is an appliance's resources over the whole run.
+type applianceSummary struct {
+	Path       string  `json:"path"`
+	CPUSec     float64 `json:"cpu_sec_total"`      // over all its runs
+	PeakRSS    int64   `json:"peak_rss_bytes"`     // the largest of any run
+	CPUPerGB   float64 `json:"cpu_sec_per_gb"`     // 1 stream
+	CPUPerConn float64 `json:"cpu_us_per_conn"`    // c16, client closes first
+	CPUPerConS float64 `json:"cpu_us_per_conn_sc"` // c16, server closes first
+}
+
+func (r *report) cell(test, path string) *summary {
+	for i := range r.Summary {
+		if r.Summary[i].Test == test && r.Summary[i].Path == path {
+			return &r.Summary[i]
+		}
+	}
+	return nil
+}
+
+// summarize computes Summary and Appliances from Samples.
+func (r *report) summarize() {
+	r.Summary = nil
+	for _, t := range r.Tests {
+		for _, p := range r.Paths {
+			s := summary{Test: t.ID, Path: p}
+			var vals, cpu, cp50, cp99, tp50, tp99 []float64
+			var cpuTotal, bytes, conns float64
+			for _, x := range r.Samples {
+				if x.Test != t.ID || x.Path != p {
+					continue
+				}
+				if x.Err != "" {
+					s.Failed++
+					continue
+				}
+				vals = append(vals, x.Value)
+				cpu = append(cpu, x.CPUSec)
+				cpuTotal += x.CPUSec
+				bytes += float64(x.Bytes)
+				s.PeakRSS = max(s.PeakRSS, x.PeakRSS)
+				if c := x.Conn; c != nil {
+					s.Errors += c.Errors
+					conns += float64(c.Conns)
+					cp50, cp99 = append(cp50, c.ConnectP50), append(cp99, c.ConnectP99)
+					tp50, tp99 = append(tp50, c.TxnP50), append(tp99, c.TxnP99)
+				}
+			}
+			s.Value, s.CPUSec = statOf(vals), statOf(cpu)
+			s.ConnectP50, s.ConnectP99 = statOf(cp50).Median, statOf(cp99).Median
+			s.TxnP50, s.TxnP99 = statOf(tp50).Median, statOf(tp99).Median
+			if bytes > 0 {
+				s.CPUPerGB = cpuTotal / (bytes / 1e9)
+			}
+			if conns > 0 {
+				s.CPUPerConnU = cpuTotal / conns * 1e6
+			}
+			r.Summary = append(r.Summary, s)
+		}
+	}
+	for i := range r.Summary {
+		s := &r.Summary[i]
+		if k := r.cell(s.Test, "kernel"); k != nil && k.Value.Median > 0 {
+			s.Ratio = s.Value.Median / k.Value.Median
+		}
+	}
+	r.Appliances = nil
+	for _, p := range r.Paths {
+		if p == "kernel" {
+			continue
+		}
+		a := applianceSummary{Path: p}
+		for _, x := range r.Samples {
+			if x.Path == p {
+				a.CPUSec += x.CPUSec
+				a.PeakRSS = max(a.PeakRSS, x.PeakRSS)
+			}
+		}
+		if c := r.cell("stream1", p); c != nil {
+			a.CPUPerGB = c.CPUPerGB
+		}
+		if c := r.cell("conn16", p); c != nil {
+			a.CPUPerConn = c.CPUPerConnU
+		}
+		if c := r.cell("conn16-sc", p); c != nil {
+			a.CPUPerConS = c.CPUPerConnU
+		}
+		r.Appliances = append(r.Appliances, a)
+	}
+}
+
+// markdown renders the report as Markdown tables.
+func (r *report) markdown() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# weir end-to-end benchmark, %s\n\n", r.Date)
+	fmt.Fprintf(&b, "Machine: %s. %s.\n\n", r.Machine, r.Note)
+	fmt.Fprintf(&b, "Topology: client → router → server (three network namespaces, veth pairs). "+
+		"kernel = the router's kernel forwards; weir = `weir run` in the router, TUN + VIP; "+
+		"%d interleaved repetitions, iperf3 %d s, connection loads %gs each. "+
+		"Cells: median [min–max]; ratios are medians over the kernel's median.\n\n",
+		r.Reps, r.IperfSec, r.ConnSec)
+
+	// Throughput and connection rate.
+	b.WriteString("| test | unit |")
+	for _, p := range r.Paths {
+		if p == "kernel" {
+			b.WriteString(" kernel |")
+		} else {
+			fmt.Fprintf(&b, " %s | %s / kernel |", p, p)
+		}
+	}
+	b.WriteString("\n|---|---|")
+	for _, p := range r.Paths {
+		if p == "kernel" {
+			b.WriteString("---:|")
+		} else {
+			b.WriteString("---:|---:|")
+		}
+	}
+	b.WriteString("\n")
+	for _, t := range r.Tests {
+		fmt.Fprintf(&b, "| %s | %s |", t.Name, t.unit())
+		for _, p := range r.Paths {
+			c := r.cell(t.ID, p)
+			cellText := fmtStat(c.Value, t.Kind == iperfTest)
+			if t.Kind == connTest && c.Value.N > 0 {
+				cellText += fmt.Sprintf(" (%d errors)", c.Errors)
+			}
+			if c.Failed > 0 {
+				cellText += fmt.Sprintf(" (%d runs failed)", c.Failed)
+			}
+			fmt.Fprintf(&b, " %s |", cellText)
+			if p != "kernel" {
+				fmt.Fprintf(&b, " %s |", fmtRatio(c.Ratio))
+			}
+		}
+		b.WriteString("\n")
+	}
+
+	// Latency.
+	b.WriteString("\nLatency, µs (median over the runs of each run's percentile): connect p50 / p99 · transaction p50 / p99\n\n| test |")
+	for _, p := range r.Paths {
+		fmt.Fprintf(&b, " %s |", p)
+	}
+	b.WriteString("\n|---|")
+	for range r.Paths {
+		b.WriteString("---:|")
+	}
+	b.WriteString("\n")
+	for _, t := range r.Tests {
+		if t.Kind != connTest {
+			continue
+		}
+		fmt.Fprintf(&b, "| %s |", t.Name)
+		for _, p := range r.Paths {
+			c := r.cell(t.ID, p)
+			fmt.Fprintf(&b, " %s / %s · %s / %s |", fmtUs(c.ConnectP50), fmtUs(c.ConnectP99), fmtUs(c.TxnP50), fmtUs(c.TxnP99))
+		}
+		b.WriteString("\n")
+	}
+
+	// Appliance resources.
+	if len(r.Appliances) > 0 {
+		b.WriteString("\nAppliance resources (the kernel's forwarding CPU is not attributable to a process)\n\n|  |")
+		for _, a := range r.Appliances {
+			fmt.Fprintf(&b, " %s |", a.Path)
+		}
+		b.WriteString("\n|---|")
+		for range r.Appliances {
+			b.WriteString("---:|")
+		}
+		b.WriteString("\n")
+		row := func(name string, f func(a applianceSummary) string) {
+			fmt.Fprintf(&b, "| %s |", name)
+			for _, a := range r.Appliances {
+				fmt.Fprintf(&b, " %s |", f(a))
+			}
+			b.WriteString("\n")
+		}
+		row("CPU per GB (1 stream)", func(a applianceSummary) string { return fmt.Sprintf("%.2f s", a.CPUPerGB) })
+		row("CPU per connection (c16)", func(a applianceSummary) string { return fmt.Sprintf("%.0f µs", a.CPUPerConn) })
+		row("CPU per connection (c16, server closes first)", func(a applianceSummary) string { return fmt.Sprintf("%.0f µs", a.CPUPerConS) })
+		row("CPU, whole run", func(a applianceSummary) string { return fmt.Sprintf("%.1f s", a.CPUSec) })
+		row("peak RSS (largest of any run)", func(a applianceSummary) string { return fmtMiB(a.PeakRSS) })
+		b.WriteString("\nPeak RSS during each test, the largest of its runs (the mark is reset to the current RSS before a run, so it includes what earlier runs left resident)\n\n| test |")
+		for _, a := range r.Appliances {
+			fmt.Fprintf(&b, " %s |", a.Path)
+		}
+		b.WriteString("\n|---|")
+		for range r.Appliances {
+			b.WriteString("---:|")
+		}
+		b.WriteString("\n")
+		for _, t := range r.Tests {
+			fmt.Fprintf(&b, "| %s |", t.Name)
+			for _, a := range r.Appliances {
+				fmt.Fprintf(&b, " %s |", fmtMiB(r.cell(t.ID, a.Path).PeakRSS))
+			}
+			b.WriteString("\n")
+		}
+	}
+	var errs []string
+	for _, s := range r.Samples {
+		if s.Err != "" {
+			errs = append(errs, fmt.Sprintf("- %s on %s, rep %d: %s", s.Test, s.Path, s.Rep, s.Err))
+		}
+		if s.Conn != nil && len(s.Conn.ErrorTexts) > 0 {
+			errs = append(errs, fmt.Sprintf("- %s on %s, rep %d: %d errors, e.g. %s", s.Test, s.Path, s.Rep, s.Conn.Errors, strings.Join(s.Conn.ErrorTexts, "; ")))
+		}
+	}
+	if len(errs) > 0 {
+		b.WriteString("\nErrors\n\n" + strings.Join(errs, "\n") + "\n")
+	}
+	return b.String()
+}
+
+func fmtStat(s stat, gbit bool) string {
+	if s.N == 0 {
+		return "–"
+	}
+	f := func(v float64) string {
+		if gbit {
+			return fmt.Sprintf("%.2f", v)
+		}
+		return fmtInt(v)
+	}
+	if s.N == 1 {
+		return f(s.Median)
+	}
+	return fmt.Sprintf("%s [%s–%s]", f(s.Median), f(s.Min), f(s.Max))
+}
+
+// fmtInt prints a rounded count with thin spaces between thousands.
+func fmtInt(v float64) string {
+	n := int64(math.Round(v))
+	s := fmt.Sprint(n)
+	var out []byte
+	for i := range len(s) {
+		if i > 0 && (len(s)-i)%3 == 0 && s[i-1] != '-' {
+			out = append(out, ' ')
+		}
+		out = append(out, s[i])
+	}
+	return string(out)
+}
+
+func fmtRatio(r float64) string {
+	if r == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f", r)
+}
+
+func fmtUs(v float64) string {
+	if v == 0 {
+		return "–"
+	}
+	return fmtInt(v)
+}
+
+func fmtMiB(b int64) string {
+	if b == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20))
+}

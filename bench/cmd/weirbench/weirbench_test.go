@@ -1,0 +1,274 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func TestParseStat(t *testing.T) {
+	// A command name with spaces and parentheses, as a process may choose.
+	line := "4242 (a) b (c)) S 1 4240 4240 0 -1 4194560 100 0 0 0 731 52 0 0 20 0 9 0 1234 0 0\n"
+	st, err := parseStat(line)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.pgrp != 4240 || st.utime != 731 || st.stime != 52 {
+		t.Fatalf("got %+v, want pgrp 4240 utime 731 stime 52", st)
+	}
+	for _, bad := range []string{"", "1 (x S 1 2", "1 (x) S 1 2 3"} {
+		if _, err := parseStat(bad); err == nil {
+			t.Errorf("parseStat(%q): no error", bad)
+		}
+	}
+}
+
+func TestParseHWM(t *testing.T) {
+	got, err := parseHWM("Name:\tweir\nVmPeak:\t 9000 kB\nVmHWM:\t   403456 kB\nVmRSS:\t 1000 kB\n")
+	if err != nil || got != 403456<<10 {
+		t.Fatalf("got %d, %v; want %d", got, err, 403456<<10)
+	}
+	if _, err := parseHWM("Name:\tx\n"); err == nil {
+		t.Error("no VmHWM: no error")
+	}
+}
+
+// TestGroupUsageSelf reads this test's own process group: the CPU it has
+// burnt so far and a resident peak, and clear_refs brings the peak down to
+// the current RSS.
+func TestGroupUsageSelf(t *testing.T) {
+	ballast := make([]byte, 64<<20)
+	for i := range ballast {
+		ballast[i] = 1
+	}
+	end := time.Now().Add(50 * time.Millisecond)
+	for time.Now().Before(end) {
+	}
+	pgid := syscall.Getpgrp()
+	u, err := groupUsage(pgid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.CPUSec <= 0 || u.PeakRSS < 64<<20 {
+		t.Fatalf("usage %+v: want CPU > 0 and a peak RSS >= 64 MiB", u)
+	}
+	runtime.KeepAlive(ballast)
+	if hwm, err := vmHWM(os.Getpid()); err != nil || hwm < 64<<20 {
+		t.Fatalf("VmHWM %d, %v", hwm, err)
+	}
+}
+
+func TestPercentile(t *testing.T) {
+	var ds []time.Duration
+	for i := 100; i >= 1; i-- {
+		ds = append(ds, time.Duration(i)*time.Millisecond)
+	}
+	if p := percentile(ds, 50); p != 50*time.Millisecond {
+		t.Errorf("p50 = %v", p)
+	}
+	if p := percentile(ds, 99); p != 99*time.Millisecond {
+		t.Errorf("p99 = %v", p)
+	}
+	if p := percentile([]time.Duration{7}, 99); p != 7 {
+		t.Errorf("p99 of one = %v", p)
+	}
+	if p := percentile(nil, 50); p != 0 {
+		t.Errorf("p50 of none = %v", p)
+	}
+}
+
+func TestStatOf(t *testing.T) {
+	for _, c := range []struct {
+		in   []float64
+		want stat
+	}{
+		{[]float64{3, 1, 2}, stat{Median: 2, Min: 1, Max: 3, N: 3}},
+		{[]float64{4, 1, 2, 3}, stat{Median: 2.5, Min: 1, Max: 4, N: 4}},
+		{nil, stat{}},
+	} {
+		if got := statOf(c.in); got != c.want {
+			t.Errorf("statOf(%v) = %+v, want %+v", c.in, got, c.want)
+		}
+	}
+}
+
+func TestParseIperf(t *testing.T) {
+	gbps, bytes, err := parseIperf([]byte(`{"start":{},"end":{"sum_sent":{"bytes":5e9},"sum_received":{"bytes":4125000000,"bits_per_second":3.3e10}}}`))
+	if err != nil || gbps != 33 || bytes != 4125000000 {
+		t.Fatalf("got %v Gbit/s, %d bytes, %v", gbps, bytes, err)
+	}
+	if _, _, err := parseIperf([]byte(`{"error":"the server is busy running a test. try again later"}`)); err == nil || !strings.Contains(err.Error(), "busy") {
+		t.Errorf("busy: %v", err)
+	}
+	if _, _, err := parseIperf([]byte(`not json`)); err == nil {
+		t.Error("not JSON: no error")
+	}
+}
+
+// TestConnRateLoopback runs the connection-rate client against its server
+// on loopback in both close orders: every connection completes, and a port
+// nobody listens on counts errors instead.
+func TestConnRateLoopback(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- serveRR(ln) }()
+	defer func() { ln.Close(); <-done }()
+	for _, sc := range []bool{false, true} {
+		start := time.Now()
+		r := runConnRate(context.Background(), connRateOptions{Addr: ln.Addr().String(), Clients: 4, Duration: 200 * time.Millisecond, ServerClose: sc})
+		if el := time.Since(start); el > 5*time.Second {
+			t.Fatalf("server close %v: ran %v past its 200 ms bound", sc, el)
+		}
+		if r.Conns < 10 || r.Errors != 0 || r.PerSec <= 0 || r.ConnectP50 <= 0 || r.ConnectP99 < r.ConnectP50 || r.TxnP99 < r.TxnP50 || r.TxnP50 <= 0 {
+			t.Fatalf("server close %v: %+v", sc, r)
+		}
+	}
+	dead, _ := net.Listen("tcp", "127.0.0.1:0")
+	addr := dead.Addr().String()
+	dead.Close()
+	r := runConnRate(context.Background(), connRateOptions{Addr: addr, Clients: 2, Duration: 50 * time.Millisecond})
+	if r.Conns != 0 || r.Errors == 0 || len(r.ErrorTexts) == 0 || !strings.Contains(r.ErrorTexts[0], "connect") {
+		t.Fatalf("refused port: %+v", r)
+	}
+}
+
+// TestSummaryAndMarkdown: medians, spread, ratios to the kernel, CPU per GB
+// and per connection, and the tables that show them.
+func TestSummaryAndMarkdown(t *testing.T) {
+	r := &report{Date: "2026-12-01T00:00:00Z", Machine: "m", Note: "machine not quiet", Reps: 3, IperfSec: 10, ConnSec: 10,
+		Paths: []string{"kernel", "weir"}, Tests: []testDef{tests[0], tests[4]}}
+	for i, v := range []float64{30, 34, 32} {
+		r.Samples = append(r.Samples, sample{Test: "stream1", Path: "kernel", Rep: i + 1, Value: v, Bytes: 40e9})
+	}
+	for i, v := range []float64{2, 1, 3} {
+		r.Samples = append(r.Samples, sample{Test: "stream1", Path: "weir", Rep: i + 1, Value: v, Bytes: 2e9, CPUSec: 10, PeakRSS: int64(i+1) << 20})
+	}
+	for i, v := range []float64{20000, 21000, 22000} {
+		r.Samples = append(r.Samples, sample{Test: "conn16", Path: "kernel", Rep: i + 1, Value: v, Conn: &connRateResult{Conns: int(v) * 10, PerSec: v, ConnectP50: 40, ConnectP99: 90, TxnP50: 30, TxnP99: 70}})
+	}
+	r.Samples = append(r.Samples,
+		sample{Test: "conn16", Path: "weir", Rep: 1, Value: 5000, CPUSec: 10, Conn: &connRateResult{Conns: 50000, Errors: 2, PerSec: 5000, ConnectP50: 200, ConnectP99: 900, TxnP50: 100, TxnP99: 400}},
+		sample{Test: "conn16", Path: "weir", Rep: 2, Err: "connrate: exit status 1"},
+		sample{Test: "conn16", Path: "weir", Rep: 3, Value: 4000, CPUSec: 10, Conn: &connRateResult{Conns: 40000, PerSec: 4000, ConnectP50: 300, ConnectP99: 1000, TxnP50: 120, TxnP99: 500}},
+	)
+	r.summarize()
+	k, w := r.cell("stream1", "kernel"), r.cell("stream1", "weir")
+	if k.Value != (stat{Median: 32, Min: 30, Max: 34, N: 3}) || w.Value.Median != 2 || w.Ratio != 2.0/32 {
+		t.Fatalf("stream1: kernel %+v, weir %+v", k, w)
+	}
+	if w.CPUPerGB != 5 || w.PeakRSS != 3<<20 { // 30 CPU s over 6 GB
+		t.Errorf("stream1 weir: %.2f s/GB, peak %d", w.CPUPerGB, w.PeakRSS)
+	}
+	c := r.cell("conn16", "weir")
+	if c.Failed != 1 || c.Errors != 2 || c.Value.Median != 4500 || c.Ratio != 4500.0/21000 || c.ConnectP50 != 250 {
+		t.Errorf("conn16 weir: %+v", c)
+	}
+	if c.CPUPerConnU != 20.0/90000*1e6 {
+		t.Errorf("conn16 weir CPU per conn %.2f µs", c.CPUPerConnU)
+	}
+	if len(r.Appliances) != 1 || r.Appliances[0].CPUSec != 50 || r.Appliances[0].PeakRSS != 3<<20 {
+		t.Errorf("appliances %+v", r.Appliances)
+	}
+	md := r.markdown()
+	for _, want := range []string{
+		"| test | unit | kernel | weir | weir / kernel |",
+		"| 1 stream | Gbit/s | 32.00 [30.00–34.00] | 2.00 [1.00–3.00] | 0.06 |",
+		"| new conns, c16 | conn/s | 21 000 [20 000–22 000] (0 errors) | 4 500 [4 000–5 000] (2 errors) (1 runs failed) | 0.21 |",
+		"| new conns, c16 | 40 / 90 · 30 / 70 | 250 / 950 · 110 / 450 |",
+		"| CPU per GB (1 stream) | 5.00 s |",
+		"| peak RSS (largest of any run) | 3 MiB |",
+		"conn16 on weir, rep 2: connrate: exit status 1",
+		"machine not quiet",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("markdown lacks %q:\n%s", want, md)
+		}
+	}
+}
+
+// TestSmoke runs the whole harness for a moment (root and iperf3 needed):
+// the topology, kernel and weir and a peer (a second weir, started through
+// PEER_CMD), every test once, the Markdown and JSON out, nothing left behind.
+func TestSmoke(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("skipping: the harness builds network namespaces and runs weir on a TUN: needs root")
+	}
+	if _, err := exec.LookPath("iperf3"); err != nil {
+		t.Skip("skipping: needs iperf3 (bash scripts/bench-deps.sh)")
+	}
+	if _, err := os.Stat("/dev/net/tun"); err != nil {
+		t.Skipf("skipping: needs /dev/net/tun: %v", err)
+	}
+	dir := t.TempDir()
+	bench, weir := filepath.Join(dir, "weirbench"), filepath.Join(dir, "weir")
+	for _, b := range [][2]string{{bench, "."}, {weir, "weir/cmd/weir"}} {
+		if out, err := exec.Command("go", "build", "-o", b[0], b[1]).CombinedOutput(); err != nil {
+			t.Fatalf("go build %s: %v\n%s", b[1], err, out)
+		}
+	}
+	// The peer: weir again, serving the peer's address, spliced to the
+	// server, on the TUN the harness names.
+	peerCfg := filepath.Join(dir, "peer.yaml")
+	if err := os.WriteFile(peerCfg, []byte(strings.NewReplacer(weirVIP, serverPeerIP, "weirbench:", "weirbench peer:").Replace(weirConfig())), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "out")
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bench, "-weir", weir, "-out", out, "-reps", "1", "-iperf-time", "1s", "-conn-time", "300ms", "-pause", "0s",
+		"-peer-name", "weir2", "-peer-cmd", weir+` run -c `+peerCfg+` --tun "$BENCH_TUN" --admin 127.0.0.1:0 --log-level warn`)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	start := time.Now()
+	b, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("weirbench: %v\n%s", err, b)
+	}
+	t.Logf("weirbench ran in %v", time.Since(start).Round(time.Millisecond))
+
+	var rep report
+	js, err := os.ReadFile(filepath.Join(out, "bench-e2e.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(js, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if want := len(tests) * 3; len(rep.Samples) != want {
+		t.Fatalf("%d samples, want %d", len(rep.Samples), want)
+	}
+	for _, s := range rep.Samples {
+		if s.Err != "" || s.Value <= 0 {
+			t.Errorf("%s on %s: value %v, error %q", s.Test, s.Path, s.Value, s.Err)
+		}
+		if s.Conn != nil && (s.Conn.Errors != 0 || s.Conn.Conns == 0) {
+			t.Errorf("%s on %s: %+v", s.Test, s.Path, s.Conn)
+		}
+		if s.Path != "kernel" && s.PeakRSS <= 0 {
+			t.Errorf("%s on %s: no peak RSS", s.Test, s.Path)
+		}
+	}
+	for _, a := range rep.Appliances {
+		if a.CPUSec <= 0 || a.PeakRSS <= 0 || a.CPUPerGB <= 0 {
+			t.Errorf("appliance %+v", a)
+		}
+	}
+	md, err := os.ReadFile(filepath.Join(out, "bench-e2e.md"))
+	if err != nil || !strings.Contains(string(md), "| test | unit | kernel | weir | weir / kernel | weir2 | weir2 / kernel |") {
+		t.Errorf("markdown (%v):\n%s", err, md)
+	}
+	// Everything the harness started is gone with it.
+	if pids, _ := exec.Command("pgrep", "-f", dir).Output(); len(pids) > 0 {
+		t.Errorf("processes left behind: %s", pids)
+	}
+}
