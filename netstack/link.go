@@ -41,6 +41,7 @@ type LinkStats struct {
 	DroppedQueueFull uint64 // egress packets dropped because the write queue was full
 	DroppedTooBig    uint64 // egress packets larger than the device MTU
 	DroppedClosed    uint64 // egress packets offered after the link closed
+	DroppedChecksum  uint64 // read TCP or UDP packets with a bad checksum, on an offload link (the stack does not check there)
 	ReadErrors       uint64 // Device.Read calls that failed with other than os.ErrClosed
 	WriteErrors      uint64 // Device.Write calls that failed with other than os.ErrClosed
 	WriteShort       uint64 // packets a Device.Write did not accept
@@ -79,7 +80,7 @@ type linkEndpoint struct {
 
 	rxPackets, rxBytes, txPackets, txBytes     atomic.Uint64
 	dropMalformed, dropDetached, dropQueueFull atomic.Uint64
-	dropTooBig, dropClosed                     atomic.Uint64
+	dropTooBig, dropClosed, dropChecksum       atomic.Uint64
 	readErrors, writeErrors, writeShort        atomic.Uint64
 }
 
@@ -189,8 +190,11 @@ func (e *linkEndpoint) deliver(pkt []byte, hdr []byte) {
 	}
 	e.rxPackets.Add(1)
 	e.rxBytes.Add(uint64(len(pkt)))
+	if e.gsoMax > 0 && !rxChecksumDone(hdr) && !checksumOK(pkt) {
+		e.dropChecksum.Add(1)
+		return
+	}
 	pb := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: buffer.MakeWithData(pkt)})
-	pb.RXChecksumValidated = rxChecksumDone(hdr)
 	box.d.DeliverNetworkPacket(proto, pb)
 	pb.DecRef()
 }
@@ -329,6 +333,7 @@ func (e *linkEndpoint) stats() LinkStats {
 		DroppedQueueFull: e.dropQueueFull.Load(),
 		DroppedTooBig:    e.dropTooBig.Load(),
 		DroppedClosed:    e.dropClosed.Load(),
+		DroppedChecksum:  e.dropChecksum.Load(),
 		ReadErrors:       e.readErrors.Load(),
 		WriteErrors:      e.writeErrors.Load(),
 		WriteShort:       e.writeShort.Load(),
@@ -359,9 +364,15 @@ func (e *linkEndpoint) SetLinkAddress(a tcpip.LinkAddress) {
 	e.linkAddrMu.Unlock()
 }
 
-// Capabilities implements stack.NetworkLinkEndpoint. None: checksums are
-// computed and verified by the stack, since a TUN peer needs them.
-func (*linkEndpoint) Capabilities() stack.LinkEndpointCapabilities {
+// Capabilities implements stack.NetworkLinkEndpoint. Without offload,
+// none: checksums are computed and verified by the stack, since a TUN peer
+// needs them. With offload, RX checksum offload: the kernel hands over its
+// own TCP's packets with a partial checksum the stack cannot verify, and
+// the link checks the others itself (gso.go).
+func (e *linkEndpoint) Capabilities() stack.LinkEndpointCapabilities {
+	if e.gsoMax > 0 {
+		return stack.CapabilityRXChecksumOffload
+	}
 	return stack.CapabilityNone
 }
 
