@@ -16,6 +16,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"weir/datapath"
@@ -62,13 +63,23 @@ type wirePacket struct {
 // tunCapture records every TCP packet on the interface ifname of ns.
 type tunCapture struct {
 	fd      int
+	vnet    bool
 	mu      sync.Mutex
 	pkts    []wirePacket // protected by mu
 	quit    chan struct{}
 	stopped chan struct{}
 }
 
+// startTUNCapture captures on a TUN, with virtio-net headers: super-packets
+// come with their GSO size.
 func startTUNCapture(t *testing.T, ns *netns.NS, ifname string) *tunCapture {
+	return startCapture(t, ns, ifname, true)
+}
+
+// startCapture captures on ifname in ns; vnet asks for virtio-net headers
+// (SOCK_RAW: only for an interface without a link header), else the
+// packets come without their link header (SOCK_DGRAM) as cut for the wire.
+func startCapture(t *testing.T, ns *netns.NS, ifname string, vnet bool) *tunCapture {
 	t.Helper()
 	htons := func(v uint16) uint16 { return v<<8 | v>>8 }
 	c := &tunCapture{quit: make(chan struct{}), stopped: make(chan struct{})}
@@ -77,13 +88,19 @@ func startTUNCapture(t *testing.T, ns *netns.NS, ifname string) *tunCapture {
 		if err != nil {
 			return err
 		}
-		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW, int(htons(unix.ETH_P_ALL))) // PACKET_VNET_HDR needs SOCK_RAW; a TUN has no link header
+		typ := unix.SOCK_DGRAM
+		if vnet {
+			typ = unix.SOCK_RAW // PACKET_VNET_HDR needs SOCK_RAW; a TUN has no link header
+		}
+		fd, err := unix.Socket(unix.AF_PACKET, typ, int(htons(unix.ETH_P_ALL)))
 		if err != nil {
 			return err
 		}
 		c.fd = fd
-		if err := unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_VNET_HDR, 1); err != nil {
-			return fmt.Errorf("PACKET_VNET_HDR: %w", err)
+		if vnet {
+			if err := unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_VNET_HDR, 1); err != nil {
+				return fmt.Errorf("PACKET_VNET_HDR: %w", err)
+			}
 		}
 		// Room for every packet of the test, so the capture loses none.
 		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 256<<20); err != nil {
@@ -100,6 +117,7 @@ func startTUNCapture(t *testing.T, ns *netns.NS, ifname string) *tunCapture {
 		}
 		t.Fatalf("AF_PACKET capture on %s: %v", ifname, err)
 	}
+	c.vnet = vnet
 	go c.loop()
 	t.Cleanup(func() { c.stop() })
 	return c
@@ -116,10 +134,17 @@ func (c *tunCapture) loop() {
 		default:
 		}
 		n, from, err := unix.Recvfrom(c.fd, buf, 0)
-		if err != nil || n <= datapath.VirtioNetHdrLen {
+		if err != nil {
 			continue // EAGAIN every 50 ms: look at quit
 		}
-		hdr, pkt := buf[:datapath.VirtioNetHdrLen], buf[datapath.VirtioNetHdrLen:n]
+		var hdr []byte
+		pkt := buf[:n]
+		if c.vnet {
+			if n <= datapath.VirtioNetHdrLen {
+				continue
+			}
+			hdr, pkt = buf[:datapath.VirtioNetHdrLen], buf[datapath.VirtioNetHdrLen:n]
+		}
 		if datapath.Parse(pkt, &p) != datapath.DropNone || p.Proto != datapath.ProtoTCP {
 			continue
 		}
@@ -250,6 +275,7 @@ func testOffloadTUN(t *testing.T, mode tun.OffloadMode) {
 		t.Fatal(err)
 	}
 	const ifname = "wgso0"
+	client := clientNS(t, ns)
 	devs, err := tun.Open(tun.Options{
 		Name: ifname, Offload: mode,
 		Addrs:  []netip.Prefix{netip.MustParsePrefix("198.18.0.1/32"), netip.MustParsePrefix("fd00::1/128")},
@@ -274,6 +300,7 @@ func testOffloadTUN(t *testing.T, mode tun.OffloadMode) {
 		t.Fatal(err)
 	}
 	cap := startTUNCapture(t, ns, ifname)
+	wire := startCapture(t, client, "wgc0", false)
 	for _, vip := range []string{"198.18.0.23:23", "[fd00::23]:23"} {
 		l, err := s.ListenTCP(netip.MustParseAddrPort(vip))
 		if err != nil {
@@ -300,8 +327,8 @@ func testOffloadTUN(t *testing.T, mode tun.OffloadMode) {
 			}
 		}
 	})
-	transfer(t, ns, "198.18.0.23:23", size)
-	transfer(t, ns, "[fd00::23]:23", size)
+	transfer(t, client, "198.18.0.23:23", size)
+	transfer(t, client, "[fd00::23]:23", size)
 
 	// Meters count a packet before the device writes it and the capture
 	// sees it after: wait until they agree (the closing FIN and ACKs).
@@ -327,8 +354,13 @@ func testOffloadTUN(t *testing.T, mode tun.OffloadMode) {
 		return tot.Services[0][datapath.Ingress] == want[datapath.Ingress] && tot.Services[0][datapath.Egress] == want[datapath.Egress]
 	})
 	cap.stop()
-	if d := cap.drops(); d > 0 {
-		t.Fatalf("the capture lost %d packets: nothing below can be checked exactly", d)
+	// The wire has seen the last segment once the TUN has.
+	testutil.WithinEvery(2*time.Second, 20*time.Millisecond, func() bool {
+		return wireCount(wire.seen(), false) >= want[datapath.Egress].Packets
+	})
+	wire.stop()
+	if d, w := cap.drops(), wire.drops(); d > 0 || w > 0 {
+		t.Fatalf("the captures lost %d packets on the TUN, %d on the wire: nothing below can be checked exactly", d, w)
 	}
 	if !agree {
 		t.Errorf("telnet meters %+v, the capture saw %+v (ingress, egress)", tot.Services[0], want)
@@ -366,7 +398,33 @@ func testOffloadTUN(t *testing.T, mode tun.OffloadMode) {
 	if got := e.Stats().Marked; got != uint64(fromVIP) {
 		t.Errorf("engine marked %d packets, the capture saw %d from the VIP", got, fromVIP)
 	}
-	t.Logf("%v: %d packets from the VIP (%d super-packets), %d super-packets to weir, meters %+v", mode, fromVIP, super, superToWeir, tot.Services[0])
+	// On the wire into the client's namespace, after the kernel cut the
+	// super-packets (no segmentation offload on the router's veth): each
+	// segment is at most the MTU and marked, and there are as many as the
+	// meters counted.
+	var onWire, wireTOS, wireSum, wireBig int
+	for _, p := range wire.seen() {
+		if !telnet(p) || p.src.Port() != 23 {
+			continue
+		}
+		onWire++
+		if p.tos != 0xa0 {
+			wireTOS++
+		}
+		if !p.ip4OK {
+			wireSum++
+		}
+		if p.len > 1500 {
+			wireBig++
+		}
+	}
+	if wireTOS > 0 || wireSum > 0 || wireBig > 0 {
+		t.Errorf("of %d segments from the VIP on the wire, %d lack ToS 0xa0, %d have a bad IPv4 header checksum, %d are over the MTU", onWire, wireTOS, wireSum, wireBig)
+	}
+	if uint64(onWire) != want[datapath.Egress].Packets {
+		t.Errorf("%d segments from the VIP on the wire, the meters counted %d", onWire, want[datapath.Egress].Packets)
+	}
+	t.Logf("%v: %d segments on the wire; %d packets from the VIP (%d super-packets), %d super-packets to weir, meters %+v", mode, onWire, fromVIP, super, superToWeir, tot.Services[0])
 	if mode == tun.OffloadOn {
 		if super == 0 || superToWeir == 0 {
 			t.Errorf("offload on: %d super-packets from weir, %d to weir; want some each way", super, superToWeir)
@@ -374,4 +432,117 @@ func testOffloadTUN(t *testing.T, mode tun.OffloadMode) {
 	} else if overMTU > 0 {
 		t.Errorf("offload off: %d packets over the MTU", overMTU)
 	}
+}
+
+// wireCount counts the captured telnet packets from the VIP (toWeir false)
+// or to it.
+func wireCount(pkts []wirePacket, toVIP bool) uint64 {
+	var n uint64
+	for _, p := range pkts {
+		if (toVIP && p.dst.Port() == 23) || (!toVIP && p.src.Port() == 23) {
+			n++
+		}
+	}
+	return n
+}
+
+// clientNS makes the client's namespace, joined to weir's (ns, where the
+// test goroutine is) by a veth pair: wgr0 198.18.50.1/24, fd00:50::1/64 on
+// weir's side, which forwards; wgc0 .2 / ::2 on the client's, routed
+// through it. wgr0 has no segmentation offload, so the kernel cuts the
+// super-packets weir writes before they go on the wire.
+func clientNS(t *testing.T, ns *netns.NS) *netns.NS {
+	t.Helper()
+	client := testutil.NetNS(t)
+	la := netlink.NewLinkAttrs()
+	la.Name = "wgr0"
+	if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: la, PeerName: "wgc0"}); err != nil {
+		t.Fatal(err)
+	}
+	peer, err := netlink.LinkByName("wgc0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := netlink.LinkSetNsFd(peer, client.FD()); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"net/ipv4/ip_forward", "net/ipv6/conf/all/forwarding"} {
+		if err := os.WriteFile("/proc/sys/"+k, []byte("1"), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, cmd := range []uint32{ethtoolSTSO, ethtoolSGSO} {
+		if err := ethtoolSet("wgr0", cmd, 0); err != nil {
+			t.Fatalf("wgr0: turn segmentation offload off: %v", err)
+		}
+	}
+	up := func(name string, addrs ...string) error {
+		l, err := netlink.LinkByName(name)
+		if err != nil {
+			return err
+		}
+		for _, a := range addrs {
+			ad, err := netlink.ParseAddr(a)
+			if err != nil {
+				return err
+			}
+			ad.Flags = unix.IFA_F_NODAD
+			if err := netlink.AddrAdd(l, ad); err != nil {
+				return err
+			}
+		}
+		return netlink.LinkSetUp(l)
+	}
+	if err := up("wgr0", "198.18.50.1/24", "fd00:50::1/64"); err != nil {
+		t.Fatal(err)
+	}
+	if err := client.Do(func() error {
+		if err := up("wgc0", "198.18.50.2/24", "fd00:50::2/64"); err != nil {
+			return err
+		}
+		l, err := netlink.LinkByName("wgc0")
+		if err != nil {
+			return err
+		}
+		for _, gw := range []string{"198.18.50.1", "fd00:50::1"} {
+			r := netlink.Route{LinkIndex: l.Attrs().Index, Gw: net.ParseIP(gw)}
+			if err := netlink.RouteAdd(&r); err != nil {
+				return fmt.Errorf("route via %s: %w", gw, err)
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return client
+}
+
+// Legacy ethtool commands (linux/ethtool.h) that switch TCP segmentation
+// offload and generic segmentation offload.
+const (
+	siocEthtool = 0x8946
+	ethtoolSTSO = 0x1f
+	ethtoolSGSO = 0x24
+)
+
+// ethtoolSet runs the ethtool_value command cmd with data on ifname, as
+// "ethtool -K ifname tso off" does.
+func ethtoolSet(ifname string, cmd, data uint32) error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	v := struct{ cmd, data uint32 }{cmd, data}
+	var ifr struct {
+		name [unix.IFNAMSIZ]byte
+		data unsafe.Pointer
+		_    [16]byte
+	}
+	copy(ifr.name[:], ifname)
+	ifr.data = unsafe.Pointer(&v)
+	if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), siocEthtool, uintptr(unsafe.Pointer(&ifr))); e != 0 {
+		return e
+	}
+	return nil
 }
