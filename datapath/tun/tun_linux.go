@@ -323,7 +323,8 @@ func prefixNet(p netip.Prefix) *net.IPNet {
 func (d *Device) Name() string { return d.name }
 
 // Read implements datapath.Device: it blocks until one packet arrives and
-// returns it in bufs[0][offset:]. A packet longer than the buffer is
+// returns it in bufs[0][offset:] (an offload queue: up to BatchSize
+// packets, each with its virtio-net header before offset). A packet longer than the buffer is
 // dropped and counted, and Read waits for the next. After Close it
 // returns os.ErrClosed.
 func (d *Device) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
@@ -359,8 +360,9 @@ func (d *Device) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 	}
 }
 
-// Write implements datapath.Device: one write(2) per packet. A packet over
-// the MTU, or one the kernel rejects (a malformed header), is dropped and
+// Write implements datapath.Device: one write(2) per packet (an offload
+// queue sends each with the virtio-net header before offset). A packet over
+// the MTU (and not a GSO super-packet), or one the kernel rejects (a malformed header), is dropped and
 // counted, and the rest of the batch is still written.
 func (d *Device) Write(bufs [][]byte, offset int) (int, error) {
 	if d.vnet != nil {
