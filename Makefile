@@ -74,6 +74,10 @@ vmtest: build ## end-to-end scenarios inside a QEMU VM with real netem loss (ins
 	bash scripts/vm-deps.sh
 	$(GO) test -count=1 -timeout 30m ./vmtest/ -run VM -v
 
+.PHONY: deb
+deb: ## build dist/weir_<version>_<arch>.deb (static binary, weir@.service, man pages, completions)
+	$(GO) run ./packaging/cmd/mkdeb -o dist
+
 .PHONY: clean
 clean: ## remove build outputs
 	rm -rf bin bench/out

@@ -3,6 +3,7 @@ package balancer
 // Pick flow (every new connection):
 //
 //	table ← atomic load                  the immutable table of this moment
+//	      → its level for the connection's policy action, if it has one
 //	fast path by algorithm over primaries that are up, weighted and not tried:
 //	  round robin   cursor ← atomic add; its schedule entry, else random ones
 //	  least-conn    ≤ 32 primaries: scan for the least open/weight, ties to the
@@ -12,7 +13,9 @@ package balancer
 //	  each candidate: slow-start thinning, then a CAS on its open count
 //	                bounded by MaxConnections (full: SkippedAtLimit++)
 //	every primary once, from a rotating start (no slow-start thinning)
+//	primaries the QoS cut to weight 0, once each
 //	backups in configured order: the first that is up and under its limit
+//	primaries configured with weight 0 (draining), once each
 //	none: *NoTargetError naming each target and why (allocates; refusal only)
 
 import (
@@ -37,13 +40,17 @@ type Balancer struct {
 	// table, plus removed targets that still have open connections, so a
 	// target that comes back finds its count.
 	states map[string]*targetState
-	// eff holds effective weights set by SetWeights, by name, with the base
-	// weight they were computed from (a reload that changes the base drops
-	// them).
-	eff map[string]effWeight
+	// eff holds the default level's balancing weights set by SetWeights or
+	// SetFractions, by name, with the base weight they were computed from (a
+	// reload that changes the base drops them); levels holds the same per
+	// policy action name.
+	eff    map[string]effWeight
+	levels map[string]map[string]effWeight
 }
 
-type effWeight struct{ weight, base int }
+// effWeight is a balancing weight in hundredths of a WLM weight
+// (policy.ExactWeight) and the base weight it was computed from.
+type effWeight struct{ units, base int }
 
 // New builds a balancer for vs with settings s. Both come from a Config
 // passed through policy.Compile, which fills the defaults and checks what
@@ -51,7 +58,7 @@ type effWeight struct{ weight, base int }
 // MaxAttempts within 1..MaxTried); the balancer does not repeat it. New
 // fails only on values that cannot have been compiled.
 func New(vs *policy.VirtualServer, s policy.BalancerSettings) (*Balancer, error) {
-	b := &Balancer{states: map[string]*targetState{}, eff: map[string]effWeight{}}
+	b := &Balancer{states: map[string]*targetState{}, eff: map[string]effWeight{}, levels: map[string]map[string]effWeight{}}
 	if err := b.Update(vs, s); err != nil {
 		return nil, err
 	}
@@ -91,6 +98,11 @@ func (b *Balancer) Update(vs *policy.VirtualServer, s policy.BalancerSettings) e
 		if e, ok := b.eff[t.Name]; ok && e.base != t.Weight {
 			delete(b.eff, t.Name)
 		}
+		for _, lv := range b.levels {
+			if e, ok := lv[t.Name]; ok && e.base != t.Weight {
+				delete(lv, t.Name)
+			}
+		}
 	}
 	for name, st := range b.states {
 		// A pick racing this reload on the old table can still reserve on a
@@ -99,6 +111,9 @@ func (b *Balancer) Update(vs *policy.VirtualServer, s policy.BalancerSettings) e
 		if !seen[name] && st.open.Load() == 0 {
 			delete(b.states, name)
 			delete(b.eff, name)
+			for _, lv := range b.levels {
+				delete(lv, name)
+			}
 		}
 	}
 	if s.Health.Interval <= 0 {
@@ -116,31 +131,83 @@ func (b *Balancer) Update(vs *policy.VirtualServer, s policy.BalancerSettings) e
 }
 
 // SetWeights sets the effective weights (the WLM weight cut by the QoS
-// fraction) by target name, as the QoS sampler computes them, and swaps in a
-// table balanced on them. Targets missing from w go back to their base
-// weight; unknown names are ignored; negative weights count as 0. A target
-// with effective weight 0 gets no new connections while any primary has a
-// positive one (see Pick).
+// fraction, in whole weights) of the default level by target name, drops
+// every per-action level, and swaps in a table balanced on them. Targets
+// missing from w go back to their base weight; unknown names are ignored;
+// negative weights count as 0. The QoS sampler uses SetFractions, which is
+// exact for small weights; SetWeights is for weights computed elsewhere.
 func (b *Balancer) SetWeights(w map[string]int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	cur := b.tab.Load()
 	clear(b.eff)
+	clear(b.levels)
 	for _, t := range cur.vs.Targets {
 		if x, ok := w[t.Name]; ok {
-			b.eff[t.Name] = effWeight{weight: max(x, 0), base: t.Weight}
+			b.eff[t.Name] = effWeight{units: min(max(x, 0), maxUnits/100) * 100, base: t.Weight}
 		}
 	}
 	b.swap(cur.vs, cur.settings)
 }
 
-// swap builds and publishes a table; b.mu must be held.
-func (b *Balancer) swap(vs *policy.VirtualServer, s policy.BalancerSettings) {
-	eff := make(map[string]int, len(b.eff))
-	for name, e := range b.eff {
-		eff[name] = e.weight
+// maxUnits bounds a balancing weight (hundredths of a WLM weight).
+const maxUnits = 1 << 30
+
+// SetFractions sets the QoS fractions (percent) the weights are cut by, per
+// service level, and swaps in one table per level, all at once: def holds
+// the fractions, by target name, of new connections under no policy action;
+// byAction holds, per action name, the fractions of new connections
+// classified to that action (PickAction). Each target is balanced on
+// policy.ExactWeight(its WLM weight, fraction), so a weight-1 target at
+// 25 % gets exactly ¾ of an uncut weight-1 target's share. A target missing
+// from a level's map is at its base weight in that level; an action missing
+// from byAction is balanced like def. Unknown names are ignored.
+func (b *Balancer) SetFractions(def map[string]int, byAction map[string]map[string]int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	cur := b.tab.Load()
+	fill := func(dst map[string]effWeight, f map[string]int) {
+		for _, t := range cur.vs.Targets {
+			if x, ok := f[t.Name]; ok {
+				dst[t.Name] = effWeight{units: policy.ExactWeight(t.Weight, x), base: t.Weight}
+			}
+		}
 	}
-	b.tab.Store(newTable(vs, s, b.states, eff, b.tab.Load()))
+	clear(b.eff)
+	fill(b.eff, def)
+	clear(b.levels)
+	for name, f := range byAction {
+		lv := map[string]effWeight{}
+		fill(lv, f)
+		b.levels[name] = lv
+	}
+	b.swap(cur.vs, cur.settings)
+}
+
+// swap builds and publishes a table with one sub-table per action level;
+// b.mu must be held. The default and every level's table are published in
+// one atomic store, so a pick sees one sample's weights at every level.
+func (b *Balancer) swap(vs *policy.VirtualServer, s policy.BalancerSettings) {
+	units := func(m map[string]effWeight) map[string]int {
+		out := make(map[string]int, len(m))
+		for name, e := range m {
+			out[name] = e.units
+		}
+		return out
+	}
+	prev := b.tab.Load()
+	t := newTable(vs, s, b.states, units(b.eff), prev)
+	if len(b.levels) > 0 {
+		t.levels = make(map[string]*table, len(b.levels))
+		for name, lv := range b.levels {
+			var p *table
+			if prev != nil {
+				p = prev.levels[name]
+			}
+			t.levels[name] = newTable(vs, s, b.states, units(lv), p)
+		}
+	}
+	b.tab.Store(t)
 }
 
 // Pick chooses a target for a new connection at now and reserves one of its
@@ -150,9 +217,11 @@ func (b *Balancer) swap(vs *policy.VirtualServer, s policy.BalancerSettings) {
 //
 // Only primaries that are up (no failed connect within the retry interval, no
 // failed health check) and under their MaxConnections are chosen, by the
-// configured algorithm over their effective weights. Effective weight 0 keeps
-// a primary out while another primary has a positive weight; if every primary
-// has weight 0 they are balanced as if equal. A primary in slow start is
+// configured algorithm over their effective weights. A primary the QoS cut to
+// weight 0 is passed over while another primary can serve, and serves (before
+// any backup) when none can; if every weighted primary is cut to 0 they are
+// balanced as if equal. A primary configured with weight 0 (draining) serves
+// only when neither another primary nor a backup can. A primary in slow start is
 // passed over with a probability that falls from 90 % to 0 over the window,
 // but never when no other target could serve. When no primary can serve, the
 // backups are tried in configured order and the first that can serve is
@@ -161,7 +230,15 @@ func (b *Balancer) swap(vs *policy.VirtualServer, s policy.BalancerSettings) {
 //
 // Pick does not allocate when it returns a target, and never blocks.
 func (b *Balancer) Pick(now time.Time, flowHash uint64) (Lease, error) {
-	return b.pick(now, flowHash, nil)
+	return b.pick(now, flowHash, nil, nil)
+}
+
+// PickAction is PickExcept for a connection classified to a policy action
+// (nil: none): it is balanced on that service level's weights (see
+// SetFractions), or the default level's when the action has none. tried may
+// be nil for a first pick. It does not allocate when it returns a target.
+func (b *Balancer) PickAction(now time.Time, flowHash uint64, action *policy.Action, tried *Tried) (Lease, error) {
+	return b.pick(now, flowHash, action, tried)
 }
 
 // PickExcept is Pick for a retry: it skips the targets in tried and adds the
@@ -187,32 +264,40 @@ func (b *Balancer) PickExcept(now time.Time, flowHash uint64, tried *Tried) (Lea
 	if tried == nil {
 		tried = &Tried{}
 	}
-	return b.pick(now, flowHash, tried)
+	return b.pick(now, flowHash, nil, tried)
 }
 
-func (b *Balancer) pick(now time.Time, flowHash uint64, tried *Tried) (Lease, error) {
+func (b *Balancer) pick(now time.Time, flowHash uint64, action *policy.Action, tried *Tried) (Lease, error) {
 	t := b.tab.Load()
+	if action != nil && t.levels != nil {
+		if lt := t.levels[action.Name]; lt != nil {
+			t = lt
+		}
+	}
 	ns := now.UnixNano()
 	if tried != nil && tried.n >= t.attempts {
 		b.refused.Add(1)
-		return Lease{}, t.refuse(now, tried, true)
+		return Lease{}, t.refuse(now, tried, true, nil)
 	}
+	// sk remembers the targets this pick found at their limit, so that
+	// SkippedAtLimit counts each once per pick however often it is probed.
+	var sk skipSet
 	i, start := -1, 0
 	switch t.settings.Algorithm {
 	case policy.LeastConn:
-		i, start = t.pickLeastConn(ns, flowHash, tried)
+		i, start = t.pickLeastConn(ns, flowHash, tried, &sk)
 	case policy.Maglev:
-		i, start = t.pickMaglev(ns, flowHash, tried)
+		i, start = t.pickMaglev(ns, flowHash, tried, &sk)
 	default:
-		i, start = t.pickRoundRobin(ns, tried)
+		i, start = t.pickRoundRobin(ns, tried, &sk)
 	}
 	if i < 0 {
-		i = t.pickAny(ns, start, tried)
+		i = t.pickAny(ns, start, tried, &sk)
 	}
 	if i < 0 {
 		// The refusal pass tries every target once more while it records
 		// reasons, so a slot freed meanwhile is taken rather than refused.
-		err := t.refuse(now, tried, false)
+		err := t.refuse(now, tried, false, &sk)
 		if err.picked < 0 {
 			b.refused.Add(1)
 			return Lease{}, err
@@ -227,10 +312,11 @@ func (b *Balancer) pick(now time.Time, flowHash uint64, tried *Tried) (Lease, er
 }
 
 // usable reports whether primary i may be offered a connection by the fast
-// paths: weighted, up and not tried.
+// paths: weighted (or, when every weighted primary is cut to 0, cut), up and
+// not tried.
 func (t *table) usable(i int, ns int64, tried *Tried) bool {
 	e := &t.entries[i]
-	return (e.weight > 0 || t.allZero) && !e.st.down(ns) && !tried.has(e.st)
+	return (e.weight > 0 || (t.allZero && e.base > 0)) && !e.st.down(ns) && !tried.has(e.st)
 }
 
 // admit applies slow-start thinning to primary i with the random value r:
@@ -243,7 +329,7 @@ func (t *table) admit(i int, ns int64, r uint64) bool {
 	return f >= 1000 || int64(r%1000) < f
 }
 
-func (t *table) pickRoundRobin(ns int64, tried *Tried) (int, int) {
+func (t *table) pickRoundRobin(ns int64, tried *Tried, sk *skipSet) (int, int) {
 	n := uint64(len(t.sched))
 	if n == 0 {
 		return -1, 0
@@ -258,7 +344,7 @@ func (t *table) pickRoundRobin(ns int64, tried *Tried) (int, int) {
 			r = mix(r)
 		}
 		i := int(t.sched[r%n])
-		if t.usable(i, ns, tried) && t.admit(i, ns, mix(r^0xa5)) && t.entries[i].st.reserve(t.entries[i].max) {
+		if t.usable(i, ns, tried) && t.admit(i, ns, mix(r^0xa5)) && t.entries[i].st.reserve(t.entries[i].max, sk) {
 			return i, i
 		}
 	}
@@ -267,14 +353,14 @@ func (t *table) pickRoundRobin(ns int64, tried *Tried) (int, int) {
 
 // lcLoad returns primary i's open connections and its weight (slow start
 // applied) if it can take a connection now.
-func (t *table) lcLoad(i int, ns int64, tried *Tried) (open, w float64, ok bool) {
+func (t *table) lcLoad(i int, ns int64, tried *Tried, sk *skipSet) (open, w float64, ok bool) {
 	if !t.usable(i, ns, tried) {
 		return 0, 0, false
 	}
 	e := &t.entries[i]
 	o := e.st.open.Load()
 	if e.max > 0 && o >= e.max {
-		e.st.skippedAtLimit.Add(1)
+		sk.skip(e.st)
 		return 0, 0, false
 	}
 	return float64(o), float64(t.weightOf(i)) * float64(e.st.rampPermille(ns, t.slowStart)), true
@@ -285,7 +371,7 @@ func (t *table) lcLoad(i int, ns int64, tried *Tried) (open, w float64, ok bool)
 // keeps a pick O(1) for thousands of targets.
 const lcExact = 32
 
-func (t *table) pickLeastConn(ns int64, flowHash uint64, tried *Tried) (int, int) {
+func (t *table) pickLeastConn(ns int64, flowHash uint64, tried *Tried, sk *skipSet) (int, int) {
 	n := uint64(len(t.sched))
 	if n == 0 {
 		return -1, 0
@@ -296,7 +382,7 @@ func (t *table) pickLeastConn(ns int64, flowHash uint64, tried *Tried) (int, int
 		// best minimises open/weight, compared cross-multiplied.
 		best, bestOpen, bestW := -1, 0.0, 0.0
 		try := func(i int) {
-			if open, w, ok := t.lcLoad(i, ns, tried); ok && (best < 0 || open*bestW < bestOpen*w) {
+			if open, w, ok := t.lcLoad(i, ns, tried, sk); ok && (best < 0 || open*bestW < bestOpen*w) {
 				best, bestOpen, bestW = i, open, w
 			}
 		}
@@ -314,14 +400,14 @@ func (t *table) pickLeastConn(ns int64, flowHash uint64, tried *Tried) (int, int
 		if best < 0 {
 			break
 		}
-		if t.entries[best].st.reserve(t.entries[best].max) {
+		if t.entries[best].st.reserve(t.entries[best].max, sk) {
 			return best, best
 		}
 	}
 	return -1, first
 }
 
-func (t *table) pickMaglev(ns int64, flowHash uint64, tried *Tried) (int, int) {
+func (t *table) pickMaglev(ns int64, flowHash uint64, tried *Tried, sk *skipSet) (int, int) {
 	m := uint64(len(t.maglev))
 	if m == 0 {
 		return -1, 0
@@ -337,29 +423,74 @@ func (t *table) pickMaglev(ns int64, flowHash uint64, tried *Tried) (int, int) {
 			p = r % m
 		}
 		i := int(t.maglev[p])
-		if t.usable(i, ns, tried) && t.admit(i, ns, mix(r^0xa5)) && t.entries[i].st.reserve(t.entries[i].max) {
+		if t.usable(i, ns, tried) && t.admit(i, ns, mix(r^0xa5)) && t.entries[i].st.reserve(t.entries[i].max, sk) {
 			return i, i
 		}
 	}
 	return -1, int(t.maglev[flowHash%m])
 }
 
-// pickAny tries every usable primary once from start, then the backups in
-// order, without slow-start thinning.
-func (t *table) pickAny(ns int64, start int, tried *Tried) int {
+// pickAny is the pass after the fast path, without slow-start thinning: every
+// usable primary once from start; then the primaries the QoS fraction cut to
+// weight 0 (a cut steers connections to the others, it does not refuse them
+// when no other primary can serve); then the backups in configured order;
+// and last the primaries configured with weight 0 (draining: they take a
+// connection only when no other target can).
+func (t *table) pickAny(ns int64, start int, tried *Tried, sk *skipSet) int {
 	for k := range t.nPrimary {
 		i := (start + k) % t.nPrimary
-		if t.usable(i, ns, tried) && t.entries[i].st.reserve(t.entries[i].max) {
+		if t.usable(i, ns, tried) && t.entries[i].st.reserve(t.entries[i].max, sk) {
+			return i
+		}
+	}
+	free := func(i int) bool {
+		e := &t.entries[i]
+		return !e.st.down(ns) && !tried.has(e.st) && e.st.reserve(e.max, sk)
+	}
+	for k := range t.nPrimary {
+		i := (start + k) % t.nPrimary
+		if e := &t.entries[i]; e.base > 0 && e.weight == 0 && free(i) {
 			return i
 		}
 	}
 	for i := t.nPrimary; i < len(t.entries); i++ {
-		e := &t.entries[i]
-		if !e.st.down(ns) && !tried.has(e.st) && e.st.reserve(e.max) {
+		if free(i) {
+			return i
+		}
+	}
+	for k := range t.nPrimary {
+		i := (start + k) % t.nPrimary
+		if t.entries[i].base <= 0 && free(i) {
 			return i
 		}
 	}
 	return -1
+}
+
+// skipSet is the set of targets one pick found at their limit; it lives on
+// the pick's stack. Beyond its capacity a target may be counted more than
+// once.
+type skipSet struct {
+	st [MaxTried]*targetState
+	n  int
+}
+
+// skip counts st as skipped at its limit, once per pick.
+func (sk *skipSet) skip(st *targetState) {
+	if sk == nil {
+		st.skippedAtLimit.Add(1)
+		return
+	}
+	for _, s := range sk.st[:sk.n] {
+		if s == st {
+			return
+		}
+	}
+	if sk.n < len(sk.st) {
+		sk.st[sk.n] = st
+		sk.n++
+	}
+	st.skippedAtLimit.Add(1)
 }
 
 // MaxTried is the most targets one connection can try: the size of Tried,

@@ -282,16 +282,39 @@ func TestWeightZero(t *testing.T) {
 			t.Errorf("picks %v, want a and b 1500 each, c none", got)
 		}
 	})
-	t.Run("others at limit: refused, naming weight 0", func(t *testing.T) {
-		b := mustNew(t, makeVS("a:1:max=1", "c:1"), policy.BalancerSettings{})
+	t.Run("others at limit: the cut primary serves", func(t *testing.T) {
+		b := mustNew(t, makeVS("a:1:max=1", "c:1", "z:1:backup"), policy.BalancerSettings{})
 		b.SetWeights(map[string]int{"c": 0})
 		l, err := b.Pick(t0, 0)
 		if err != nil || l.Name() != "a" {
 			t.Fatalf("first pick %q, %v; want a", l.Name(), err)
 		}
-		_, err = b.Pick(t0, 0)
-		if want := "all targets unavailable: a (at limit 1/1), c (weight 0)"; err == nil || err.Error() != want {
-			t.Errorf("error %v, want %q", err, want)
+		// a is full: c, cut to 0, is the only primary that can serve, and
+		// a primary that can serve comes before the backups.
+		for i := range 3 {
+			if l, err := b.Pick(t0, 0); err != nil || l.Name() != "c" {
+				t.Fatalf("pick %d: %q, %v; want c", i, l.Name(), err)
+			}
+		}
+	})
+	t.Run("the other primary down: the cut primary serves", func(t *testing.T) {
+		b := mustNew(t, makeVS("a:1", "c:1"), policy.BalancerSettings{RetryInterval: time.Minute})
+		b.SetFractions(map[string]int{"c": 100}, nil)
+		for i := range 4 {
+			l, err := b.Pick(t0, 0)
+			if err != nil {
+				t.Fatalf("pick %d: %v", i, err)
+			}
+			if l.Name() == "a" {
+				l.Failed(t0)
+				continue
+			}
+			if l.Name() != "c" {
+				t.Fatalf("pick %d: %s", i, l.Name())
+			}
+		}
+		if got := countPicks(t, b, 10, t0.Add(time.Second)); got["c"] != 10 {
+			t.Errorf("a down: picks %v, want c 10", got)
 		}
 	})
 	t.Run("all zero: balanced as equal", func(t *testing.T) {
@@ -639,7 +662,7 @@ func TestNoTargetErrorText(t *testing.T) {
 		want  string
 	}{
 		{"no targets", nil, func(*Balancer) {}, "all targets unavailable: no targets configured"},
-		{"mixed", []string{"a:1:max=3", "b:1", "c:1"}, func(b *Balancer) {
+		{"mixed", []string{"a:1:max=3", "b:1", "c:1:max=1"}, func(b *Balancer) {
 			b.SetWeights(map[string]int{"c": 0})
 			for range 3 {
 				l, _ := b.Pick(t0, 0)
@@ -650,7 +673,7 @@ func TestNoTargetErrorText(t *testing.T) {
 			for range 3 {
 				b.Pick(t0, 0)
 			}
-		}, "all targets unavailable: a (at limit 3/3), b (down until 12:00:05), c (weight 0)"},
+		}, "all targets unavailable: a (at limit 3/3), b (down until 12:00:05), c (at limit 1/1)"},
 		{"health", []string{"a"}, func(b *Balancer) {
 			for range 3 {
 				b.ReportHealth("a", false, t0)

@@ -12,9 +12,12 @@
 // One Balancer serves one virtual server:
 //
 //   - New builds it from a *policy.VirtualServer and policy.BalancerSettings;
-//     Update swaps in a reloaded configuration, SetWeights the effective
-//     weights of a QoS sample.
-//   - Pick (or PickExcept, for retries bounded by MaxAttempts) reserves a slot
+//     Update swaps in a reloaded configuration; SetFractions the QoS
+//     fractions of a sample, one set per service level (the default level
+//     and each policy action), balanced exactly on WLM weight × (100 −
+//     fraction); SetWeights whole effective weights computed elsewhere.
+//   - Pick (or PickExcept, for retries bounded by MaxAttempts; PickAction for
+//     a connection classified to a policy action) reserves a slot
 //     on a target and returns a Lease; Lease.Release gives it back when the
 //     connection closes, Lease.Failed when the connect failed (the target is
 //     then down for the retry interval). When no target can serve, Pick
@@ -24,6 +27,11 @@
 //     state machine (Health); Checker runs TCP checks in its own goroutine.
 //   - Snapshot returns every target's weights, open connections, down-state,
 //     health, slow-start factor and counters for the admin API.
+//
+// Weight 0: a primary the QoS cut to 0 gets no connection while another
+// primary can take it, but takes them, before any backup, when none can; a
+// primary configured with weight 0 is draining: the backups serve first and
+// it takes a connection only when nothing else can.
 //
 // Time is always passed in, so tests drive a manual clock, and nothing here
 // logs: events such as "target at its limit, not selected" are counters

@@ -16,8 +16,9 @@ const (
 	Down
 	// HealthDown: active health checks mark the target down.
 	HealthDown
-	// WeightZero: the primary's effective weight is 0 while another primary's
-	// is not.
+	// WeightZero is no longer reported: a primary at weight 0 (configured,
+	// or cut by the QoS fraction) takes a connection when no other target
+	// can, so weight alone never refuses. Kept for API compatibility.
 	WeightZero
 	// AlreadyTried: this connection was already given the target (PickExcept).
 	AlreadyTried
@@ -143,7 +144,7 @@ func (e *NoTargetError) addReason(r Reason) {
 // over every target, primaries then backups, and reserves the first that can
 // serve after all (a slot freed since the fast paths looked): picked is then
 // its index and the error is to be dropped.
-func (t *table) refuse(now time.Time, tried *Tried, exhausted bool) *NoTargetError {
+func (t *table) refuse(now time.Time, tried *Tried, exhausted bool, sk *skipSet) *NoTargetError {
 	e := &NoTargetError{Service: t.vs.Name, Exhausted: exhausted, picked: -1}
 	e.Reasons = e.buf[:0]
 	if tried != nil {
@@ -160,13 +161,11 @@ func (t *table) refuse(now time.Time, tried *Tried, exhausted bool) *NoTargetErr
 			r.Why = HealthDown
 		case ns < en.st.downUntil.Load():
 			r.Why, r.Until = Down, time.Unix(0, en.st.downUntil.Load()).In(now.Location())
-		case i < t.nPrimary && en.weight == 0 && !t.allZero:
-			r.Why = WeightZero
 		default:
 			if exhausted {
 				return Reason{}, false
 			}
-			if en.st.reserve(en.max) {
+			if en.st.reserve(en.max, sk) {
 				return r, true
 			}
 			r.Why, r.Open, r.Max = AtLimit, en.st.open.Load(), en.max

@@ -6,6 +6,7 @@ import (
 	"math"
 	"net"
 	"net/netip"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -264,9 +265,9 @@ func TestSnapshot(t *testing.T) {
 		t.Errorf("service %q algorithm %v", got.Service, got.Algorithm)
 	}
 	a, z := got.Targets[0], got.Targets[1]
-	want := TargetStatus{Name: "a", Addr: vs.Targets[0].Addr, Role: policy.RolePrimary, Weight: 4, Effective: 2, SlowStart: 1,
+	want := TargetStatus{Name: "a", Addr: vs.Targets[0].Addr, Role: policy.RolePrimary, Weight: 4, Effective: 2, Exact: 2, SlowStart: 1,
 		Open: 1, Max: 2, Down: true, DownUntil: t0.Add(5 * time.Second), HealthUp: true, Picked: 2, Failed: 1}
-	if a != want {
+	if !reflect.DeepEqual(a, want) {
 		t.Errorf("a:\n%+v\nwant\n%+v", a, want)
 	}
 	if z.Name != "z" || z.Role != policy.RoleBackup || z.Open != 2 || z.Picked != 2 || z.Down {

@@ -14,7 +14,8 @@ import (
 // TestAgainstModel drives a balancer with random picks, releases, failed
 // connects, QoS weights, reloads, health reports and clock steps, and checks
 // every outcome against a plain model of the documented rules: the target
-// chosen could serve, primaries before backups, backups in order, refusals
+// chosen could serve, weighted primaries, then primaries the QoS cut to 0,
+// then backups in order, then primaries configured with weight 0; refusals
 // only when nothing could serve, and open counts exact.
 func TestAgainstModel(t *testing.T) {
 	for _, algo := range []policy.Algorithm{policy.RoundRobin, policy.LeastConn, policy.Maglev} {
@@ -68,38 +69,55 @@ func runModel(t *testing.T, algo policy.Algorithm, seed uint64) {
 	var held []Lease
 
 	weight := func(tg *policy.Target) int {
+		if tg.Weight <= 0 {
+			return 0 // configured 0: draining
+		}
 		if e, ok := eff[tg.Name]; ok && e[1] == tg.Weight {
 			return e[0]
 		}
 		return tg.Weight
 	}
-	// canServe: up, under its limit and (for a primary) weighted.
-	canServe := func(tg *policy.Target, allZero bool) bool {
+	// free: up and under its limit.
+	free := func(tg *policy.Target) bool {
 		m := model[tg.Name]
-		if m.healthDown || now.Before(m.downUntil) || (tg.MaxConnections > 0 && m.open >= tg.MaxConnections) {
-			return false
+		return !m.healthDown && !now.Before(m.downUntil) && (tg.MaxConnections <= 0 || m.open < tg.MaxConnections)
+	}
+	// tier orders who may serve: 0 weighted primaries (every cut one too
+	// when all are cut), 1 primaries cut to 0, 2 backups in order, 3
+	// primaries configured with weight 0 (draining).
+	tier := func(tg *policy.Target, allCut bool) int {
+		switch {
+		case tg.Role == policy.RoleBackup:
+			return 2
+		case tg.Weight <= 0:
+			return 3
+		case weight(tg) > 0 || allCut:
+			return 0
 		}
-		return tg.Role == policy.RoleBackup || weight(tg) > 0 || allZero
+		return 1
 	}
 
 	for step := range 3000 {
 		switch op := rng.IntN(20); {
 		case op < 8: // pick
-			allZero := true
+			allCut, positive := true, false
 			for _, tg := range vs.Targets {
 				if tg.Role == policy.RolePrimary && weight(tg) > 0 {
-					allZero = false
+					allCut = false
+				}
+				if tg.Role == policy.RolePrimary && tg.Weight > 0 {
+					positive = true
 				}
 			}
-			var primaryOK bool
+			allCut = allCut && positive
+			best := 4 // the best tier that can serve
 			var firstBackup *policy.Target
 			for _, tg := range vs.Targets {
-				if !canServe(tg, allZero) {
+				if !free(tg) {
 					continue
 				}
-				if tg.Role == policy.RolePrimary {
-					primaryOK = true
-				} else if firstBackup == nil {
+				best = min(best, tier(tg, allCut))
+				if tg.Role == policy.RoleBackup && firstBackup == nil {
 					firstBackup = tg
 				}
 			}
@@ -109,7 +127,7 @@ func runModel(t *testing.T, algo policy.Algorithm, seed uint64) {
 				if !errors.As(err, &nt) {
 					t.Fatalf("step %d: %v is not a *NoTargetError", step, err)
 				}
-				if primaryOK || firstBackup != nil {
+				if best < 4 {
 					t.Fatalf("step %d: refused (%v) though a target could serve", step, err)
 				}
 				for _, tg := range vs.Targets {
@@ -128,10 +146,10 @@ func runModel(t *testing.T, algo policy.Algorithm, seed uint64) {
 			switch {
 			case tg == nil:
 				t.Fatalf("step %d: picked %s, not in the configuration", step, l.Name())
-			case !canServe(tg, allZero):
-				t.Fatalf("step %d: picked %s, which cannot serve (%+v, weight %d)", step, tg.Name, *model[tg.Name], weight(tg))
-			case tg.Role == policy.RoleBackup && primaryOK:
-				t.Fatalf("step %d: picked backup %s while a primary could serve", step, tg.Name)
+			case !free(tg):
+				t.Fatalf("step %d: picked %s, which cannot serve (%+v)", step, tg.Name, *model[tg.Name])
+			case tier(tg, allCut) != best:
+				t.Fatalf("step %d: picked %s of tier %d (weight %d/%d) while tier %d could serve", step, tg.Name, tier(tg, allCut), weight(tg), tg.Weight, best)
 			case tg.Role == policy.RoleBackup && tg != firstBackup:
 				t.Fatalf("step %d: picked backup %s, want the first that can serve, %s", step, tg.Name, firstBackup.Name)
 			case l.Backup() != (tg.Role == policy.RoleBackup):

@@ -23,8 +23,15 @@ type TargetStatus struct {
 	Addr   netip.AddrPort
 	Role   policy.Role
 	Weight int // WLM weight from the configuration
-	// Effective is the weight after the QoS fraction (SetWeights).
+	// Effective is the default level's weight after the QoS fraction, in
+	// whole weights (rounded down, at least 1 while positive); Exact is the
+	// weight balanced on, unrounded (weight 1 at 25 % is 0.75).
 	Effective int
+	Exact     float64
+	// Levels holds, per policy action with weights of its own
+	// (SetFractions), the target's unrounded weight for that action's new
+	// connections. nil when no action has its own weights.
+	Levels map[string]float64
 	// SlowStart is the slow-start factor in (0, 1]: 1 at full weight.
 	SlowStart float64
 	Open      int64 // open connections through this balancer
@@ -62,7 +69,8 @@ func (b *Balancer) Snapshot(now time.Time) Status {
 			Addr:           e.t.Addr,
 			Role:           e.t.Role,
 			Weight:         e.base,
-			Effective:      e.weight,
+			Effective:      displayWeight(e.weight),
+			Exact:          float64(e.weight) / 100,
 			SlowStart:      float64(e.st.rampPermille(ns, t.slowStart)) / 1000,
 			Open:           e.st.open.Load(),
 			Max:            e.max,
@@ -71,6 +79,12 @@ func (b *Balancer) Snapshot(now time.Time) Status {
 			SkippedAtLimit: e.st.skippedAtLimit.Load(),
 			Picked:         e.st.picked.Load(),
 			Failed:         e.st.failed.Load(),
+		}
+		for name, lt := range t.levels {
+			if ts.Levels == nil {
+				ts.Levels = make(map[string]float64, len(t.levels))
+			}
+			ts.Levels[name] = float64(lt.entries[i].weight) / 100
 		}
 		if ts.Down {
 			ts.DownUntil = time.Unix(0, du).In(now.Location())

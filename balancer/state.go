@@ -27,7 +27,7 @@ type targetState struct {
 	// start ramps its weight from there. 0: it never went down.
 	upSince atomic.Int64
 
-	skippedAtLimit atomic.Uint64 // picks that found it at MaxConnections
+	skippedAtLimit atomic.Uint64 // picks that found it at MaxConnections, once per pick
 	picked         atomic.Uint64 // connections reserved on it
 	failed         atomic.Uint64 // connects reported failed through Lease.Failed
 
@@ -36,8 +36,9 @@ type targetState struct {
 }
 
 // reserve takes one connection slot if the target is under max (≤ 0: no
-// limit). A target found at its limit has its SkippedAtLimit counter raised.
-func (s *targetState) reserve(max int64) bool {
+// limit). A target found at its limit is recorded in sk, which raises its
+// SkippedAtLimit counter once per pick.
+func (s *targetState) reserve(max int64, sk *skipSet) bool {
 	if max <= 0 {
 		s.open.Add(1)
 		s.picked.Add(1)
@@ -46,7 +47,7 @@ func (s *targetState) reserve(max int64) bool {
 	for {
 		n := s.open.Load()
 		if n >= max {
-			s.skippedAtLimit.Add(1)
+			sk.skip(s)
 			return false
 		}
 		if s.open.CompareAndSwap(n, n+1) {

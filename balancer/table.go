@@ -24,8 +24,8 @@ const probes = 8
 type entry struct {
 	t      *policy.Target
 	st     *targetState
-	base   int   // WLM weight from the configuration
-	weight int   // effective weight after the QoS fraction: the one balanced on
+	base   int   // WLM weight from the configuration; 0: draining
+	weight int   // balancing weight in hundredths of a WLM weight (policy.ExactWeight)
 	max    int64 // MaxConnections; ≤ 0: no limit
 }
 
@@ -40,12 +40,19 @@ type table struct {
 	// configured order.
 	entries  []entry
 	nPrimary int
-	// allZero is set when every primary has effective weight 0 (every
-	// target reported fully degraded): they are then balanced as if each had
-	// weight 1, rather than refusing every connection while targets that can
-	// take it stand idle. A weight of 0 steers traffic to the others; it is
-	// not a reason to refuse when there are no others.
+	// allZero is set when the QoS fraction cut every primary with a
+	// positive WLM weight to 0 (every target reported fully degraded): those
+	// are then balanced as if each had weight 1, rather than refusing every
+	// connection while targets that can take it stand idle. A weight of 0
+	// steers traffic to the others; it is not a reason to refuse when there
+	// are no others. Primaries configured with weight 0 (draining) are not
+	// among them: they come after the backups (see pickAny).
 	allZero bool
+
+	// levels holds one table per policy action name with weights of its
+	// own (SetFractions); nil in the level tables themselves. Pick for a
+	// connection under an action missing here uses this table.
+	levels map[string]*table
 
 	retry     int64 // retry interval, ns
 	slowStart int64 // slow-start window, ns; 0: off
@@ -85,7 +92,10 @@ func newTable(vs *policy.VirtualServer, s policy.BalancerSettings, states map[st
 			}
 			w, ok := eff[pt.Name]
 			if !ok {
-				w = pt.Weight
+				w = policy.ExactWeight(pt.Weight, 0)
+			}
+			if pt.Weight <= 0 {
+				w = 0 // configured weight 0: draining, whatever a sample says
 			}
 			t.entries = append(t.entries, entry{
 				t:      pt,
@@ -105,10 +115,12 @@ func newTable(vs *policy.VirtualServer, s policy.BalancerSettings, states map[st
 		ws[i] = t.entries[i].weight
 		sum += ws[i]
 	}
-	if sum == 0 && t.nPrimary > 0 {
-		t.allZero = true
+	if sum == 0 {
 		for i := range ws {
-			ws[i] = 1
+			if t.entries[i].base > 0 {
+				t.allZero = true
+				ws[i] = 1
+			}
 		}
 	}
 	if prev != nil {
@@ -161,13 +173,27 @@ func (t *table) samePrimaries(o *table) bool {
 	return true
 }
 
-// weightOf is the weight entry i is balanced with: its effective weight, or 1
-// for every primary when all of them are 0.
+// weightOf is the weight entry i is balanced with: its balancing weight, or
+// 1 for every primary with a positive WLM weight when all of them are cut
+// to 0.
 func (t *table) weightOf(i int) int {
 	if t.allZero {
-		return 1
+		if t.entries[i].base > 0 {
+			return 1
+		}
+		return 0
 	}
 	return t.entries[i].weight
+}
+
+// displayWeight turns a balancing weight (hundredths) into the whole
+// effective weight shown to people: rounded down, but at least 1 while it is
+// positive (policy.EffectiveWeight).
+func displayWeight(units int) int {
+	if units > 0 && units < 100 {
+		return 1
+	}
+	return units / 100
 }
 
 // nginxBudget bounds the work (entries × weighted targets) spent building a

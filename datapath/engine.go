@@ -331,7 +331,7 @@ func (p *Port) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 				}
 			}
 			segs, size := Segments(gsoHdr(gso, bufs[w], offset), bufs[w][offset:], &pk)
-			run.addSegs(row, target, segs, size)
+			run.addSegs(row, target, segs, size, PayloadLen(b, &pk))
 			w++
 		}
 		run.flush()
@@ -462,7 +462,7 @@ func (p *Port) Write(bufs [][]byte, offset int) (int, error) {
 			if run.shard < 0 {
 				run.shard = p.shard
 			}
-			run.add(st.noRow, NoTarget, pk.Len)
+			run.add(st.noRow, NoTarget, pk.Len, 0)
 			continue
 		}
 		k := last.next()
@@ -475,7 +475,7 @@ func (p *Port) Write(bufs [][]byte, offset int) (int, error) {
 			last.set(p.flow(st, k, h, now, &e.stats[run.shard&(e.nstats-1)]))
 		}
 		segs, size := Segments(gsoHdr(gso, buf, offset), b, &pk)
-		run.addSegs(last.v.row, last.v.target, segs, size)
+		run.addSegs(last.v.row, last.v.target, segs, size, PayloadLen(b, &pk))
 		if last.v.setTOS && SetTOS(b, last.v.tos) {
 			marked++
 		}

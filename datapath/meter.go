@@ -4,10 +4,14 @@ package datapath
 //
 //	per packet: worker w ─► shard w ─► row (service, action) += 1 packet, n bytes
 //	                                 ─► target row        += 1 packet, n bytes (if bound)
+//	                                 ─► target payload row += 1 packet, TCP/UDP payload (if bound)
 //	per read (recompute loop, API): Σ shards ─► rows ─► services, classes (their
 //	        services, through the parent chain), actions, targets, instance
 //	admission (every recompute): Engine.ServiceBytes ─► Meters.ServiceBytes ─►
-//	        policy.Admission's levels (the one byte path to the limits)
+//	        policy.Admission's levels (the one byte path to the limits): the
+//	        service's target rows only, so only admitted connections count
+//	        (a flow is bound to its target when admission accepts it; a
+//	        refused one, its handshake and its 503 page, never is)
 //
 // Each worker writes only its own shard, whose counters sit in their own
 // cache lines, so workers never contend. The adds are atomic anyway: a
@@ -80,7 +84,8 @@ type Meters struct {
 
 type meterShard struct {
 	// c holds nSvc*nAct rows for the (service, action) pairs, then one row
-	// per target; each row is 4 counters: ingress packets, ingress bytes,
+	// per target, then one payload row per target (packets and TCP or UDP
+	// payload bytes of the target's bound flows); each row is 4 counters: ingress packets, ingress bytes,
 	// egress packets, egress bytes. The slice is allocated apart for each
 	// shard with a cache line of padding on either side.
 	c []atomic.Uint64
@@ -103,7 +108,7 @@ func NewMeters(cfg *policy.Config, shards int) *Meters {
 		m.nTargets += len(vs.Targets)
 		m.svcIdx[vs.Name] = i
 	}
-	rows := m.nSvc*m.nAct + m.nTargets
+	rows := m.nSvc*m.nAct + 2*m.nTargets
 	for i := range m.shards {
 		c := make([]atomic.Uint64, rows*4+2*cacheLineWords)
 		m.shards[i].c = c[cacheLineWords : cacheLineWords+rows*4 : cacheLineWords+rows*4]
@@ -166,26 +171,17 @@ func (m *Meters) remapTarget(old *Meters, id int) int {
 	return NoTarget
 }
 
-// Add counts one packet of n bytes in direction d for row and, when target
-// is not NoTarget, for that target, in shard (taken modulo the shard
-// count). It takes no lock and does not allocate.
-func (m *Meters) Add(shard int, row int32, target int32, d Dir, n int) {
-	c := m.shards[shard&m.mask].c
-	i := int(row)*4 + int(d)*2
-	if uint(i+1) < uint(len(c)) {
-		c[i].Add(1)
-		c[i+1].Add(uint64(n))
-	}
-	if target >= 0 && int(target) < m.nTargets {
-		j := (m.nSvc*m.nAct+int(target))*4 + int(d)*2
-		c[j].Add(1)
-		c[j+1].Add(uint64(n))
-	}
+// Add counts one packet of n bytes, payload of them TCP or UDP payload, in
+// direction d for row and, when target is not NoTarget, for that target, in
+// shard (taken modulo the shard count). It takes no lock and does not
+// allocate.
+func (m *Meters) Add(shard int, row int32, target int32, d Dir, n, payload int) {
+	m.AddN(shard, row, target, d, 1, uint64(n), uint64(payload))
 }
 
-// AddN counts packets packets of bytes bytes in total, as Add does for
-// one.
-func (m *Meters) AddN(shard int, row int32, target int32, d Dir, packets, bytes uint64) {
+// AddN counts packets packets of bytes bytes in total, payload of them TCP
+// or UDP payload, as Add does for one.
+func (m *Meters) AddN(shard int, row int32, target int32, d Dir, packets, bytes, payload uint64) {
 	c := m.shards[shard&m.mask].c
 	i := int(row)*4 + int(d)*2
 	if uint(i+1) < uint(len(c)) {
@@ -196,7 +192,31 @@ func (m *Meters) AddN(shard int, row int32, target int32, d Dir, packets, bytes 
 		j := (m.nSvc*m.nAct+int(target))*4 + int(d)*2
 		c[j].Add(packets)
 		c[j+1].Add(bytes)
+		j += m.nTargets * 4
+		c[j].Add(packets)
+		c[j+1].Add(payload)
 	}
+}
+
+// PayloadLen returns the transport payload of a parsed packet b (p from
+// Parse): the TCP segment's data after its header (options included) or
+// the UDP datagram's data; 0 for other protocols, fragments and headers
+// that do not fit. It does not allocate.
+func PayloadLen(b []byte, p *Packet) int {
+	if p.Fragment || p.L4Off <= 0 || p.Len > len(b) {
+		return 0
+	}
+	switch p.Proto {
+	case ProtoTCP:
+		if p.L4Off+13 > p.Len {
+			return 0
+		}
+		h := int(b[p.L4Off+12]>>4) * 4
+		return max(p.Len-p.L4Off-h, 0)
+	case ProtoUDP:
+		return max(p.Len-p.L4Off-8, 0)
+	}
+	return 0
 }
 
 // meterRun coalesces the packets of one batch that fall in the same row
@@ -204,48 +224,67 @@ func (m *Meters) AddN(shard int, row int32, target int32, d Dir, packets, bytes 
 // few atomic adds instead of two per packet. It lives on the stack of one
 // Read or Write call; flush must be called before the call returns.
 type meterRun struct {
-	m             *Meters
-	shard         int
-	d             Dir
-	row, target   int32
-	packets, size uint64
+	m                      *Meters
+	shard                  int
+	d                      Dir
+	row, target            int32
+	packets, size, payload uint64
 }
 
-func (r *meterRun) add(row, target int32, n int) {
+func (r *meterRun) add(row, target int32, n, payload int) {
 	if row != r.row || target != r.target {
 		r.flush()
 		r.row, r.target = row, target
 	}
 	r.packets++
 	r.size += uint64(n)
+	r.payload += uint64(payload)
 }
 
 func (r *meterRun) flush() {
 	if r.packets > 0 {
-		r.m.AddN(r.shard, r.row, r.target, r.d, r.packets, r.size)
-		r.packets, r.size = 0, 0
+		r.m.AddN(r.shard, r.row, r.target, r.d, r.packets, r.size, r.payload)
+		r.packets, r.size, r.payload = 0, 0, 0
 	}
 }
 
 var _ policy.ByteTotals = (*Meters)(nil)
 
 // ServiceBytes returns the running byte total, both directions, of the
-// virtual server called name in the meters' config, and false when the
-// config has no such service. It is the meters' side of the one byte path
-// to admission (policy.ByteTotals): Admission.Recompute reads it every
-// recompute interval. It sums the service's rows over the shards and does
-// not allocate.
+// admitted connections of the virtual server called name in the meters'
+// config, and false when the config has no such service. What it counts
+// follows the config's Instance.BandwidthBytes: the TCP (or UDP) payload,
+// the Sun seed's application bytes, by default; whole packets with
+// policy.CountWire. Either way only flows bound to a target count: the
+// packets of a refused connection (its handshake, the 503 page) never
+// reach a level. It is the meters' side of the one byte path to admission
+// (policy.ByteTotals): Admission.Recompute reads it every recompute
+// interval. It sums the service's target rows over the shards and does not
+// allocate.
 func (m *Meters) ServiceBytes(name string) (uint64, bool) {
 	s, ok := m.svcIdx[name]
 	if !ok {
 		return 0, false
 	}
+	base := m.nSvc*m.nAct + m.targetAt[s]
+	if m.cfg.Instance.BandwidthBytes != policy.CountWire {
+		base += m.nTargets
+	}
 	var n uint64
-	for a := 0; a < m.nAct; a++ {
-		t := m.rowTraffic(s*m.nAct + a)
+	for i := range m.cfg.Services[s].Targets {
+		t := m.rowTraffic(base + i)
 		n += t.Bytes()
 	}
 	return n, true
+}
+
+// TargetPayload returns the payload row of target id (see TargetID): the
+// packets and TCP or UDP payload bytes of the flows bound to it.
+func (m *Meters) TargetPayload(id int) Traffic {
+	if id < 0 || id >= m.nTargets {
+		return Traffic{}
+	}
+	return m.rowTraffic(m.nSvc*m.nAct + m.nTargets + id)
 }
 
 // rowTraffic sums row r over the shards.
@@ -338,7 +377,7 @@ func (m *Meters) carry(old *Meters, already []Traffic) []Traffic {
 			actMap[i] = indexByName(len(nc.Actions), func(j int) string { return nc.Actions[j].Name }, oc.Actions[i].Name)
 		}
 	}
-	rows := old.nSvc*old.nAct + old.nTargets
+	rows := old.nSvc*old.nAct + 2*old.nTargets
 	got := make([]Traffic, rows)
 	c := m.shards[0].c
 	put := func(r int, t *Traffic) {
@@ -373,6 +412,16 @@ func (m *Meters) carry(old *Meters, already []Traffic) []Traffic {
 			j := indexByName(len(nc.Services[ns].Targets), func(j int) string { return nc.Services[ns].Targets[j].Name }, tg.Name)
 			if id := m.TargetID(ns, j); id != NoTarget {
 				put(m.nSvc*m.nAct+id, &t)
+			}
+			// The payload row of the same target.
+			r += old.nTargets
+			p := old.rowTraffic(r)
+			got[r] = p
+			if already != nil {
+				p = sub(p, already[r])
+			}
+			if id := m.TargetID(ns, j); id != NoTarget {
+				put(m.nSvc*m.nAct+m.nTargets+id, &p)
 			}
 		}
 	}

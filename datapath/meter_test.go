@@ -47,10 +47,10 @@ func TestMetersTotals(t *testing.T) {
 	www, api := 0, 1
 	premium := 0
 	// Flows spread over shards; the reader must see their sum.
-	m.Add(0, m.Row(www, premium), int32(m.TargetID(www, 1)), Ingress, 100)
-	m.Add(1, m.Row(www, premium), NoTarget, Egress, 1000)
-	m.Add(2, m.Row(api, -1), int32(m.TargetID(api, 0)), Egress, 50)
-	m.Add(7, m.NoRow(), NoTarget, Ingress, 7) // shard 7 wraps onto shard 3
+	m.Add(0, m.Row(www, premium), int32(m.TargetID(www, 1)), Ingress, 100, 0)
+	m.Add(1, m.Row(www, premium), NoTarget, Egress, 1000, 0)
+	m.Add(2, m.Row(api, -1), int32(m.TargetID(api, 0)), Egress, 50, 0)
+	m.Add(7, m.NoRow(), NoTarget, Ingress, 7, 0) // shard 7 wraps onto shard 3
 	var tot MeterTotals
 	m.Totals(&tot)
 	want := MeterTotals{
@@ -102,11 +102,20 @@ func TestMetersSunExample(t *testing.T) {
 	t0 := time.Unix(1_000_000, 0)
 	adm.Recompute(t0, m)
 	want := map[time.Duration]int64{1 * time.Second: 166, 30 * time.Second: 166, 32 * time.Second: 0}
+	tg := int32(m.TargetID(0, 0))
 	for at := 100 * time.Millisecond; at <= 32*time.Second; at += 100 * time.Millisecond {
 		if at == time.Second {
-			m.Add(1, m.Row(0, 0), NoTarget, Egress, 4000)
-			m.Add(0, m.Row(0, 1), NoTarget, Ingress, 1000) // another action, the same service
-			m.Add(0, m.NoRow(), NoTarget, Ingress, 777)    // no service: no level's
+			// An admitted connection (bound to its target): 5000 payload
+			// bytes in segments of 1000 with 40 header bytes each.
+			for range 4 {
+				m.Add(1, m.Row(0, 0), tg, Egress, 1040, 1000)
+			}
+			m.Add(0, m.Row(0, 1), tg, Ingress, 1040, 1000) // another action, the same service
+			m.Add(0, m.Row(0, 0), tg, Ingress, 40, 0)      // a pure ACK: no payload
+			// A refused connection (never bound): its handshake and 503
+			// page count toward no level.
+			m.Add(0, m.Row(0, 0), NoTarget, Egress, 1500, 1460)
+			m.Add(0, m.NoRow(), NoTarget, Ingress, 777, 737) // no service: no level's
 		}
 		adm.Recompute(t0.Add(at), m)
 		w, ok := want[at]
@@ -134,6 +143,59 @@ func TestMetersSunExample(t *testing.T) {
 	}
 }
 
+// TestMetersPayloadOrWire: 7000 payload bytes in a 10 s window read 700 B/s
+// (the Sun seed counts application bytes; wire bytes read 784 with the
+// headers of 7 segments and 56 pure ACKs), and 784 with bandwidthBytes: wire.
+func TestMetersPayloadOrWire(t *testing.T) {
+	for _, tc := range []struct {
+		count policy.ByteCount
+		want  int64
+	}{{policy.CountPayload, 700}, {policy.CountWire, 784}} {
+		t.Run(tc.count.String(), func(t *testing.T) {
+			cfg := testConfig(t)
+			cfg.Instance.MetricInterval = 10 * time.Second
+			cfg.Instance.BandwidthBytes = tc.count
+			m := NewMeters(cfg, 1)
+			adm := policy.NewAdmission(cfg, 0)
+			t0 := time.Unix(0, 0)
+			adm.Recompute(t0, m)
+			tg := int32(m.TargetID(0, 1))
+			for range 7 {
+				m.Add(0, m.Row(0, 0), tg, Egress, 1040, 1000) // 7000 payload bytes, 280 header bytes
+			}
+			for range 14 {
+				m.Add(0, m.Row(0, 0), tg, Ingress, 40, 0) // ACKs: 560 bytes, no payload
+			}
+			adm.Recompute(t0.Add(time.Second), m)
+			for _, l := range adm.Snapshot() {
+				if l.Name == "www" && l.Bandwidth != tc.want {
+					t.Errorf("www: %d B/s, want %d", l.Bandwidth, tc.want)
+				}
+			}
+		})
+	}
+}
+
+// TestPayloadLen reads the TCP and UDP payload of parsed packets.
+func TestPayloadLen(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		pkt  []byte
+		want int
+	}{
+		{"TCP, 20-byte header, 100 bytes", tcp4(t, client4, vip4, 40000, 80, 0, false, true, 100), 100},
+		{"TCP, pure ACK", tcp4(t, client4, vip4, 40000, 80, 0, false, true, 0), 0},
+	} {
+		var p Packet
+		if r := Parse(tc.pkt, &p); r != DropNone {
+			t.Fatalf("%s: parse %v", tc.name, r)
+		}
+		if got := PayloadLen(tc.pkt, &p); got != tc.want {
+			t.Errorf("%s: payload %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}
+
 // TestTargetIDIsPolicyIndex: the meters number targets as policy's
 // Config.TargetIndex does, so a flow is bound by that index.
 func TestTargetIDIsPolicyIndex(t *testing.T) {
@@ -154,15 +216,15 @@ func TestTargetIDIsPolicyIndex(t *testing.T) {
 func TestMetersCarry(t *testing.T) {
 	old := testConfig(t)
 	m := NewMeters(old, 2)
-	m.Add(0, m.Row(0, 0), int32(m.TargetID(0, 1)), Egress, 1000) // www, premium, target 2
-	m.Add(1, m.Row(1, 1), NoTarget, Ingress, 10)                 // api, bulk
+	m.Add(0, m.Row(0, 0), int32(m.TargetID(0, 1)), Egress, 1000, 960) // www, premium, target 2
+	m.Add(1, m.Row(1, 1), NoTarget, Ingress, 10, 0)                   // api, bulk
 
 	next := testConfig(t)
 	next.Services[1].Name = "api2" // api disappears
 	n := NewMeters(next, 2)
 	carried := n.carry(m, nil)
 	// Late packets on the old meters are carried by a second pass.
-	m.Add(1, m.Row(0, 0), NoTarget, Egress, 1)
+	m.Add(1, m.Row(0, 0), NoTarget, Egress, 1, 0)
 	n.carry(m, carried)
 
 	var tot MeterTotals
@@ -184,6 +246,9 @@ func TestMetersCarry(t *testing.T) {
 	}
 	if got := tot.Targets[1]; got != (Traffic{{}, {1, 1000}}) {
 		t.Errorf("www target 2 = %v", got)
+	}
+	if got, _ := n.ServiceBytes("www"); got != 960 {
+		t.Errorf("www payload after the swap = %d, want the 960 carried", got)
 	}
 }
 
@@ -213,7 +278,7 @@ func TestMetersConcurrent(t *testing.T) {
 			defer wg.Done()
 			row := m.Row(0, 0)
 			for range per {
-				m.Add(sh, row, 0, Egress, 100)
+				m.Add(sh, row, 0, Egress, 100, 0)
 			}
 		}()
 	}
@@ -234,7 +299,7 @@ func TestMetersAddZeroAllocs(t *testing.T) {
 	m := NewMeters(testConfig(t), 4)
 	row := m.Row(0, 0)
 	allocs := testing.AllocsPerRun(1000, func() {
-		m.Add(1, row, 1, Egress, 1500)
+		m.Add(1, row, 1, Egress, 1500, 0)
 	})
 	if allocs != 0 {
 		t.Errorf("Add allocates %.1f times, want 0", allocs)
@@ -274,7 +339,7 @@ func BenchmarkMeters(b *testing.B) {
 	b.Run("sharded", func(b *testing.B) {
 		m := NewMeters(cfg, 64)
 		row := m.Row(0, 0)
-		sharded = run(b, func(shard int) { m.Add(shard, row, NoTarget, Egress, 1500) })
+		sharded = run(b, func(shard int) { m.Add(shard, row, NoTarget, Egress, 1500, 0) })
 	})
 	b.Run("shared", func(b *testing.B) {
 		var c struct {

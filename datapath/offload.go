@@ -118,9 +118,11 @@ func Segments(hdr []byte, b []byte, p *Packet) (segs int, bytes int) {
 	return segs, payload + segs*hl
 }
 
-// addSegs adds one packet that stands for segs segments of n bytes in all.
-func (r *meterRun) addSegs(row, target int32, segs, n int) {
-	r.add(row, target, n)
+// addSegs adds one packet that stands for segs segments of n bytes in all,
+// payload of them transport payload (a super-packet's payload is the sum of
+// its segments').
+func (r *meterRun) addSegs(row, target int32, segs, n, payload int) {
+	r.add(row, target, n, payload)
 	r.packets += uint64(segs - 1)
 }
 

@@ -36,6 +36,7 @@ type sampleState struct {
 	client, target LegCounters
 	toClient       uint64
 	toTarget       uint64
+	stream         int64 // connEntry.streamNs
 }
 
 // delta is the activity of one connection's target leg in a sampling
@@ -43,6 +44,12 @@ type sampleState struct {
 type delta struct {
 	segsSent, retrans, timeouts uint64
 	bytes                       uint64 // both directions
+	// waiting: data streamed for at least half the time since the last
+	// observation (see AggSample.Waiting), which is elapsed.
+	waiting bool
+	elapsed time.Duration
+	// rtoUnknown: the target leg does not count its RTO expiries.
+	rtoUnknown bool
 }
 
 func sub(a, b uint64) uint64 {
@@ -72,6 +79,25 @@ type AggSample struct {
 	Retransmits  uint64 // of those, retransmitted
 	Timeouts     uint64 // retransmission timeouts on the target leg
 	Bytes        uint64 // payload bytes, both directions
+	// Waiting counts the connections that had data waiting to be sent
+	// during the interval, and WaitingBytes their payload bytes. A
+	// connection counts when data kept moving through it (reads no more
+	// than StreamGap apart) for at least half of its time in the interval:
+	// its sender had a backlog, so a low rate is the path's or the
+	// target's doing, not an idle application's. (The raw counter is the
+	// splice's streamNs; policy's MinRate check without a MeanRate judges
+	// these connections only.)
+	Waiting      int
+	WaitingBytes uint64
+	// WaitingTime is the sum of those connections' time in the interval
+	// (a connection that opened or closed in it counts its part only), so
+	// WaitingBytes/WaitingTime is their rate per connection, fair to a
+	// short one.
+	WaitingTime time.Duration
+	// TimeoutsUnknown counts the connections whose target leg cannot count
+	// RTO expiries (a host socket on a kernel before 6.7): Timeouts is then
+	// a lower bound.
+	TimeoutsUnknown int
 }
 
 func (a *AggSample) add(d delta) {
@@ -79,6 +105,14 @@ func (a *AggSample) add(d delta) {
 	a.Retransmits += d.retrans
 	a.Timeouts += d.timeouts
 	a.Bytes += d.bytes
+	if d.waiting {
+		a.Waiting++
+		a.WaitingBytes += d.bytes
+		a.WaitingTime += d.elapsed
+	}
+	if d.rtoUnknown {
+		a.TimeoutsUnknown++
+	}
 }
 
 // Sample is the activity of all connections over one sampling interval.
@@ -156,7 +190,12 @@ func observe(c *connEntry, now time.Time) (cl, tg LegCounters, dt delta) {
 		timeouts: sub(tg.Timeouts, c.last.target.Timeouts),
 		bytes:    sub(toC, c.last.toClient) + sub(toT, c.last.toTarget),
 	}
-	c.last = sampleState{at: now, client: cl, target: tg, toClient: toC, toTarget: toT}
+	stream := c.streamNs.Load()
+	if el := now.Sub(c.last.at); el > 0 {
+		dt.waiting, dt.elapsed = 2*(stream-c.last.stream) >= int64(el), el
+	}
+	dt.rtoUnknown = !tg.TimeoutsKnown
+	c.last = sampleState{at: now, client: cl, target: tg, toClient: toC, toTarget: toT, stream: stream}
 	return cl, tg, dt
 }
 

@@ -92,3 +92,59 @@ func TestSampleDeltas(t *testing.T) {
 		t.Errorf("after close: %+v, want 1 closed, 1 active, 10000 bytes", tg)
 	}
 }
+
+// TestSampleWaiting: a connection whose data keeps coming (reads under
+// StreamGap apart for most of the interval) counts as having had data
+// waiting; an idle one that sent a few bytes once does not, so MinRate
+// without a MeanRate never calls an idle session slow.
+func TestSampleWaiting(t *testing.T) {
+	live, stop := echoServer(t, "tcp4", "127.0.0.1:0")
+	defer stop()
+	vs := &policy.VirtualServer{Name: "echo", VIPs: []netip.Addr{vipV4}, Ports: policy.PortRange{Lo: 80, Hi: 81}}
+	target := &policy.Target{Name: "t", Addr: live}
+	stream, idle := &policy.Action{Name: "stream"}, &policy.Action{Name: "idle"}
+	adm := &testAdmitter{admit: func(r *ConnRequest) Decision {
+		a := stream
+		if r.VIP.Port() == 81 {
+			a = idle
+		}
+		return Decision{Verdict: Accept, Target: target, Action: a}
+	}}
+	r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: services(vs), Admitter: adm}})
+	c1 := dial(t, r.client, netip.AddrPortFrom(vipV4, 80))
+	defer c1.Close()
+	c2 := dial(t, r.client, netip.AddrPortFrom(vipV4, 81))
+	defer c2.Close()
+	testutil.Eventually(t, 10*time.Second, func() bool { return r.fwd.Stats().Open == 2 }, "r.fwd.Stats().Open == 2")
+	buf := make([]byte, 1000)
+	r.fwd.Sample()
+	if _, err := c2.Write(buf[:10]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(c2, buf[:10]); err != nil {
+		t.Fatal(err)
+	}
+	for range 30 { // 600 ms of a 1000-byte write every 20 ms
+		if _, err := c1.Write(buf); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(c1, buf); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	s := r.fwd.Sample()
+	if len(s.TargetActions) != 2 {
+		t.Fatalf("sample %+v", s)
+	}
+	id, st := s.TargetActions[0], s.TargetActions[1]
+	if st.Action != "stream" || st.Waiting != 1 || st.WaitingBytes != st.Bytes || st.WaitingTime <= 0 {
+		t.Errorf("streaming connection: %+v, want 1 waiting with all its bytes", st)
+	}
+	if id.Action != "idle" || id.Waiting != 0 || id.Bytes != 20 {
+		t.Errorf("idle connection: %+v, want none waiting", id)
+	}
+	if tg := s.Targets[0]; tg.Waiting != 1 || tg.TimeoutsUnknown != 0 && tg.TimeoutsUnknown != 2 {
+		t.Errorf("target: %+v", tg)
+	}
+}

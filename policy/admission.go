@@ -236,7 +236,109 @@ type admState struct {
 
 // chain is the levels a connection to one virtual server is checked and
 // counted at, innermost first, with the limits of the config it was built for.
-type chain struct{ links []link }
+//
+// held counts the tickets that hold the chain. When a reload builds a new
+// chain for the same virtual server, Apply points moved at it and sets the
+// frozen bit in held: the connections held then are moved to the new
+// chain's levels (a virtual server that changed class is counted on its new
+// class at once, not on the old one until its connections close), and a
+// ticket that finds its chain frozen follows moved. Admit and Release never
+// lock: they change held with a compare-and-swap that fails once it is
+// frozen.
+type chain struct {
+	links []link
+	held  atomic.Int64
+	moved atomic.Pointer[chain]
+}
+
+// frozen is subtracted from chain.held to mark the chain replaced: a held
+// count below -frozen/2 is frozen. (A count, not a bit: the replacement's
+// count can dip below zero for a moment, when a ticket that followed moved
+// releases before Apply has added the moved connections to it.)
+const frozen = 1 << 62
+
+func isFrozen(h int64) bool { return h < -frozen/2 }
+
+// hold adds one ticket to c, following replaced chains: a connection counted
+// on a chain frozen meanwhile moves its count to the replacement's levels.
+// It returns the chain that holds the ticket.
+func (c *chain) hold() *chain {
+	for {
+		h := c.held.Load()
+		if isFrozen(h) {
+			nc := c.moved.Load()
+			moveConns(c, nc, 1)
+			c = nc
+			continue
+		}
+		if c.held.CompareAndSwap(h, h+1) {
+			return c
+		}
+	}
+}
+
+// release removes one ticket from c or the chain that replaced it, and
+// uncounts it at that chain's levels.
+func (c *chain) release() {
+	for {
+		h := c.held.Load()
+		if isFrozen(h) {
+			c = c.moved.Load()
+			continue
+		}
+		if c.held.CompareAndSwap(h, h-1) {
+			for i := range c.links {
+				c.links[i].lvl.conns.Add(-1)
+			}
+			return
+		}
+	}
+}
+
+// replace freezes c and moves the connections it holds to nc (not yet
+// published), at the levels the two chains do not share. Under
+// Admission.mu.
+func (c *chain) replace(nc *chain) {
+	c.moved.Store(nc)
+	for {
+		h := c.held.Load()
+		if isFrozen(h) {
+			return // replaced before
+		}
+		if c.held.CompareAndSwap(h, h-frozen) {
+			moveConns(c, nc, h)
+			nc.held.Add(h)
+			return
+		}
+	}
+}
+
+// moveConns moves n connections from the levels of from to those of to,
+// leaving the levels both chains share alone.
+func moveConns(from, to *chain, n int64) {
+	if n == 0 {
+		return
+	}
+	for i := range to.links {
+		if !from.has(to.links[i].lvl) {
+			to.links[i].lvl.conns.Add(n)
+		}
+	}
+	for i := range from.links {
+		if !to.has(from.links[i].lvl) {
+			from.links[i].lvl.conns.Add(-n)
+		}
+	}
+}
+
+func (c *chain) has(lv *level) bool {
+	for i := range c.links {
+		if c.links[i].lvl == lv {
+			return true
+		}
+	}
+	return false
+}
 
 type link struct {
 	lvl  *level
@@ -356,6 +458,16 @@ func (a *Admission) Apply(cfg *Config) {
 		st.byName[vs.Name] = c
 		st.chains = append(st.chains, c)
 	}
+	// Move the open connections of every virtual server still present to
+	// its new chain, before the retired levels are worked out: a class left
+	// by its last virtual server is then empty and not kept.
+	if old := a.st.Load(); old != nil {
+		for _, oc := range old.chains {
+			if nc := st.byName[oc.links[0].name]; nc != nil {
+				oc.replace(nc)
+			}
+		}
+	}
 	for k, lv := range a.levels {
 		if fresh[k] == nil && lv.conns.Load() > 0 {
 			a.retired[k] = lv
@@ -410,9 +522,7 @@ func (t *Ticket) Release() {
 	if c == nil {
 		return
 	}
-	for i := range c.links {
-		c.links[i].lvl.conns.Add(-1)
-	}
+	c.release()
 }
 
 func (c *chain) addBytes(n uint64) {
@@ -460,7 +570,7 @@ func (a *Admission) Admit(vs *VirtualServer, t *Ticket) (Refusal, bool) {
 			return r, false
 		}
 	}
-	t.c.Store(c)
+	t.c.Store(c.hold())
 	return Refusal{}, true
 }
 

@@ -2,7 +2,9 @@ package policy
 
 import (
 	"net/netip"
+	"os"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -846,6 +848,125 @@ func TestBytesBeforeFirstRecompute(t *testing.T) {
 	for _, l := range a.Snapshot() {
 		if l.Bandwidth != 200000 {
 			t.Errorf("%v %s: bandwidth %d, want 200000", l.Level, l.Name, l.Bandwidth)
+		}
+	}
+}
+
+// classMoveCfg builds web in class a or b (both under the instance).
+func classMoveCfg(t testing.TB, in string) *Config {
+	t.Helper()
+	a, b := &Class{Name: "a"}, &Class{Name: "b"}
+	cl := a
+	if in == "b" {
+		cl = b
+	}
+	c, err := Compile(&Config{
+		Classes: []*Class{a, b},
+		Services: []*VirtualServer{{Name: "web", Class: cl, Ports: PortRange{80, 80},
+			VIPs: []netip.Addr{netip.MustParseAddr("10.0.0.1")}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TestReloadMovesClass: a virtual server moved to another class in a reload
+// takes its open connections along: they count on the new class at once
+// (before, they stayed on the old one until they closed), and release from
+// it.
+func TestReloadMovesClass(t *testing.T) {
+	cfgA := classMoveCfg(t, "a")
+	adm := NewAdmission(cfgA, 0)
+	tickets := make([]Ticket, 3)
+	for i := range tickets {
+		if _, ok := adm.Admit(cfgA.Services[0], &tickets[i]); !ok {
+			t.Fatal("refused")
+		}
+	}
+	cfgB := classMoveCfg(t, "b")
+	adm.Apply(cfgB)
+	if a, b := stat(t, adm, LevelClass, "a").Conns, stat(t, adm, LevelClass, "b").Conns; a != 0 || b != 3 {
+		t.Fatalf("after the move: class a %d, b %d; want 0 and 3", a, b)
+	}
+	tickets[0].Release()
+	// A connection admitted under the old config's virtual server, after
+	// the reload, counts on the new class too.
+	var late Ticket
+	adm.Admit(cfgA.Services[0], &late)
+	adm.Apply(classMoveCfg(t, "a")) // and back
+	if a, b := stat(t, adm, LevelClass, "a").Conns, stat(t, adm, LevelClass, "b").Conns; a != 3 || b != 0 {
+		t.Fatalf("moved back: class a %d, b %d; want 3 and 0", a, b)
+	}
+	late.Release()
+	for i := range tickets {
+		tickets[i].Release()
+	}
+	for _, s := range adm.Snapshot() {
+		if s.Conns != 0 {
+			t.Errorf("%v %s: %d open after every release", s.Level, s.Name, s.Conns)
+		}
+	}
+}
+
+// TestReloadMovesClassConcurrent: admits and releases race with reloads
+// that move the virtual server between classes; once everything is
+// released, every level reads 0, and while connections are open the two
+// classes together hold exactly the instance's count.
+func TestReloadMovesClassConcurrent(t *testing.T) {
+	cfgs := []*Config{classMoveCfg(t, "a"), classMoveCfg(t, "b")}
+	adm := NewAdmission(cfgs[0], 0)
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var tk [8]Ticket
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					for j := range tk {
+						tk[j].Release()
+					}
+					return
+				default:
+				}
+				j := (i + g) % len(tk)
+				if tk[j].Admitted() {
+					tk[j].Release()
+				} else {
+					adm.Admit(cfgs[i%2].Services[0], &tk[j])
+				}
+			}
+		}()
+	}
+	for i := range 50 {
+		adm.Apply(cfgs[i%2])
+		runtime.Gosched()
+	}
+	close(stop)
+	wg.Wait()
+	for _, s := range adm.Snapshot() {
+		if s.Conns != 0 {
+			t.Errorf("%v %s: %d open after every release", s.Level, s.Name, s.Conns)
+		}
+	}
+}
+
+// TestReadmeLogLines: the README's log-line examples are what the control
+// plane writes ("qos: " + Event.String()).
+func TestReadmeLogLines(t *testing.T) {
+	b, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Skip("no README:", err)
+	}
+	for _, e := range []Event{
+		{Level: LevelVirtualServer, Name: "web", Limit: LimitMaxConnections, Value: 2, Measured: 3, Over: true},
+		{Level: LevelVirtualServer, Name: "web", Limit: LimitMaxConnections, Value: 2, Measured: 2},
+	} {
+		if line := "`qos: " + e.String() + "`"; !strings.Contains(string(b), line) {
+			t.Errorf("README lacks the log line the code writes: %s", line)
 		}
 	}
 }

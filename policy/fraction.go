@@ -24,18 +24,20 @@ import (
 // per-target memory the noise guard needs. Ratios are in tenths of a percent
 // and fractions in percent, as in the seed's PolicyPerfMonitorForSDR.
 
-// MinSegments is the noise guard: a target that sent fewer segments than this
-// in a sampling interval has too little traffic for its loss and timeout
-// ratios to mean anything (one retransmission in 20 segments is 5 %). For such
-// an interval the loss and timeout fractions do not follow the ratios; each
-// keeps the previous interval's value less one step (LossStep, TimeoutStep),
-// never below zero. The fraction therefore neither jumps on noise nor sticks:
-// a target that went quiet with a high fraction regains its full weight after
-// at most ⌈max/step⌉ quiet intervals (4 for the seed's loss settings 25 up to
-// 95, 2 for its timeout settings 50 up to 100). The connection and MinRate
-// checks are not guarded: connection counts are exact, and MinRate only
-// applies above 85 % of the mean rate, which is never a quiet interval.
-const MinSegments = 100
+// MinSegments is the default noise guard, DefaultMinSegments; the running
+// value is Monitor.MinSegments. A target's loss and timeout ratios are judged
+// only over at least that many segments (one retransmission in 20 segments
+// is 5 %): a target that sent fewer in an interval is held, and its counts
+// are carried into the next interval and added up until they reach the
+// guard, when the ratios are judged over the whole accumulated span. While
+// held, the loss and timeout fractions keep their last judged values, so a
+// low-volume Telnet target's loss is seen after a few intervals rather than
+// hidden for ever. One exception keeps a cut from sticking: an interval in
+// which the target sent no segment at all (a target cut to 100 % gets no new
+// connection) lowers each fraction by one step (LossStep, TimeoutStep), so
+// it regains its weight after ⌈max/step⌉ silent intervals. The connection
+// and MinRate checks are not guarded: connection counts are exact.
+const MinSegments = DefaultMinSegments
 
 // ConstrainedPercent is the constrained threshold: a target whose open
 // connections reach this share of its MaxConnections gets a default QoS
@@ -62,6 +64,12 @@ type TargetSample struct {
 	// Timeouts counts retransmission timeouts (RTO expiries, gVisor's
 	// Timeouts): the timeout ratio is Timeouts / SegmentsSent.
 	Timeouts uint64
+	// TimeoutsUnknown is set when some of the target's connections cannot
+	// count their retransmission timeouts (a host socket on a kernel older
+	// than 6.7 has no tcpi_total_rto): Timeouts is then a lower bound, and
+	// the timeout fraction keeps its last judged value instead of reading
+	// the missing counts as 0 %.
+	TimeoutsUnknown bool
 	// ActiveConns is the number of connections open to the target at the end
 	// of the interval.
 	ActiveConns int64
@@ -85,6 +93,31 @@ type ActionSample struct {
 	ActiveConns int64
 	// Bytes is their payload over the interval, both directions.
 	Bytes uint64
+	// WaitingConns is the number of those flows that had data waiting to
+	// be sent during the interval (a sender with a backlog), and
+	// WaitingBytes their payload over the interval. They are what MinRate
+	// judges when the action has no MeanRate (see MinRateFraction): an idle
+	// session has nothing waiting and is not slow.
+	WaitingConns int64
+	WaitingBytes uint64
+	// WaitingTime is the sum of those flows' time in the interval (one
+	// that opened or closed in it counts its part); zero means each was
+	// open all of it. WaitingBytes/WaitingTime is their rate per flow.
+	WaitingTime time.Duration
+}
+
+// Level is one service level of a target: the fraction and weight that new
+// connections classified to one policy action are balanced with.
+type Level struct {
+	Action          string
+	Conns           int64 // the action's connections open to the target
+	ConnFraction    int   // MaxConnWeightFr: 0, 50, 85 or 100
+	MinRateFraction int   // 0 or 100
+	// Fraction is max(ConnFraction, MinRateFraction, the default QoS fraction).
+	Fraction int
+	// Weight is EffectiveWeight(BaseWeight, Fraction), for display; the
+	// balancer balances on ExactWeight.
+	Weight int
 }
 
 // Winner names the partial fraction that decided a target's fraction.
@@ -176,6 +209,18 @@ type Explanation struct {
 	LossFraction    int  // LossRatioAndWeightFr steps, capped at LossMax
 	TimeoutFraction int  // TimeoutRatioAndWeightFr steps, capped at TimeoutMax
 	Held            bool // the noise guard held LossFraction and TimeoutFraction
+	// MinSegments is the noise guard the interval was judged with; the
+	// Pending counts are the segments, retransmits and timeouts carried to
+	// the next interval because they were fewer than MinSegments (0 once
+	// judged). LossRatio and TimeoutRatio are over the judged (or, while
+	// held, the pending) counts.
+	MinSegments        int
+	PendingSegments    uint64
+	PendingRetransmits uint64
+	PendingTimeouts    uint64
+	// TimeoutsUnknown: the sample's timeouts were incomplete (see
+	// TargetSample.TimeoutsUnknown); TimeoutFraction is the last judged one.
+	TimeoutsUnknown bool
 	Constrained     bool // ActiveConns reached 90 % of MaxConns
 	DefaultFraction int  // LossFraction+TimeoutFraction capped at 100; 100 if Constrained
 
@@ -192,11 +237,20 @@ type Explanation struct {
 	MinRateFraction int // 0 or 100
 	ActionFraction  int // max(ConnFraction, MinRateFraction, DefaultFraction)
 
+	// Levels holds one entry per policy action with connections to the
+	// target: new connections classified to that action are balanced on
+	// its Level's weight, those under no action (and under an action not
+	// listed) on DefaultWeight.
+	Levels []Level
+
 	// Result.
-	Fraction   int // the target's fraction: max(DefaultFraction, every ActionFraction)
+	Fraction   int // the target's largest fraction: max(DefaultFraction, every ActionFraction)
 	Winner     Winner
 	BaseWeight int // the target's configured (WLM) weight
-	Weight     int // EffectiveWeight(BaseWeight, Fraction)
+	Weight     int // EffectiveWeight(BaseWeight, Fraction): the most cut level
+	// DefaultWeight is EffectiveWeight(BaseWeight, DefaultFraction): the
+	// weight of connections under no action.
+	DefaultWeight int
 }
 
 // String renders e as one line for a STATS log entry.
@@ -216,9 +270,14 @@ func (e Explanation) String() string {
 	b = append(b, e.Winner.String()...)
 	b = appendRatioPart(b, " loss=", e.LossFraction, e.Retransmits, e.SegmentsSent, e.LossRatio)
 	b = appendRatioPart(b, " timeout=", e.TimeoutFraction, e.Timeouts, e.SegmentsSent, e.TimeoutRatio)
+	if e.TimeoutsUnknown {
+		b = append(b, " timeouts-unknown"...)
+	}
 	if e.Held {
-		b = append(b, " held(<"...)
-		b = strconv.AppendInt(b, MinSegments, 10)
+		b = append(b, " held("...)
+		b = strconv.AppendUint(b, e.PendingSegments, 10)
+		b = append(b, '<')
+		b = strconv.AppendInt(b, int64(e.MinSegments), 10)
 		b = append(b, " seg)"...)
 	}
 	b = append(b, " conns="...)
@@ -352,21 +411,30 @@ func ConnFraction(levels [3]int, conns, maxConns int64) int {
 	return 0
 }
 
-// MinRateFraction is the MinRate check of an action with conns connections
-// that carried bytes over interval: when the action's throughput is above
-// MinRateBusyPercent of its MeanRate and the average per connection is below
-// its MinRate, the minimum per-connection rate is not being met and the
-// fraction is 100; otherwise 0. The check needs both rates: without a
-// MeanRate there is no sign that the service is busy, and a slow connection
-// alone (an idle Telnet session) says nothing about the target, so an action
-// with MinRate but no MeanRate never trips it. Rates are compared in whole
+// MinRateFraction is the MinRate check of an action whose conns
+// connections carried bytes over interval; it is 100 when the minimum
+// per-connection rate is not met, otherwise 0. Rates are compared in whole
 // bits per second.
+//
+// With a MeanRate (the seed's rule) conns and bytes are all the action's
+// flows to the target, and the check trips when the action's throughput is
+// above MinRateBusyPercent of MeanRate and the average per connection is
+// below MinRate.
+//
+// Without a MeanRate (the seed's own telnetGold has MinRate 500 alone) there
+// is no mean to say the service is busy, so the connections themselves must
+// say it: the caller passes only the flows that had data waiting to be sent
+// during the interval (ActionSample.WaitingConns, WaitingBytes; Explain
+// divides by WaitingTime, the time they were open, when it is known), and
+// the check trips when their average is below MinRate. An idle session has
+// nothing waiting and is never judged "slow"; a session whose sender had a
+// backlog and still moved less than MinRate is.
 func MinRateFraction(a *Action, conns int64, bytes uint64, interval time.Duration) int {
-	if a == nil || a.MinRate <= 0 || a.MeanRate <= 0 || conns <= 0 || interval <= 0 {
+	if a == nil || a.MinRate <= 0 || a.MeanRate < 0 || conns <= 0 || interval <= 0 {
 		return 0
 	}
 	bps := bitsPerSecond(bytes, interval)
-	busy := mulGT(bps, 100, uint64(a.MeanRate), 1000*MinRateBusyPercent)
+	busy := a.MeanRate == 0 || mulGT(bps, 100, uint64(a.MeanRate), 1000*MinRateBusyPercent)
 	// ⌊bps/conns⌋ < MinRate·1000 ⇔ bps < MinRate·1000·conns for integers.
 	starved := mulLT(bps/uint64(conns), 1, uint64(a.MinRate), 1000)
 	if busy && starved {
@@ -375,13 +443,41 @@ func MinRateFraction(a *Action, conns int64, bytes uint64, interval time.Duratio
 	return 0
 }
 
-// EffectiveWeight is the WLM weight base cut by fraction percent:
-// ⌊base·(100−fraction)/100⌋ (40 at 50 % is 20). The result is never negative
-// and never above base. Rounding down alone would turn a small weight into 0
-// at a modest fraction (weight 1 at 25 % would stop receiving connections),
-// so a positive base with a fraction below 100 keeps at least 1: only a
-// fraction of 100 takes a target out of the rotation. A negative base counts
-// as 0; fraction is clamped to 0..100.
+// actionMinRate applies MinRateFraction to an action's sample: all its flows
+// with a MeanRate, the flows with data waiting without one.
+func actionMinRate(as *ActionSample, interval time.Duration) int {
+	if as.Action != nil && as.Action.MeanRate == 0 {
+		if as.WaitingConns > 0 && as.WaitingTime > 0 {
+			// Per flow over the time each was open: a short transfer that
+			// closed early is judged by its own rate, not the interval's.
+			return MinRateFraction(as.Action, 1, as.WaitingBytes, as.WaitingTime)
+		}
+		return MinRateFraction(as.Action, as.WaitingConns, as.WaitingBytes, interval)
+	}
+	return MinRateFraction(as.Action, as.ActiveConns, as.Bytes, interval)
+}
+
+// ExactWeight is the weight the balancer balances on: base·(100−fraction),
+// the effective weight in hundredths of a WLM weight, without rounding. The
+// balancer reduces its weights by their greatest common divisor, so an uncut
+// table balances on the WLM weights themselves, and a weight-1 target at 25 %
+// (75) gets exactly ¾ of an uncut weight-1 target's (100) share. A negative
+// base counts as 0; fraction is clamped to 0..100; the result saturates at
+// MaxInt32 (the WLM weight is at most 1000 in a parsed config).
+func ExactWeight(base, fraction int) int {
+	if base <= 0 {
+		return 0
+	}
+	w := uint64(base) * uint64(100-clampPercent(fraction))
+	return int(min(w, math.MaxInt32))
+}
+
+// EffectiveWeight is the WLM weight base cut by fraction percent, in whole
+// weights for display: ⌊base·(100−fraction)/100⌋ (40 at 50 % is 20), but at
+// least 1 while the fraction is below 100 (only 100 % takes a target out of
+// the rotation). The balancer does not balance on it but on ExactWeight, so
+// the rounding never changes a share. A negative base counts as 0; fraction
+// is clamped to 0..100.
 func EffectiveWeight(base, fraction int) int {
 	if base <= 0 {
 		return 0
@@ -398,12 +494,13 @@ func EffectiveWeight(base, fraction int) int {
 	return int(w)
 }
 
-// Explain computes one target's fraction and weight for one sampling
-// interval. m must be a compiled Monitor (its zero thresholds mean "off"
-// here, not the defaults); t is the target (its Weight and MaxConnections);
-// s is the interval's sample; prev is the target's previous explanation, nil
-// for its first interval, used by the noise guard (see MinSegments). Explain
-// does not allocate.
+// Explain computes one target's fractions and weights for one sampling
+// interval: the default level's and one Level per policy action with
+// connections to the target. m must be a compiled Monitor (its zero
+// thresholds mean "off" here, not the defaults); t is the target (its Weight
+// and MaxConnections); s is the interval's sample; prev is the target's
+// previous explanation, nil for its first interval, used by the noise guard
+// (see MinSegments). Explain allocates only Levels.
 func Explain(m *Monitor, t *Target, s *TargetSample, prev *Explanation) Explanation {
 	e := Explanation{
 		Target:       t.Name,
@@ -419,18 +516,7 @@ func Explain(m *Monitor, t *Target, s *TargetSample, prev *Explanation) Explanat
 		e.Interval = m.SamplingInterval
 	}
 	e.ThroughputKbps = kbps(s.Bytes, e.Interval)
-	e.LossRatio = RatioTenths(s.Retransmits, s.SegmentsSent)
-	e.TimeoutRatio = RatioTenths(s.Timeouts, s.SegmentsSent)
-	if s.SegmentsSent < MinSegments {
-		e.Held = true
-		if prev != nil {
-			e.LossFraction = max(prev.LossFraction-max(m.LossStep, 1), 0)
-			e.TimeoutFraction = max(prev.TimeoutFraction-max(m.TimeoutStep, 1), 0)
-		}
-	} else {
-		e.LossFraction = StepFraction(s.Retransmits, s.SegmentsSent, m.LossThreshold, m.LossStep, m.LossMax)
-		e.TimeoutFraction = StepFraction(s.Timeouts, s.SegmentsSent, m.TimeoutThreshold, m.TimeoutStep, m.TimeoutMax)
-	}
+	judgeRatios(m, &e, s.SegmentsSent, s.Retransmits, s.Timeouts, s.TimeoutsUnknown, prev)
 	e.DefaultFraction, e.Constrained = DefaultFraction(e.LossFraction, e.TimeoutFraction, s.ActiveConns, t.MaxConnections)
 	e.Fraction = e.DefaultFraction
 	switch {
@@ -445,14 +531,19 @@ func Explain(m *Monitor, t *Target, s *TargetSample, prev *Explanation) Explanat
 	}
 
 	best := -1
+	e.Levels = nil
 	for i := range s.Actions {
 		as := &s.Actions[i]
 		if as.ActiveConns <= 0 || as.Action == nil {
 			continue
 		}
 		cf := ConnFraction(m.MaxConnLevels, as.ActiveConns, as.Action.MaxConnections)
-		mf := MinRateFraction(as.Action, as.ActiveConns, as.Bytes, e.Interval)
+		mf := actionMinRate(as, e.Interval)
 		af := max(cf, mf, e.DefaultFraction)
+		e.Levels = append(e.Levels, Level{
+			Action: as.Action.Name, Conns: as.ActiveConns, ConnFraction: cf, MinRateFraction: mf,
+			Fraction: af, Weight: EffectiveWeight(e.BaseWeight, af),
+		})
 		if af <= best {
 			continue
 		}
@@ -477,8 +568,52 @@ func Explain(m *Monitor, t *Target, s *TargetSample, prev *Explanation) Explanat
 			}
 		}
 	}
+	e.DefaultWeight = EffectiveWeight(e.BaseWeight, e.DefaultFraction)
 	e.Weight = EffectiveWeight(e.BaseWeight, e.Fraction)
 	return e
+}
+
+// judgeRatios applies the noise guard and the loss and timeout steps to one
+// interval's counts (see MinSegments): it adds them to what prev left
+// pending, judges the ratios once the pending segments reach
+// m.MinSegments, and otherwise holds the last judged fractions.
+func judgeRatios(m *Monitor, e *Explanation, segs, retrans, timeouts uint64, unknown bool, prev *Explanation) {
+	guard := uint64(max(m.MinSegments, 1))
+	if m.MinSegments == 0 {
+		guard = DefaultMinSegments
+	}
+	e.MinSegments = int(guard)
+	e.TimeoutsUnknown = unknown
+	var lastLoss, lastTimeout int
+	silent := segs == 0
+	if prev != nil {
+		lastLoss, lastTimeout = prev.LossFraction, prev.TimeoutFraction
+		segs += prev.PendingSegments
+		retrans += prev.PendingRetransmits
+		timeouts += prev.PendingTimeouts
+	}
+	e.LossRatio = RatioTenths(retrans, segs)
+	e.TimeoutRatio = RatioTenths(timeouts, segs)
+	if segs < guard {
+		e.Held = true
+		e.PendingSegments, e.PendingRetransmits, e.PendingTimeouts = segs, retrans, timeouts
+		e.LossFraction, e.TimeoutFraction = lastLoss, lastTimeout
+		if silent {
+			// Silent: nothing to judge, and nothing ever will be if the
+			// cut keeps connections away; step back toward the full weight.
+			e.LossFraction = max(lastLoss-max(m.LossStep, 1), 0)
+			e.TimeoutFraction = max(lastTimeout-max(m.TimeoutStep, 1), 0)
+		}
+		return
+	}
+	e.LossFraction = StepFraction(retrans, segs, m.LossThreshold, m.LossStep, m.LossMax)
+	if unknown {
+		// Missing RTO counts are not evidence of no timeouts: keep the last
+		// judged timeout fraction rather than read them as 0 %.
+		e.TimeoutFraction = lastTimeout
+	} else {
+		e.TimeoutFraction = StepFraction(timeouts, segs, m.TimeoutThreshold, m.TimeoutStep, m.TimeoutMax)
+	}
 }
 
 // bitsPerSecond returns bytes·8 over d in whole bits per second, saturating.

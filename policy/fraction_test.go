@@ -212,7 +212,9 @@ func TestMinRateFraction(t *testing.T) {
 		{"not busy (80 % of the mean rate)", gold, 20, 8000, 0},
 		{"exactly 85 % of the mean rate is not above it", gold, 20, 8500, 0},
 		{"just above 85 % of the mean rate", gold, 20, 8501, 100},
-		{"no mean rate: the check is off", noMean, 20, 100, 0},
+		{"no mean rate: 20 connections with data waiting at 5 Kbit/s each", noMean, 20, 100, 100},
+		{"no mean rate: 2 connections with data waiting at 600 Kbit/s each", noMean, 2, 1200, 0},
+		{"no mean rate: nothing waiting", noMean, 0, 0, 0},
 		{"no connections", gold, 0, 9000, 0},
 		{"no action", nil, 20, 9000, 0},
 	}
@@ -366,22 +368,28 @@ func TestNoiseGuard(t *testing.T) {
 		sample        TargetSample
 		loss, timeout int
 		held          bool
+		pending       uint64
 	}{
-		{"judged: 9 % loss, 11 % timeouts", TargetSample{SegmentsSent: 1000, Retransmits: 90, Timeouts: 110}, 95, 100, false},
-		{"50 segments all lost: held, one step down", TargetSample{SegmentsSent: 50, Retransmits: 50, Timeouts: 50}, 70, 50, true},
-		{"quiet", TargetSample{}, 45, 0, true},
-		{"quiet", TargetSample{}, 20, 0, true},
-		{"quiet: back to full weight", TargetSample{}, 0, 0, true},
-		{"99 segments, 30 lost: still held", TargetSample{SegmentsSent: MinSegments - 1, Retransmits: 30}, 0, 0, true},
-		{"exactly MinSegments is judged", TargetSample{SegmentsSent: MinSegments, Retransmits: 3}, 25, 0, false},
-		{"clean interval drops at once", TargetSample{SegmentsSent: 1000}, 0, 0, false},
+		{"judged: 9 % loss, 11 % timeouts", TargetSample{SegmentsSent: 1000, Retransmits: 90, Timeouts: 110}, 95, 100, false, 0},
+		{"clean: judged at once", TargetSample{SegmentsSent: 1000}, 0, 0, false, 0},
+		{"40 segments, 4 lost: held, carried", TargetSample{SegmentsSent: 40, Retransmits: 4}, 0, 0, true, 40},
+		{"40 more, 4 lost: still under 100", TargetSample{SegmentsSent: 40, Retransmits: 4}, 0, 0, true, 80},
+		{"40 more: 12 of 120 judged, 10 %", TargetSample{SegmentsSent: 40, Retransmits: 4}, 95, 0, false, 0},
+		{"silent: one step down", TargetSample{}, 70, 0, true, 0},
+		{"silent", TargetSample{}, 45, 0, true, 0},
+		{"a few segments keep the cut", TargetSample{SegmentsSent: 5}, 45, 0, true, 5},
+		{"silent", TargetSample{}, 20, 0, true, 5},
+		{"silent: back to full weight", TargetSample{}, 0, 0, true, 5},
+		{"94 more, 30 lost: 99 pending", TargetSample{SegmentsSent: MinSegments - 6, Retransmits: 30}, 0, 0, true, 99},
+		{"one more: 30 of 100 judged", TargetSample{SegmentsSent: 1}, 95, 0, false, 0},
+		{"clean interval drops at once", TargetSample{SegmentsSent: 1000}, 0, 0, false, 0},
 	}
 	var prev *Explanation
 	for i, st := range steps {
 		e := Explain(&m, tg, &st.sample, prev)
-		if e.LossFraction != st.loss || e.TimeoutFraction != st.timeout || e.Held != st.held {
-			t.Errorf("interval %d (%s): loss %d timeout %d held %v, want %d %d %v",
-				i, st.name, e.LossFraction, e.TimeoutFraction, e.Held, st.loss, st.timeout, st.held)
+		if e.LossFraction != st.loss || e.TimeoutFraction != st.timeout || e.Held != st.held || e.PendingSegments != st.pending {
+			t.Errorf("interval %d (%s): loss %d timeout %d held %v pending %d, want %d %d %v %d",
+				i, st.name, e.LossFraction, e.TimeoutFraction, e.Held, e.PendingSegments, st.loss, st.timeout, st.held, st.pending)
 		}
 		prev = &e
 	}
@@ -389,6 +397,30 @@ func TestNoiseGuard(t *testing.T) {
 	e := Explain(&m, tg, &TargetSample{SegmentsSent: 10, Retransmits: 10}, nil)
 	if e.Fraction != 0 || !e.Held || e.Weight != 40 {
 		t.Errorf("first quiet interval: fraction %d held %v weight %d, want 0 true 40", e.Fraction, e.Held, e.Weight)
+	}
+	// monitor.minSegments lowers the guard: 10 segments are judged.
+	m.MinSegments = 10
+	if e := Explain(&m, tg, &TargetSample{SegmentsSent: 10, Retransmits: 1}, nil); e.Held || e.LossFraction != 95 || e.MinSegments != 10 {
+		t.Errorf("minSegments 10: held %v loss %d guard %d, want false 95 10", e.Held, e.LossFraction, e.MinSegments)
+	}
+}
+
+// TestTimeoutsUnknown: a sample whose RTO counts are missing (a host leg on a
+// kernel before 6.7) keeps the last judged timeout fraction instead of
+// reading 0 %, while loss is still judged.
+func TestTimeoutsUnknown(t *testing.T) {
+	m := seedMonitor()
+	tg := &Target{Name: "a", Weight: 40}
+	first := Explain(&m, tg, &TargetSample{SegmentsSent: 1000, Timeouts: 60}, nil)
+	if first.TimeoutFraction != 50 {
+		t.Fatalf("judged: timeout fraction %d, want 50", first.TimeoutFraction)
+	}
+	e := Explain(&m, tg, &TargetSample{SegmentsSent: 1000, Retransmits: 30, TimeoutsUnknown: true}, &first)
+	if e.TimeoutFraction != 50 || e.LossFraction != 25 || !e.TimeoutsUnknown {
+		t.Errorf("unknown: timeout %d loss %d flag %v, want 50 25 true", e.TimeoutFraction, e.LossFraction, e.TimeoutsUnknown)
+	}
+	if !strings.Contains(e.String(), "timeouts-unknown") {
+		t.Errorf("String does not say the timeouts are unknown: %s", e)
 	}
 }
 
@@ -449,7 +481,7 @@ func TestExplanationString(t *testing.T) {
 		t.Errorf("String() spans lines: %q", got)
 	}
 	held := Explain(&m, &Target{Name: "b", Weight: 1}, &TargetSample{}, nil)
-	if !strings.Contains(held.String(), "held(<100 seg)") {
+	if !strings.Contains(held.String(), "held(0<100 seg)") {
 		t.Errorf("held explanation does not say so: %s", held)
 	}
 }
@@ -566,5 +598,65 @@ func TestWinnerTextRoundTrip(t *testing.T) {
 	var w Winner
 	if err := w.UnmarshalText([]byte("nonsense")); err == nil {
 		t.Error("nonsense accepted")
+	}
+}
+
+// TestExactWeight: the balancer's weight is base·(100−fraction), unrounded.
+func TestExactWeight(t *testing.T) {
+	for _, tc := range []struct{ base, fraction, want int }{
+		{1, 0, 100}, {1, 25, 75}, {2, 25, 150}, {40, 50, 2000}, {1, 100, 0}, {0, 10, 0}, {-3, 0, 0}, {5, -10, 500}, {5, 150, 0},
+	} {
+		if got := ExactWeight(tc.base, tc.fraction); got != tc.want {
+			t.Errorf("ExactWeight(%d, %d) = %d, want %d", tc.base, tc.fraction, got, tc.want)
+		}
+	}
+}
+
+// TestExplainLevels: each action with connections to the target gets its
+// own level: max(its connection fraction, its MinRate verdict, the default
+// fraction); connections under no action are balanced on DefaultWeight.
+// The seed's telnetGold (MinRate 500, no MeanRate) trips on its connections
+// that had data waiting, never on idle sessions.
+func TestExplainLevels(t *testing.T) {
+	m := seedMonitor()
+	const iv = time.Minute
+	telnetGold := &Action{Name: "telnetGold", MinRate: 500}
+	bronze := &Action{Name: "bronze", MaxConnections: 10}
+	tg := &Target{Name: "a", Weight: 40}
+	s := TargetSample{SegmentsSent: 1000, Retransmits: 25, ActiveConns: 30, Actions: []ActionSample{
+		// 20 sessions, 2 of them streaming at 100 Kbit/s each: slow.
+		{Action: telnetGold, ActiveConns: 20, Bytes: kbpsBytes(200, iv) + 100, WaitingConns: 2, WaitingBytes: kbpsBytes(200, iv)},
+		{Action: bronze, ActiveConns: 5, Bytes: 1},
+	}}
+	e := Explain(&m, tg, &s, nil)
+	if e.DefaultFraction != 25 || e.DefaultWeight != 30 {
+		t.Fatalf("default level: fraction %d weight %d, want 25 30", e.DefaultFraction, e.DefaultWeight)
+	}
+	want := []Level{
+		{Action: "telnetGold", Conns: 20, MinRateFraction: 100, Fraction: 100, Weight: 0},
+		{Action: "bronze", Conns: 5, ConnFraction: 50, Fraction: 50, Weight: 20},
+	}
+	if len(e.Levels) != 2 || e.Levels[0] != want[0] || e.Levels[1] != want[1] {
+		t.Errorf("levels %+v, want %+v", e.Levels, want)
+	}
+	if e.Fraction != 100 || e.Winner != WinMinRate || e.Action != "telnetGold" {
+		t.Errorf("largest: %d %v %s", e.Fraction, e.Winner, e.Action)
+	}
+	// The same sessions idle (nothing waiting): not slow.
+	s.Actions[0].WaitingConns, s.Actions[0].WaitingBytes = 0, 0
+	if e := Explain(&m, tg, &s, nil); e.Levels[0].MinRateFraction != 0 || e.Levels[0].Fraction != 25 {
+		t.Errorf("idle telnetGold: %+v, want the default fraction only", e.Levels[0])
+	}
+	// One short transfer at 8 Mbit/s, closed after 1 s of the minute: judged
+	// over its own second, not slow.
+	s.Actions[0].WaitingConns, s.Actions[0].WaitingBytes, s.Actions[0].WaitingTime = 1, 1_000_000, time.Second
+	if e := Explain(&m, tg, &s, nil); e.Levels[0].MinRateFraction != 0 {
+		t.Errorf("short fast transfer: %+v", e.Levels[0])
+	}
+	s.Actions[0].WaitingTime = 0
+	// Streaming at 600 Kbit/s each: MinRate met.
+	s.Actions[0].WaitingConns, s.Actions[0].WaitingBytes = 2, kbpsBytes(1200, iv)
+	if e := Explain(&m, tg, &s, nil); e.Levels[0].MinRateFraction != 0 {
+		t.Errorf("fast telnetGold: %+v", e.Levels[0])
 	}
 }

@@ -80,3 +80,29 @@ func TestWindowStartCreditsBytesBeforeFirstTick(t *testing.T) {
 		t.Fatalf("after another 100 bytes: rate %d, want 300", got)
 	}
 }
+
+// TestWindowNoOverflow: a 300 s window holding 20 GB reads 66.7 MB/s; the
+// rate was sum·1e9/window in 64 bits, which wraps above 18.4 GB and read
+// 5.2 MB/s, so enforced bandwidth limits stopped working on fast links.
+func TestWindowNoOverflow(t *testing.T) {
+	for _, tc := range []struct {
+		window time.Duration
+		bytes  uint64
+		want   int64
+	}{
+		{300 * time.Second, 20_000_000_000, 66_666_666},
+		{30 * time.Second, 30 * 1_250_000_000, 1_250_000_000}, // 10 Gbit/s
+		{30 * time.Second, 1 << 63, int64((1 << 63) / 30)},
+	} {
+		w := NewWindow(tc.window, 100*time.Millisecond)
+		t0 := time.Unix(0, 0)
+		w.Start(0)
+		w.Tick(t0, tc.bytes)
+		if got := w.Rate(); got != tc.want {
+			t.Errorf("%v window holding %d B: rate %d B/s, want %d", tc.window, tc.bytes, got, tc.want)
+		}
+	}
+	if got := rateOf(^uint64(0), time.Nanosecond); got != 1<<63-1 {
+		t.Errorf("saturation: %d", got)
+	}
+}

@@ -6,12 +6,14 @@ set -euo pipefail
 # command → Debian package, for every tool a test runs: ip (namespaces and
 # routes), iperf3 (the harness smoke test in bench/cmd/weirbench), nft
 # (random loss in a test's own namespace: numgen), tcpdump (reading the
-# pcap that weir run --capture writes).
+# pcap that weir run --capture writes), systemd-analyze and systemd-sysusers
+# (packaging/deb_test.go: the unit verified, postinst in a throwaway root).
 need_apt=()
 command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)
 command -v iperf3 >/dev/null 2>&1 || need_apt+=(iperf3)
 command -v nft >/dev/null 2>&1 || need_apt+=(nftables)
 command -v tcpdump >/dev/null 2>&1 || need_apt+=(tcpdump)
+command -v systemd-analyze >/dev/null 2>&1 || need_apt+=(systemd)
 if [ ${#need_apt[@]} -gt 0 ]; then
 	if [ "$(id -u)" = 0 ]; then
 		echo "deps: installing ${need_apt[*]}"

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"weir/bench"
+	"weir/cmd/weir/api"
 	"weir/internal/testutil/weirproc"
 	"weir/policy"
 	"weir/vmtest"
@@ -266,8 +267,8 @@ func startWeir(t *testing.T, cfg string) *weirProc {
 }
 
 // status reads /status.
-func (w *weirProc) status() (*weirStatus, error) {
-	var st weirStatus
+func (w *weirProc) status() (*api.Status, error) {
+	var st api.Status
 	if err := w.GetJSON("/status", &st); err != nil {
 		return nil, err
 	}
@@ -303,33 +304,8 @@ func (w *weirProc) stop(t *testing.T) {
 	}
 }
 
-// weirStatus is the part of weir's /status (appliance.Status, internal to
-// cmd/weir) that the scenario reads.
-type weirStatus struct {
-	SampledAt time.Time `json:"sampled_at"`
-	Services  []struct {
-		Name    string       `json:"name"`
-		Targets []weirTarget `json:"targets"`
-	} `json:"services"`
-}
-
-type weirTarget struct {
-	Name        string
-	Weight      int
-	Effective   int
-	Picked      uint64
-	Failed      uint64
-	Down        bool
-	Explanation *struct {
-		SegmentsSent uint64
-		Retransmits  uint64
-		LossRatio    int
-		LossFraction int
-		Fraction     int
-		Held         bool
-		Weight       int
-	}
-}
+// weirTarget is one target of weir's /status, printed in the test log.
+type weirTarget api.Target
 
 func (tg weirTarget) String() string {
 	e := tg.Explanation
@@ -343,7 +319,7 @@ type weirSnapshot struct {
 	a, b weirTarget
 }
 
-func snapshotOf(st *weirStatus) (weirSnapshot, bool) {
+func snapshotOf(st *api.Status) (weirSnapshot, bool) {
 	sn := weirSnapshot{at: st.SampledAt}
 	var ok [2]bool
 	for _, s := range st.Services {
@@ -356,9 +332,9 @@ func snapshotOf(st *weirStatus) (weirSnapshot, bool) {
 			}
 			switch tg.Name {
 			case "a":
-				sn.a, ok[0] = tg, true
+				sn.a, ok[0] = weirTarget(tg), true
 			case "b":
-				sn.b, ok[1] = tg, true
+				sn.b, ok[1] = weirTarget(tg), true
 			}
 		}
 	}

@@ -19,7 +19,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"weir/bench"
-	"weir/cmd/weir/internal/appliance"
+	"weir/cmd/weir/api"
 )
 
 // TestE2EReloadUnderLoad: SIGHUP swaps in new weights and a limit while 4
@@ -34,13 +34,13 @@ func TestE2EReloadUnderLoad(t *testing.T) {
 
 	done := make(chan bench.Result, 1)
 	go func() { done <- w.load("198.18.0.10:80", 4, 40) }()
-	before := w.waitStatus(3*time.Second, "under load", func(st appliance.Status) bool {
+	before := w.waitStatus(3*time.Second, "under load", func(st api.Status) bool {
 		n, _ := pickedSum(st, "web")
 		return n >= 8 && st.Open > 0
 	})
 	w.writeConfig("reload-after.yaml")
 	w.signal(syscall.SIGHUP)
-	after := w.waitStatus(3*time.Second, "reloaded", func(st appliance.Status) bool { return st.Generation == 2 })
+	after := w.waitStatus(3*time.Second, "reloaded", func(st api.Status) bool { return st.Generation == 2 })
 	res := <-done
 	if res.OK != 40 {
 		t.Fatalf("reload under load: %d of 40 OK: %+v", res.OK, res)
@@ -56,7 +56,7 @@ func TestE2EReloadUnderLoad(t *testing.T) {
 	}
 	// Counters carried over: the picks and closes of the whole load, seen
 	// across the reload, never going back.
-	final := w.waitStatus(3*time.Second, "every connection closed", func(st appliance.Status) bool { return st.Open == 0 })
+	final := w.waitStatus(3*time.Second, "every connection closed", func(st api.Status) bool { return st.Open == 0 })
 	nBefore, byBefore := pickedSum(before, "web")
 	nAfter, byAfter := pickedSum(final, "web")
 	if nAfter != 40 {
@@ -86,7 +86,7 @@ func TestE2EReloadUnderLoad(t *testing.T) {
 	// A config that does not validate: rejected, shown, the old one runs.
 	w.writeConfig("reload-bad.yaml")
 	w.signal(syscall.SIGHUP)
-	st := w.waitStatus(3*time.Second, "showing the reload error", func(st appliance.Status) bool { return st.ReloadError != nil })
+	st := w.waitStatus(3*time.Second, "showing the reload error", func(st api.Status) bool { return st.ReloadError != nil })
 	if st.Generation != 2 {
 		t.Errorf("generation %d after a rejected config, want 2", st.Generation)
 	}
@@ -165,7 +165,7 @@ func TestE2EMetrics(t *testing.T) {
 	if res := w.load("198.18.0.10:80", 2, 10); res.OK != 10 {
 		t.Fatalf("load: %+v", res)
 	}
-	w.waitStatus(3*time.Second, "every connection closed", func(st appliance.Status) bool { return st.Open == 0 })
+	w.waitStatus(3*time.Second, "every connection closed", func(st api.Status) bool { return st.Open == 0 })
 	// One STATS line per target and sampling interval (300 ms here).
 	if l, ok := w.waitLog(2*time.Second, "STATS"); !ok || l.m["service"] != "web" || l.m["target"] != "t1" || l.m["weight"] != 1.0 {
 		t.Errorf("no STATS line for web/t1: %s", l.raw)
@@ -175,7 +175,7 @@ func TestE2EMetrics(t *testing.T) {
 		"weir_connections_open", "weir_connections_closed_total", "weir_reloads_total",
 		"weir_target_picked_total", "weir_target_weight", "weir_target_up", "weir_target_connections_open",
 		"weir_level_connections", "weir_level_bandwidth_bytes_per_second",
-		"weir_datapath_dropped_total", "weir_datapath_marked_total", "weir_forwarder_accepted_total",
+		"weir_datapath_dropped_total", "weir_datapath_marked_total", "weir_connections_accepted_total",
 		"weir_target_fraction_percent",
 		"go_goroutines", "process_cpu_seconds_total",
 	} {
@@ -200,7 +200,7 @@ func TestE2EMetrics(t *testing.T) {
 		{"weir_target_picked_total", map[string]string{"service": "web", "target": "t1"}, 10},
 		{"weir_target_up", map[string]string{"service": "web", "target": "t1"}, 1},
 		{"weir_target_weight", map[string]string{"service": "web", "target": "t1", "kind": "base"}, 1},
-		{"weir_forwarder_accepted_total", nil, 10},
+		{"weir_connections_accepted_total", nil, 10},
 	} {
 		if got := metricSum(fams, c.name, c.labels); got != c.want {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
@@ -231,10 +231,10 @@ func TestE2ESigtermDrains(t *testing.T) {
 
 	done := make(chan bench.Result, 1)
 	go func() { done <- w.load("198.18.0.10:80", 3, 3) }()
-	w.waitStatus(10*time.Second, "3 in flight", func(st appliance.Status) bool { return st.Open == 3 })
+	w.waitStatus(10*time.Second, "3 in flight", func(st api.Status) bool { return st.Open == 3 })
 	sent := time.Now()
 	w.signal(syscall.SIGTERM)
-	w.waitStatus(time.Second, "draining", func(st appliance.Status) bool { return st.Draining })
+	w.waitStatus(time.Second, "draining", func(st api.Status) bool { return st.Draining })
 	if code, _, err := w.Get("/healthz"); err != nil || code == http.StatusOK {
 		t.Errorf("/healthz while draining: %d %v, want an error status", code, err)
 	}

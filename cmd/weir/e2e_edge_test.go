@@ -26,7 +26,7 @@ import (
 	"github.com/google/gopacket/layers"
 	"github.com/google/gopacket/pcapgo"
 
-	"weir/cmd/weir/internal/appliance"
+	"weir/cmd/weir/api"
 	"weir/internal/testutil/weirproc"
 )
 
@@ -181,7 +181,7 @@ func TestE2EUserDropsPrivileges(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.signal(syscall.SIGHUP)
-	w.waitStatus(5*time.Second, "reloaded", func(st appliance.Status) bool { return st.Generation == 2 })
+	w.waitStatus(5*time.Second, "reloaded", func(st api.Status) bool { return st.Generation == 2 })
 	if st := w.status(); st.ReloadError != nil {
 		t.Fatalf("reload as nobody failed: %+v", st.ReloadError)
 	}
@@ -193,7 +193,7 @@ func TestE2EUserDropsPrivileges(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.signal(syscall.SIGHUP)
-	st := w.waitStatus(5*time.Second, "showing the reload error", func(st appliance.Status) bool { return st.ReloadError != nil })
+	st := w.waitStatus(5*time.Second, "showing the reload error", func(st api.Status) bool { return st.ReloadError != nil })
 	if !strings.Contains(st.ReloadError.Err, "permission denied") || st.Generation != 2 {
 		t.Errorf("reload of a root-only file: generation %d, error %+v; want permission denied", st.Generation, st.ReloadError)
 	}

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"weir/bench"
-	"weir/cmd/weir/internal/appliance"
+	"weir/cmd/weir/api"
 	"weir/internal/testutil"
 )
 
@@ -84,7 +84,7 @@ func TestE2EMaxConnections(t *testing.T) {
 	} else {
 		for _, tg := range s.Targets {
 			if tg.SkippedAtLimit == 0 {
-				t.Errorf("/status: target %s never skipped at its limit: %+v", tg.Name, tg.TargetStatus)
+				t.Errorf("/status: target %s never skipped at its limit: %+v", tg.Name, tg)
 			}
 		}
 	}
@@ -178,7 +178,7 @@ func TestE2ELimits(t *testing.T) {
 	if res.OK != 1 || res.Bytes < 200_000 {
 		t.Fatalf("metered: first request %+v", res)
 	}
-	w.waitStatus(2*time.Second, "metered over its bandwidth", func(st appliance.Status) bool {
+	w.waitStatus(2*time.Second, "metered over its bandwidth", func(st api.Status) bool {
 		l := statusLevel(st, "virtual server", "metered")
 		return l != nil && l.Bandwidth > 20_000 && l.Over
 	})
@@ -231,7 +231,7 @@ func TestE2EFailover(t *testing.T) {
 		t.Fatalf("/status: %+v", s)
 	}
 	if t1 := s.Targets[0]; !t1.Down || t1.Failed == 0 {
-		t.Errorf("t1 (nothing listening): %+v, want down with failed connects", t1.TargetStatus)
+		t.Errorf("t1 (nothing listening): %+v, want down with failed connects", t1)
 	}
 	if st.DialFailures == 0 {
 		t.Errorf("/status dial_failures 0")
@@ -244,7 +244,7 @@ func TestE2EFailover(t *testing.T) {
 	// client has its answer: wait for that before each request.)
 	served3 := b3.Served()
 	for i := 0; i < 2; i++ {
-		w.waitStatus(3*time.Second, "every connection closed", func(st appliance.Status) bool { return st.Open == 0 })
+		w.waitStatus(3*time.Second, "every connection closed", func(st api.Status) bool { return st.Open == 0 })
 		res = w.load("198.18.0.10:80", 1, 1)
 		if res.OK != 1 || res.PerTarget["t2"] != 1 || b3.Served() != served3 {
 			t.Errorf("with t2 free: %+v, want an answer from t2", res)

@@ -28,7 +28,7 @@ import (
 	"go.uber.org/goleak"
 
 	"weir/bench"
-	"weir/cmd/weir/internal/appliance"
+	"weir/cmd/weir/api"
 	"weir/internal/netns"
 	"weir/internal/testutil"
 	"weir/internal/testutil/weirproc"
@@ -214,9 +214,9 @@ func (w *weirProc) waitLog(d time.Duration, parts ...string) (logLine, bool) {
 }
 
 // status fetches /status.
-func (w *weirProc) status() appliance.Status {
+func (w *weirProc) status() api.Status {
 	w.t.Helper()
-	var st appliance.Status
+	var st api.Status
 	if err := w.GetJSON("/status", &st); err != nil {
 		w.t.Fatal(err)
 	}
@@ -224,9 +224,9 @@ func (w *weirProc) status() appliance.Status {
 }
 
 // waitStatus polls /status until ok holds, for up to d.
-func (w *weirProc) waitStatus(d time.Duration, what string, ok func(appliance.Status) bool) appliance.Status {
+func (w *weirProc) waitStatus(d time.Duration, what string, ok func(api.Status) bool) api.Status {
 	w.t.Helper()
-	var st appliance.Status
+	var st api.Status
 	if !testutil.WithinEvery(d, 25*time.Millisecond, func() bool { st = w.status(); return ok(st) }) {
 		w.t.Fatalf("after %v: not %s: %+v", d, what, st)
 	}
@@ -305,7 +305,7 @@ func (w *weirProc) heldLoad(hold chan struct{}, addr string, clients, requests i
 }
 
 // service and target find a service and target in a status.
-func statusService(st appliance.Status, name string) *appliance.Service {
+func statusService(st api.Status, name string) *api.Service {
 	for i := range st.Services {
 		if st.Services[i].Name == name {
 			return &st.Services[i]
@@ -314,7 +314,7 @@ func statusService(st appliance.Status, name string) *appliance.Service {
 	return nil
 }
 
-func pickedSum(st appliance.Status, service string) (sum uint64, by map[string]uint64) {
+func pickedSum(st api.Status, service string) (sum uint64, by map[string]uint64) {
 	by = map[string]uint64{}
 	if s := statusService(st, service); s != nil {
 		for _, tg := range s.Targets {
@@ -325,7 +325,7 @@ func pickedSum(st appliance.Status, service string) (sum uint64, by map[string]u
 	return sum, by
 }
 
-func statusLevel(st appliance.Status, level, name string) *appliance.Level {
+func statusLevel(st api.Status, level, name string) *api.Level {
 	for i := range st.Levels {
 		if st.Levels[i].Level == level && st.Levels[i].Name == name {
 			return &st.Levels[i]
@@ -334,7 +334,7 @@ func statusLevel(st appliance.Status, level, name string) *appliance.Level {
 	return nil
 }
 
-func refusalCount(st appliance.Status, level, limit string) uint64 {
+func refusalCount(st api.Status, level, limit string) uint64 {
 	for _, r := range st.Refusals {
 		if r.Level == level && r.Limit == limit {
 			return r.Count

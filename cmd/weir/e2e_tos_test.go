@@ -213,9 +213,8 @@ func TestE2ETOSMarking(t *testing.T) {
 		t.Errorf("packets with the wrong ToS: %v", bad)
 	}
 	// The datapath counted what it marked.
-	ds, _ := w.status().Datapath.(map[string]any)
-	if m, _ := ds["Marked"].(float64); int(m) < marked {
-		t.Errorf("datapath Marked %v, fewer than the %d marked packets captured", ds["Marked"], marked)
+	if m := w.status().Datapath.Marked; m < uint64(marked) {
+		t.Errorf("datapath marked %d, fewer than the %d marked packets captured", m, marked)
 	}
 }
 

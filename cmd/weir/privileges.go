@@ -86,6 +86,10 @@ var errCgo = errors.New("this weir binary was built with cgo: changing the capab
 // no CAP_SETPCAP); after that the process may be part-way, and weir run
 // stops.
 func dropPrivileges(p *dropPlan) error {
+	if p == nil && holdsOnlyKeptCaps() {
+		// Started with CAP_NET_ADMIN alone (weir@.service): nothing to drop.
+		return allThreads6(unix.PR_SET_NO_NEW_PRIVS, 1, 0)
+	}
 	keep := map[int]bool{}
 	for _, c := range keptCaps {
 		keep[c] = true

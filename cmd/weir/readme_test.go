@@ -7,14 +7,14 @@ import (
 	"strings"
 	"testing"
 
-	"weir/cmd/weir/internal/appliance"
+	"weir/cmd/weir/internal/metrics"
 )
 
 var update = flag.Bool("update", false, "rewrite the generated sections of README.md")
 
 // TestREADMEGenerated keeps README.md's configuration reference identical to
 // the parser's documentation (policy/config/doc.go) and its metrics table
-// identical to what the appliance exports. Run `go test ./cmd/weir -run
+// identical to the metric definitions (internal/metrics.Defs). Run `go test ./cmd/weir -run
 // README -update` after changing either.
 func TestREADMEGenerated(t *testing.T) {
 	const path = "../../README.md"
@@ -117,7 +117,7 @@ func configReference(src string) string {
 func metricsTable() string {
 	var b strings.Builder
 	b.WriteString("| metric | type | labels | what |\n|---|---|---|---|\n")
-	for _, m := range appliance.MetricsDoc() {
+	for _, m := range metrics.Defs {
 		fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", m.Name, m.Type, strings.Join(m.Labels, ", "), m.Help)
 	}
 	return b.String()

@@ -11,6 +11,11 @@ import (
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
 
+// buildCommands are subcommands only some builds have: a file behind a build
+// tag appends its constructor in an init (gendocs.go, -tags weirdocs, for the
+// Debian package's man pages and completions).
+var buildCommands []func() *cobra.Command
+
 // newRootCmd builds the command tree. Each subcommand is built by a
 // newXxxCmd function in its own file; add new ones here.
 func newRootCmd() *cobra.Command {
@@ -33,6 +38,9 @@ func newRootCmd() *cobra.Command {
 		newDemoCmd(),
 		newVersionCmd(),
 	)
+	for _, c := range buildCommands {
+		root.AddCommand(c())
+	}
 	return root
 }
 

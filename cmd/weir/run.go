@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 
+	"weir/cmd/weir/api"
 	"weir/cmd/weir/internal/admin"
 	"weir/cmd/weir/internal/appliance"
 	"weir/cmd/weir/internal/obs"
@@ -180,7 +181,7 @@ func readToken(path string) (string, error) {
 // preflight reports, before anything is created, what would stop weir run,
 // each with what to do about it.
 func preflight() error {
-	if os.Geteuid() != 0 {
+	if os.Geteuid() != 0 && !haveNetAdmin() {
 		return errors.New("weir run needs root (CAP_NET_ADMIN) to create its TUN device: run it with sudo " +
 			"(--user drops to another user once it is set up).\nTo see weir work without root, run `weir demo`")
 	}
@@ -281,7 +282,7 @@ func runAppliance(ctx context.Context, stdout, stderr io.Writer, o runOptions) e
 	app, err = appliance.New(appliance.Options{
 		Config: cfg, Source: o.config,
 		Front: fronts[0], FrontQueues: fronts[1:],
-		Log: &log, Access: access, Registerer: reg,
+		Log: &log, Access: access, Registerer: reg, LogDrops: logs.Dropped,
 	})
 	if err != nil {
 		for _, d := range fronts {
@@ -386,18 +387,18 @@ type lateSource struct {
 
 func (l *lateSource) set(a *appliance.Appliance) { l.app.Store(a) }
 
-func (l *lateSource) Status() any {
+func (l *lateSource) Status() api.Status {
 	if a := l.app.Load(); a != nil {
 		return a.Status()
 	}
-	return struct{}{}
+	return api.Status{}
 }
 
-func (l *lateSource) Connections() any {
+func (l *lateSource) Connections() []api.Connection {
 	if a := l.app.Load(); a != nil {
 		return a.Connections()
 	}
-	return []struct{}{}
+	return []api.Connection{}
 }
 
 func (l *lateSource) Healthy() error {

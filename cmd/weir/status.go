@@ -9,8 +9,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"weir/cmd/weir/api"
 	"weir/cmd/weir/internal/admin"
-	"weir/cmd/weir/internal/appliance"
+	"weir/cmd/weir/internal/view"
 )
 
 func newStatusCmd() *cobra.Command {
@@ -26,7 +27,7 @@ func newStatusCmd() *cobra.Command {
 			"targets with base weight, loss and timeout fractions, action fraction, effective\n" +
 			"weight, open/max connections and health.",
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runStatus(cmd.OutOrStdout(), addr, token, raw)
+			return runStatus(cmd.OutOrStdout(), &http.Client{Timeout: 5 * time.Second}, addr, token, raw)
 		},
 	}
 	cmd.Flags().StringVar(&addr, "addr", admin.DefaultAddr, "admin API `HOST:PORT`")
@@ -35,7 +36,9 @@ func newStatusCmd() *cobra.Command {
 	return cmd
 }
 
-func runStatus(out io.Writer, addr, token string, raw bool) error {
+// runStatus fetches addr's /status with c and prints it to out: as tables,
+// or the raw JSON.
+func runStatus(out io.Writer, c *http.Client, addr, token string, raw bool) error {
 	req, err := http.NewRequest("GET", "http://"+addr+"/status", nil)
 	if err != nil {
 		return err
@@ -43,7 +46,6 @@ func runStatus(out io.Writer, addr, token string, raw bool) error {
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	c := &http.Client{Timeout: 5 * time.Second}
 	resp, err := c.Do(req)
 	if err != nil {
 		return fmt.Errorf("no weir answering at %s (is `weir run` up? --addr?): %w", addr, err)
@@ -60,9 +62,9 @@ func runStatus(out io.Writer, addr, token string, raw bool) error {
 		_, err := out.Write(body)
 		return err
 	}
-	var st appliance.Status
+	var st api.Status
 	if err := json.Unmarshal(body, &st); err != nil {
 		return fmt.Errorf("%s/status: %w", addr, err)
 	}
-	return appliance.WriteTable(out, st)
+	return view.WriteTable(out, st)
 }

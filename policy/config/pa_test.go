@@ -37,7 +37,7 @@ policyactionreference telnetGold
 func checkSeed(t *testing.T, c *policy.Config) {
 	t.Helper()
 	wantMon := policy.Monitor{Enabled: true, SamplingInterval: 60 * time.Second, LossThreshold: 20, LossStep: 25,
-		TimeoutThreshold: 50, TimeoutStep: 50, LossMax: 95, TimeoutMax: 100, MaxConnLevels: [3]int{50, 65, 80}}
+		TimeoutThreshold: 50, TimeoutStep: 50, LossMax: 95, TimeoutMax: 100, MaxConnLevels: [3]int{50, 65, 80}, MinSegments: policy.DefaultMinSegments}
 	if c.Monitor != wantMon {
 		t.Errorf("monitor = %+v", c.Monitor)
 	}

@@ -13,11 +13,12 @@ import (
 
 // Value ranges the parsers enforce. They are documented in doc.go.
 const (
-	maxWeight     = 1000                    // WLM weight
-	maxRatio      = 1000                    // loss and timeout thresholds, tenths of a percent
-	maxFraction   = 100                     // weight fractions, percent
-	maxHealthRuns = 100                     // rise and fall
-	maxAttempts   = policy.MaxAttemptsLimit // the balancer's tried-set holds this many
+	maxWeight      = 1000                    // WLM weight
+	maxRatio       = 1000                    // loss and timeout thresholds, tenths of a percent
+	maxFraction    = 100                     // weight fractions, percent
+	maxMinSegments = 1 << 30                 // monitor.minSegments
+	maxHealthRuns  = 100                     // rise and fall
+	maxAttempts    = policy.MaxAttemptsLimit // the balancer's tried-set holds this many
 )
 
 // parseInt parses a decimal integer and checks lo ≤ v ≤ hi.

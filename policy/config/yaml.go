@@ -392,12 +392,48 @@ func (p *yparser) limits(l *policy.Limits, v *yaml.Node) {
 	}
 }
 
+// timeouts parses a timeouts mapping (instance defaults or one service's).
+// Defaults and range checks are policy.Compile's; firstByte and idle also
+// take "off", kept as a negative duration.
+func (p *yparser) timeouts(t *policy.Timeouts, v *yaml.Node) {
+	dur := func(dst *time.Duration) func(k, v *yaml.Node) {
+		return func(k, v *yaml.Node) {
+			if d, ok := p.positive(k, v); ok {
+				*dst = d
+			}
+		}
+	}
+	offOr := func(dst *time.Duration) func(k, v *yaml.Node) {
+		return func(k, v *yaml.Node) {
+			if x := p.deref(v); x != nil && x.Kind == yaml.ScalarNode && x.Value == "off" {
+				*dst = -1
+				return
+			}
+			dur(dst)(k, v)
+		}
+	}
+	p.mapping(v, "timeouts", []field{
+		{name: "handshake", fn: dur(&t.Handshake)},
+		{name: "connect", fn: dur(&t.Connect)},
+		{name: "firstByte", fn: offOr(&t.FirstByte)},
+		{name: "idle", fn: offOr(&t.Idle)},
+		{name: "requestRead", fn: dur(&t.RequestRead)},
+		{name: "inFlightPerVIP", fn: func(k, v *yaml.Node) {
+			n, _ := p.int(k, v, 1, policy.MaxInFlightPerVIP)
+			t.InFlightPerVIP = int(n)
+		}},
+	})
+}
+
 func (p *yparser) instance(v *yaml.Node) {
 	in := &p.b.cfg.Instance
 	var miAt, riAt *yaml.Node
 	p.mapping(v, "instance", []field{
 		{name: "name", fn: func(k, v *yaml.Node) { in.Name, _ = p.str(k, v) }},
 		{name: "limits", fn: func(_, v *yaml.Node) { p.limits(&in.Limits, v) }},
+		{name: "bandwidthBytes", fn: func(k, v *yaml.Node) {
+			in.BandwidthBytes, _ = parse(p, k, v, "payload or wire", policy.ParseByteCount)
+		}},
 		{name: "metricInterval", fn: func(k, v *yaml.Node) {
 			d, ok := p.positive(k, v)
 			if ok {
@@ -410,6 +446,7 @@ func (p *yparser) instance(v *yaml.Node) {
 				in.RecomputeInterval, riAt = d, k
 			}
 		}},
+		{name: "timeouts", fn: func(_, v *yaml.Node) { p.timeouts(&in.Timeouts, v) }},
 	})
 	if miAt == nil && riAt == nil {
 		return
@@ -479,6 +516,7 @@ func (p *yparser) service(n *yaml.Node) {
 		{name: "port", required: true, fn: func(k, v *yaml.Node) { vs.Ports, _ = parse(p, k, v, "a port", parsePortRange) }},
 		{name: "protocol", fn: func(k, v *yaml.Node) { vs.Proto, _ = parse(p, k, v, "tcp or http", policy.ParseServiceProto) }},
 		{name: "limits", fn: func(_, v *yaml.Node) { p.limits(&vs.Limits, v) }},
+		{name: "timeouts", fn: func(_, v *yaml.Node) { p.timeouts(&vs.Timeouts, v) }},
 		{name: "targets", required: true, fn: func(k, v *yaml.Node) {
 			p.seq(k, v, func(item *yaml.Node) {
 				t, at := p.target(item)
@@ -654,6 +692,10 @@ func (p *yparser) monitor(m *policy.Monitor, v *yaml.Node) {
 		{name: "timeoutRatioAndWeightFr", fn: func(k, v *yaml.Node) { pair(k, v, &m.TimeoutThreshold, &m.TimeoutStep) }},
 		{name: "lossMaxWeightFr", fn: func(k, v *yaml.Node) { frac(k, v, &m.LossMax) }},
 		{name: "timeoutMaxWeightFr", fn: func(k, v *yaml.Node) { frac(k, v, &m.TimeoutMax) }},
+		{name: "minSegments", fn: func(k, v *yaml.Node) {
+			x, _ := p.int(k, v, 1, maxMinSegments)
+			m.MinSegments = int(x)
+		}},
 		{name: "maxConnWeightFr", fn: func(k, v *yaml.Node) {
 			x, ok := p.ints(k, v, 3, 1, maxFraction)
 			if !ok {

@@ -26,6 +26,26 @@ func TestParseYAMLGood(t *testing.T) {
 				t.Errorf("defaults not applied: %+v", c.Instance)
 			}
 		}},
+		{"timeouts: instance defaults, a service's override, off", `
+instance:
+  timeouts: {connect: 1s, firstByte: off, idle: 10m, handshake: 2s, requestRead: 1s, inFlightPerVIP: 32}
+services:
+  - name: web
+    vips: [198.19.0.80]
+    port: 80
+    timeouts: {firstByte: 10s, inFlightPerVIP: 64}
+    targets: [{address: 127.0.0.1:8080}]
+`, func(t *testing.T, c *policy.Config) {
+			in := policy.Timeouts{Handshake: 2 * time.Second, Connect: time.Second, FirstByte: -1, Idle: 10 * time.Minute, RequestRead: time.Second, InFlightPerVIP: 32}
+			if c.Instance.Timeouts != in {
+				t.Errorf("instance timeouts %+v, want %+v", c.Instance.Timeouts, in)
+			}
+			vs := in
+			vs.FirstByte, vs.InFlightPerVIP = 10*time.Second, 64
+			if got := c.Services[0].Timeouts; got != vs {
+				t.Errorf("service timeouts %+v, want %+v", got, vs)
+			}
+		}},
 		{"instance limits and intervals", `
 instance:
   name: edge
@@ -123,7 +143,7 @@ balancer:
   healthCheck: {interval: 4s, rise: 3, fall: 5}
 `, func(t *testing.T, c *policy.Config) {
 			want := policy.Monitor{Enabled: true, SamplingInterval: 10 * time.Second, LossThreshold: 10, LossStep: 20,
-				TimeoutThreshold: 30, TimeoutStep: 40, LossMax: 90, TimeoutMax: 80, MaxConnLevels: [3]int{40, 60, 90}}
+				TimeoutThreshold: 30, TimeoutStep: 40, LossMax: 90, TimeoutMax: 80, MaxConnLevels: [3]int{40, 60, 90}, MinSegments: policy.DefaultMinSegments}
 			if c.Monitor != want {
 				t.Errorf("monitor = %+v", c.Monitor)
 			}
@@ -195,6 +215,16 @@ func TestParseYAMLErrors(t *testing.T) {
 			`t.yaml:1:28: metricInterval: want a duration like 30s or 100ms, got "30"`},
 		{"interval not a multiple", "instance: {metricInterval: 1s, recomputeInterval: 300ms}\n",
 			`t.yaml:1:32: metricInterval 1s must be a multiple of recomputeInterval 300ms`},
+		{"timeouts: zero connect", "instance:\n  timeouts: {connect: 0s}\n",
+			`t.yaml:2:23: connect: must be more than 0`},
+		{"timeouts: unknown key", "instance:\n  timeouts: {idel: 1s}\n",
+			`t.yaml:2:14: unknown key "idel" in timeouts (did you mean "idle"?)`},
+		{"timeouts: off where it is not allowed", "instance:\n  timeouts: {handshake: off}\n",
+			`t.yaml:2:25: handshake: want a duration like 30s or 100ms, got "off"`},
+		{"bad bandwidthBytes", "instance: {bandwidthBytes: headers}\n",
+			`t.yaml:1:28: bandwidthBytes: unknown bandwidthBytes "headers" (want payload or wire)`},
+		{"zero minSegments", "monitor: {minSegments: 0}\n",
+			`t.yaml:1:24: minSegments: 0 is out of range 1..1073741824`},
 		{"noServices with services", "noServices: true\nservices:\n- {name: a, vips: [198.18.0.1], port: 80, targets: [{address: 198.18.1.1:80}]}\n",
 			`t.yaml:1:1: noServices: true, but the file defines 1 services: remove the key or the services`},
 		{"noServices not a bool", "noServices: yes please\n",
@@ -353,6 +383,25 @@ func TestParseYAMLAliasBomb(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "document too large once aliases are expanded (over 1048576 nodes)") {
 		t.Errorf("error does not say the document was cut short: %.300s", err)
+	}
+}
+
+// TestParseQoSOptions: instance.bandwidthBytes and monitor.minSegments reach
+// the model; unset, they are the seed's payload bytes and 100 segments.
+func TestParseQoSOptions(t *testing.T) {
+	c, err := ParseYAML("t.yaml", []byte("instance: {bandwidthBytes: wire}\nmonitor: {minSegments: 20}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Instance.BandwidthBytes != policy.CountWire || c.Monitor.MinSegments != 20 {
+		t.Errorf("bandwidthBytes %v minSegments %d, want wire 20", c.Instance.BandwidthBytes, c.Monitor.MinSegments)
+	}
+	c, err = ParseYAML("t.yaml", []byte("monitor: {enabled: true}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Instance.BandwidthBytes != policy.CountPayload || c.Monitor.MinSegments != policy.DefaultMinSegments {
+		t.Errorf("defaults: bandwidthBytes %v minSegments %d", c.Instance.BandwidthBytes, c.Monitor.MinSegments)
 	}
 }
 

@@ -21,6 +21,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"weir/cmd/weir/api"
 )
 
 // DefaultAddr is where the admin API listens when Options.Addr is empty.
@@ -40,13 +42,14 @@ type Options struct {
 }
 
 // Source provides the data the endpoints serve. Each method is called per
-// request and must be safe for concurrent use; values are encoded as JSON.
+// request and must be safe for concurrent use; the documents (package api)
+// are encoded as JSON.
 type Source interface {
 	// Status is the appliance's state: services, limits, targets and their
-	// weight explanations, the last reload error.
-	Status() any
+	// weight explanations, the last reload error, every counter.
+	Status() api.Status
 	// Connections lists open connections with both legs' statistics.
-	Connections() any
+	Connections() []api.Connection
 	// Healthy returns nil when the appliance is serving.
 	Healthy() error
 }
@@ -72,7 +75,7 @@ func CheckAddr(addr, token string) error {
 	}
 	ip := net.ParseIP(host)
 	if ip == nil || !ip.IsLoopback() {
-		return fmt.Errorf("admin address %q is not loopback: set a bearer token (admin.token) to serve it there", addr)
+		return fmt.Errorf("admin address %q is not loopback: set a bearer token (--admin-token or $WEIR_ADMIN_TOKEN) to serve it there", addr)
 	}
 	return nil
 }
@@ -142,7 +145,7 @@ func Listen(opts Options, src Source, g prometheus.Gatherer) (*Server, error) {
 	ln, err := net.Listen("tcp", opts.Addr)
 	if err != nil {
 		if strings.Contains(err.Error(), "address already in use") {
-			return nil, fmt.Errorf("admin API: %s is in use (another weir running? set admin.addr or --admin): %w", opts.Addr, err)
+			return nil, fmt.Errorf("admin API: %s is in use (another weir running? choose another with --admin HOST:PORT): %w", opts.Addr, err)
 		}
 		return nil, fmt.Errorf("admin API: %w", err)
 	}

@@ -9,13 +9,17 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"weir/cmd/weir/api"
 )
 
 type fakeSource struct{ down error }
 
-func (f fakeSource) Status() any      { return map[string]any{"services": []string{"web"}} }
-func (f fakeSource) Connections() any { return []int{} }
-func (f fakeSource) Healthy() error   { return f.down }
+func (f fakeSource) Status() api.Status {
+	return api.Status{Instance: "lab", Services: []api.Service{{Name: "web"}}}
+}
+func (f fakeSource) Connections() []api.Connection { return []api.Connection{} }
+func (f fakeSource) Healthy() error                { return f.down }
 
 func TestCheckAddr(t *testing.T) {
 	for _, tc := range []struct {
@@ -33,6 +37,11 @@ func TestCheckAddr(t *testing.T) {
 		err := CheckAddr(tc.addr, tc.token)
 		if (err == nil) != tc.ok {
 			t.Errorf("CheckAddr(%q, %q) = %v, want ok=%v", tc.addr, tc.token, err, tc.ok)
+		}
+		// The refusal names the flag and variable that fix it, not config
+		// keys that do not exist.
+		if err != nil && tc.addr != "nonsense" && !strings.Contains(err.Error(), "--admin-token or $WEIR_ADMIN_TOKEN") {
+			t.Errorf("CheckAddr(%q) error %q does not name --admin-token", tc.addr, err)
 		}
 	}
 }
@@ -110,7 +119,7 @@ func TestTokenAndPprof(t *testing.T) {
 func TestListenAddressInUse(t *testing.T) {
 	base := serve(t, Options{}, fakeSource{})
 	_, err := Listen(Options{Addr: strings.TrimPrefix(base, "http://")}, fakeSource{}, prometheus.NewRegistry())
-	if err == nil || !strings.Contains(err.Error(), "in use") {
-		t.Fatalf("second listen: %v, want an address-in-use error", err)
+	if err == nil || !strings.Contains(err.Error(), "in use") || !strings.Contains(err.Error(), "--admin HOST:PORT") {
+		t.Fatalf("second listen: %v, want an address-in-use error naming --admin", err)
 	}
 }

@@ -33,6 +33,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"weir/balancer"
+	"weir/cmd/weir/internal/metrics"
 	"weir/cmd/weir/internal/obs"
 	"weir/datapath"
 	"weir/netstack"
@@ -72,6 +73,9 @@ type Options struct {
 	Access *obs.AccessLog
 	// Registerer receives weir's metrics; nil means none are registered.
 	Registerer prometheus.Registerer
+	// LogDrops, when set, counts the main log's lines lost because its
+	// writer could not keep up (obs.Logs.Dropped), for /status and metrics.
+	LogDrops func() uint64
 
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
@@ -128,11 +132,6 @@ type Appliance struct {
 
 	stop chan struct{}
 	wg   sync.WaitGroup
-}
-
-type reloadError struct {
-	At  time.Time
-	Err string
 }
 
 // New builds the appliance: the stack, its NICs and forwarder, the admission
@@ -218,9 +217,11 @@ func New(opts Options) (*Appliance, error) {
 		a.nics = append(a.nics, NICStats{Name: name, Back: true, nic: nic, dev: arm.Device})
 		fo.Back = &netstack.StackDialer{Stack: a.stack}
 	}
+	fo.OnPanic = a.connPanic
 	a.fwd = netstack.NewForwarder(a.stack, fo)
+	a.listen(cfg)
 	if opts.Registerer != nil {
-		if err := opts.Registerer.Register(&collector{a: a}); err != nil {
+		if err := opts.Registerer.Register(metrics.NewCollector(a.Status)); err != nil {
 			a.Close()
 			return nil, fmt.Errorf("metrics: %w", err)
 		}
@@ -396,6 +397,8 @@ func (a *Appliance) Reload(cfg *policy.Config) error {
 	a.gen.Add(1)
 	a.reloadErr.Store(nil)
 	a.syncCheckers()
+	a.listen(cfg)
+	a.monitorOff(cfg)
 	a.counters.reloads.Add(1)
 	a.log.Info().Int64("generation", a.gen.Load()).Int("services", len(cfg.Services)).Msg("configuration reloaded")
 	return nil
@@ -417,6 +420,7 @@ func (a *Appliance) ReloadFailed(err error) { a.reloadFailed(err) }
 // the number of connections still open.
 func (a *Appliance) Drain(ctx context.Context) int {
 	a.draining.Store(true)
+	a.fwd.Drain() // new SYNs get RST, before any SYN-ACK
 	t := time.NewTicker(50 * time.Millisecond)
 	defer t.Stop()
 	for {
@@ -459,8 +463,31 @@ func (a *Appliance) Close() error {
 	return err
 }
 
+// listen makes the forwarder listen on cfg's VIPs and ports (SYN cookies,
+// per-VIP backlogs). A listener that cannot be opened is logged: its SYNs
+// still reach the forwarder's fallback path.
+func (a *Appliance) listen(cfg *policy.Config) {
+	if err := a.fwd.Listen(cfg.Services); err != nil {
+		a.log.Warn().Err(err).Msg("some VIPs have no listener (no SYN cookies for them)")
+	}
+}
+
+// connPanic logs a panic recovered in a connection's goroutines, once, with
+// the connection and the stack; the forwarder has counted it
+// (weir_forwarder_panics_total) and closed that connection.
+func (a *Appliance) connPanic(req *netstack.ConnRequest, v any, stack []byte) {
+	ev := a.log.Error().Str("panic", fmt.Sprint(v)).Bytes("stack", stack)
+	if req.ID != 0 {
+		ev = ev.Uint64("conn", req.ID).Str("client", req.Client.String()).Str("vip", req.VIP.String())
+		if req.Service != nil {
+			ev = ev.Str("service", req.Service.Name)
+		}
+	}
+	ev.Msg("panic in a connection; that connection was closed")
+}
+
 // Admit is the netstack admission hook: policy limits first (virtual server,
-// class chain, instance), then the balancer. It runs before any SYN-ACK and
+// class chain, instance), then the balancer. It runs once the client's handshake has completed, and
 // returns the connection's session, which holds what admission reserved and
 // hears how the connection ends.
 func (a *Appliance) Admit(req *netstack.ConnRequest) (netstack.Decision, netstack.Session) {
@@ -490,7 +517,7 @@ func (a *Appliance) Admit(req *netstack.ConnRequest) (netstack.Decision, netstac
 	key := datapath.NewFlowKey(req.Client, req.VIP, datapath.ProtoTCP)
 	s.hash = key.Hash()
 	s.flow = a.engine.Flow(req.Client, req.VIP, datapath.ProtoTCP)
-	lease, err := b.PickExcept(now, s.hash, &s.tried)
+	lease, err := b.PickAction(now, s.hash, s.action(), &s.tried)
 	if err != nil {
 		s.ticket.Release()
 		return a.noTarget(vs, req, err, now), s
@@ -517,6 +544,15 @@ type session struct {
 	// counted is set while the session is in Appliance.open: from an
 	// admitted pick to End.
 	counted bool
+}
+
+// action is the policy action the datapath classified the connection into,
+// nil for none: the balancer picks on that service level's weights.
+func (s *session) action() *policy.Action {
+	if s.flow == nil {
+		return nil
+	}
+	return s.flow.Action
 }
 
 // accept answers with the session's lease and binds the datapath flow to
@@ -574,7 +610,7 @@ func (s *session) DialFailed(failed netstack.Decision, err error) netstack.Decis
 		e.Str("service", vs.Name).Str("target", name).Err(err).Msg("target connect failed; marked down for the retry interval")
 	})
 	if b := a.balancer(vs.Name); b != nil {
-		lease, perr := b.PickExcept(now, s.hash, &s.tried)
+		lease, perr := b.PickAction(now, s.hash, s.action(), &s.tried)
 		if perr == nil {
 			s.lease = lease
 			return s.accept()
@@ -583,6 +619,19 @@ func (s *session) DialFailed(failed netstack.Decision, err error) netstack.Decis
 	}
 	s.ticket.Release() // refused: the admission slot is free now
 	return a.noTarget(vs, req, err, now)
+}
+
+// TargetFailed marks a target that went silent after its dial succeeded
+// (the first-byte timeout) down for the retry interval, as a failed dial
+// is: passive health.
+func (s *session) TargetFailed(d netstack.Decision, err error) {
+	a, vs := s.a, s.req.Service
+	now := a.now()
+	name := s.lease.Name()
+	s.lease.Failed(now) // weir_forwarder_target_timed_out_total counts it
+	a.warnEvery("firstbyte:"+vs.Name+":"+name, now, func(e *zerolog.Event) {
+		e.Str("service", vs.Name).Str("target", name).Err(err).Msg("target sent nothing in time; marked down for the retry interval")
+	})
 }
 
 // End releases the connection's target slot and admission ticket and writes
@@ -614,7 +663,7 @@ func (s *session) End(e *netstack.End) {
 		r.Target, r.BytesIn = "", 0
 		r.BytesOut = uint64(e.Refusal.Bytes)
 		r.RequestLine, r.Status = e.Refusal.RequestLine, e.Refusal.Status
-	case netstack.HandshakeFailed, netstack.HandshakeTimedOut, netstack.Aborted:
+	case netstack.HandshakeFailed, netstack.HandshakeTimedOut, netstack.Aborted, netstack.TargetTimedOut, netstack.Panicked:
 		if e.Err != nil {
 			r.Reason = e.Err.Error()
 		}

@@ -20,6 +20,7 @@ import (
 	"weir/cmd/weir/internal/admin"
 	"weir/cmd/weir/internal/appliance"
 	"weir/cmd/weir/internal/lab"
+	"weir/cmd/weir/internal/metrics"
 	"weir/cmd/weir/internal/obs"
 	"weir/datapath/fault"
 	"weir/internal/testutil"
@@ -108,7 +109,7 @@ func TestWebSphereMaxConnections(t *testing.T) {
 	go func() {
 		done <- bench.Load{Dial: l.Dial, Addr: "198.19.0.80:80", Clients: 30, Requests: 30, Duration: 30 * time.Second}.Run(context.Background())
 	}()
-	held := testutil.Within(20*time.Second, func() bool { return l.App.StatusDoc().Services[0].Refused >= 23 })
+	held := testutil.Within(20*time.Second, func() bool { return l.App.Status().Services[0].Refused >= 23 })
 	close(hold)
 	res := <-done
 	if !held {
@@ -200,7 +201,7 @@ func TestLossMovesWeight(t *testing.T) {
 	if e1.LossRatio >= e2.LossRatio || e1.Weight <= e2.Weight {
 		t.Errorf("clean t1 (%s) not better than lossy t2 (%s)", e1, e2)
 	}
-	st := l.App.StatusDoc()
+	st := l.App.Status()
 	for _, tg := range st.Services[0].Targets {
 		if tg.Name == "t2" && tg.Effective != e2.Weight {
 			t.Errorf("balancer effective weight %d, sampler %d", tg.Effective, e2.Weight)
@@ -226,7 +227,7 @@ func TestReloadKeepsCountersAndConnections(t *testing.T) {
 	if res.OK != 8 {
 		t.Fatalf("reload under load lost connections: %+v", res)
 	}
-	st := l.App.StatusDoc()
+	st := l.App.Status()
 	if st.Generation != 2 {
 		t.Errorf("generation %d, want 2", st.Generation)
 	}
@@ -242,7 +243,7 @@ func TestReloadKeepsCountersAndConnections(t *testing.T) {
 	if err := l.App.Reload(bad); err == nil {
 		t.Fatal("bad config accepted")
 	}
-	if st := l.App.StatusDoc(); st.ReloadError == nil || st.Generation != 2 {
+	if st := l.App.Status(); st.ReloadError == nil || st.Generation != 2 {
 		t.Errorf("after a bad reload: generation %d, error %v", st.Generation, st.ReloadError)
 	}
 }
@@ -266,18 +267,19 @@ func TestMetricsScrape(t *testing.T) {
 		t.Fatalf("metrics do not parse: %v", err)
 	}
 	for _, name := range []string{"weir_connections_closed_total", "weir_target_picked_total", "weir_target_weight",
-		"weir_target_fraction_percent", "weir_datapath_marked_total", "weir_datapath_dropped_total", "weir_forwarder_accepted_total", "weir_level_connections"} {
+		"weir_target_fraction_percent", "weir_datapath_marked_total", "weir_datapath_dropped_total", "weir_connections_accepted_total", "weir_level_connections",
+		"weir_nic_packets_total", "weir_datapath_flows_created_total"} {
 		if fams[name] == nil {
 			t.Errorf("metric %s missing", name)
 		}
 	}
 	documented := map[string]bool{}
-	for _, m := range appliance.MetricsDoc() {
+	for _, m := range metrics.Defs {
 		documented[m.Name] = true
 	}
 	for name := range fams {
 		if strings.HasPrefix(name, "weir_") && !documented[name] {
-			t.Errorf("metric %s is exported but not in MetricsDoc (the README table)", name)
+			t.Errorf("metric %s is exported but not in metrics.Defs (the README table)", name)
 		}
 	}
 	if v := fams["weir_connections_closed_total"].Metric[0].Counter.GetValue(); v != 3 {
@@ -302,7 +304,7 @@ func TestNoGoroutineLeak(t *testing.T) {
 
 // refusals is the number of connections refused by the given level's limit.
 func refusals(a *appliance.Appliance, level, limit string) uint64 {
-	for _, r := range a.StatusDoc().Refusals {
+	for _, r := range a.Status().Refusals {
 		if r.Level == level && r.Limit == limit {
 			return r.Count
 		}
@@ -324,7 +326,7 @@ func TestHealthChecksTakeDeadTargetOut(t *testing.T) {
 	l.App.Start()
 	l.Backends[policy.TargetKey{Service: "web", Target: "t2"}].Close()
 	testutil.Eventually(t, 5*time.Second, func() bool {
-		for _, tg := range l.App.StatusDoc().Services[0].Targets {
+		for _, tg := range l.App.Status().Services[0].Targets {
 			if tg.Name == "t2" {
 				return !tg.HealthUp
 			}
@@ -358,7 +360,7 @@ func TestMaxAttemptsOneOwner(t *testing.T) {
 		t.Fatalf("client not served by t4: %+v", res)
 	}
 	waitClosed(t, l.App)
-	for _, tg := range l.App.StatusDoc().Services[0].Targets {
+	for _, tg := range l.App.Status().Services[0].Targets {
 		switch tg.Name {
 		case "t4":
 			if tg.Down || tg.Failed != 0 || tg.Picked != 1 {

@@ -83,25 +83,69 @@ func (a *Appliance) SampleNow() []policy.Explanation {
 	a.expl, a.explAt = expl, a.now()
 	a.explMu.Unlock()
 
-	if cfg.Monitor.Enabled {
-		weights := map[string]map[string]int{}
-		for _, e := range expl {
-			m := weights[e.Service]
-			if m == nil {
-				m = map[string]int{}
-				weights[e.Service] = m
-			}
-			m[e.Target] = e.Weight
-		}
-		for name, w := range weights {
-			if b := a.balancer(name); b != nil {
-				b.SetWeights(w)
-			}
-		}
-	}
+	a.applyFractions(cfg, expl)
 	a.logStats(expl)
 	a.warnSkipped()
 	return expl
+}
+
+// applyFractions hands each balancer the fractions of every service level
+// of its targets: the default level's (connections under no policy action)
+// and one per action with connections to a target (Explanation.Levels).
+// With the monitor off every fraction is 0, so the balancers go back to the
+// configured weights at once rather than keeping the last cut ones.
+func (a *Appliance) applyFractions(cfg *policy.Config, expl []policy.Explanation) {
+	type levels struct {
+		def      map[string]int
+		byAction map[string]map[string]int
+	}
+	by := map[string]*levels{}
+	for _, vs := range cfg.Services {
+		by[vs.Name] = &levels{def: map[string]int{}, byAction: map[string]map[string]int{}}
+	}
+	if cfg.Monitor.Enabled {
+		for _, e := range expl {
+			l := by[e.Service]
+			if l == nil {
+				continue
+			}
+			l.def[e.Target] = e.DefaultFraction
+			for _, lv := range e.Levels {
+				m := l.byAction[lv.Action]
+				if m == nil {
+					m = map[string]int{}
+					l.byAction[lv.Action] = m
+				}
+				m[e.Target] = lv.Fraction
+			}
+		}
+		// A target without connections under an action is balanced, in
+		// that action's level, on its default fraction.
+		for _, l := range by {
+			for _, m := range l.byAction {
+				for name, f := range l.def {
+					if _, ok := m[name]; !ok {
+						m[name] = f
+					}
+				}
+			}
+		}
+	}
+	for name, l := range by {
+		if b := a.balancer(name); b != nil {
+			b.SetFractions(l.def, l.byAction)
+		}
+	}
+}
+
+// monitorOff runs after a reload: a configuration with the monitor
+// disabled puts every balancer back on its configured weights now, instead
+// of leaving the last cut weights in place for good (no sample will cut
+// them again, and none would restore them before the next interval).
+func (a *Appliance) monitorOff(cfg *policy.Config) {
+	if !cfg.Monitor.Enabled {
+		a.applyFractions(cfg, nil)
+	}
 }
 
 // warnSkipped writes the WebSphere plug-in's warning, once per sampling
@@ -159,6 +203,7 @@ func samplesFrom(cfg *policy.Config, s netstack.Sample, open map[policy.TargetKe
 		ts.Retransmits += ag.Retransmits
 		ts.Timeouts += ag.Timeouts
 		ts.Bytes += ag.Bytes
+		ts.TimeoutsUnknown = ts.TimeoutsUnknown || ag.TimeoutsUnknown > 0
 	}
 	actions := map[string]*policy.Action{}
 	for _, ac := range cfg.Actions {
@@ -170,7 +215,8 @@ func samplesFrom(cfg *policy.Config, s netstack.Sample, open map[policy.TargetKe
 		if ts == nil || act == nil {
 			continue
 		}
-		ts.Actions = append(ts.Actions, policy.ActionSample{Action: act, ActiveConns: int64(ag.Active), Bytes: ag.Bytes})
+		ts.Actions = append(ts.Actions, policy.ActionSample{Action: act, ActiveConns: int64(ag.Active), Bytes: ag.Bytes,
+			WaitingConns: int64(ag.Waiting), WaitingBytes: ag.WaitingBytes, WaitingTime: ag.WaitingTime})
 	}
 	return out
 }

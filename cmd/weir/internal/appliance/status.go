@@ -2,11 +2,14 @@ package appliance
 
 import (
 	"errors"
+	"sort"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"weir/balancer"
+	"weir/cmd/weir/api"
+	"weir/datapath"
+	"weir/datapath/tun"
 	"weir/netstack"
 	"weir/policy"
 )
@@ -32,101 +35,75 @@ func (c *counters) refusal(level, limit string) {
 	c.mu.Unlock()
 }
 
-func (c *counters) refusalsCopy() map[[2]string]uint64 {
+// refusalList is the refusal counts sorted by level then limit, with the
+// draining refusals as level "instance", limit "draining".
+func (c *counters) refusalList() []api.Refusal {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := make(map[[2]string]uint64, len(c.refusals))
+	out := make([]api.Refusal, 0, len(c.refusals)+1)
 	for k, v := range c.refusals {
-		out[k] = v
+		out = append(out, api.Refusal{Level: k[0], Limit: k[1], Count: v})
 	}
+	c.mu.Unlock()
+	if n := c.refusedDraining.Load(); n > 0 {
+		out = append(out, api.Refusal{Level: policy.LevelInstance.String(), Limit: "draining", Count: n})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Level != out[j].Level {
+			return out[i].Level < out[j].Level
+		}
+		return out[i].Limit < out[j].Limit
+	})
 	return out
 }
 
-// Status is the appliance's state as /status serves it and `weir status`
-// prints it.
-type Status struct {
-	Instance     string       `json:"instance"`
-	Source       string       `json:"source,omitempty"`
-	Generation   int64        `json:"generation"`
-	LoadedAt     time.Time    `json:"loaded_at"`
-	ReloadError  *reloadError `json:"reload_error,omitempty"`
-	Draining     bool         `json:"draining"`
-	Open         int          `json:"open_connections"`
-	Levels       []Level      `json:"levels"`
-	Services     []Service    `json:"services"`
-	SampledAt    time.Time    `json:"sampled_at"`
-	Refusals     []Refusals   `json:"refusals"`
-	Datapath     any          `json:"datapath"`
-	Stack        any          `json:"stack"`
-	Forwarder    any          `json:"forwarder"`
-	DialFailures uint64       `json:"dial_failures"`
-}
+// reloadError is a rejected configuration, as /status shows it.
+type reloadError = api.ReloadError
 
-// Level is one level's limits and statistics (instance, class, virtual
-// server).
-type Level struct {
-	Level              string `json:"level"`
-	Name               string `json:"name"`
-	Connections        int64  `json:"connections"`
-	MaxConnections     int64  `json:"max_connections,omitempty"`
-	EnforceConnections bool   `json:"enforce_connections,omitempty"`
-	Bandwidth          int64  `json:"bandwidth"`
-	MaxBandwidth       int64  `json:"max_bandwidth,omitempty"`
-	EnforceBandwidth   bool   `json:"enforce_bandwidth,omitempty"`
-	Over               bool   `json:"over,omitempty"`
-	Retired            bool   `json:"retired,omitempty"`
-}
-
-// Service is one virtual server with its balancer and its targets' weight
-// explanations.
-type Service struct {
-	Name     string               `json:"name"`
-	Proto    string               `json:"protocol"`
-	VIPs     []string             `json:"vips"`
-	Ports    string               `json:"ports"`
-	Class    string               `json:"class,omitempty"`
-	Refused  uint64               `json:"refused_no_target"`
-	Targets  []Target             `json:"targets"`
-	Balancer string               `json:"algorithm"`
-	Weights  []policy.Explanation `json:"weights,omitempty"`
-}
-
-// Target is one target's balancer state with its last weight explanation.
-type Target struct {
-	balancer.TargetStatus
-	Explanation *policy.Explanation `json:"explanation,omitempty"`
-}
-
-// Refusals counts refused connections by the level and limit that refused
-// them.
-type Refusals struct {
-	Level string `json:"level"`
-	Limit string `json:"limit"`
-	Count uint64 `json:"count"`
-}
-
-// Status returns the appliance's state now.
-func (a *Appliance) Status() any { return a.StatusDoc() }
-
-// StatusDoc is Status with its concrete type.
-func (a *Appliance) StatusDoc() Status {
+// Status returns the appliance's state now: the document /status serves,
+// `weir status` prints and the metrics collector exports.
+func (a *Appliance) Status() api.Status {
 	cfg := a.cfg.Load()
 	now := a.now()
-	st := Status{
-		Instance:     cfg.Instance.Name,
-		Source:       a.opts.Source,
-		Generation:   a.gen.Load(),
-		LoadedAt:     *a.loadedAt.Load(),
-		ReloadError:  a.reloadErr.Load(),
-		Draining:     a.draining.Load(),
-		Open:         a.OpenConnections(),
-		Datapath:     a.engine.Stats(),
-		Stack:        a.stack.Stats(),
-		Forwarder:    a.fwd.Stats(),
-		DialFailures: a.counters.dialFailures.Load(),
+	st := api.Status{
+		Instance:       cfg.Instance.Name,
+		Source:         a.opts.Source,
+		Generation:     a.gen.Load(),
+		LoadedAt:       *a.loadedAt.Load(),
+		ReloadError:    a.reloadErr.Load(),
+		Reloads:        a.counters.reloads.Load(),
+		ReloadFailures: a.counters.reloadFailures.Load(),
+		Draining:       a.draining.Load(),
+		Open:           a.OpenConnections(),
+		Closed:         a.counters.closed.Load(),
+		DialFailures:   a.counters.dialFailures.Load(),
+		Refusals:       a.counters.refusalList(),
+	}
+	raw := a.RawStats()
+	st.Datapath = datapathStatus(raw.Datapath, raw.Flows)
+	st.Stack = stackStatus(raw.Stack)
+	// Every SYN dropped for want of room, listeners' included (the stack's
+	// own counter is only the tcp.Forwarder path's global bound).
+	st.Stack.SYNsDroppedInFlight = raw.Forwarder.DroppedInFlight
+	st.Forwarder = forwarderStatus(raw.Forwarder)
+	st.Control.DroppedEvents = raw.AdmissionEventsDropped
+	if a.opts.LogDrops != nil {
+		st.Control.DroppedLogLines = a.opts.LogDrops()
+	}
+	for i, n := range raw.NICs {
+		st.NICs = append(st.NICs, nicStatus(n))
+		if t, ok := findTUN(a.nics[i].dev); ok {
+			ts, err := t.TUNStats()
+			if d := st.NICs[i].Device; d != nil {
+				d.WriteErrors = ts.WriteErrors
+			}
+			if st.TUN == nil && err == nil {
+				st.TUN = &api.TUN{Name: t.Name(), ToWeirDropped: ts.KernelTxDropped, ToWeirErrors: ts.KernelTxErrors,
+					FromWeirDropped: ts.KernelRxDropped, FromWeirErrors: ts.KernelRxErrors}
+			}
+		}
 	}
 	for _, l := range a.adm.Snapshot() {
-		st.Levels = append(st.Levels, Level{
+		st.Levels = append(st.Levels, api.Level{
 			Level: l.Level.String(), Name: l.Name, Connections: l.Conns,
 			MaxConnections: l.Limits.MaxConnections, EnforceConnections: l.Limits.EnforceConnections,
 			Bandwidth: l.Bandwidth, MaxBandwidth: l.Limits.MaxBandwidth, EnforceBandwidth: l.Limits.EnforceBandwidth,
@@ -142,7 +119,7 @@ func (a *Appliance) StatusDoc() Status {
 		byKey[policy.TargetKey{Service: expl[i].Service, Target: expl[i].Target}] = &expl[i]
 	}
 	for _, vs := range cfg.Services {
-		s := Service{Name: vs.Name, Proto: vs.Proto.String(), Ports: vs.Ports.String(), Balancer: cfg.Balancer.Algorithm.String()}
+		s := api.Service{Name: vs.Name, Proto: vs.Proto.String(), Ports: vs.Ports.String(), Balancer: cfg.Balancer.Algorithm.String()}
 		if vs.Class != nil {
 			s.Class = vs.Class.Name
 		}
@@ -153,22 +130,142 @@ func (a *Appliance) StatusDoc() Status {
 			bs := b.Snapshot(now)
 			s.Refused = bs.Refused
 			for _, t := range bs.Targets {
-				s.Targets = append(s.Targets, Target{TargetStatus: t, Explanation: byKey[policy.TargetKey{Service: vs.Name, Target: t.Name}]})
+				s.Targets = append(s.Targets, targetStatus(t, byKey[policy.TargetKey{Service: vs.Name, Target: t.Name}]))
 			}
 		}
 		st.Services = append(st.Services, s)
 	}
-	for k, v := range a.counters.refusalsCopy() {
-		st.Refusals = append(st.Refusals, Refusals{Level: k[0], Limit: k[1], Count: v})
-	}
 	return st
 }
 
-// Connections lists open connections with both legs' statistics.
-func (a *Appliance) Connections() any { return a.fwd.Conns() }
+func targetStatus(t balancer.TargetStatus, e *policy.Explanation) api.Target {
+	out := api.Target{
+		Name: t.Name, Addr: t.Addr.String(), Role: t.Role.String(),
+		Weight: t.Weight, Effective: t.Effective, Exact: t.Exact, ActionWeights: t.Levels, SlowStart: t.SlowStart,
+		Open: t.Open, Max: t.Max, Down: t.Down, DownUntil: t.DownUntil, HealthUp: t.HealthUp,
+		SkippedAtLimit: t.SkippedAtLimit, Picked: t.Picked, Failed: t.Failed,
+	}
+	if e != nil {
+		out.Explanation = &api.Explanation{
+			Interval: e.Interval, SegmentsSent: e.SegmentsSent, Retransmits: e.Retransmits, Timeouts: e.Timeouts,
+			ActiveConns: e.ActiveConns, MaxConns: e.MaxConns, ThroughputKbps: e.ThroughputKbps,
+			LossRatio: e.LossRatio, TimeoutRatio: e.TimeoutRatio, LossFraction: e.LossFraction, TimeoutFraction: e.TimeoutFraction,
+			Held: e.Held, Constrained: e.Constrained, DefaultFraction: e.DefaultFraction,
+			Action: e.Action, ActionConns: e.ActionConns, ActionMaxConns: e.ActionMaxConns, ActionKbps: e.ActionKbps,
+			PerConnKbps: e.PerConnKbps, MinRateKbps: e.MinRateKbps, MeanRateKbps: e.MeanRateKbps,
+			ConnFraction: e.ConnFraction, MinRateFraction: e.MinRateFraction, ActionFraction: e.ActionFraction,
+			Fraction: e.Fraction, Winner: e.Winner.String(), BaseWeight: e.BaseWeight, Weight: e.Weight,
+			MinSegments: e.MinSegments, PendingSegments: e.PendingSegments, TimeoutsUnknown: e.TimeoutsUnknown,
+			DefaultWeight: e.DefaultWeight,
+		}
+		for _, l := range e.Levels {
+			out.Explanation.Levels = append(out.Explanation.Levels, api.ExplanationLevel{
+				Action: l.Action, Conns: l.Conns, ConnFraction: l.ConnFraction, MinRateFraction: l.MinRateFraction,
+				Fraction: l.Fraction, Weight: l.Weight,
+			})
+		}
+	}
+	return out
+}
 
-// ConnStats is Connections with its concrete type.
-func (a *Appliance) ConnStats() []netstack.ConnStats { return a.fwd.Conns() }
+func datapathStatus(s datapath.EngineStats, f datapath.FlowTableStats) api.Datapath {
+	out := api.Datapath{EgressMalformed: s.EgressMalformed, Fragments: s.Fragments, Marked: s.Marked, Uncached: s.Uncached}
+	for i, n := range s.Dropped {
+		if r := datapath.DropReason(i); r != datapath.DropNone {
+			out.Dropped = append(out.Dropped, api.Drop{Reason: r.String(), Count: n})
+		}
+	}
+	out.Flows = api.FlowTable{Live: f.Flows, Inserted: f.Inserted, Replaced: f.Replaced, Expired: f.Expired, Refused: f.Refused}
+	return out
+}
+
+func stackStatus(s netstack.StackStats) api.Stack {
+	return api.Stack{
+		TCPSegmentsSent: s.TCPSegmentsSent, TCPRetransmits: s.TCPRetransmits, TCPTimeouts: s.TCPTimeouts,
+		TCPResetsSent: s.TCPResetsSent, SYNsDroppedInFlight: s.TCPForwardDropFull, UDPNoSocket: s.UDPUnknownPort,
+		ICMPUnreachablesSent: s.ICMPUnreachablesSent, IPMalformed: s.IPMalformed,
+		TCPChecksumErrors: s.TCPChecksumErrors, IPFragmentsRefused: s.IPFragmentsRefused,
+	}
+}
+
+func forwarderStatus(s netstack.ForwarderStats) api.Forwarder {
+	return api.Forwarder{
+		Accepted: s.Accepted, Pending: s.Pending, NoService: s.NoService, RefusedClosed: s.RefusedClosed,
+		HandshakeTimedOut: s.HandshakeTimedOut, HandshakeFailed: s.HandshakeFailed,
+		IdleClosed: s.IdleClosed, TimeWaitReopened: s.TimeWaitReopened, Aborted: s.Aborted, NoSession: s.NoSession,
+		SYNCookiesSent: s.SYNCookiesSent, SYNCookiesValid: s.SYNCookiesValid, SYNCookiesInvalid: s.SYNCookiesInvalid,
+		Listeners: s.Listeners, TargetTimedOut: s.TargetTimedOut, Panics: s.Panics,
+	}
+}
+
+func nicStatus(n NICStats) api.NIC {
+	s := n.Link
+	out := api.NIC{
+		Name: n.Name, RxPackets: s.RxPackets, RxBytes: s.RxBytes, TxPackets: s.TxPackets, TxBytes: s.TxBytes,
+		Dropped: []api.Drop{
+			{Reason: "malformed", Count: s.DroppedMalformed},
+			{Reason: "detached", Count: s.DroppedDetached},
+			{Reason: "queue_full", Count: s.DroppedQueueFull},
+			{Reason: "too_big", Count: s.DroppedTooBig},
+			{Reason: "closed", Count: s.DroppedClosed},
+		},
+		Errors: []api.Drop{
+			{Reason: "read", Count: s.ReadErrors},
+			{Reason: "write", Count: s.WriteErrors},
+			{Reason: "write_short", Count: s.WriteShort},
+		},
+	}
+	if n.HasDevice {
+		out.Device = &api.Device{DroppedFull: n.Device.DroppedFull, DroppedTooBig: n.Device.DroppedTooBig}
+	}
+	return out
+}
+
+// tunDevice is a TUN queue (datapath/tun.Device): its own and its
+// interface's kernel counters.
+type tunDevice interface {
+	Name() string
+	TUNStats() (tun.Stats, error)
+}
+
+// findTUN finds the TUN queue under d, looking through wrappers that say
+// what they wrap (a --capture recorder).
+func findTUN(d datapath.Device) (tunDevice, bool) {
+	for d != nil {
+		if t, ok := d.(tunDevice); ok {
+			return t, true
+		}
+		u, ok := d.(interface{ Unwrap() datapath.Device })
+		if !ok {
+			return nil, false
+		}
+		d = u.Unwrap()
+	}
+	return nil, false
+}
+
+// Connections lists open connections with both legs' statistics, for
+// /connections.
+func (a *Appliance) Connections() []api.Connection {
+	cs := a.fwd.Conns()
+	out := make([]api.Connection, len(cs))
+	for i, c := range cs {
+		out[i] = api.Connection{
+			ID: c.ID, Client: c.Client.String(), VIP: c.VIP.String(), Service: c.Service, Target: c.Target,
+			Action: c.Action, Start: c.Start, ClientLeg: legStatus(c.ClientLeg), TargetLeg: legStatus(c.TargetLeg),
+			Throughput: c.Throughput,
+		}
+	}
+	return out
+}
+
+func legStatus(l netstack.LegStats) api.Leg {
+	return api.Leg{
+		SegmentsSent: l.SegmentsSent, SegmentsReceived: l.SegmentsReceived, Retransmits: l.Retransmits,
+		FastRetransmits: l.FastRetransmits, Timeouts: l.Timeouts, TimeoutsKnown: l.TimeoutsKnown,
+		RTT: l.RTT, RTTVar: l.RTTVar, BytesSent: l.BytesSent, BytesReceived: l.BytesReceived,
+	}
+}
 
 // Healthy is nil while the appliance serves, an error while it drains.
 func (a *Appliance) Healthy() error {

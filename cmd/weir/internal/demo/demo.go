@@ -16,6 +16,7 @@ import (
 	"weir/bench"
 	"weir/cmd/weir/internal/appliance"
 	"weir/cmd/weir/internal/lab"
+	"weir/cmd/weir/internal/view"
 	"weir/datapath"
 	"weir/datapath/fault"
 	"weir/policy"
@@ -120,7 +121,7 @@ func Run(ctx context.Context, o Options) ([]Result, error) {
 	}
 	tw.Flush()
 	fmt.Fprintln(out)
-	appliance.WriteTable(out, app.StatusDoc())
+	view.WriteTable(out, app.Status())
 	return results, ctx.Err()
 }
 
@@ -156,7 +157,7 @@ func (d *demo) watch(ctx context.Context, service string, load bench.Load) bench
 // frame redraws the progress line: each target of the service with its
 // open connections, picks and effective weight. The final frame ends the line.
 func (d *demo) frame(service string, last bool) {
-	st := d.lab.App.StatusDoc()
+	st := d.lab.App.Status()
 	var b strings.Builder
 	b.WriteString("\r\033[K   ")
 	for _, s := range st.Services {
@@ -232,7 +233,7 @@ func (d *demo) lossShift(ctx context.Context, loss float64) Result {
 			down = fmt.Sprintf("; %d connects to carol timed out, each resting her %v", n, d.lab.App.Config().Balancer.RetryInterval)
 		}
 		fmt.Fprintf(d.out, "   %-12s carol served %4.1f%% of %d requests; loss %s → fraction %d%%, weight %d → %d%s\n",
-			phase, share(r)*100, r.OK, tenths(e.LossRatio), e.Fraction, e.BaseWeight, e.Weight, down)
+			phase, share(r)*100, r.OK, view.Tenths(e.LossRatio), e.Fraction, e.BaseWeight, e.Weight, down)
 		return e, ok
 	}
 	before := d.watch(ctx, "shop", bench.Load{Addr: load.Addr, Clients: 6, Upload: load.Upload, Duration: 2 * time.Second})
@@ -263,7 +264,3 @@ func (d *demo) tos(ctx context.Context) Result {
 	return Result{Scenario: "ToS marking", OK: r.OK == 20 && marked >= uint64(3*r.OK),
 		Detail: fmt.Sprintf("%d packets marked over %d connections (≥ 3 each: SYN-ACK, data, FIN)", marked, r.OK)}
 }
-
-// tenths writes a ratio in tenths of a percent (the monitor's unit) as a
-// percentage: 25 → "2.5%".
-func tenths(v int) string { return fmt.Sprintf("%d.%d%%", v/10, v%10) }

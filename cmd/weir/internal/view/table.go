@@ -1,4 +1,7 @@
-package appliance
+// Package view prints weir's /status document as the readable tables of
+// `weir status` (and of the demo). It reads only the typed document, so the
+// CLI links neither gVisor nor the datapath.
+package view
 
 import (
 	"fmt"
@@ -7,13 +10,39 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"weir/cmd/weir/api"
 )
 
 // WriteTable prints st as the readable tables of `weir status`: the QoS
 // levels with connections and bandwidth against their limits, then each
 // virtual server's targets with base weight, each fraction, effective weight,
-// open/max connections and health.
-func WriteTable(w io.Writer, st Status) error {
+// open/max connections and health, then the refusals and every non-zero
+// counted drop. It returns the first write error.
+func WriteTable(w io.Writer, st api.Status) error {
+	ew := &errWriter{w: w}
+	writeTable(ew, st)
+	return ew.err
+}
+
+// errWriter keeps the first write error and swallows the writes after it.
+type errWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (e *errWriter) Write(p []byte) (int, error) {
+	if e.err != nil {
+		return len(p), nil
+	}
+	n, err := e.w.Write(p)
+	if err != nil {
+		e.err = err
+	}
+	return n, nil
+}
+
+func writeTable(w io.Writer, st api.Status) {
 	fmt.Fprintf(w, "weir %s — config generation %d", st.Instance, st.Generation)
 	if st.Source != "" {
 		fmt.Fprintf(w, " from %s", st.Source)
@@ -58,8 +87,8 @@ func WriteTable(w io.Writer, st Status) error {
 		for _, t := range s.Targets {
 			loss, tmo, act, fr := "-", "-", "-", "-"
 			if e := t.Explanation; e != nil {
-				loss = fmt.Sprintf("%d%% (%s)", e.LossFraction, tenths(e.LossRatio))
-				tmo = fmt.Sprintf("%d%% (%s)", e.TimeoutFraction, tenths(e.TimeoutRatio))
+				loss = fmt.Sprintf("%d%% (%s)", e.LossFraction, Tenths(e.LossRatio))
+				tmo = fmt.Sprintf("%d%% (%s)", e.TimeoutFraction, Tenths(e.TimeoutRatio))
 				if e.Action != "" {
 					act = fmt.Sprintf("%d%% %s", e.ActionFraction, e.Action)
 				}
@@ -89,7 +118,51 @@ func WriteTable(w io.Writer, st Status) error {
 			fmt.Fprintf(w, "  %s %s: %d\n", r.Level, r.Limit, r.Count)
 		}
 	}
-	return nil
+	if d := countedDrops(st); len(d) > 0 {
+		fmt.Fprintln(w, "\nCounted drops")
+		for _, l := range d {
+			fmt.Fprintf(w, "  %s\n", l)
+		}
+	}
+}
+
+// countedDrops lists every non-zero drop counter of st as "what: n".
+func countedDrops(st api.Status) []string {
+	var out []string
+	add := func(what string, n uint64) {
+		if n > 0 {
+			out = append(out, fmt.Sprintf("%s: %d", what, n))
+		}
+	}
+	for _, d := range st.Datapath.Dropped {
+		add("datapath "+d.Reason, d.Count)
+	}
+	add("flow table full (flows)", st.Datapath.Flows.Refused)
+	add("stack SYNs over the pending-handshake limit", st.Stack.SYNsDroppedInFlight)
+	add("stack IP malformed", st.Stack.IPMalformed)
+	add("forwarder SYNs admitted without a session (a bug)", st.Forwarder.NoSession)
+	for _, n := range st.NICs {
+		for _, d := range n.Dropped {
+			add("nic "+n.Name+" "+d.Reason, d.Count)
+		}
+		for _, e := range n.Errors {
+			add("nic "+n.Name+" "+e.Reason+" errors", e.Count)
+		}
+		if d := n.Device; d != nil {
+			add("transport "+n.Name+" queue_full", d.DroppedFull)
+			add("transport "+n.Name+" too_big", d.DroppedTooBig)
+			add("transport "+n.Name+" write_refused", d.WriteErrors)
+		}
+	}
+	if t := st.TUN; t != nil {
+		add("kernel at "+t.Name+" toward weir (TUN queue full)", t.ToWeirDropped)
+		add("kernel at "+t.Name+" from weir", t.FromWeirDropped)
+		add("kernel at "+t.Name+" toward weir, errors", t.ToWeirErrors)
+		add("kernel at "+t.Name+" from weir, errors", t.FromWeirErrors)
+	}
+	add("log lines", st.Control.DroppedLogLines)
+	add("admission events", st.Control.DroppedEvents)
+	return out
 }
 
 func limit(v int64, enforced bool) string {
@@ -103,7 +176,8 @@ func limit(v int64, enforced bool) string {
 	return s
 }
 
-func tenths(v int) string { return fmt.Sprintf("%d.%d%%", v/10, v%10) }
+// Tenths prints a ratio in tenths of a percent as a percentage: 25 → "2.5%".
+func Tenths(v int) string { return fmt.Sprintf("%d.%d%%", v/10, v%10) }
 
 // human prints a byte count with a binary unit.
 func human(n int64) string {

@@ -1,0 +1,341 @@
+// Package api is the typed document weir's admin API serves at /status:
+// `weir run` fills it, `weir status` prints it, the Prometheus collector
+// exports it and the VM harness reads it. It depends on the standard
+// library only, so a client links neither gVisor nor the datapath; a test
+// keeps it that way.
+//
+// Every counter is a total since the process started (a reload never resets
+// one); every gauge is a value now. JSON names are snake_case, durations are
+// nanoseconds, times RFC 3339.
+package api
+
+import "time"
+
+// Status is the appliance's state at one moment.
+type Status struct {
+	Instance    string       `json:"instance"`               // instance name from the configuration
+	Source      string       `json:"source,omitempty"`       // where the configuration came from (a file)
+	Generation  int64        `json:"generation"`             // 1 at start, +1 per reload swapped in
+	LoadedAt    time.Time    `json:"loaded_at"`              // when the running configuration was swapped in
+	ReloadError *ReloadError `json:"reload_error,omitempty"` // the last rejected configuration, until a reload succeeds
+	Reloads     uint64       `json:"reloads"`                // configurations swapped in after the first
+	// ReloadFailures counts configurations rejected (unparsable or invalid);
+	// the previous configuration kept running each time.
+	ReloadFailures uint64 `json:"reload_failures"`
+	Draining       bool   `json:"draining"` // new connections are refused while open ones finish
+
+	Open   int    `json:"open_connections"`   // admitted connections not yet closed
+	Closed uint64 `json:"closed_connections"` // admitted connections that ended
+	// DialFailures counts failed connects to targets: the sum of every
+	// target's Failed, including targets a reload removed.
+	DialFailures uint64 `json:"dial_failures"`
+
+	Levels    []Level   `json:"levels"`     // instance, classes, virtual servers: limits and measurements
+	Services  []Service `json:"services"`   // virtual servers in configuration order
+	SampledAt time.Time `json:"sampled_at"` // end of the sampling interval the weight explanations are from
+	// Refusals counts refused connections by level and limit, sorted by
+	// level then limit.
+	Refusals []Refusal `json:"refusals"`
+
+	Datapath  Datapath  `json:"datapath"`
+	Stack     Stack     `json:"stack"`
+	Forwarder Forwarder `json:"forwarder"`
+	NICs      []NIC     `json:"nics"`          // the stack's interfaces: front (and its queues), back arms
+	TUN       *TUN      `json:"tun,omitempty"` // the front TUN interface's kernel counters, when the front is a TUN
+	Control   Control   `json:"control"`
+}
+
+// ReloadError is a rejected configuration.
+type ReloadError struct {
+	At  time.Time `json:"at"`
+	Err string    `json:"error"`
+}
+
+// Level is one QoS level's limits and statistics.
+type Level struct {
+	Level              string `json:"level"` // "instance", "class" or "virtual server"
+	Name               string `json:"name"`
+	Connections        int64  `json:"connections"`               // counted now (requests for http services)
+	MaxConnections     int64  `json:"max_connections,omitempty"` // 0: no limit
+	EnforceConnections bool   `json:"enforce_connections,omitempty"`
+	Bandwidth          int64  `json:"bandwidth"`               // bytes/s over the metric interval
+	MaxBandwidth       int64  `json:"max_bandwidth,omitempty"` // bytes/s; 0: no limit
+	EnforceBandwidth   bool   `json:"enforce_bandwidth,omitempty"`
+	Over               bool   `json:"over,omitempty"`    // a limit is exceeded now
+	Retired            bool   `json:"retired,omitempty"` // gone from the configuration, kept until its connections end
+}
+
+// Service is one virtual server with its balancer's targets.
+type Service struct {
+	Name  string   `json:"name"`
+	Proto string   `json:"protocol"` // "http" or "tcp"
+	VIPs  []string `json:"vips"`
+	Ports string   `json:"ports"`
+	Class string   `json:"class,omitempty"`
+	// Refused counts connections refused because no target could serve
+	// (all down, unhealthy or at maxConnections).
+	Refused  uint64   `json:"refused_no_target"`
+	Balancer string   `json:"algorithm"`
+	Targets  []Target `json:"targets"`
+}
+
+// Target is one target's balancer state and its last weight explanation.
+type Target struct {
+	Name      string `json:"name"`
+	Addr      string `json:"addr"`
+	Role      string `json:"role"`      // "primary" or "backup"
+	Weight    int    `json:"weight"`    // WLM weight from the configuration
+	Effective int    `json:"effective"` // weight after the QoS fraction, rounded down (at least 1 while the fraction is below 100 %)
+	// Exact is the default level's weight the balancer balances on,
+	// unrounded (weight 1 at 25 % is 0.75); ActionWeights the same per
+	// policy action with weights of its own.
+	Exact         float64            `json:"exact"`
+	ActionWeights map[string]float64 `json:"action_weights,omitempty"`
+	SlowStart     float64            `json:"slow_start"` // slow-start factor in (0, 1]; 1 at full weight
+	Open          int64              `json:"open"`       // open connections
+	Max           int64              `json:"max"`        // maxConnections; ≤ 0: no limit
+	// Down is set while a failed connect keeps the target out, until
+	// DownUntil.
+	Down      bool      `json:"down"`
+	DownUntil time.Time `json:"down_until"`
+	HealthUp  bool      `json:"health_up"` // false while health checks fail
+	// SkippedAtLimit counts picks that passed the target over because it
+	// was at maxConnections.
+	SkippedAtLimit uint64       `json:"skipped_at_limit"`
+	Picked         uint64       `json:"picked"` // connections given to the target
+	Failed         uint64       `json:"failed"` // connects that failed
+	Explanation    *Explanation `json:"explanation,omitempty"`
+}
+
+// Explanation is how one sampling interval's measurements became a target's
+// effective weight (policy.Explanation on the wire). Ratios are in tenths of
+// a percent, fractions in percent, rates in Kbit/s.
+type Explanation struct {
+	Interval       time.Duration `json:"interval"`
+	SegmentsSent   uint64        `json:"segments_sent"`
+	Retransmits    uint64        `json:"retransmits"`
+	Timeouts       uint64        `json:"timeouts"`
+	ActiveConns    int64         `json:"active_conns"`
+	MaxConns       int64         `json:"max_conns"`
+	ThroughputKbps int64         `json:"throughput_kbps"`
+
+	LossRatio       int  `json:"loss_ratio"`
+	TimeoutRatio    int  `json:"timeout_ratio"`
+	LossFraction    int  `json:"loss_fraction"`
+	TimeoutFraction int  `json:"timeout_fraction"`
+	Held            bool `json:"held"` // the noise guard kept the previous loss and timeout fractions
+	// MinSegments is the noise guard; PendingSegments the segments carried
+	// to the next interval while held (fewer than MinSegments so far).
+	MinSegments     int    `json:"min_segments"`
+	PendingSegments uint64 `json:"pending_segments"`
+	// TimeoutsUnknown: some connections could not count their RTO expiries
+	// (a host leg on a kernel before 6.7); Timeouts is a lower bound and
+	// the timeout fraction is the last judged one, not 0 %.
+	TimeoutsUnknown bool `json:"timeouts_unknown,omitempty"`
+	Constrained     bool `json:"constrained"` // active connections reached 90 % of maxConnections
+	DefaultFraction int  `json:"default_fraction"`
+
+	Action          string `json:"action,omitempty"` // the policy action with the largest fraction
+	ActionConns     int64  `json:"action_conns"`
+	ActionMaxConns  int64  `json:"action_max_conns"`
+	ActionKbps      int64  `json:"action_kbps"`
+	PerConnKbps     int64  `json:"per_conn_kbps"`
+	MinRateKbps     int64  `json:"min_rate_kbps"`
+	MeanRateKbps    int64  `json:"mean_rate_kbps"`
+	ConnFraction    int    `json:"conn_fraction"`
+	MinRateFraction int    `json:"min_rate_fraction"`
+	ActionFraction  int    `json:"action_fraction"`
+
+	// Levels holds one service level per policy action with connections to
+	// the target: its new connections are balanced on its weight.
+	Levels []ExplanationLevel `json:"action_levels,omitempty"`
+
+	Fraction      int    `json:"fraction"` // the largest of the levels'
+	Winner        string `json:"winner"`   // which part set Fraction: "loss", "maxconn", "minrate", …
+	BaseWeight    int    `json:"base_weight"`
+	Weight        int    `json:"weight"`         // at Fraction
+	DefaultWeight int    `json:"default_weight"` // at DefaultFraction: connections under no action
+}
+
+// ExplanationLevel is one policy action's service level at a target
+// (policy.Level on the wire).
+type ExplanationLevel struct {
+	Action          string `json:"action"`
+	Conns           int64  `json:"conns"`
+	ConnFraction    int    `json:"conn_fraction"`
+	MinRateFraction int    `json:"min_rate_fraction"`
+	Fraction        int    `json:"fraction"` // max(conn, minrate, default)
+	Weight          int    `json:"weight"`
+}
+
+// Refusal counts the connections one limit refused. Level is a QoS level
+// ("instance", "class", "virtual server") with Limit "maxConnections",
+// "maxBandwidth" or "burst"; level "balancer" with limit "targets" when no
+// target could serve; level "instance" with limit "draining" while weir
+// drains.
+type Refusal struct {
+	Level string `json:"level"`
+	Limit string `json:"limit"`
+	Count uint64 `json:"count"`
+}
+
+// Datapath is the packet engine's counters.
+type Datapath struct {
+	// Dropped counts client packets dropped as malformed before the stack,
+	// one entry per reason in a fixed order.
+	Dropped         []Drop `json:"dropped"`
+	EgressMalformed uint64 `json:"egress_malformed"` // packets toward clients the parser rejected (passed on unchanged)
+	Fragments       uint64 `json:"fragments"`        // non-first fragments, passed on unclassified
+	Marked          uint64 `json:"marked"`           // packets whose ToS a policy action rewrote
+	// Uncached counts packets classified without a flow entry because the
+	// flow table was full.
+	Uncached uint64    `json:"uncached"`
+	Flows    FlowTable `json:"flows"`
+}
+
+// Drop is one drop reason's count.
+type Drop struct {
+	Reason string `json:"reason"`
+	Count  uint64 `json:"count"`
+}
+
+// FlowTable is the datapath flow table's state.
+type FlowTable struct {
+	Live     int    `json:"live"`     // flows now, idle ones not yet swept included
+	Inserted uint64 `json:"inserted"` // flows created
+	Replaced uint64 `json:"replaced"` // flow decisions redone after a configuration swap
+	Expired  uint64 `json:"expired"`  // flows removed after their idle timeout
+	Refused  uint64 `json:"refused"`  // flows not created because their shard was full
+}
+
+// Stack is the userspace TCP/IP stack's counters.
+type Stack struct {
+	TCPSegmentsSent uint64 `json:"tcp_segments_sent"` // retransmissions included
+	TCPRetransmits  uint64 `json:"tcp_retransmits"`
+	TCPTimeouts     uint64 `json:"tcp_timeouts"` // retransmission timeouts (RTO expiries)
+	TCPResetsSent   uint64 `json:"tcp_resets_sent"`
+	// SYNsDroppedInFlight counts SYNs dropped for want of room: a VIP's
+	// listener with a full accept queue, or, for services without
+	// listeners, the in-flight bounds (per VIP, and 1024 in all).
+	SYNsDroppedInFlight  uint64 `json:"syns_dropped_in_flight"`
+	UDPNoSocket          uint64 `json:"udp_no_socket"`          // UDP datagrams to no socket (answered with ICMP port unreachable)
+	ICMPUnreachablesSent uint64 `json:"icmp_unreachables_sent"` // ICMPv4 and ICMPv6 destination-unreachable messages
+	IPMalformed          uint64 `json:"ip_malformed"`           // IP packets the stack dropped as malformed
+	TCPChecksumErrors    uint64 `json:"tcp_checksum_errors"`    // TCP segments dropped for a bad checksum
+	IPFragmentsRefused   uint64 `json:"ip_fragments_refused"`   // fragments reassembly refused (overlapping, conflicting, past 64 KiB)
+}
+
+// Forwarder is the TCP forwarder's counters: what happened to SYNs and
+// connections before and after admission.
+type Forwarder struct {
+	Accepted          uint64 `json:"accepted"`            // connections spliced to a target
+	Pending           int64  `json:"pending"`             // connections between SYN and splice now
+	NoService         uint64 `json:"no_service"`          // SYNs to an address:port that is no virtual server (RST)
+	RefusedClosed     uint64 `json:"refused_closed"`      // SYNs while weir shuts down (RST)
+	HandshakeTimedOut uint64 `json:"handshake_timed_out"` // client handshakes aborted by the handshake timeout
+	HandshakeFailed   uint64 `json:"handshake_failed"`    // client handshakes that failed otherwise
+	IdleClosed        uint64 `json:"idle_closed"`         // connections closed by the idle timeout
+	TimeWaitReopened  uint64 `json:"time_wait_reopened"`  // SYNs that ended a TIME_WAIT and opened a new connection
+	Aborted           uint64 `json:"aborted"`             // connections, pending or spliced, that weir's shutdown ended
+	// NoSession counts admitted SYNs the appliance returned no session for,
+	// refused with RST: a weir bug.
+	NoSession uint64 `json:"no_session"`
+	// SYN cookies: sent when a VIP's backlog of half-open handshakes is
+	// full, valid when a client completed a handshake from one, invalid
+	// for an ACK that carried none.
+	SYNCookiesSent    uint64 `json:"syn_cookies_sent"`
+	SYNCookiesValid   uint64 `json:"syn_cookies_valid"`
+	SYNCookiesInvalid uint64 `json:"syn_cookies_invalid"`
+	Listeners         int    `json:"listeners"`        // VIP and port pairs with a listener now
+	TargetTimedOut    uint64 `json:"target_timed_out"` // targets silent past the first-byte timeout (marked down)
+	Panics            uint64 `json:"panics"`           // panics recovered in connection goroutines
+}
+
+// NIC is one interface of the stack and the transport below it.
+type NIC struct {
+	Name      string `json:"name"`
+	RxPackets uint64 `json:"rx_packets"` // handed to the stack
+	RxBytes   uint64 `json:"rx_bytes"`
+	TxPackets uint64 `json:"tx_packets"` // written to the transport
+	TxBytes   uint64 `json:"tx_bytes"`
+	// Dropped counts packets the NIC dropped: "malformed" (read, no IP
+	// version), "detached" (read before the stack attached), "queue_full"
+	// (egress queue full), "too_big" (egress over the MTU), "closed" (egress
+	// after close).
+	Dropped []Drop `json:"dropped"`
+	// Errors counts failed transport calls: "read", "write", "write_short"
+	// (packets a write did not take).
+	Errors []Drop `json:"errors"`
+	// Device is the transport's own counters, when it keeps any (a TUN, a
+	// memory pair).
+	Device *Device `json:"device,omitempty"`
+}
+
+// Device is a transport's own drop counters.
+type Device struct {
+	DroppedFull   uint64 `json:"dropped_full"`    // dropped because a queue was full
+	DroppedTooBig uint64 `json:"dropped_too_big"` // dropped because larger than the MTU or buffer
+	// WriteErrors counts packets a TUN queue's kernel refused on write (a
+	// malformed header); 0 for other transports.
+	WriteErrors uint64 `json:"write_errors"`
+}
+
+// TUN is the front TUN interface's link counters as the kernel keeps them,
+// every queue together. "To weir" is the kernel's transmit side (packets
+// routed into the TUN, toward weir's reader), "from weir" its receive side
+// (packets weir wrote).
+type TUN struct {
+	Name string `json:"name"`
+	// ToWeirDropped counts packets the kernel dropped before weir read
+	// them: the TUN's queue was full because weir read too slowly.
+	ToWeirDropped uint64 `json:"to_weir_dropped"`
+	ToWeirErrors  uint64 `json:"to_weir_errors"`
+	// FromWeirDropped and FromWeirErrors count packets weir wrote that the
+	// kernel dropped or refused (no route back, a bad header).
+	FromWeirDropped uint64 `json:"from_weir_dropped"`
+	FromWeirErrors  uint64 `json:"from_weir_errors"`
+}
+
+// Control is what the control plane itself dropped.
+type Control struct {
+	// DroppedLogLines counts log lines lost because the log writer could
+	// not keep up.
+	DroppedLogLines uint64 `json:"dropped_log_lines"`
+	// DroppedEvents counts admission events (limit crossings) lost because
+	// the control loop did not drain them in time.
+	DroppedEvents uint64 `json:"dropped_events"`
+}
+
+// Connection is one open connection as /connections lists it: both legs,
+// measured.
+type Connection struct {
+	ID      uint64    `json:"id"`
+	Client  string    `json:"client"` // address:port
+	VIP     string    `json:"vip"`    // address:port
+	Service string    `json:"service"`
+	Target  string    `json:"target,omitempty"` // "" before a target leg opened
+	Action  string    `json:"action,omitempty"` // policy action, "" for none
+	Start   time.Time `json:"start"`
+	// ClientLeg is weir ⇄ client, TargetLeg weir ⇄ target.
+	ClientLeg Leg `json:"client_leg"`
+	TargetLeg Leg `json:"target_leg"`
+	// Throughput is bytes per second, both directions, since the last
+	// sampling interval (or since Start).
+	Throughput float64 `json:"throughput"`
+}
+
+// Leg is one TCP leg's counters, as weir's end of it sees them.
+type Leg struct {
+	SegmentsSent     uint64 `json:"segments_sent"`
+	SegmentsReceived uint64 `json:"segments_received"`
+	Retransmits      uint64 `json:"retransmits"`      // segments retransmitted, for any reason
+	FastRetransmits  uint64 `json:"fast_retransmits"` // segments retransmitted in fast recovery
+	Timeouts         uint64 `json:"timeouts"`         // retransmission timeouts (RTO expiries)
+	// TimeoutsKnown is false where the source does not count RTO expiries
+	// (a host socket on a kernel older than 6.7); Timeouts is then 0.
+	TimeoutsKnown bool          `json:"timeouts_known"`
+	RTT           time.Duration `json:"rtt"`     // smoothed round-trip time
+	RTTVar        time.Duration `json:"rtt_var"` // round-trip time variation
+	BytesSent     uint64        `json:"bytes_sent"`
+	BytesReceived uint64        `json:"bytes_received"`
+}

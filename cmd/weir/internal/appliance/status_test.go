@@ -1,0 +1,59 @@
+package appliance_test
+
+import (
+	"context"
+	"io"
+	"testing"
+	"time"
+
+	"weir/cmd/weir/api"
+	"weir/cmd/weir/internal/lab"
+	"weir/internal/testutil"
+)
+
+// TestStatusHasEveryNIC: the front NIC and each back arm appear in /status
+// with their transport's counters when it keeps any.
+func TestStatusHasEveryNIC(t *testing.T) {
+	l := newLab(t, labConfig([]int{1, 1}, nil), lab.Options{})
+	st := l.App.Status()
+	var names []string
+	for _, n := range st.NICs {
+		names = append(names, n.Name)
+		if len(n.Dropped) != 5 || len(n.Errors) != 3 {
+			t.Errorf("nic %s: %d drop and %d error counters, want 5 and 3", n.Name, len(n.Dropped), len(n.Errors))
+		}
+	}
+	if len(names) != 3 || names[0] != "front" {
+		t.Errorf("nics %v, want front and the two back arms", names)
+	}
+	if st.NICs[0].Device == nil {
+		t.Error("front NIC over a memory pair has no transport counters")
+	}
+	if len(st.Datapath.Dropped) == 0 || st.Datapath.Dropped[0].Reason != "truncated" {
+		t.Errorf("datapath drops %v, want one entry per reason from truncated", st.Datapath.Dropped)
+	}
+}
+
+// TestConnectionsListsOpenConnection: /connections shows an open connection
+// with its addresses, service, target and both legs' bytes.
+func TestConnectionsListsOpenConnection(t *testing.T) {
+	l := newLab(t, labConfig([]int{1}, nil), lab.Options{})
+	c, err := l.Dial(context.Background(), "tcp", "198.19.0.80:80")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	req := "GET / HTTP/1.1\r\nHost: web\r\n\r\n"
+	if _, err := io.WriteString(c, req); err != nil {
+		t.Fatal(err)
+	}
+	var got []api.Connection
+	testutil.Eventually(t, 5*time.Second, func() bool {
+		got = l.App.Connections()
+		return len(got) == 1 && got[0].ClientLeg.BytesReceived >= uint64(len(req)) && got[0].TargetLeg.BytesSent >= uint64(len(req))
+	}, "one connection with the request counted on both legs")
+	cn := got[0]
+	if cn.Service != "web" || cn.Target != "t1" || cn.VIP != "198.19.0.80:80" || cn.Client == "" || cn.Start.IsZero() {
+		t.Errorf("connection %+v", cn)
+	}
+}

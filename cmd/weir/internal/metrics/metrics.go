@@ -1,0 +1,390 @@
+// Package metrics exports weir's /status document to Prometheus. Every
+// metric is written once, in Defs: its name, type, labels, help and the fact
+// of api.Status it reads. The collector reads one status document per
+// scrape, so /status, `weir status` and /metrics cannot disagree, and
+// nothing on the datapath or the admission path touches Prometheus. The
+// README's metrics table is generated from Defs.
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"weir/cmd/weir/api"
+)
+
+// Type is a metric's Prometheus type.
+type Type uint8
+
+// The metric types weir exports.
+const (
+	Gauge Type = iota
+	Counter
+)
+
+// String is the type as the README and the exposition format name it.
+func (t Type) String() string {
+	if t == Counter {
+		return "counter"
+	}
+	return "gauge"
+}
+
+// Def is one metric: what it is called and means, and where in the status
+// document its samples come from.
+type Def struct {
+	Name   string
+	Type   Type
+	Labels []string
+	// Help says what the metric counts and what an operator does when it
+	// moves.
+	Help string
+	// samples emits the metric's samples from st, label values in Labels'
+	// order.
+	samples func(st *api.Status, emit func(v float64, labels ...string))
+}
+
+// emitter is the function a Def's samples calls per sample.
+type emitter = func(v float64, labels ...string)
+
+func one(f func(st *api.Status) float64) func(*api.Status, emitter) {
+	return func(st *api.Status, emit emitter) { emit(f(st)) }
+}
+
+func perLevel(f func(l *api.Level) (float64, bool)) func(*api.Status, emitter) {
+	return func(st *api.Status, emit emitter) {
+		for i := range st.Levels {
+			l := &st.Levels[i]
+			if v, ok := f(l); ok {
+				emit(v, l.Level, l.Name)
+			}
+		}
+	}
+}
+
+func perTarget(f func(t *api.Target, emit func(v float64, extra ...string))) func(*api.Status, emitter) {
+	return func(st *api.Status, emit emitter) {
+		for _, s := range st.Services {
+			for i := range s.Targets {
+				t := &s.Targets[i]
+				f(t, func(v float64, extra ...string) { emit(v, append([]string{s.Name, t.Name}, extra...)...) })
+			}
+		}
+	}
+}
+
+func perNIC(f func(n *api.NIC, emit func(v float64, extra ...string))) func(*api.Status, emitter) {
+	return func(st *api.Status, emit emitter) {
+		for i := range st.NICs {
+			n := &st.NICs[i]
+			f(n, func(v float64, extra ...string) { emit(v, append([]string{n.Name}, extra...)...) })
+		}
+	}
+}
+
+func drops(d []api.Drop, emit func(v float64, extra ...string)) {
+	for _, x := range d {
+		emit(float64(x.Count), x.Reason)
+	}
+}
+
+func bool01(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+var (
+	levelLabels  = []string{"level", "name"}
+	targetLabels = []string{"service", "target"}
+)
+
+// Defs is every metric weir exports, in the README's order.
+var Defs = []Def{
+	// Connections.
+	{Name: "weir_connections_open", Type: Gauge,
+		Help:    "Admitted connections not yet closed. Compare weir_level_connections with weir_level_max_connections to see which limit they approach.",
+		samples: one(func(st *api.Status) float64 { return float64(st.Open) })},
+	{Name: "weir_connections_pending", Type: Gauge,
+		Help:    "Connections between the client's SYN and the splice to a target (admission, target connect, client handshake). A steady rise means targets answer slowly: see weir_target_connect_failures_total.",
+		samples: one(func(st *api.Status) float64 { return float64(st.Forwarder.Pending) })},
+	{Name: "weir_connections_accepted_total", Type: Counter,
+		Help:    "Connections spliced to a target.",
+		samples: one(func(st *api.Status) float64 { return float64(st.Forwarder.Accepted) })},
+	{Name: "weir_connections_closed_total", Type: Counter,
+		Help:    "Admitted connections that ended.",
+		samples: one(func(st *api.Status) float64 { return float64(st.Closed) })},
+	{Name: "weir_refusals_total", Type: Counter, Labels: []string{"level", "limit"},
+		Help: "Connections refused, by the level and limit that refused them (level balancer, limit targets: no target could serve; limit draining: weir was draining). A rising maxConnections or maxBandwidth count means the limit is too low for the load or a client is flooding; targets means every target is down, unhealthy or full (see weir_target_up).",
+		samples: func(st *api.Status, emit emitter) {
+			for _, r := range st.Refusals {
+				emit(float64(r.Count), r.Level, r.Limit)
+			}
+		}},
+	{Name: "weir_reloads_total", Type: Counter,
+		Help:    "Configurations swapped in after the first (SIGHUP or a changed file).",
+		samples: one(func(st *api.Status) float64 { return float64(st.Reloads) })},
+	{Name: "weir_reload_failures_total", Type: Counter,
+		Help:    "Configurations rejected; the previous one kept running. weir status shows the last error.",
+		samples: one(func(st *api.Status) float64 { return float64(st.ReloadFailures) })},
+
+	// QoS levels.
+	{Name: "weir_level_connections", Type: Gauge, Labels: levelLabels,
+		Help:    "Connections (requests, for http services) counted against each QoS level now.",
+		samples: perLevel(func(l *api.Level) (float64, bool) { return float64(l.Connections), true })},
+	{Name: "weir_level_max_connections", Type: Gauge, Labels: levelLabels,
+		Help:    "The level's configured maxConnections; absent when unset.",
+		samples: perLevel(func(l *api.Level) (float64, bool) { return float64(l.MaxConnections), l.MaxConnections > 0 })},
+	{Name: "weir_level_bandwidth_bytes_per_second", Type: Gauge, Labels: levelLabels,
+		Help:    "Bytes of admitted connections over the metric interval, per second, per QoS level.",
+		samples: perLevel(func(l *api.Level) (float64, bool) { return float64(l.Bandwidth), true })},
+	{Name: "weir_level_max_bandwidth_bytes_per_second", Type: Gauge, Labels: levelLabels,
+		Help:    "The level's configured maxBandwidth; absent when unset.",
+		samples: perLevel(func(l *api.Level) (float64, bool) { return float64(l.MaxBandwidth), l.MaxBandwidth > 0 })},
+	{Name: "weir_level_over", Type: Gauge, Labels: levelLabels,
+		Help:    "1 while the level exceeds a limit (connections, bandwidth or burst): enforced limits refuse new connections, logged ones only warn.",
+		samples: perLevel(func(l *api.Level) (float64, bool) { return bool01(l.Over), true })},
+
+	// Targets.
+	{Name: "weir_target_connections_open", Type: Gauge, Labels: targetLabels,
+		Help:    "Open connections to the target.",
+		samples: perTarget(func(t *api.Target, emit func(float64, ...string)) { emit(float64(t.Open)) })},
+	{Name: "weir_target_max_connections", Type: Gauge, Labels: targetLabels,
+		Help: "The target's maxConnections; absent when unlimited.",
+		samples: perTarget(func(t *api.Target, emit func(float64, ...string)) {
+			if t.Max > 0 {
+				emit(float64(t.Max))
+			}
+		})},
+	{Name: "weir_target_weight", Type: Gauge, Labels: []string{"service", "target", "kind"},
+		Help: "The target's configured WLM weight (kind=base) and its weight after the QoS fraction (kind=effective); effective well below base means weir measures loss, timeouts or pressure there.",
+		samples: perTarget(func(t *api.Target, emit func(float64, ...string)) {
+			emit(float64(t.Weight), "base")
+			emit(float64(t.Effective), "effective")
+		})},
+	{Name: "weir_target_fraction_percent", Type: Gauge, Labels: []string{"service", "target", "part"},
+		Help: "The target's QoS weight fraction (part=total) and its parts (loss, timeout, default, action) from the last sampling interval, in percent; the part equal to the total is the cause of a cut weight.",
+		samples: perTarget(func(t *api.Target, emit func(float64, ...string)) {
+			if e := t.Explanation; e != nil {
+				emit(float64(e.LossFraction), "loss")
+				emit(float64(e.TimeoutFraction), "timeout")
+				emit(float64(e.DefaultFraction), "default")
+				emit(float64(e.ActionFraction), "action")
+				emit(float64(e.Fraction), "total")
+			}
+		})},
+	{Name: "weir_target_up", Type: Gauge, Labels: targetLabels,
+		Help:    "1 while the target may be picked; 0 while a failed connect keeps it down for retryInterval or its health checks fail.",
+		samples: perTarget(func(t *api.Target, emit func(float64, ...string)) { emit(bool01(!t.Down && t.HealthUp)) })},
+	{Name: "weir_target_picked_total", Type: Counter, Labels: targetLabels,
+		Help:    "Connections the balancer gave to the target.",
+		samples: perTarget(func(t *api.Target, emit func(float64, ...string)) { emit(float64(t.Picked)) })},
+	{Name: "weir_target_connect_failures_total", Type: Counter, Labels: targetLabels,
+		Help:    "Connects to the target that failed; each takes the target out for retryInterval. Check that the target listens and is reachable.",
+		samples: perTarget(func(t *api.Target, emit func(float64, ...string)) { emit(float64(t.Failed)) })},
+	{Name: "weir_target_skipped_at_limit_total", Type: Counter, Labels: targetLabels,
+		Help:    "Picks that passed the target over because it was at maxConnections; a steady rise means the target's maxConnections is too low for its share.",
+		samples: perTarget(func(t *api.Target, emit func(float64, ...string)) { emit(float64(t.SkippedAtLimit)) })},
+
+	// Datapath.
+	{Name: "weir_datapath_dropped_total", Type: Counter, Labels: []string{"reason"},
+		Help: "Client packets dropped as malformed before the stack, by reason (truncated, bad_version, bad_ihl, bad_length, bad_l4, ext_chain, unsupported). Rising: a broken or hostile client; capture the front interface.",
+		samples: func(st *api.Status, emit emitter) {
+			for _, d := range st.Datapath.Dropped {
+				emit(float64(d.Count), d.Reason)
+			}
+		}},
+	{Name: "weir_datapath_egress_malformed_total", Type: Counter,
+		Help:    "Packets toward clients the parser rejected; passed on unchanged and unmarked. Non-zero points at a stack bug: report it.",
+		samples: one(func(st *api.Status) float64 { return float64(st.Datapath.EgressMalformed) })},
+	{Name: "weir_datapath_fragments_total", Type: Counter,
+		Help:    "Non-first IP fragments, passed on without classification or ToS marking. Many: clients send fragmented traffic; check the path MTU.",
+		samples: one(func(st *api.Status) float64 { return float64(st.Datapath.Fragments) })},
+	{Name: "weir_datapath_marked_total", Type: Counter,
+		Help:    "Packets whose ToS a policy action (OutgoingTOS) rewrote.",
+		samples: one(func(st *api.Status) float64 { return float64(st.Datapath.Marked) })},
+	{Name: "weir_datapath_uncached_total", Type: Counter,
+		Help:    "Packets classified without a flow entry because the flow table was full: they are served and marked, but not metered per target. Rising with weir_datapath_flows_refused_total: more concurrent flows than the table holds, or a SYN flood.",
+		samples: one(func(st *api.Status) float64 { return float64(st.Datapath.Uncached) })},
+	{Name: "weir_datapath_flows", Type: Gauge,
+		Help:    "Flows in the datapath flow table now, idle ones not yet swept included.",
+		samples: one(func(st *api.Status) float64 { return float64(st.Datapath.Flows.Live) })},
+	{Name: "weir_datapath_flows_created_total", Type: Counter,
+		Help:    "Flows the datapath flow table created.",
+		samples: one(func(st *api.Status) float64 { return float64(st.Datapath.Flows.Inserted) })},
+	{Name: "weir_datapath_flows_reclassified_total", Type: Counter,
+		Help:    "Flow decisions redone after a configuration swap.",
+		samples: one(func(st *api.Status) float64 { return float64(st.Datapath.Flows.Replaced) })},
+	{Name: "weir_datapath_flows_expired_total", Type: Counter,
+		Help:    "Flows removed from the flow table after their idle timeout.",
+		samples: one(func(st *api.Status) float64 { return float64(st.Datapath.Flows.Expired) })},
+	{Name: "weir_datapath_flows_refused_total", Type: Counter,
+		Help:    "Flows not created because their flow-table shard was full; rising means more concurrent flows than the table holds (or a SYN flood).",
+		samples: one(func(st *api.Status) float64 { return float64(st.Datapath.Flows.Refused) })},
+
+	// Stack.
+	{Name: "weir_stack_tcp_segments_sent_total", Type: Counter,
+		Help:    "TCP segments weir's stack sent on both legs, retransmissions included.",
+		samples: one(func(st *api.Status) float64 { return float64(st.Stack.TCPSegmentsSent) })},
+	{Name: "weir_stack_tcp_retransmits_total", Type: Counter,
+		Help:    "TCP segments weir's stack retransmitted; divided by segments sent, the loss weir sees (per target: weir_target_fraction_percent).",
+		samples: one(func(st *api.Status) float64 { return float64(st.Stack.TCPRetransmits) })},
+	{Name: "weir_stack_tcp_timeouts_total", Type: Counter,
+		Help:    "TCP retransmission timeouts (RTO expiries) in weir's stack: stalled connections.",
+		samples: one(func(st *api.Status) float64 { return float64(st.Stack.TCPTimeouts) })},
+	{Name: "weir_stack_tcp_resets_sent_total", Type: Counter,
+		Help:    "TCP RSTs weir's stack sent, refusals included.",
+		samples: one(func(st *api.Status) float64 { return float64(st.Stack.TCPResetsSent) })},
+	{Name: "weir_stack_syns_dropped_total", Type: Counter,
+		Help:    "SYNs dropped for want of room: a VIP listener's accept queue full, or, for services without listeners (port ranges over 256), the in-flight bounds (inFlightPerVIP per VIP, 1024 in all); clients retry after a second. A flood at a listened VIP shows as weir_forwarder_syn_cookies_sent_total instead.",
+		samples: one(func(st *api.Status) float64 { return float64(st.Stack.SYNsDroppedInFlight) })},
+	{Name: "weir_stack_udp_no_socket_total", Type: Counter,
+		Help:    "UDP datagrams to an address with no socket, answered with ICMP port unreachable: weir balances TCP only.",
+		samples: one(func(st *api.Status) float64 { return float64(st.Stack.UDPNoSocket) })},
+	{Name: "weir_stack_icmp_unreachables_sent_total", Type: Counter,
+		Help:    "ICMP and ICMPv6 destination-unreachable messages weir's stack sent.",
+		samples: one(func(st *api.Status) float64 { return float64(st.Stack.ICMPUnreachablesSent) })},
+	{Name: "weir_stack_ip_malformed_total", Type: Counter,
+		Help:    "IP packets weir's stack dropped as malformed after the datapath let them through.",
+		samples: one(func(st *api.Status) float64 { return float64(st.Stack.IPMalformed) })},
+	{Name: "weir_stack_tcp_checksum_errors_total", Type: Counter,
+		Help:    "TCP segments weir's stack dropped for a bad checksum. Rising: a corrupting path, or hostile packets.",
+		samples: one(func(st *api.Status) float64 { return float64(st.Stack.TCPChecksumErrors) })},
+	{Name: "weir_stack_ip_fragments_refused_total", Type: Counter,
+		Help:    "IP fragments reassembly refused: overlapping (the whole datagram is dropped), conflicting last fragments, or past 64 KiB. Tiny fragments are weir_datapath_dropped_total{reason=tiny_fragment}.",
+		samples: one(func(st *api.Status) float64 { return float64(st.Stack.IPFragmentsRefused) })},
+
+	// Forwarder.
+	{Name: "weir_forwarder_no_service_total", Type: Counter,
+		Help:    "SYNs to an address and port that is no virtual server, answered with RST. Rising: clients use a VIP or port the configuration lacks.",
+		samples: one(func(st *api.Status) float64 { return float64(st.Forwarder.NoService) })},
+	{Name: "weir_forwarder_refused_shutdown_total", Type: Counter,
+		Help:    "SYNs refused with RST because weir was shutting down.",
+		samples: one(func(st *api.Status) float64 { return float64(st.Forwarder.RefusedClosed) })},
+	{Name: "weir_forwarder_handshake_timeouts_total", Type: Counter,
+		Help:    "Client handshakes aborted by the handshake timeout: clients that send a SYN and never the ACK (a SYN flood, or a return path that loses weir's SYN-ACKs).",
+		samples: one(func(st *api.Status) float64 { return float64(st.Forwarder.HandshakeTimedOut) })},
+	{Name: "weir_forwarder_handshake_failures_total", Type: Counter,
+		Help:    "Client handshakes that failed otherwise (the client reset it).",
+		samples: one(func(st *api.Status) float64 { return float64(st.Forwarder.HandshakeFailed) })},
+	{Name: "weir_forwarder_idle_closed_total", Type: Counter,
+		Help:    "Connections closed because no byte moved for the idle timeout.",
+		samples: one(func(st *api.Status) float64 { return float64(st.Forwarder.IdleClosed) })},
+	{Name: "weir_forwarder_time_wait_reopened_total", Type: Counter,
+		Help:    "SYNs that ended a TIME_WAIT on their 4-tuple and opened a new connection at once (clients reusing ports quickly).",
+		samples: one(func(st *api.Status) float64 { return float64(st.Forwarder.TimeWaitReopened) })},
+
+	{Name: "weir_forwarder_aborted_total", Type: Counter,
+		Help:    "Connections, pending or spliced, that weir ended because it shut down (after the drain grace, or on Close).",
+		samples: one(func(st *api.Status) float64 { return float64(st.Forwarder.Aborted) })},
+	{Name: "weir_forwarder_no_session_total", Type: Counter,
+		Help:    "Admitted SYNs refused with RST because admission returned no session: a weir bug, report it with the log.",
+		samples: one(func(st *api.Status) float64 { return float64(st.Forwarder.NoSession) })},
+	{Name: "weir_forwarder_syn_cookies_sent_total", Type: Counter,
+		Help:    "SYN-ACKs sent with a SYN cookie because a VIP's backlog of half-open handshakes (timeouts.inFlightPerVIP) was full: a SYN flood, answered without state.",
+		samples: one(func(st *api.Status) float64 { return float64(st.Forwarder.SYNCookiesSent) })},
+	{Name: "weir_forwarder_syn_cookies_valid_total", Type: Counter,
+		Help:    "Connections established from a valid SYN cookie: real clients served during a flood.",
+		samples: one(func(st *api.Status) float64 { return float64(st.Forwarder.SYNCookiesValid) })},
+	{Name: "weir_forwarder_syn_cookies_invalid_total", Type: Counter,
+		Help:    "ACKs to a VIP's listener that carried no valid cookie, dropped: an ACK flood or a late ACK.",
+		samples: one(func(st *api.Status) float64 { return float64(st.Forwarder.SYNCookiesInvalid) })},
+	{Name: "weir_forwarder_listeners", Type: Gauge,
+		Help:    "VIP and port pairs weir listens on (SYN cookies, per-VIP backlogs).",
+		samples: one(func(st *api.Status) float64 { return float64(st.Forwarder.Listeners) })},
+	{Name: "weir_forwarder_target_timeouts_total", Type: Counter,
+		Help:    "Connections whose target sent nothing within timeouts.firstByte after the client's first byte; the target rests retryInterval and the client got the 503 page or a RST.",
+		samples: one(func(st *api.Status) float64 { return float64(st.Forwarder.TargetTimedOut) })},
+	{Name: "weir_panics_total", Type: Counter,
+		Help:    "Panics recovered in a connection's goroutines; each closed its connection only and was logged with its stack. Any: a weir bug, report it with the log.",
+		samples: one(func(st *api.Status) float64 { return float64(st.Forwarder.Panics) })},
+
+	// NICs and transports.
+	{Name: "weir_nic_packets_total", Type: Counter, Labels: []string{"nic", "direction"},
+		Help: "Packets through each stack interface: rx handed to the stack, tx written to the transport.",
+		samples: perNIC(func(n *api.NIC, emit func(float64, ...string)) {
+			emit(float64(n.RxPackets), "rx")
+			emit(float64(n.TxPackets), "tx")
+		})},
+	{Name: "weir_nic_bytes_total", Type: Counter, Labels: []string{"nic", "direction"},
+		Help: "Bytes of weir_nic_packets_total.",
+		samples: perNIC(func(n *api.NIC, emit func(float64, ...string)) {
+			emit(float64(n.RxBytes), "rx")
+			emit(float64(n.TxBytes), "tx")
+		})},
+	{Name: "weir_nic_dropped_total", Type: Counter, Labels: []string{"nic", "reason"},
+		Help:    "Packets a stack interface dropped: queue_full (the transport writes slower than the stack sends: add TUN queues with --queues), too_big (over the MTU), malformed, detached (before start), closed (after close).",
+		samples: perNIC(func(n *api.NIC, emit func(float64, ...string)) { drops(n.Dropped, emit) })},
+	{Name: "weir_nic_errors_total", Type: Counter, Labels: []string{"nic", "op"},
+		Help:    "Failed transport calls of a stack interface (op read, write, write_short: packets a write did not take); rising means the TUN or its queue is failing, see the error log.",
+		samples: perNIC(func(n *api.NIC, emit func(float64, ...string)) { drops(n.Errors, emit) })},
+	{Name: "weir_transport_dropped_total", Type: Counter, Labels: []string{"nic", "reason"},
+		Help: "Packets the transport below a stack interface (a TUN queue, a memory pair) dropped itself: queue_full, too_big, or write_refused (the kernel refused a written packet's header). Absent when the transport keeps no counters.",
+		samples: perNIC(func(n *api.NIC, emit func(float64, ...string)) {
+			if d := n.Device; d != nil {
+				emit(float64(d.DroppedFull), "queue_full")
+				emit(float64(d.DroppedTooBig), "too_big")
+				emit(float64(d.WriteErrors), "write_refused")
+			}
+		})},
+	{Name: "weir_tun_kernel_dropped_total", Type: Counter, Labels: []string{"tun", "direction"},
+		Help: "Packets the kernel dropped at weir's TUN interface, all queues: direction to_weir (the TUN's queue was full: weir reads too slowly; add --queues) or from_weir (packets weir wrote that the kernel dropped: no route back to the client).",
+		samples: func(st *api.Status, emit emitter) {
+			if t := st.TUN; t != nil {
+				emit(float64(t.ToWeirDropped), t.Name, "to_weir")
+				emit(float64(t.FromWeirDropped), t.Name, "from_weir")
+			}
+		}},
+	{Name: "weir_tun_kernel_errors_total", Type: Counter, Labels: []string{"tun", "direction"},
+		Help: "Packets the kernel failed to queue toward weir (direction to_weir) or refused from weir (from_weir, a bad header) at weir's TUN interface.",
+		samples: func(st *api.Status, emit emitter) {
+			if t := st.TUN; t != nil {
+				emit(float64(t.ToWeirErrors), t.Name, "to_weir")
+				emit(float64(t.FromWeirErrors), t.Name, "from_weir")
+			}
+		}},
+
+	// The control plane.
+	{Name: "weir_log_lines_dropped_total", Type: Counter,
+		Help:    "Log lines lost because the log writer could not keep up (stderr blocked or slow); lower the log level or fix the collector reading stderr.",
+		samples: one(func(st *api.Status) float64 { return float64(st.Control.DroppedLogLines) })},
+	{Name: "weir_admission_events_dropped_total", Type: Counter,
+		Help:    "Limit-crossing events lost because the control loop did not drain them in time: their log lines are missing, the limits were still enforced.",
+		samples: one(func(st *api.Status) float64 { return float64(st.Control.DroppedEvents) })},
+}
+
+// collector reads one status document per scrape and exports Defs from it.
+type collector struct {
+	status func() api.Status
+	descs  []*prometheus.Desc
+}
+
+// NewCollector returns a Prometheus collector of Defs over the documents
+// status returns; status is called once per scrape.
+func NewCollector(status func() api.Status) prometheus.Collector {
+	c := &collector{status: status, descs: make([]*prometheus.Desc, len(Defs))}
+	for i, d := range Defs {
+		c.descs[i] = prometheus.NewDesc(d.Name, d.Help, d.Labels, nil)
+	}
+	return c
+}
+
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range c.descs {
+		ch <- d
+	}
+}
+
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	st := c.status()
+	for i := range Defs {
+		d, desc := &Defs[i], c.descs[i]
+		vt := prometheus.GaugeValue
+		if d.Type == Counter {
+			vt = prometheus.CounterValue
+		}
+		d.samples(&st, func(v float64, labels ...string) {
+			ch <- prometheus.MustNewConstMetric(desc, vt, v, labels...)
+		})
+	}
+}

@@ -1,0 +1,100 @@
+package view
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"weir/cmd/weir/api"
+)
+
+func sample() api.Status {
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	return api.Status{
+		Instance: "edge1", Source: "weir.yaml", Generation: 3, LoadedAt: at, Open: 7,
+		ReloadError: &api.ReloadError{At: at, Err: "line 4: unknown key"},
+		Levels: []api.Level{
+			{Level: "instance", Name: "edge1", Connections: 7, MaxConnections: 100, EnforceConnections: true, Bandwidth: 3 << 20},
+			{Level: "virtual server", Name: "web", Connections: 7, MaxBandwidth: 1000, Bandwidth: 1200, Over: true},
+		},
+		Services: []api.Service{{
+			Name: "web", Proto: "http", VIPs: []string{"198.18.0.80"}, Ports: "80", Balancer: "wrr", Refused: 2,
+			Targets: []api.Target{
+				{Name: "t1", Role: "primary", Weight: 40, Effective: 20, Open: 3, Max: 10, HealthUp: true, Picked: 11,
+					Explanation: &api.Explanation{LossRatio: 25, LossFraction: 50, Fraction: 50, Winner: "loss"}},
+				{Name: "t2", Role: "backup", Weight: 1, Effective: 1, Down: true, DownUntil: at.Add(time.Minute), HealthUp: true},
+			},
+		}},
+		Refusals: []api.Refusal{{Level: "balancer", Limit: "targets", Count: 2}, {Level: "virtual server", Limit: "maxBandwidth", Count: 5}},
+		Datapath: api.Datapath{Dropped: []api.Drop{{Reason: "truncated", Count: 0}, {Reason: "bad_ihl", Count: 4}}, Flows: api.FlowTable{Refused: 9}},
+		NICs:     []api.NIC{{Name: "front", Dropped: []api.Drop{{Reason: "queue_full", Count: 6}}, Device: &api.Device{DroppedTooBig: 1}}},
+		Control:  api.Control{DroppedLogLines: 8},
+	}
+}
+
+func TestWriteTable(t *testing.T) {
+	var b strings.Builder
+	if err := WriteTable(&b, sample()); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"weir edge1 — config generation 3 from weir.yaml, loaded 2026-01-02 03:04:05",
+		"7 open connections",
+		"last reload FAILED at 2026-01-02 03:04:05: line 4: unknown key",
+		"virtual server  web    7      -    1.2 KiB/s",
+		"1000 (log)",
+		"OVER",
+		"3.0 MiB/s",
+		"web (http 198.18.0.80 port 80, wrr), 2 refused: no target",
+		"50% (2.5%)",
+		"50% loss",
+		"down until 03:05:05",
+		"3/10",
+		"0/∞",
+		"  balancer targets: 2\n  virtual server maxBandwidth: 5\n",
+		"Counted drops\n  datapath bad_ihl: 4\n  flow table full (flows): 9\n  nic front queue_full: 6\n  transport front too_big: 1\n  log lines: 8\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "truncated") {
+		t.Errorf("a zero drop counter is listed:\n%s", out)
+	}
+}
+
+func TestWriteTableQuietWhenNothingDropped(t *testing.T) {
+	var b strings.Builder
+	WriteTable(&b, api.Status{Instance: "x"})
+	if s := b.String(); strings.Contains(s, "Counted drops") || strings.Contains(s, "Refusals") {
+		t.Errorf("empty status prints drops or refusals:\n%s", s)
+	}
+}
+
+type failWriter struct{ n int }
+
+func (f *failWriter) Write(p []byte) (int, error) {
+	if f.n--; f.n < 0 {
+		return 0, errors.New("broken pipe")
+	}
+	return len(p), nil
+}
+
+func TestWriteTableReportsWriteError(t *testing.T) {
+	if err := WriteTable(&failWriter{n: 3}, sample()); err == nil || err.Error() != "broken pipe" {
+		t.Fatalf("WriteTable to a failing writer: %v, want broken pipe", err)
+	}
+}
+
+func TestHuman(t *testing.T) {
+	for _, tc := range []struct {
+		n    int64
+		want string
+	}{{0, "0 B"}, {1023, "1023 B"}, {1024, "1.0 KiB"}, {1536, "1.5 KiB"}, {5 << 30, "5.0 GiB"}} {
+		if got := human(tc.n); got != tc.want {
+			t.Errorf("human(%d) = %q, want %q", tc.n, got, tc.want)
+		}
+	}
+}

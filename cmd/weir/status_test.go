@@ -1,0 +1,121 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"weir/cmd/weir/api"
+	"weir/cmd/weir/internal/admin"
+)
+
+type statusSource struct{ st api.Status }
+
+func (s statusSource) Status() api.Status            { return s.st }
+func (s statusSource) Connections() []api.Connection { return nil }
+func (s statusSource) Healthy() error                { return errors.New("not asked") }
+
+// TestStatusCommand runs `weir status` against an admin API: the tables,
+// --json, the token, and the errors a user sees.
+func TestStatusCommand(t *testing.T) {
+	st := api.Status{
+		Instance: "edge1", Generation: 2, Open: 3,
+		Services: []api.Service{{Name: "web", Proto: "http", Ports: "80", Balancer: "wrr",
+			Targets: []api.Target{{Name: "t1", Role: "primary", Weight: 4, Effective: 2, HealthUp: true, Picked: 9}}}},
+		Refusals: []api.Refusal{{Level: "instance", Limit: "draining", Count: 1}},
+	}
+	srv := httptest.NewServer(admin.Handler(admin.Options{Token: "tok"}, statusSource{st}, prometheus.NewRegistry()))
+	defer srv.Close()
+	addr := strings.TrimPrefix(srv.URL, "http://")
+
+	var out strings.Builder
+	if err := runStatus(&out, http.DefaultClient, addr, "tok", false); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"weir edge1 — config generation 2", "3 open connections", "t1", "instance draining: 1"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("weir status lacks %q:\n%s", want, out.String())
+		}
+	}
+
+	out.Reset()
+	if err := runStatus(&out, http.DefaultClient, addr, "tok", true); err != nil {
+		t.Fatal(err)
+	}
+	var got api.Status
+	if err := json.Unmarshal([]byte(out.String()), &got); err != nil || got.Instance != "edge1" || got.Services[0].Targets[0].Picked != 9 {
+		t.Errorf("weir status --json: %v %+v", err, got)
+	}
+
+	if err := runStatus(&out, http.DefaultClient, addr, "", false); err == nil || !strings.Contains(err.Error(), "401") {
+		t.Errorf("without the token: %v, want a 401", err)
+	}
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close()
+	if err := runStatus(&out, http.DefaultClient, dead, "", false); err == nil || !strings.Contains(err.Error(), "no weir answering at "+dead) {
+		t.Errorf("nothing listening: %v", err)
+	}
+}
+
+// TestE2EStatusAgreesWithMetrics: the real `weir run` serves one document
+// three ways. After ten connections, /metrics carries /status's numbers,
+// the front NIC over the TUN has the TUN's own counters, and `weir status`
+// prints the same targets.
+func TestE2EStatusAgreesWithMetrics(t *testing.T) {
+	w := startWeir(t, "metrics.yaml")
+	w.backend("t1", "198.18.1.1:8081", 0)
+	if res := w.load("198.18.0.10:80", 2, 10); res.OK != 10 {
+		t.Fatalf("load: %+v", res)
+	}
+	w.waitStatus(3*time.Second, "every connection closed", func(st api.Status) bool { return st.Open == 0 })
+	st := w.status()
+	fams := w.metrics()
+	web := statusService(st, "web")
+	if web == nil || len(web.Targets) != 1 {
+		t.Fatalf("/status service web: %+v", web)
+	}
+	for _, c := range []struct {
+		name   string
+		labels map[string]string
+		want   uint64
+	}{
+		{"weir_connections_closed_total", nil, st.Closed},
+		{"weir_connections_accepted_total", nil, st.Forwarder.Accepted},
+		{"weir_target_picked_total", map[string]string{"service": "web", "target": "t1"}, web.Targets[0].Picked},
+		{"weir_reloads_total", nil, st.Reloads},
+	} {
+		if got := metricSum(fams, c.name, c.labels); got != float64(c.want) || c.want == 0 && c.name != "weir_reloads_total" {
+			t.Errorf("%s%v = %v, /status says %d", c.name, c.labels, got, c.want)
+		}
+	}
+	if len(st.NICs) == 0 || st.NICs[0].Name != "front" || st.NICs[0].RxPackets == 0 || st.NICs[0].Device == nil {
+		t.Errorf("/status nics %+v, want the front NIC first, with traffic and the TUN's own counters", st.NICs)
+	}
+	if metricSum(fams, "weir_transport_dropped_total", map[string]string{"nic": "front", "reason": "queue_full"}) < 0 {
+		t.Error("no weir_transport_dropped_total for the TUN")
+	}
+	if st.TUN == nil || st.TUN.Name == "" {
+		t.Errorf("/status tun %+v, want the TUN interface's kernel counters", st.TUN)
+	} else if metricSum(fams, "weir_tun_kernel_dropped_total", map[string]string{"tun": st.TUN.Name, "direction": "to_weir"}) != float64(st.TUN.ToWeirDropped) {
+		t.Errorf("weir_tun_kernel_dropped_total{to_weir} disagrees with /status %+v", st.TUN)
+	}
+	var out strings.Builder // the admin API listens inside the namespace: w.HTTP reaches it
+	if err := runStatus(&out, w.HTTP, w.Admin, "", false); err != nil {
+		t.Fatal(err)
+	}
+	if s := out.String(); !strings.Contains(s, "web (http") || !strings.Contains(s, "  t1 ") {
+		t.Errorf("weir status:\n%s", s)
+	}
+}
