@@ -28,6 +28,9 @@ func TestE2EOffload(t *testing.T) {
 			if l.m["offload"] != mode || l.m["offload_active"] != (mode == "on") {
 				t.Errorf("start line: offload %v, offload_active %v; want %s, %v", l.m["offload"], l.m["offload_active"], mode, mode == "on")
 			}
+			if st := w.status(); st.TUN == nil || st.TUN.Offload != (mode == "on") {
+				t.Errorf("/status tun: %+v; want offload %v", st.TUN, mode == "on")
+			}
 			w.echo("198.18.1.3:2323")
 			for _, vip := range []string{"198.18.0.23:23", "[fd00::23]:23"} {
 				echoTransfer(t, w, vip, 4<<20)
