@@ -249,7 +249,7 @@ func transfer(t *testing.T, ns *netns.NS, addr string, n int) {
 
 // TestOffloadTUN runs a real TUN, the datapath engine and the stack
 // together, with offload on (virtio-net headers, 64 KiB segments both
-// ways) and off (the water fallback): 8 MiB each way over IPv4 and IPv6
+// ways) and off (the water fallback): 8 MiB (2 under -short or -race) each way over IPv4 and IPv6
 // come back intact, every packet from the marked service carries its
 // ToS with a valid IPv4 header checksum, the engine rewrote each exactly
 // once, and the service's meters hold exactly the segments and bytes the
@@ -315,7 +315,10 @@ func testOffloadTUN(t *testing.T, mode tun.OffloadMode) {
 		defer stop()
 	}
 
-	const size = 8 << 20
+	size := 8 << 20
+	if testing.Short() || testutil.Race {
+		size = 2 << 20 // make race: the race detector slows the stack tenfold
+	}
 	t.Cleanup(func() {
 		if t.Failed() {
 			st, _ := dev.TUNStats()
