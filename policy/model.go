@@ -420,6 +420,13 @@ type Monitor struct {
 	LossMax          int           // LossMaxWeightFr (%), default 95
 	TimeoutMax       int           // TimeoutMaxWeightFr (%), default 100
 	MaxConnLevels    [3]int        // MaxConnWeightFr (%), default 50 65 80
+	// Direction chooses which segments of a target leg the loss and
+	// timeout ratios read (see direction.go); the zero value is
+	// FromTarget, the seed's.
+	Direction Direction
+	// Scope chooses which connections feed a target's ratios; the zero
+	// value is ScopePolicy, the seed's.
+	Scope Scope
 	// MinSegments is the noise guard: the segments a target's loss and
 	// timeout ratios are judged over at least; a quieter target accumulates
 	// its counts over intervals until it has that many (see Explain).

@@ -50,6 +50,7 @@ type runOptions struct {
 	capture    string
 	captureMax int64
 	offload    string
+	backAddrs  []string // see backarm.go
 }
 
 func newRunCmd() *cobra.Command {
@@ -106,6 +107,7 @@ func newRunCmd() *cobra.Command {
 	o.captureMax = defaultCaptureMax
 	f.Var(byteSize{&o.captureMax}, "capture-max", "stop recording once the capture holds this many `BYTES` (suffixes kB, MB, GB, KiB, MiB, GiB)")
 	f.StringVar(&o.offload, "offload", "auto", "TUN segmentation offload: on (64 KiB TCP segments through the datapath and the stack), off (one packet per read), auto (on when the kernel allows it)")
+	addBackFlags(f, &o)
 	return cmd
 }
 
@@ -212,6 +214,10 @@ func runAppliance(ctx context.Context, stdout, stderr io.Writer, o runOptions) e
 	for _, s := range o.tunAddrs {
 		tunAddrs = append(tunAddrs, netip.MustParsePrefix(s)) // checked by o.check
 	}
+	backs, backRoutes, err := backArm(cfg, o.backAddrs)
+	if err != nil {
+		return err
+	}
 
 	logs, err := obs.New(obs.Options{Format: o.logFormat, Level: o.logLevel, Output: stderr})
 	if err != nil {
@@ -258,7 +264,7 @@ func runAppliance(ctx context.Context, stdout, stderr io.Writer, o runOptions) e
 	if o.capture != "" {
 		offload = tun.OffloadOff // the capture wrapper passes no super-packets
 	}
-	devs, err := tun.Open(tun.Options{Name: o.tunName, MTU: o.mtu, Queues: o.queues, Addrs: tunAddrs, Routes: tun.VIPRoutes(cfg), Offload: offload})
+	devs, err := tun.Open(tun.Options{Name: o.tunName, MTU: o.mtu, Queues: o.queues, Addrs: tunAddrs, Routes: append(tun.VIPRoutes(cfg), backRoutes...), Offload: offload})
 	if err != nil {
 		srv.Shutdown(context.Background())
 		return fmt.Errorf("TUN %s: %w", o.tunName, err)
@@ -281,7 +287,7 @@ func runAppliance(ctx context.Context, stdout, stderr io.Writer, o runOptions) e
 	}
 	app, err = appliance.New(appliance.Options{
 		Config: cfg, Source: o.config,
-		Front: fronts[0], FrontQueues: fronts[1:],
+		Front: fronts[0], FrontQueues: fronts[1:], Backs: backs,
 		Log: &log, Access: access, Registerer: reg, LogDrops: logs.Dropped,
 	})
 	if err != nil {
@@ -318,7 +324,7 @@ func runAppliance(ctx context.Context, stdout, stderr io.Writer, o runOptions) e
 
 	reloader := appliance.NewReloader(app, o.config, config.Parser{}.Parse)
 	reloader.OnReload = func(cfg *policy.Config) {
-		if err := devs[0].SyncVIPs(cfg); err != nil {
+		if err := devs[0].SyncRoutes(append(tun.VIPRoutes(cfg), backRoutes...)); err != nil {
 			log.Error().Err(err).Msg("routing the new VIPs through the TUN failed")
 		}
 	}
@@ -330,6 +336,9 @@ func runAppliance(ctx context.Context, stdout, stderr io.Writer, o runOptions) e
 	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sigs)
 
+	for _, fam := range forwardingOff(backRoutes) {
+		log.Warn().Str("forwarding", fam).Msg("forwarding is off: the back arm's packets to via: netstack targets cannot leave this host (sysctl net.ipv4.ip_forward=1)")
+	}
 	ev := log.Info().Str("tun", o.tunName).Int("queues", len(devs)).Str("offload", o.offload).Bool("offload_active", devs[0].Offload()).Str("admin", srv.Addr()).
 		Int("services", len(cfg.Services)).Str("config", o.config)
 	if capture != nil {

@@ -85,6 +85,8 @@
 //	  lossMaxWeightFr: 95      # cap of the loss fraction, percent 1..100
 //	  timeoutMaxWeightFr: 100  # cap of the timeout fraction, percent 1..100
 //	  maxConnWeightFr: [50, 65, 80]     # percent of an action's maxConnections, ascending 1..100
+//	  direction: fromTarget    # the segments the ratios read: fromTarget (default: the target's), toTarget (weir's) or both (the larger)
+//	  scope: policy            # the connections monitored: policy (default: those a rule matched) or all
 //	  minSegments: 100         # noise guard: ratios judged over at least this many segments, accumulated over quiet intervals; 1..2^30
 //	balancer:
 //	  algorithm: round-robin   # round-robin (default), least-conn or maglev

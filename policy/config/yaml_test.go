@@ -134,6 +134,8 @@ monitor:
   lossMaxWeightFr: 90
   timeoutMaxWeightFr: 80
   maxConnWeightFr: [40, 60, 90]
+  direction: both
+  scope: all
 balancer:
   algorithm: maglev
   retryInterval: 5s
@@ -143,7 +145,8 @@ balancer:
   healthCheck: {interval: 4s, rise: 3, fall: 5}
 `, func(t *testing.T, c *policy.Config) {
 			want := policy.Monitor{Enabled: true, SamplingInterval: 10 * time.Second, LossThreshold: 10, LossStep: 20,
-				TimeoutThreshold: 30, TimeoutStep: 40, LossMax: 90, TimeoutMax: 80, MaxConnLevels: [3]int{40, 60, 90}, MinSegments: policy.DefaultMinSegments}
+				TimeoutThreshold: 30, TimeoutStep: 40, LossMax: 90, TimeoutMax: 80, MaxConnLevels: [3]int{40, 60, 90}, MinSegments: policy.DefaultMinSegments,
+				Direction: policy.DirectionBoth, Scope: policy.ScopeAll}
 			if c.Monitor != want {
 				t.Errorf("monitor = %+v", c.Monitor)
 			}
@@ -273,6 +276,10 @@ func TestParseYAMLErrors(t *testing.T) {
 			`t.yaml:2:21: unknown class "b"`},
 		{"TOS out of range", "actions: [{name: a, outgoingTOS: 256}]\n",
 			`t.yaml:1:34: outgoingTOS: want a ToS byte (8 binary digits like 10100000, 0xA0 or 0..255), got "256"`},
+		{"monitor direction unknown", "monitor: {direction: fromClient}\n",
+			`t.yaml:1:22: direction: unknown direction "fromClient" (want fromTarget, toTarget or both)`},
+		{"monitor scope unknown", "monitor: {scope: some}\n",
+			`t.yaml:1:18: scope: unknown scope "some" (want policy or all)`},
 		{"monitor fraction out of range", "monitor: {lossMaxWeightFr: 101}\n",
 			`t.yaml:1:28: lossMaxWeightFr: 101 is out of range 1..100`},
 		{"monitor ratio out of range", "monitor: {lossRatioAndWeightFr: [1001, 25]}\n",

@@ -81,9 +81,14 @@ type Options struct {
 	Now func() time.Time
 }
 
-// BackArm is one back NIC.
+// BackArm is one back NIC. Its packets pass the datapath engine, which
+// measures each target leg's segments in both directions (see
+// datapath.SegStats).
 type BackArm struct {
-	Name   string // for errors and stats; "" means back<i>
+	Name string // for errors and stats; "" means back<i>
+	// Device is the arm's transport; nil means the front device: the arm's
+	// packets leave through it and its replies come back on the front NIC
+	// (see backarm.go), as `weir run` does with its one TUN.
 	Device datapath.Device
 	// Addrs are the arm's own addresses with their prefixes; the prefixes
 	// route the targets inside them through this arm.
@@ -124,6 +129,7 @@ type Appliance struct {
 	explMu sync.Mutex
 	expl   []policy.Explanation // last sampling interval's, by service then target
 	explAt time.Time
+	segs   map[policy.TargetKey]*Segments // guarded by explMu; see segments.go
 
 	counters counters
 	skipMu   sync.Mutex
@@ -175,7 +181,8 @@ func New(opts Options) (*Appliance, error) {
 	}
 	a.bals.Store(&bals)
 
-	a.engine = datapath.NewEngine(opts.Front, cfg, datapath.EngineOptions{Workers: 1 + len(opts.FrontQueues)})
+	a.engine = datapath.NewEngine(opts.Front, cfg, datapath.EngineOptions{Workers: 1 + len(opts.FrontQueues) + len(opts.Backs),
+		BackPrefixes: backPrefixes(opts.Backs)})
 
 	a.stack, err = netstack.New(opts.Stack)
 	if err != nil {
@@ -199,6 +206,8 @@ func New(opts Options) (*Appliance, error) {
 	fo := opts.Forwarder
 	fo.Services = a.service
 	fo.Admitter = a
+	fo.Segments = a.engine.Segments
+	viaFront := false
 	for i, arm := range opts.Backs {
 		name := arm.Name
 		if name == "" {
@@ -208,14 +217,26 @@ func New(opts Options) (*Appliance, error) {
 		for _, p := range arm.Addrs {
 			routes = append(routes, p.Masked())
 		}
-		nic, err := a.stack.AddNIC(arm.Device, netstack.NICOptions{Name: name, Addrs: arm.Addrs, Routes: routes})
+		var dev datapath.Device
+		if arm.Device == nil {
+			dev = newEgressOnly(a.engine.Attach(opts.Front, 0))
+		} else {
+			dev = a.engine.Attach(arm.Device, 1+len(opts.FrontQueues)+i)
+		}
+		nic, err := a.stack.AddNIC(dev, netstack.NICOptions{Name: name, Addrs: arm.Addrs, Routes: routes})
 		if err != nil {
 			a.stack.Close()
 			return nil, fmt.Errorf("back arm %s: %w", name, err)
 		}
 		a.backs = append(a.backs, nic)
 		a.nics = append(a.nics, NICStats{Name: name, Back: true, nic: nic, dev: arm.Device})
-		fo.Back = &netstack.StackDialer{Stack: a.stack}
+		if arm.Device == nil {
+			// An arm through the front device shares the front NIC's
+			// default route: its dials name their NIC.
+			fo.Back, viaFront = &netstack.StackDialer{Stack: a.stack, NIC: nic}, true
+		} else if !viaFront {
+			fo.Back = &netstack.StackDialer{Stack: a.stack}
+		}
 	}
 	fo.OnPanic = a.connPanic
 	a.fwd = netstack.NewForwarder(a.stack, fo)
