@@ -325,11 +325,38 @@ func (d DialVia) String() string {
 	return "host"
 }
 
+// DialAddr is the address a connection the client made to port
+// clientPort of the virtual server goes to: Addr, or Addr's IP at
+// clientPort when Addr's port is 0 (the target keeps the client's port).
+func (t *Target) DialAddr(clientPort uint16) netip.AddrPort {
+	if t.Addr.Port() != 0 {
+		return t.Addr
+	}
+	return netip.AddrPortFrom(t.Addr.Addr(), clientPort)
+}
+
+// KeepsPort reports whether the target connects to the port the client
+// asked for (Addr's port is 0).
+func (t *Target) KeepsPort() bool { return t.Addr.Port() == 0 }
+
+// DefaultName is a target's name when the configuration gives none: its
+// address, without the port when it keeps the client's.
+func (t *Target) DefaultName() string {
+	if t.KeepsPort() {
+		return t.Addr.Addr().String()
+	}
+	return t.Addr.String()
+}
+
 // Target is one backend of a virtual server.
 type Target struct {
 	// Name identifies the target across reloads (counters, connection counts
-	// and down-state carry over by name). Default: Addr.String().
+	// and down-state carry over by name). Default: DefaultName().
 	Name string
+	// Addr is where the target listens. Port 0 keeps the client's port: a
+	// connection to the virtual server's port p goes to the target's port
+	// p, as IPVS and HAProxy do for a service on a port range (see
+	// DialAddr).
 	Addr netip.AddrPort
 	// Weight is the WLM weight, ≥ 0; the QoS fraction cuts it. 0 is a
 	// real weight (no new connections while another primary has one), so
@@ -619,7 +646,7 @@ func Compile(c *Config) (*Config, error) {
 			}
 			c.targetIdx[t] = len(c.targetIdx)
 			if t.Name == "" {
-				t.Name = t.Addr.String()
+				t.Name = t.DefaultName()
 			}
 			if tnames[t.Name] {
 				bad("virtual server %q: target %q defined twice", vs.Name, t.Name)

@@ -57,7 +57,7 @@
 //	    timeouts: TIMEOUTS     # overrides the instance's, field by field
 //	    targets:               # required, at least one
 //	      - name: member05     # default: the address; unique within the service
-//	        address: 198.18.1.5:9080 # required: IP:port ([fd00::5]:9080), no host names
+//	        address: 198.18.1.5:9080 # required: IP:port ([fd00::5]:9080), no host names; an IP alone (or port 0) keeps the client's port
 //	        weight: 10         # WLM weight 0..1000, default 1; 0 takes no new connections
 //	        maxConnections: 3  # -1 or 0: no limit (the default)
 //	        role: primary      # primary (default) or backup; backups are tried in order

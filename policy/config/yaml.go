@@ -599,7 +599,7 @@ func (p *yparser) target(n *yaml.Node) (*policy.Target, Pos) {
 		}
 	}
 	if t.Name == "" {
-		t.Name = t.Addr.String()
+		t.Name = t.DefaultName()
 	}
 	return t, at
 }

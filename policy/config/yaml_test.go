@@ -245,7 +245,7 @@ func TestParseYAMLErrors(t *testing.T) {
 		{"bad VIP", "services:\n- {name: a, vips: [198.18.0.300], port: 80, targets: [{address: 198.18.1.1:80}]}\n",
 			`t.yaml:2:20: vips: want an IPv4 or IPv6 address, got "198.18.0.300"`},
 		{"host name target", "services:\n- {name: a, vips: [198.18.0.1], port: 80, targets: [{address: \"backend:80\"}]}\n",
-			`t.yaml:2:63: address: want IP:port like 198.18.1.5:8080 or [fd00::5]:8080, got "backend:80"`},
+			`t.yaml:2:63: address: want IP:port like 198.18.1.5:8080 or [fd00::5]:8080, or an IP alone to keep the client's port, got "backend:80"`},
 		{"missing required keys", "services:\n- {name: a, vips: [198.18.0.1]}\n",
 			"t.yaml:2:3: service: missing \"port\"\nt.yaml:2:3: service: missing \"targets\""},
 		{"no targets", "services:\n- {name: a, vips: [198.18.0.1], port: 80, targets: []}\n",
@@ -430,6 +430,38 @@ func TestParseYAMLNoServices(t *testing.T) {
 		}
 		if cfg.NoServices != tt.want || len(cfg.Services) != 0 {
 			t.Errorf("%q: NoServices %v with %d services, want %v", tt.text, cfg.NoServices, len(cfg.Services), tt.want)
+		}
+	}
+}
+
+// TestTargetKeepsClientPort: an address without a port, or with port 0,
+// keeps the client's port; a malformed one says what is wanted.
+func TestTargetKeepsClientPort(t *testing.T) {
+	for _, tc := range []struct{ addr, want, name string }{
+		{"198.18.1.5", "198.18.1.5:0", "198.18.1.5"},
+		{"198.18.1.5:0", "198.18.1.5:0", "198.18.1.5"},
+		{`"fd00::5"`, "[fd00::5]:0", "fd00::5"},
+		{`"[fd00::5]"`, "[fd00::5]:0", "fd00::5"},
+		{"198.18.1.5:8080", "198.18.1.5:8080", "198.18.1.5:8080"},
+	} {
+		text := "services:\n- {name: a, vips: [198.19.0.1], port: 8000-8010, targets: [{address: " + tc.addr + "}]}\n"
+		c, err := noFiles.ParseYAML("t.yaml", []byte(text))
+		if err != nil {
+			t.Errorf("%s: %v", tc.addr, err)
+			continue
+		}
+		tg := c.Services[0].Targets[0]
+		if tg.Addr.String() != tc.want || tg.Name != tc.name {
+			t.Errorf("%s: address %v named %q, want %s named %q", tc.addr, tg.Addr, tg.Name, tc.want, tc.name)
+		}
+		if got := tg.DialAddr(8003); tg.KeepsPort() != (tg.Addr.Port() == 0) || (tg.KeepsPort() && got.Port() != 8003) {
+			t.Errorf("%s: DialAddr(8003) = %v", tc.addr, got)
+		}
+	}
+	for _, bad := range []string{`"[198.18.1.5]"`, `"[fd00::5"`, "0.0.0.0", "host.example"} {
+		text := "services:\n- {name: a, vips: [198.19.0.1], port: 80, targets: [{address: " + bad + "}]}\n"
+		if _, err := noFiles.ParseYAML("t.yaml", []byte(text)); err == nil || !strings.Contains(err.Error(), "an IP alone to keep the client's port") {
+			t.Errorf("%s: %v, want an error saying what an address is", bad, err)
 		}
 	}
 }

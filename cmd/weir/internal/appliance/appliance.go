@@ -33,6 +33,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"weir/balancer"
+	"weir/cmd/weir/api"
 	"weir/cmd/weir/internal/metrics"
 	"weir/cmd/weir/internal/obs"
 	"weir/datapath"
@@ -76,6 +77,10 @@ type Options struct {
 	// LogDrops, when set, counts the main log's lines lost because its
 	// writer could not keep up (obs.Logs.Dropped), for /status and metrics.
 	LogDrops func() uint64
+	// OnSample, when set, is called with the status after every sampling
+	// step of the sampling loop (a ui.Recorder's Record: the history the
+	// status page draws). It runs in the sampling loop's goroutine.
+	OnSample func(api.Status)
 
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
@@ -367,7 +372,7 @@ func (a *Appliance) checkDial(ctx context.Context, network, address string) (net
 	}
 	for _, vs := range a.cfg.Load().Services {
 		for _, t := range vs.Targets {
-			if t.Addr == ap && t.Via == policy.DialNetstack {
+			if t.DialAddr(ap.Port()) == ap && t.Via == policy.DialNetstack {
 				return a.stack.DialTCP(ctx, netip.AddrPort{}, ap)
 			}
 		}
@@ -579,7 +584,7 @@ func (s *session) action() *policy.Action {
 // accept answers with the session's lease and binds the datapath flow to
 // the lease's target.
 func (s *session) accept() netstack.Decision {
-	d := netstack.Decision{Verdict: netstack.Accept, Target: s.lease.Target()}
+	d := netstack.Decision{Verdict: netstack.Accept, Target: keepPort(s.lease.Target(), s.req.VIP.Port())}
 	if f := s.flow; f != nil {
 		d.Action = f.Action
 		// The target's index in the meters' config: -1 when the lease

@@ -68,7 +68,7 @@ func (a *Appliance) drainEvents() {
 // connections' TCP measurements into weight fractions and new balancer
 // weights, and writes one STATS line per target.
 func (a *Appliance) sampleLoop() {
-	a.every(func(c *policy.Config) time.Duration { return c.Monitor.SamplingInterval }, func() { a.SampleNow() })
+	a.every(func(c *policy.Config) time.Duration { return c.Monitor.SamplingInterval }, func() { a.SampleNow(); a.record() })
 }
 
 // SampleNow runs one sampling step at once: the loop calls it every
