@@ -343,9 +343,14 @@ func (d *demo) lossShift(ctx context.Context, loss float64, c lossCase) Result {
 	share := func(r bench.Result) float64 {
 		return float64(r.PerTarget["carol"]) / float64(max(r.OK, 1))
 	}
-	show := func(phase string, r bench.Result, from appliance.Segments) (policy.Explanation, float64) {
+	// show prints a phase: the explanation of the last interval under its
+	// load, and carol's segments over the phase. The totals grow once per
+	// sampling interval, so they are read after the first sample taken
+	// once the load is over: between two phases no traffic flows, and each
+	// phase's delta holds its own segments only.
+	show := func(phase string, r bench.Result, from appliance.Segments) (policy.Explanation, float64, appliance.Segments) {
 		e, _ := d.lab.App.Explanation(carol)
-		to, _ := d.lab.App.SegmentsOf(carol)
+		to := d.sampled(ctx, carol)
 		pct, segs := c.measuredLoss(from, to)
 		down := ""
 		if n := d.lab.App.TargetFailures(carol); n > 0 {
@@ -353,7 +358,7 @@ func (d *demo) lossShift(ctx context.Context, loss float64, c lossCase) Result {
 		}
 		fmt.Fprintf(d.out, "   %-12s carol served %4.1f%% of %d requests; %s %.1f%% of %d data segments resent; loss %s → fraction %d%%, weight %d → %d%s\n",
 			phase, share(r)*100, r.OK, c.direction(), pct, segs, view.Tenths(e.LossRatio), e.Fraction, e.BaseWeight, e.Weight, down)
-		return e, pct
+		return e, pct, to
 	}
 	drop := func(rate float64) {
 		if c.download {
@@ -363,14 +368,13 @@ func (d *demo) lossShift(ctx context.Context, loss float64, c lossCase) Result {
 			f.SetRates(fault.Rates{Drop: rate}, fault.Rates{})
 		}
 	}
-	s0, _ := d.lab.App.SegmentsOf(carol)
+	s0 := d.sampled(ctx, carol)
 	before := d.watch(ctx, c.service, c.load(2*time.Second))
-	show("clean", before, s0)
+	_, _, s1 := show("clean", before, s0)
 
-	s1, _ := d.lab.App.SegmentsOf(carol)
 	drop(loss)
 	during := d.watch(ctx, c.service, c.load(4*time.Second))
-	eLoss, pct := show("with loss", during, s1)
+	eLoss, pct, s2 := show("with loss", during, s1)
 	st := f.Stats()
 	dropped := st.Write.Dropped
 	if c.download {
@@ -378,9 +382,8 @@ func (d *demo) lossShift(ctx context.Context, loss float64, c lossCase) Result {
 	}
 
 	drop(0)
-	s2, _ := d.lab.App.SegmentsOf(carol)
 	after := d.watch(ctx, c.service, c.load(6*time.Second))
-	eAfter, _ := show("loss gone", after, s2)
+	eAfter, _, _ := show("loss gone", after, s2)
 
 	ok := eLoss.LossFraction > 0 && eLoss.Weight < eLoss.BaseWeight && share(during) < share(before) &&
 		eAfter.Weight == eAfter.BaseWeight
@@ -393,6 +396,18 @@ func (d *demo) lossShift(ctx context.Context, loss float64, c lossCase) Result {
 		"%d packets dropped; carol's %s loss read %.1f%%, loss fraction reached %d%%, weight %d→%d, share %.0f%%→%.0f%%→%.0f%%",
 		dropped, c.direction(), pct, eLoss.LossFraction, eLoss.BaseWeight, eLoss.Weight,
 		share(before)*100, share(during)*100, share(after)*100)}
+}
+
+// sampled returns k's segment totals from the first sampling interval that
+// ends from now on (bounded by three intervals, or ctx).
+func (d *demo) sampled(ctx context.Context, k policy.TargetKey) appliance.Segments {
+	start := time.Now()
+	bound := start.Add(3 * d.lab.App.Config().Monitor.SamplingInterval)
+	for time.Now().Before(bound) && ctx.Err() == nil && !d.lab.App.Status().SampledAt.After(start) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	s, _ := d.lab.App.SegmentsOf(k)
+	return s
 }
 
 // name is the summary's scenario name.
