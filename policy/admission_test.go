@@ -603,7 +603,7 @@ func TestKindStrings(t *testing.T) {
 		LevelInstance.String(): "instance", LevelClass.String(): "class", LevelVirtualServer.String(): "virtual server",
 		LevelKind(9).String(): "level(9)", LimitMaxConnections.String(): "maxConnections",
 		LimitMaxBandwidth.String(): "maxBandwidth", LimitBurst.String(): "burst", LimitKind(7).String(): "limit(7)",
-		(Refusal{LevelClass, "gold", LimitMaxConnections, 100, 100, false, 0}).String():                                                               `class "gold": maxConnections 100 reached (100 open)`,
+		(Refusal{LevelClass, "gold", LimitMaxConnections, 100, 100, false, 0}).String():                                                     `class "gold": maxConnections 100 reached (100 open)`,
 		(Event{Level: LevelInstance, Name: "weir", Limit: LimitMaxBandwidth, Value: 10, Measured: 20, Over: true, Enforced: true}).String(): `instance "weir": maxBandwidth 10 B/s exceeded (measured 20 B/s), enforced`,
 	} {
 		if got != want {
