@@ -57,19 +57,22 @@ type DropReason uint8
 
 // The reasons Parse rejects a packet.
 const (
-	DropNone        DropReason = iota
-	DropTruncated              // shorter than a header it announces
-	DropBadVersion             // version nibble neither 4 nor 6
-	DropBadIHL                 // IPv4 header length below 20 bytes
-	DropBadLength              // IP total/payload length inconsistent
-	DropBadL4                  // TCP data offset below 20 bytes
-	DropExtChain               // IPv6 extension chain too long or misplaced
-	DropUnsupported            // IPv6 jumbogram
+	DropNone          DropReason = iota
+	DropTruncated                // shorter than a header it announces
+	DropBadVersion               // version nibble neither 4 nor 6
+	DropBadIHL                   // IPv4 header length below 20 bytes
+	DropBadLength                // IP total/payload length inconsistent
+	DropBadL4                    // TCP data offset below 20 bytes
+	DropExtChain                 // IPv6 extension chain too long or misplaced
+	DropUnsupported              // IPv6 jumbogram
+	DropBadIPChecksum            // IPv4 header checksum wrong
+	DropTinyFragment             // a first fragment too short for its transport header, or an IPv4 TCP fragment at offset 8 (RFC 1858)
 	numDropReasons
 )
 
 var dropReasonNames = [numDropReasons]string{
 	"none", "truncated", "bad_version", "bad_ihl", "bad_length", "bad_l4", "ext_chain", "unsupported",
+	"bad_ip_checksum", "tiny_fragment",
 }
 
 // String returns the reason's metric label ("truncated", "bad_ihl", …).
@@ -168,6 +171,10 @@ func parse4(b []byte, p *Packet) DropReason {
 	if total > len(b) || ihl > len(b) {
 		return DropTruncated
 	}
+	// The stack would drop it too, but counted only as malformed.
+	if !ipv4ChecksumOK(b[:ihl]) {
+		return DropBadIPChecksum
+	}
 	p.Version = 4
 	p.TOS = b[1]
 	p.Proto = b[9]
@@ -178,12 +185,40 @@ func parse4(b []byte, p *Packet) DropReason {
 	frag := binary.BigEndian.Uint16(b[6:8])
 	if frag&0x3fff != 0 { // MF or an offset
 		p.Fragment = true
-		if frag&0x1fff != 0 {
+		if off := frag & 0x1fff; off != 0 {
+			// Offset 1 (8 bytes) rewrites a TCP header's flags: RFC
+			// 1858's overlapping-fragment attack.
+			if off == 1 && p.Proto == ProtoTCP {
+				return DropTinyFragment
+			}
 			p.NonFirstFragment = true
 			return DropNone
 		}
+		return tinyIfTruncated(parseL4(b[ihl:total], p))
 	}
 	return parseL4(b[ihl:total], p)
+}
+
+// tinyIfTruncated names a first fragment whose transport header does not
+// fit a tiny fragment (RFC 1858, RFC 7112 for IPv6).
+func tinyIfTruncated(r DropReason) DropReason {
+	if r == DropTruncated {
+		return DropTinyFragment
+	}
+	return r
+}
+
+// ipv4ChecksumOK verifies an IPv4 header's checksum: 10 to 30 16-bit
+// words, no allocation.
+func ipv4ChecksumOK(h []byte) bool {
+	var s uint32
+	for i := 0; i+1 < len(h); i += 2 {
+		s += uint32(h[i])<<8 | uint32(h[i+1])
+	}
+	for s > 0xffff {
+		s = s>>16 + s&0xffff
+	}
+	return s == 0xffff
 }
 
 func parse6(b []byte, p *Packet) DropReason {
@@ -213,6 +248,9 @@ func parse6(b []byte, p *Packet) DropReason {
 			p.L4Off = off
 			if next == ipv6NoNext {
 				return DropNone
+			}
+			if p.Fragment {
+				return tinyIfTruncated(parseL4(b[off:total], p))
 			}
 			return parseL4(b[off:total], p)
 		}

@@ -142,7 +142,17 @@ func TestParse(t *testing.T) {
 			ip := ip4(client4, vip4, layers.IPProtocolTCP)
 			ip.Flags = layers.IPv4MoreFragments
 			return serialize(t, ip, gopacket.Payload(make([]byte, 8)))
-		}(), DropTruncated},
+		}(), DropTinyFragment},
+		{"ipv4 tcp fragment at offset 8", func() []byte {
+			ip := ip4(client4, vip4, layers.IPProtocolTCP)
+			ip.FragOffset = 1
+			return serialize(t, ip, gopacket.Payload(make([]byte, 16)))
+		}(), DropTinyFragment},
+		{"ipv4 bad header checksum", func() []byte {
+			b := serialize(t, ip4(client4, vip4, layers.IPProtocolTCP), gopacket.Payload(make([]byte, 20)))
+			b[10] ^= 0xff
+			return b
+		}(), DropBadIPChecksum},
 		{"ipv6 short header", v6syn[:39], DropTruncated},
 		{"ipv6 payload past buffer", v6syn[:59], DropTruncated},
 		{"ipv6 jumbogram", set(set(ext6(t, 0, optHdr(6), tcpRaw), 4, 0), 5, 0), DropUnsupported},

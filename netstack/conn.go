@@ -73,6 +73,12 @@ func (c *Conn) Counters() LegCounters {
 	return lc
 }
 
+// reset aborts the connection with a RST and closes it.
+func (c *Conn) reset() {
+	c.ep.Abort()
+	_ = c.Close()
+}
+
 // state returns the endpoint's TCP state.
 func (c *Conn) state() tcp.EndpointState { return tcp.EndpointState(c.ep.State()) }
 

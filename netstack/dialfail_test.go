@@ -82,11 +82,8 @@ func TestDialFailure(t *testing.T) {
 			name: "tcp-all-failed-rst", port: 80,
 			dialFailed: func(*ConnRequest, Decision, error) Decision { return Decision{Verdict: RefuseRST} },
 			wantFailed: 1,
-			check: func(t *testing.T, c *Conn, err error) {
-				if !errors.Is(err, ErrConnectionRefused) {
-					t.Fatalf("dial: %v, want connection refused", err)
-				}
-			},
+			// Handshake first: the client is connected, then reset.
+			check: func(t *testing.T, c *Conn, err error) { wantReset(t, c, err) },
 		},
 		{
 			// The forwarder has no bound of its own: it dials every Accept
@@ -182,6 +179,12 @@ func TestForwarderClose(t *testing.T) {
 	r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: services(vs), Admitter: adm}})
 	c := dial(t, r.client, netip.AddrPortFrom(vipV4, 80))
 	defer c.Close()
+	// Handshake first: the dial returns before weir has admitted and
+	// spliced; one echo makes sure it has.
+	io.WriteString(c, "x")
+	if _, err := io.ReadFull(c, make([]byte, 1)); err != nil {
+		t.Fatal(err)
+	}
 	if err := r.fwd.Close(); err != nil {
 		t.Fatal(err)
 	}

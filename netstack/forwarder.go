@@ -2,26 +2,60 @@ package netstack
 
 // Connection flow
 //
-//	SYN ──► gVisor forwarder (≤ MaxInFlight pending, else dropped and counted)
+//	SYN to a listened VIP:port (each port of a service with ≤ MaxListenPorts
+//	ports; the listeners follow Forwarder.Listen)
+//	    ──► gVisor listening endpoint: ≤ InFlightPerVIP half-open handshakes
+//	        per VIP and port; beyond that SYN cookies answer and hold no
+//	        state; a full accept queue drops the SYN     DroppedInFlight
+//	    ──► established ──► acceptLoop (one goroutine per listener) ──► serve
+//	SYN to anything else ──► gVisor tcp.Forwarder (≤ MaxInFlight in all)
 //	    ──► handle (own goroutine): Services(VIP, port)
-//	          none        ──► RST                                 NoService
-//	          Admit ──► (Decision, Session)
-//	                ──► RefuseRST ──► RST, no SYN-ACK ever sent   RefusedRST   End(RefusedRST)
-//	                ──► Refuse503 ──► handshake ──► 503 page ──► close   Refused503   End(Refused503)
-//	                ──► Accept ──► dial target; failed: Session.DialFailed answers
-//	                               (another Accept, until the balancer's tried-set
-//	                               refuses) ──► RST or 503               DialFailed
-//	                               ──► handshake (HandshakeTimeout aborts it)  End(HandshakeFailed)
-//	                               ──► splice client ⇄ target ──► End(Served | IdleClosed)
+//	          none ──► RST, no SYN-ACK                                NoService
+//	          ≥ InFlightPerVIP pending for this VIP ──► dropped      DroppedInFlight
+//	          ──► handshake (Handshake timeout aborts it)  HandshakeTimedOut, HandshakeFailed
+//	          ──► serve
+//	serve (own goroutine, client established):
+//	    Admit ──► (Decision, Session)
+//	          ──► RefuseRST ──► RST                                   RefusedRST   End(RefusedReset)
+//	          ──► Refuse503 ──► 503 page ──► close                    Refused503   End(RefusedPage)
+//	          ──► Accept ──► dial target (Connect timeout); failed: Session.DialFailed
+//	                         answers (another Accept, until the tried-set refuses)
+//	                         ──► RST or 503                           DialFailed
+//	                     ──► splice client ⇄ target ──► End(Served | IdleClosed)
+//	                         target silent FirstByte after the client's first
+//	                         byte ──► TargetFailer.TargetFailed, 503 page or RST
+//	                                                                  End(TargetTimedOut)
 //
-// The target is dialed before the client's handshake completes, so a client
-// is never left connected to nothing: it gets a SYN-ACK only once its target
-// answered. Every Session gets exactly one End, whatever happens.
+// Why handshake first. A handshake in flight holds no admission slot and no
+// target connection: a spoofed SYN never completes, so it never reaches
+// Admit, never counts against maxConnections and never makes weir dial.
+// The old flow (admit and dial on the SYN, SYN-ACK once the target answered)
+// let 15 spoofed SYNs a second fill a maxConnections of 50 and open a real
+// backend connection each. The price: a client whose connection is refused,
+// or whose targets all fail, now sees its connect succeed and then a RST (or
+// the 503 page) instead of a RST to its SYN.
+//
+// Why listening endpoints. gVisor's listening endpoints keep a SYN backlog
+// per endpoint and answer with SYN cookies once it is full (accept.go,
+// handleListenSegment): a flood at one VIP costs no memory and leaves every
+// other VIP's backlog alone. gVisor's tcp.Forwarder has neither: one
+// in-flight map for all, a goroutine and a pending endpoint per SYN. So
+// every VIP and port of a service gets its own listener, bound to the VIP
+// on the promiscuous (spoofing) NIC, IPv4 and IPv6 alike. A service with a
+// port range wider than MaxListenPorts would need too many listeners: its
+// SYNs take the tcp.Forwarder path, handshake-first too, bounded per VIP by
+// InFlightPerVIP, without cookies.
+//
+// Every Session gets exactly one End, whatever happens, panics included: a
+// panic in a connection's goroutines is recovered, counted (Panics),
+// reported to OnPanic with the stack, and ends that connection only.
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,16 +69,25 @@ import (
 	"weir/policy"
 )
 
-// Defaults applied where a ForwarderOptions field is zero.
+// Defaults applied where a ForwarderOptions field is zero: policy's
+// defaults (policy.Compile fills every virtual server's Timeouts with them,
+// so they matter only for a VirtualServer built by hand).
 const (
-	DefaultMaxInFlight      = 1024            // connections between SYN and splice
-	DefaultHandshakeTimeout = 5 * time.Second // client handshake, SYN-ACK to final ACK
-	DefaultDialTimeout      = 3 * time.Second // one dial to a target
-	DefaultIdleTimeout      = 5 * time.Minute // no byte either way
-	DefaultBufferSize       = 32 << 10        // splice buffer per direction, bytes
-	DefaultRequestTimeout   = 2 * time.Second // reading a refused HTTP request
-	DefaultRetryAfter       = 5 * time.Second // the 503's Retry-After
+	DefaultMaxInFlight      = 1024                             // tcp.Forwarder path, all VIPs together
+	DefaultInFlightPerVIP   = policy.DefaultInFlightPerVIP     // half-open handshakes per VIP and port
+	DefaultHandshakeTimeout = policy.DefaultHandshakeTimeout   // client handshake, SYN-ACK to final ACK
+	DefaultDialTimeout      = policy.DefaultConnectTimeout     // one dial to a target
+	DefaultFirstByteTimeout = policy.DefaultFirstByteTimeout   // target's first byte after the client's first
+	DefaultIdleTimeout      = policy.DefaultIdleTimeout        // no byte either way
+	DefaultBufferSize       = 32 << 10                         // splice buffer per direction, bytes
+	DefaultRequestTimeout   = policy.DefaultRequestReadTimeout // reading a refused HTTP request
+	DefaultRetryAfter       = 5 * time.Second                  // the 503's Retry-After
 )
+
+// MaxListenPorts is the widest port range per VIP that gets listening
+// endpoints (and so SYN cookies); wider services take the tcp.Forwarder
+// path.
+const MaxListenPorts = 256
 
 // ConnRequest describes a new connection asking to be admitted. The
 // forwarder owns it; a Session may read it (it does not change after Admit
@@ -66,11 +109,11 @@ type Verdict uint8
 const (
 	// Accept connects the client to Decision.Target.
 	Accept Verdict = iota
-	// RefuseRST answers the SYN with RST; no SYN-ACK is sent.
+	// RefuseRST resets the (established) client connection.
 	RefuseRST
-	// Refuse503 completes the handshake and answers with an HTTP 503 page
-	// naming Decision.Limit and Decision.Value, then closes. For a tcp
-	// virtual server it acts as RefuseRST.
+	// Refuse503 answers with an HTTP 503 page naming Decision.Limit and
+	// Decision.Value, then closes. For a tcp virtual server it acts as
+	// RefuseRST.
 	Refuse503
 )
 
@@ -112,7 +155,9 @@ type Decision struct {
 }
 
 // Admitter decides about new connections. Admit is called from many
-// goroutines at once, once per SYN to a virtual server, before any SYN-ACK.
+// goroutines at once, once per connection to a virtual server, when the
+// client's handshake has completed (a half-open handshake never reaches
+// it).
 type Admitter interface {
 	// Admit returns the first decision and the connection's Session. The
 	// Session may be nil only with a refusal, when the Admitter wants to
@@ -140,6 +185,19 @@ type Session interface {
 	End(e *End)
 }
 
+// TargetFailer is a Session that also hears of a target that failed after
+// its dial succeeded: it stayed silent past the first-byte timeout. The
+// forwarder calls TargetFailed before End, from the connection's goroutine.
+// weir's appliance marks the target down for the retry interval, as for a
+// failed dial.
+type TargetFailer interface {
+	TargetFailed(d Decision, err error)
+}
+
+// ErrFirstByteTimeout is the error a TargetFailed and the End of a
+// TargetTimedOut connection carry.
+var ErrFirstByteTimeout = errors.New("netstack: target sent nothing within the first-byte timeout")
+
 // Outcome is how a connection ended.
 type Outcome uint8
 
@@ -149,25 +207,32 @@ const (
 	Served Outcome = iota
 	// IdleClosed: spliced, then closed by IdleTimeout.
 	IdleClosed
-	// RefusedReset: refused with RST before any SYN-ACK (a RefuseRST, or a
-	// Refuse503 for a tcp virtual server).
+	// RefusedReset: refused with RST (a RefuseRST, or a Refuse503 for a
+	// tcp virtual server).
 	RefusedReset
 	// RefusedPage: answered with the 503 page.
 	RefusedPage
-	// HandshakeFailed: the client's handshake failed (RST from the client)
-	// after the target was dialed, or before a 503 page.
+	// HandshakeFailed and HandshakeTimedOut are no longer reported to a
+	// Session: the client's handshake completes before Admit, so a failed
+	// one has no Session (ForwarderStats counts it). They keep their
+	// values and names for the access log's codes.
 	HandshakeFailed
-	// HandshakeTimedOut: HandshakeTimeout aborted the client's handshake.
 	HandshakeTimedOut
 	// Aborted: Forwarder.Close ended the connection.
 	Aborted
+	// TargetTimedOut: spliced, then the target sent nothing within the
+	// first-byte timeout; the client got the 503 page (http) or RST.
+	TargetTimedOut
+	// Panicked: a panic in the connection's goroutines ended it.
+	Panicked
 	numOutcomes
 )
 
-var outcomeNames = [numOutcomes]string{"ok", "idle", "reset", "503", "handshake-failed", "handshake-timeout", "aborted"}
+var outcomeNames = [numOutcomes]string{"ok", "idle", "reset", "503", "handshake-failed", "handshake-timeout", "aborted", "target-timeout", "panic"}
 
 // String returns the outcome as the access log writes it: "ok", "idle",
-// "reset", "503", "handshake-failed", "handshake-timeout", "aborted".
+// "reset", "503", "handshake-failed", "handshake-timeout", "aborted",
+// "target-timeout", "panic".
 func (o Outcome) String() string {
 	if o < numOutcomes {
 		return outcomeNames[o]
@@ -220,25 +285,41 @@ type ForwarderOptions struct {
 	// Back dials DialNetstack targets; nil means such dials fail with
 	// ErrNoBackArm.
 	Back Dialer
-	// MaxInFlight bounds connections between SYN and established (admission,
-	// dial, handshake); further SYNs are dropped and counted. Zero means
-	// DefaultMaxInFlight.
+	// MaxInFlight bounds the handshakes in flight on the tcp.Forwarder path
+	// (SYNs to no listener), all VIPs together; further SYNs are dropped
+	// and counted. Zero means DefaultMaxInFlight.
 	MaxInFlight int
-	// HandshakeTimeout aborts a client handshake that has not completed, and
-	// frees its slot; zero means DefaultHandshakeTimeout (gVisor alone would
-	// hold it about two minutes).
+
+	// The timeouts and bounds below apply where the connection's virtual
+	// server leaves its policy.Timeouts field zero (policy.Compile never
+	// does); zero here means the Default… constant.
+
+	// InFlightPerVIP bounds the half-open handshakes of one VIP and port
+	// (a listener's SYN backlog; beyond it, SYN cookies) and, on the
+	// tcp.Forwarder path, of one VIP (beyond it, SYNs are dropped).
+	InFlightPerVIP int
+	// HandshakeTimeout aborts a client handshake on the tcp.Forwarder path
+	// that has not completed, and frees its slot (gVisor alone would hold
+	// it about two minutes).
 	HandshakeTimeout time.Duration
-	// DialTimeout bounds one dial to a target; zero means DefaultDialTimeout.
+	// DialTimeout bounds one dial to a target.
 	DialTimeout time.Duration
+	// FirstByteTimeout bounds the wait for the target's first byte after
+	// the client's first; negative means no bound.
+	FirstByteTimeout time.Duration
 	// IdleTimeout closes a connection with no byte in either direction for
-	// this long; zero means DefaultIdleTimeout, negative means never.
+	// this long; negative means never.
 	IdleTimeout time.Duration
 	// BufferSize is the splice buffer per direction, in bytes; zero means
 	// DefaultBufferSize.
 	BufferSize int
-	// RequestTimeout bounds reading an HTTP request before a 503 answer;
-	// zero means DefaultRequestTimeout.
+	// RequestTimeout bounds reading an HTTP request before a 503 answer.
 	RequestTimeout time.Duration
+	// OnPanic, if set, hears of each panic recovered in a connection's
+	// goroutines: the connection (ID 0 before admission), the value and
+	// the stack. It is called once per panic, from that goroutine, and must
+	// not block.
+	OnPanic func(req *ConnRequest, v any, stack []byte)
 }
 
 func (o ForwarderOptions) withDefaults() ForwarderOptions {
@@ -250,6 +331,12 @@ func (o ForwarderOptions) withDefaults() ForwarderOptions {
 	}
 	if o.MaxInFlight <= 0 {
 		o.MaxInFlight = DefaultMaxInFlight
+	}
+	if o.InFlightPerVIP <= 0 {
+		o.InFlightPerVIP = DefaultInFlightPerVIP
+	}
+	if o.FirstByteTimeout == 0 {
+		o.FirstByteTimeout = DefaultFirstByteTimeout
 	}
 	if o.HandshakeTimeout <= 0 {
 		o.HandshakeTimeout = DefaultHandshakeTimeout
@@ -272,26 +359,32 @@ func (o ForwarderOptions) withDefaults() ForwarderOptions {
 // ForwarderStats are the forwarder's counters, totals since it was created.
 type ForwarderStats struct {
 	Accepted          uint64 // connections spliced to a target
-	RefusedRST        uint64 // refused with RST before any SYN-ACK
+	RefusedRST        uint64 // refused with RST
 	Refused503        uint64 // answered with a 503 page
 	NoService         uint64 // SYNs to an address:port that is no virtual server (RST)
-	RefusedClosed     uint64 // SYNs after Close (RST)
-	DroppedInFlight   uint64 // SYNs dropped because MaxInFlight were pending
+	RefusedClosed     uint64 // SYNs after Drain or Close (RST, no SYN-ACK)
+	DroppedInFlight   uint64 // SYNs dropped: MaxInFlight or InFlightPerVIP pending (tcp.Forwarder path), or a listener's accept queue full
+	SYNCookiesSent    uint64 // SYN-ACKs with a SYN cookie (a listener's backlog was full)
+	SYNCookiesValid   uint64 // ACKs with a valid cookie: connections established from a cookie
+	SYNCookiesInvalid uint64 // ACKs to a listener with no valid cookie (dropped)
+	Listeners         int    // listening endpoints now (VIP and port pairs)
+	TargetTimedOut    uint64 // spliced connections whose target sent nothing within FirstByteTimeout
+	Panics            uint64 // panics recovered in connection goroutines (each ended its connection)
 	DialFailed        uint64 // failed dials to targets
-	HandshakeTimedOut uint64 // client handshakes aborted by HandshakeTimeout
-	HandshakeFailed   uint64 // client handshakes that failed otherwise (RST from the client)
+	HandshakeTimedOut uint64 // client handshakes aborted by HandshakeTimeout (tcp.Forwarder path)
+	HandshakeFailed   uint64 // client handshakes that failed otherwise (RST from the client; tcp.Forwarder path)
 	IdleClosed        uint64 // connections closed by IdleTimeout
 	Aborted           uint64 // connections Close ended (pending or spliced)
 	NoSession         uint64 // Accepts without a Session, refused with RST (an Admitter bug)
 	TimeWaitReopened  uint64 // SYNs that ended a TIME_WAIT on their 4-tuple and opened a new connection
 	UDPUnreachable    uint64 // UDP datagrams to no socket, answered with ICMP port unreachable
 	Open              int64  // connections open now (spliced)
-	Pending           int64  // connections between SYN and splice now (admission, dial, handshake)
+	Pending           int64  // connections between SYN (or accept) and splice now (handshake on the tcp.Forwarder path, admission, dial)
 }
 
 // Forwarder terminates TCP connections to virtual servers on a Stack's
-// promiscuous NICs, asks an Admitter about each before any SYN-ACK, and
-// splices accepted ones to their targets.
+// promiscuous NICs, asks an Admitter about each once the client's handshake
+// is complete, and splices accepted ones to their targets.
 type Forwarder struct {
 	s    *Stack
 	opts ForwarderOptions
@@ -310,12 +403,21 @@ type Forwarder struct {
 
 	tw timeWaitTable
 
+	draining  atomic.Bool // set by Drain
+	lmu       sync.Mutex
+	listeners map[netip.AddrPort]*listener // protected by lmu
+	lwg       sync.WaitGroup               // accept loops
+
+	vipMu      sync.Mutex
+	vipPending map[netip.Addr]int // protected by vipMu: tcp.Forwarder-path handshakes per VIP
+	vipDropped atomic.Uint64
+
 	sampleMu sync.Mutex
 	sampler  sampler // protected by sampleMu
 
 	accepted, refusedRST, refused503, noService, refusedClosed atomic.Uint64
 	dialFailed, hsTimedOut, hsFailed, idleClosed               atomic.Uint64
-	aborted, noSession                                         atomic.Uint64
+	aborted, noSession, targetTimedOut, panics                 atomic.Uint64
 	open, pendingN                                             atomic.Int64
 }
 
@@ -332,6 +434,9 @@ func NewForwarder(s *Stack, opts ForwarderOptions) *Forwarder {
 		stop:    stop,
 		conns:   make(map[uint64]*connEntry),
 		pending: make(map[stack.TransportEndpointID]tcpip.NetworkProtocolNumber),
+
+		listeners:  make(map[netip.AddrPort]*listener),
+		vipPending: make(map[netip.Addr]int),
 	}
 	f.bufPool.New = func() any {
 		b := make([]byte, opts.BufferSize)
@@ -357,7 +462,13 @@ func (f *Forwarder) Stats() ForwarderStats {
 		Refused503:        f.refused503.Load(),
 		NoService:         f.noService.Load(),
 		RefusedClosed:     f.refusedClosed.Load(),
-		DroppedInFlight:   st.TCP.ForwardMaxInFlightDrop.Value(),
+		DroppedInFlight:   st.TCP.ForwardMaxInFlightDrop.Value() + f.vipDropped.Load() + st.TCP.ListenOverflowSynDrop.Value(),
+		SYNCookiesSent:    st.TCP.ListenOverflowSynCookieSent.Value(),
+		SYNCookiesValid:   st.TCP.ListenOverflowSynCookieRcvd.Value(),
+		SYNCookiesInvalid: st.TCP.ListenOverflowInvalidSynCookieRcvd.Value(),
+		Listeners:         f.listenerCount(),
+		TargetTimedOut:    f.targetTimedOut.Load(),
+		Panics:            f.panics.Load(),
 		DialFailed:        f.dialFailed.Load(),
 		HandshakeTimedOut: f.hsTimedOut.Load(),
 		HandshakeFailed:   f.hsFailed.Load(),
@@ -391,6 +502,7 @@ func (f *Forwarder) Close() error {
 	}
 	f.mu.Unlock()
 	f.stop()
+	f.closeListeners()
 	for id, p := range pend {
 		f.abortHandshake(p, id)
 	}
@@ -404,10 +516,10 @@ func (f *Forwarder) Close() error {
 }
 
 // handle runs in its own goroutine, one per SYN the gVisor forwarder admits
-// into its in-flight set.
+// into its in-flight set: SYNs to no listener.
 func (f *Forwarder) handle(r *tcp.ForwarderRequest) {
 	f.mu.Lock()
-	if f.closed {
+	if f.closed || f.draining.Load() {
 		f.mu.Unlock()
 		f.refusedClosed.Add(1)
 		r.Complete(true)
@@ -416,58 +528,161 @@ func (f *Forwarder) handle(r *tcp.ForwarderRequest) {
 	f.wg.Add(1)
 	f.mu.Unlock()
 	defer f.wg.Done()
+	var req *ConnRequest
+	defer f.recoverConn(&req, func() { r.Complete(true) })
 
 	id := r.ID()
+	vip := netip.AddrPortFrom(netipAddr(id.LocalAddress), id.LocalPort)
+	var vs *policy.VirtualServer
+	if f.opts.Services != nil {
+		vs = f.opts.Services(vip.Addr(), vip.Port())
+	}
+	if vs == nil {
+		f.noService.Add(1)
+		r.Complete(true)
+		return
+	}
+	t := f.timeouts(vs)
+	if !f.vipEnter(vip.Addr(), t.InFlightPerVIP) {
+		// Dropped, not reset: the client retries its SYN, as after a
+		// full listen backlog.
+		f.vipDropped.Add(1)
+		r.Complete(false)
+		return
+	}
+	f.pendingN.Add(1)
+	client, err := f.handshake(r, protoOf(vip.Addr()), t.Handshake)
+	f.vipLeave(vip.Addr())
+	if err != nil {
+		f.pendingN.Add(-1)
+		return
+	}
+	f.serve(&req, client, vip)
+}
+
+// vipEnter takes one of vip's in-flight slots on the tcp.Forwarder path,
+// unless max are taken.
+func (f *Forwarder) vipEnter(vip netip.Addr, max int) bool {
+	f.vipMu.Lock()
+	defer f.vipMu.Unlock()
+	if f.vipPending[vip] >= max {
+		return false
+	}
+	f.vipPending[vip]++
+	return true
+}
+
+func (f *Forwarder) vipLeave(vip netip.Addr) {
+	f.vipMu.Lock()
+	defer f.vipMu.Unlock()
+	if f.vipPending[vip]--; f.vipPending[vip] <= 0 {
+		delete(f.vipPending, vip)
+	}
+}
+
+// timeouts returns vs's timeouts, each zero field (a VirtualServer not
+// compiled) taken from the forwarder's options.
+func (f *Forwarder) timeouts(vs *policy.VirtualServer) policy.Timeouts {
+	t := vs.Timeouts
+	o := &f.opts
+	pick := func(v, def time.Duration) time.Duration {
+		if v == 0 {
+			return def
+		}
+		return v
+	}
+	t.Handshake = pick(t.Handshake, o.HandshakeTimeout)
+	t.Connect = pick(t.Connect, o.DialTimeout)
+	t.FirstByte = pick(t.FirstByte, o.FirstByteTimeout)
+	t.Idle = pick(t.Idle, o.IdleTimeout)
+	t.RequestRead = pick(t.RequestRead, o.RequestTimeout)
+	if t.InFlightPerVIP <= 0 {
+		t.InFlightPerVIP = o.InFlightPerVIP
+	}
+	return t
+}
+
+// serve admits an established client connection, dials its target and
+// splices the two, or refuses it. It runs in the connection's goroutine;
+// Pending has been counted for it and serve uncounts it. *reqp is set as
+// soon as the request exists, for the caller's panic report.
+func (f *Forwarder) serve(reqp **ConnRequest, client *Conn, vip netip.AddrPort) {
+	pendingDone := sync.OnceFunc(func() { f.pendingN.Add(-1) })
+	defer pendingDone()
+	// The endpoint's ID, not RemoteAddr: that fails once the client has
+	// reset the connection, which it may have by now.
+	id := client.ep.Info().(*stack.TransportEndpointInfo).ID
 	req := &ConnRequest{
 		Client: netip.AddrPortFrom(netipAddr(id.RemoteAddress), id.RemotePort),
-		VIP:    netip.AddrPortFrom(netipAddr(id.LocalAddress), id.LocalPort),
+		VIP:    vip,
 	}
 	if f.opts.Services != nil {
 		req.Service = f.opts.Services(req.VIP.Addr(), req.VIP.Port())
 	}
 	if req.Service == nil {
+		// Reloaded away between the SYN and now.
 		f.noService.Add(1)
-		r.Complete(true)
+		client.reset()
 		return
 	}
 	req.ID = f.nextID.Add(1)
-	// Pending counts the connection from here until it is spliced, refused
-	// or failed.
-	f.pendingN.Add(1)
-	pendingDone := sync.OnceFunc(func() { f.pendingN.Add(-1) })
-	defer pendingDone()
+	*reqp = req
 	if f.opts.Admitter == nil {
 		f.refusedRST.Add(1)
-		r.Complete(true)
+		client.reset()
 		return
 	}
-	d, sess := f.opts.Admitter.Admit(req)
-	if d.Verdict == Accept && sess == nil {
-		f.noSession.Add(1)
-		d = Decision{Verdict: RefuseRST, Reason: "accepted without a session"}
-	}
+	t := f.timeouts(req.Service)
+	var (
+		d      Decision
+		sess   Session
+		target Leg
+		ended  bool
+	)
 	end := End{Stats: ConnStats{ID: req.ID, Client: req.Client, VIP: req.VIP, Service: req.Service.Name, Start: time.Now()}}
 	report := func(o Outcome, d Decision, err error) {
-		if sess == nil {
+		if sess == nil || ended {
 			return
 		}
+		ended = true
 		end.Outcome, end.Decision, end.Err, end.Dials = o, d, err, req.Attempt
 		if end.Stats.Target == "" {
 			end.Stats.Target = targetName(d)
 		}
 		sess.End(&end)
 	}
-	var target Leg
+	defer func() {
+		// A panic (in Admit, a Session, a dial) still gives the session
+		// its End and closes what the connection holds; the caller's
+		// recoverConn counts and reports it.
+		if v := recover(); v != nil {
+			client.reset()
+			if target != nil {
+				target.Close()
+			}
+			func() {
+				defer func() { _ = recover() }() // a Session that panics again in End
+				report(Panicked, d, fmt.Errorf("panic: %v", v))
+			}()
+			panic(v)
+		}
+	}()
+	hook("admit")
+	d, sess = f.opts.Admitter.Admit(req)
+	if d.Verdict == Accept && sess == nil {
+		f.noSession.Add(1)
+		d = Decision{Verdict: RefuseRST, Reason: "accepted without a session"}
+	}
 	for d.Verdict == Accept {
 		var err error
-		target, err = f.dial(d)
+		target, err = f.dial(d, t.Connect)
 		if err == nil {
 			break
 		}
 		if f.ctx.Err() != nil {
 			// Close cut the dial: no fault of the target's to report.
 			f.aborted.Add(1)
-			r.Complete(true)
+			client.reset()
 			report(Aborted, d, err)
 			return
 		}
@@ -475,45 +690,70 @@ func (f *Forwarder) handle(r *tcp.ForwarderRequest) {
 		req.Attempt++
 		d = sess.DialFailed(d, err)
 	}
-	isHTTP := req.Service.Proto == policy.ProtoHTTP
-	if d.Verdict != Accept && (d.Verdict != Refuse503 || !isHTTP) {
-		f.refusedRST.Add(1)
-		r.Complete(true)
-		report(RefusedReset, d, nil)
-		return
-	}
-
-	proto := protoOf(req.VIP.Addr())
-	client, timedOut, err := f.handshake(r, proto)
-	if err != nil {
-		if target != nil {
-			target.Close()
-		}
-		switch {
-		case f.ctx.Err() != nil:
-			f.aborted.Add(1)
-			report(Aborted, d, err)
-		case timedOut:
-			report(HandshakeTimedOut, d, err)
-		default:
-			report(HandshakeFailed, d, err)
-		}
-		return
-	}
 	pendingDone()
-	if d.Verdict == Refuse503 {
+	isHTTP := req.Service.Proto == policy.ProtoHTTP
+	switch {
+	case d.Verdict == Refuse503 && isHTTP:
 		f.refused503.Add(1)
-		line, n := f.serve503(client, d)
+		line, n := f.serve503(client, d, t.RequestRead)
 		end.Refusal = Refusal{Status: 503, RequestLine: line, Bytes: n}
 		report(RefusedPage, d, nil)
 		return
+	case d.Verdict != Accept:
+		f.refusedRST.Add(1)
+		client.reset()
+		report(RefusedReset, d, nil)
+		return
 	}
 	f.accepted.Add(1)
-	f.splice(req, d, sess, client, target)
+	ended = true // splice reports the End
+	f.splice(req, d, sess, client, target, t)
 }
 
-// dial opens the target leg of an Accept decision.
-func (f *Forwarder) dial(d Decision) (Leg, error) {
+// hook is a test hook: tests set testHook to make a stage panic. Unset in
+// production, where it costs one atomic load and a compare per call.
+func hook(stage string) {
+	if h := testHook.Load(); h != nil {
+		(*h)(stage)
+	}
+}
+
+// testHook, when set by a test, is called with the name of each hooked
+// stage ("admit", "splice").
+var testHook atomic.Pointer[func(stage string)]
+
+// recoverConn recovers a panic in a connection goroutine: counts it,
+// reports it to OnPanic with the stack, and runs cleanup (which closes
+// what the goroutine holds). Deferred first thing in each such goroutine;
+// *reqp is the connection's request once it has one.
+func (f *Forwarder) recoverConn(reqp **ConnRequest, cleanup func()) {
+	v := recover()
+	if v == nil {
+		return
+	}
+	if cleanup != nil {
+		func() {
+			defer func() { _ = recover() }()
+			cleanup()
+		}()
+	}
+	f.recoverConnValue(reqp, v)
+}
+
+// recoverConnValue counts a recovered panic and reports it to OnPanic.
+func (f *Forwarder) recoverConnValue(reqp **ConnRequest, v any) {
+	f.panics.Add(1)
+	if f.opts.OnPanic != nil {
+		req := *reqp
+		if req == nil {
+			req = &ConnRequest{}
+		}
+		f.opts.OnPanic(req, v, debug.Stack())
+	}
+}
+
+// dial opens the target leg of an Accept decision, within timeout.
+func (f *Forwarder) dial(d Decision, timeout time.Duration) (Leg, error) {
 	if d.Target == nil {
 		return nil, errors.New("netstack: accept decision without a target")
 	}
@@ -524,20 +764,20 @@ func (f *Forwarder) dial(d Decision) (Leg, error) {
 			dl = f.opts.Back
 		}
 	}
-	ctx, cancel := context.WithTimeout(f.ctx, f.opts.DialTimeout)
+	ctx, cancel := context.WithTimeout(f.ctx, timeout)
 	defer cancel()
 	return dl.DialTarget(ctx, d.Target.Addr)
 }
 
-// handshake completes the client's handshake, aborting it after
-// HandshakeTimeout (then timedOut is set). It always completes r.
-func (f *Forwarder) handshake(r *tcp.ForwarderRequest, proto tcpip.NetworkProtocolNumber) (c *Conn, timedOut bool, err error) {
+// handshake completes the client's handshake, aborting it after timeout.
+// It always completes r, and counts a failure.
+func (f *Forwarder) handshake(r *tcp.ForwarderRequest, proto tcpip.NetworkProtocolNumber, timeout time.Duration) (*Conn, error) {
 	id := r.ID()
 	f.mu.Lock()
 	f.pending[id] = proto
 	f.mu.Unlock()
 	var expired atomic.Bool
-	timer := time.AfterFunc(f.opts.HandshakeTimeout, func() {
+	timer := time.AfterFunc(timeout, func() {
 		expired.Store(true)
 		f.abortHandshake(proto, id)
 	})
@@ -554,10 +794,10 @@ func (f *Forwarder) handshake(r *tcp.ForwarderRequest, proto tcpip.NetworkProtoc
 		} else {
 			f.hsFailed.Add(1)
 		}
-		return nil, expired.Load(), asError(terr)
+		return nil, asError(terr)
 	}
 	f.s.setKeepalive(ep)
-	return newConn(&wq, ep.(*tcp.Endpoint)), false, nil
+	return newConn(&wq, ep.(*tcp.Endpoint)), nil
 }
 
 // abortHandshake aborts the endpoint of a handshake in progress, which makes

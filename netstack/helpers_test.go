@@ -2,9 +2,11 @@ package netstack
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/netip"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -42,9 +44,11 @@ type testAdmitter struct {
 	nClosed  atomic.Int64 // Ends of connections whose last decision was Accept
 	nFailed  atomic.Int64 // DialFailed calls
 	nEnds    atomic.Int64 // End calls
+	nAdmit   atomic.Int64 // Admit calls
 }
 
 func (a *testAdmitter) Admit(r *ConnRequest) (Decision, Session) {
+	a.nAdmit.Add(1)
 	var d Decision
 	switch {
 	case a.admit != nil:
@@ -141,6 +145,7 @@ type rigOptions struct {
 	stack     Options
 	wrapFront func(datapath.Device) datapath.Device // wraps weir's device end
 	rawClient bool                                  // no client stack: the test drives clientDev
+	listen    []*policy.VirtualServer               // Forwarder.Listen on these
 }
 
 func newRig(t testing.TB, o rigOptions) *rig {
@@ -163,6 +168,11 @@ func newRig(t testing.TB, o rigOptions) *rig {
 	}
 	r.fwd = NewForwarder(w, o.fwd)
 	t.Cleanup(r.close)
+	if o.listen != nil {
+		if err := r.fwd.Listen(o.listen); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if o.rawClient {
 		return r
 	}
@@ -246,6 +256,25 @@ func serveListener(l net.Listener, handle func(net.Conn)) (stop func()) {
 		}
 	}()
 	return func() { l.Close(); wg.Wait() }
+}
+
+// wantReset checks that a dial, whose result is c and err, ended in a RST:
+// handshake-first, the dial itself may succeed (the RST arrives after the
+// final ACK) or see the RST; either way no byte ever comes.
+func wantReset(t testing.TB, c *Conn, err error) {
+	t.Helper()
+	if err != nil {
+		if !errors.Is(err, ErrConnectionReset) && !errors.Is(err, ErrConnectionRefused) {
+			t.Fatalf("dial: %v, want a reset", err)
+		}
+		return
+	}
+	defer c.Close()
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	n, rerr := c.Read(make([]byte, 1))
+	if n != 0 || rerr == nil || errors.Is(rerr, os.ErrDeadlineExceeded) || rerr == io.EOF {
+		t.Fatalf("read after a refusal: %d, %v; want a reset", n, rerr)
+	}
 }
 
 func dial(t testing.TB, s *Stack, addr netip.AddrPort) *Conn {

@@ -21,9 +21,9 @@ const drainLimit = 64 << 10
 // drains what the client still sends, and closes.
 // It returns the request line it read (empty when none arrived) and the
 // size of the response it wrote (0 when the write failed).
-func (f *Forwarder) serve503(c *Conn, d Decision) (requestLine string, sent int) {
+func (f *Forwarder) serve503(c *Conn, d Decision, timeout time.Duration) (requestLine string, sent int) {
 	defer c.Close()
-	deadline := time.Now().Add(f.opts.RequestTimeout)
+	deadline := time.Now().Add(timeout)
 	_ = c.SetReadDeadline(deadline)
 	buf := make([]byte, maxRequestHead)
 	n := 0
@@ -35,14 +35,14 @@ func (f *Forwarder) serve503(c *Conn, d Decision) (requestLine string, sent int)
 		}
 	}
 	requestLine = firstLine(buf[:n])
-	_ = c.SetWriteDeadline(deadline.Add(f.opts.RequestTimeout))
+	_ = c.SetWriteDeadline(deadline.Add(timeout))
 	page := page503(d)
 	if _, err := c.Write(page); err != nil {
 		return requestLine, 0
 	}
 	sent = len(page)
 	_ = c.CloseWrite()
-	_ = c.SetReadDeadline(time.Now().Add(f.opts.RequestTimeout))
+	_ = c.SetReadDeadline(time.Now().Add(timeout))
 	for drained := 0; drained < drainLimit; {
 		m, err := c.Read(buf)
 		drained += m

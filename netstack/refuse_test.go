@@ -86,16 +86,15 @@ func TestRefusals(t *testing.T) {
 	})
 	for _, vip := range []netip.Addr{vipV4, vipV6} {
 		t.Run("rst/"+vip.String(), func(t *testing.T) {
-			// A 503 refusal of a tcp service is an RST before any SYN-ACK.
+			// A 503 refusal of a tcp service is a RST once the handshake
+			// is complete (admission comes after it).
 			before, beforeRST := counter.synAck.Load(), counter.rst.Load()
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			_, err := r.client.DialTCP(ctx, netip.AddrPort{}, netip.AddrPortFrom(vip, 80))
-			if !errors.Is(err, ErrConnectionRefused) {
-				t.Fatalf("dial: %v, want connection refused", err)
-			}
-			if n := counter.synAck.Load() - before; n != 0 {
-				t.Errorf("weir sent %d SYN-ACKs to a refused connection", n)
+			c, err := r.client.DialTCP(ctx, netip.AddrPort{}, netip.AddrPortFrom(vip, 80))
+			wantReset(t, c, err)
+			if n := counter.synAck.Load() - before; n != 1 {
+				t.Errorf("weir sent %d SYN-ACKs, want 1", n)
 			}
 			if n := counter.rst.Load() - beforeRST; n != 1 {
 				t.Errorf("weir sent %d RSTs, want 1", n)
@@ -206,17 +205,18 @@ func TestHandshakeTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	testutil.Within(5*time.Second, func() bool { return r.fwd.Stats().HandshakeTimedOut > 0 })
+	testutil.Within(5*time.Second, func() bool { return r.fwd.Stats().Pending == 0 })
 	st := r.fwd.Stats()
 	if st.HandshakeTimedOut != 1 || st.Pending != 0 {
 		t.Fatalf("after the timeout: %+v", st)
 	}
-	// Its target leg was closed, and the session heard the truth: a
-	// handshake timeout, not a served connection.
-	if adm.nClosed.Load() != 1 {
-		t.Errorf("%d accepted connections ended, want 1", adm.nClosed.Load())
+	// Handshake first: the half-open connection never reached admission,
+	// so it held no admission slot and no target connection.
+	if n := adm.nAdmit.Load(); n != 0 {
+		t.Errorf("Admit called %d times for a handshake that never completed", n)
 	}
-	if got := adm.outcomes(); len(got) != 1 || got[0] != HandshakeTimedOut {
-		t.Errorf("outcomes %v, want [handshake-timeout]", got)
+	if got := adm.outcomes(); len(got) != 0 {
+		t.Errorf("outcomes %v, want none", got)
 	}
 }
 
@@ -246,16 +246,13 @@ func rawSYN(src, dst netip.AddrPort) []byte {
 	return b
 }
 
-// TestMaxInFlight: SYNs beyond MaxInFlight pending connections are dropped
-// and counted, and the slots free once admission answers.
+// TestMaxInFlight: on the tcp.Forwarder path, SYNs beyond MaxInFlight
+// half-open handshakes are dropped and counted, and the slots free once the
+// handshakes time out; none reached admission.
 func TestMaxInFlight(t *testing.T) {
 	vs := &policy.VirtualServer{Name: "tcp", VIPs: []netip.Addr{vipV4}, Ports: policy.PortRange{Lo: 80, Hi: 80}}
-	release := make(chan struct{})
-	adm := &testAdmitter{admit: func(*ConnRequest) Decision {
-		<-release
-		return Decision{Verdict: RefuseRST}
-	}}
-	r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: services(vs), Admitter: adm, MaxInFlight: 2}, rawClient: true})
+	adm := &testAdmitter{}
+	r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: services(vs), Admitter: adm, MaxInFlight: 2, HandshakeTimeout: 500 * time.Millisecond}, rawClient: true})
 	for port := uint16(1000); port < 1005; port++ {
 		syn := rawSYN(netip.AddrPortFrom(clientV4.Addr(), port), netip.AddrPortFrom(vipV4, 80))
 		if _, err := r.clientDev.Write([][]byte{syn}, 0); err != nil {
@@ -264,7 +261,31 @@ func TestMaxInFlight(t *testing.T) {
 	}
 	testutil.Eventually(t, 10*time.Second, func() bool { st := r.fwd.Stats(); return st.Pending == 2 && st.DroppedInFlight == 3 },
 		"2 pending and 3 dropped; stats %+v", r.fwd.Stats())
-	close(release)
-	testutil.Eventually(t, 10*time.Second, func() bool { st := r.fwd.Stats(); return st.Pending == 0 && st.RefusedRST == 2 },
-		"none pending and 2 refused; stats %+v", r.fwd.Stats())
+	testutil.Eventually(t, 10*time.Second, func() bool { st := r.fwd.Stats(); return st.Pending == 0 && st.HandshakeTimedOut == 2 },
+		"none pending and 2 timed out; stats %+v", r.fwd.Stats())
+	if n := adm.nAdmit.Load(); n != 0 {
+		t.Errorf("Admit called %d times", n)
+	}
+}
+
+// TestInFlightPerVIP: on the tcp.Forwarder path one VIP's half-open
+// handshakes cannot take another VIP's slots.
+func TestInFlightPerVIP(t *testing.T) {
+	other := netip.MustParseAddr("198.19.0.81")
+	vs := &policy.VirtualServer{Name: "tcp", VIPs: []netip.Addr{vipV4, other}, Ports: policy.PortRange{Lo: 80, Hi: 80}}
+	r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: services(vs), Admitter: &testAdmitter{}, InFlightPerVIP: 2}, rawClient: true})
+	for port := uint16(1000); port < 1010; port++ {
+		syn := rawSYN(netip.AddrPortFrom(clientV4.Addr(), port), netip.AddrPortFrom(vipV4, 80))
+		if _, err := r.clientDev.Write([][]byte{syn}, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testutil.Eventually(t, 10*time.Second, func() bool { st := r.fwd.Stats(); return st.Pending == 2 && st.DroppedInFlight == 8 },
+		"2 pending and 8 dropped; stats %+v", r.fwd.Stats())
+	syn := rawSYN(netip.AddrPortFrom(clientV4.Addr(), 2000), netip.AddrPortFrom(other, 80))
+	if _, err := r.clientDev.Write([][]byte{syn}, 0); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, func() bool { st := r.fwd.Stats(); return st.Pending == 3 && st.DroppedInFlight == 8 },
+		"the other VIP's SYN pending; stats %+v", r.fwd.Stats())
 }

@@ -7,15 +7,35 @@ package netstack
 //
 // EOF on one side is passed on as CloseWrite (FIN) to the other; the
 // connection ends when both directions have, or at once on any error, or
-// when the idle watchdog finds no byte moved for IdleTimeout. Final counters
-// are read before the legs are closed (a host socket's TCP_INFO is gone
-// after).
+// when the idle watchdog finds no byte moved for the idle timeout. Final
+// counters are read before the legs are closed (a host socket's TCP_INFO is
+// gone after).
+//
+// First byte: when the client's first bytes have reached the target, a
+// timer waits the first-byte timeout for the target's first byte. If it
+// fires first, the target leg is closed, the target→client half sends the
+// 503 page (http) or resets the client (tcp), and the Session hears
+// TargetFailed. fb orders the race of the two: whoever moves it from
+// fbWaiting wins.
+//
+// A panic in either half is recovered there: it ends this connection
+// (Outcome Panicked), not the process.
 
 import (
+	"fmt"
 	"io"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"weir/policy"
+)
+
+// First-byte states of a connEntry.
+const (
+	fbWaiting int32 = iota // the target has sent nothing yet
+	fbSpoke                // the target sent its first byte in time
+	fbExpired              // the first-byte timeout fired first
 )
 
 // StreamGap is the longest pause between two reads that still counts as
@@ -44,8 +64,13 @@ type connEntry struct {
 	streamNs atomic.Int64
 
 	closeOnce sync.Once
-	idle      atomic.Bool // closed by the idle watchdog
-	aborted   atomic.Bool // closed by Forwarder.Close
+	idle      atomic.Bool  // closed by the idle watchdog
+	aborted   atomic.Bool  // closed by Forwarder.Close
+	panicked  atomic.Value // the first panic's value, if a half panicked
+
+	fb      atomic.Int32 // fbWaiting, fbSpoke or fbExpired
+	fbArmed atomic.Bool  // the first-byte timer was started
+	fbTimer atomic.Pointer[time.Timer]
 
 	// Sampler state, protected by Forwarder.sampleMu.
 	last     sampleState
@@ -62,7 +87,7 @@ func (c *connEntry) abort() {
 
 // splice copies between client and target until both directions end, then
 // reports the connection's End to sess. It runs in the handler goroutine.
-func (f *Forwarder) splice(req *ConnRequest, d Decision, sess Session, client *Conn, target Leg) {
+func (f *Forwarder) splice(req *ConnRequest, d Decision, sess Session, client *Conn, target Leg, t policy.Timeouts) {
 	c := &connEntry{req: *req, d: d, start: time.Now(), client: client, target: target}
 	c.lastIO.Store(c.start.UnixNano())
 	c.last.at = c.start
@@ -85,7 +110,7 @@ func (f *Forwarder) splice(req *ConnRequest, d Decision, sess Session, client *C
 		watchdog  *time.Timer // protected by wdMu
 		wdStopped bool        // protected by wdMu
 	)
-	if idle := f.opts.IdleTimeout; idle > 0 {
+	if idle := t.Idle; idle > 0 {
 		check := func() {
 			since := time.Since(time.Unix(0, c.lastIO.Load()))
 			if since >= idle {
@@ -104,13 +129,17 @@ func (f *Forwarder) splice(req *ConnRequest, d Decision, sess Session, client *C
 		wdMu.Unlock()
 	}
 
+	http := req.Service != nil && req.Service.Proto == policy.ProtoHTTP
 	done := make(chan struct{})
 	go func() {
-		f.copyHalf(c, client, target, &c.toClient)
-		close(done)
+		defer close(done)
+		f.guard(c, func() { f.copyToClient(c, d, http) })
 	}()
-	f.copyHalf(c, target, client, &c.toTarget)
+	f.guard(c, func() { f.copyHalf(c, target, client, &c.toTarget, t.FirstByte) })
 	<-done
+	if tm := c.fbTimer.Load(); tm != nil {
+		tm.Stop()
+	}
 	wdMu.Lock()
 	wdStopped = true
 	if watchdog != nil {
@@ -129,24 +158,85 @@ func (f *Forwarder) splice(req *ConnRequest, d Decision, sess Session, client *C
 	f.open.Add(-1)
 	e := End{Outcome: Served, Decision: c.d, Stats: final, Dials: req.Attempt}
 	switch {
+	case c.panicked.Load() != nil:
+		e.Outcome = Panicked
+		e.Err = fmt.Errorf("panic: %v", c.panicked.Load())
 	case c.aborted.Load():
 		e.Outcome = Aborted
 		f.aborted.Add(1)
+	case c.fb.Load() == fbExpired:
+		e.Outcome = TargetTimedOut
+		e.Err = ErrFirstByteTimeout
+		f.targetTimedOut.Add(1)
+		if tf, ok := sess.(TargetFailer); ok {
+			tf.TargetFailed(c.d, ErrFirstByteTimeout)
+		}
 	case c.idle.Load():
 		e.Outcome = IdleClosed
 	}
 	sess.End(&e)
 }
 
+// guard runs one half of a splice, recovering a panic in it: the panic is
+// counted and reported, and the connection aborted (which ends the other
+// half too).
+func (f *Forwarder) guard(c *connEntry, half func()) {
+	defer func() {
+		if v := recover(); v != nil {
+			c.panicked.CompareAndSwap(nil, panicValue{v})
+			c.abort()
+			req := &c.req
+			f.recoverConnValue(&req, v)
+		}
+	}()
+	half()
+}
+
+// panicValue boxes a panic value for atomic.Value (which wants one
+// concrete type).
+type panicValue struct{ v any }
+
+func (p panicValue) String() string { return fmt.Sprint(p.v) }
+
+// copyToClient copies target to client; on the first byte it wins the
+// first-byte race, and if the timer won instead it answers the client for
+// the silent target: the 503 page for http (d's Reason names the timeout),
+// RST for tcp.
+func (f *Forwarder) copyToClient(c *connEntry, d Decision, http bool) {
+	f.copyHalf(c, c.client, c.target, &c.toClient, 0)
+	if c.fb.Load() != fbExpired || c.aborted.Load() {
+		return
+	}
+	if http && c.toClient.Load() == 0 {
+		d.Limit, d.Value, d.Reason = "firstByte", 0, "the target sent no response in time"
+		_ = c.client.SetWriteDeadline(time.Now().Add(DefaultRequestTimeout))
+		if _, err := c.client.Write(page503(d)); err == nil {
+			_ = c.client.CloseWrite()
+		}
+	} else {
+		c.client.reset()
+	}
+	c.abort()
+}
+
 // copyHalf copies src to dst until EOF (then half-closes dst) or an error
-// (then aborts the connection). It counts the bytes written into n.
-func (f *Forwarder) copyHalf(c *connEntry, dst, src Leg, n *atomic.Uint64) {
+// (then aborts the connection). It counts the bytes written into n. With
+// firstByte > 0 (the client→target half) its first write to the target
+// starts the first-byte timer; the target→client half (firstByte 0) ends
+// the wait with its first byte. Once the timer has won, errors no longer
+// abort: copyToClient answers the client first.
+func (f *Forwarder) copyHalf(c *connEntry, dst, src Leg, n *atomic.Uint64, firstByte time.Duration) {
 	bp := f.bufPool.Get().(*[]byte)
 	defer f.bufPool.Put(bp)
 	buf := *bp
+	toClient := dst == Leg(c.client)
 	for {
+		hook("splice")
 		nr, er := src.Read(buf)
 		if nr > 0 {
+			if toClient && !c.fb.CompareAndSwap(fbWaiting, fbSpoke) && c.fb.Load() == fbExpired {
+				return
+			}
 			now := time.Now().UnixNano()
 			if gap := now - c.lastIO.Swap(now); gap >= 0 && gap < int64(StreamGap) {
 				c.streamNs.Add(gap)
@@ -154,9 +244,21 @@ func (f *Forwarder) copyHalf(c *connEntry, dst, src Leg, n *atomic.Uint64) {
 			nw, ew := dst.Write(buf[:nr])
 			n.Add(uint64(nw))
 			if ew != nil {
-				c.abort()
+				if c.fb.Load() != fbExpired {
+					c.abort()
+				}
 				return
 			}
+			if firstByte > 0 && c.fbArmed.CompareAndSwap(false, true) {
+				c.fbTimer.Store(time.AfterFunc(firstByte, func() {
+					if c.fb.CompareAndSwap(fbWaiting, fbExpired) {
+						c.target.Close()
+					}
+				}))
+			}
+		}
+		if er != nil && c.fb.Load() == fbExpired {
+			return
 		}
 		if er == io.EOF {
 			if dst.CloseWrite() != nil {

@@ -346,6 +346,12 @@ type StackStats struct {
 	UDPUnknownPort       uint64 // UDP datagrams to no socket (answered with ICMP unreachable)
 	ICMPUnreachablesSent uint64 // ICMPv4 and ICMPv6 destination-unreachable messages sent
 	IPMalformed          uint64 // IP packets dropped as malformed
+	TCPChecksumErrors    uint64 // TCP segments dropped for a bad checksum
+	// IPFragmentsRefused counts fragments reassembly refused: overlapping
+	// (RFC 5722: the whole datagram goes), conflicting last fragments, or
+	// past 64 KiB. Tiny fragments never get here: the datapath drops them
+	// (reason tiny_fragment).
+	IPFragmentsRefused uint64
 }
 
 // Stats returns stack-wide counters.
@@ -360,6 +366,8 @@ func (s *Stack) Stats() StackStats {
 		UDPUnknownPort:       st.UDP.UnknownPortErrors.Value(),
 		ICMPUnreachablesSent: st.ICMP.V4.PacketsSent.DstUnreachable.Value() + st.ICMP.V6.PacketsSent.DstUnreachable.Value(),
 		IPMalformed:          st.IP.MalformedPacketsReceived.Value(),
+		TCPChecksumErrors:    st.TCP.ChecksumErrors.Value(),
+		IPFragmentsRefused:   st.IP.MalformedFragmentsReceived.Value(),
 	}
 }
 
@@ -386,6 +394,9 @@ var (
 	ErrConnectionRefused = errors.New("connection refused")
 	// ErrTimeout is returned by a dial or handshake that timed out.
 	ErrTimeout = errors.New("timed out")
+	// ErrConnectionReset is returned by a dial whose connection the peer
+	// reset right after the handshake (weir refusing it).
+	ErrConnectionReset = errors.New("connection reset by peer")
 )
 
 // asError converts a tcpip.Error into an error; it is the only way a
@@ -398,6 +409,8 @@ func asError(e tcpip.Error) error {
 		return ErrConnectionRefused
 	case *tcpip.ErrTimeout:
 		return ErrTimeout
+	case *tcpip.ErrConnectionReset:
+		return ErrConnectionReset
 	}
 	return &errTCPIP{e.String()}
 }

@@ -39,7 +39,9 @@ func testTimeWaitReuse(t *testing.T, n int, client, vipAddr netip.Addr) {
 	defer stop()
 	vs := &policy.VirtualServer{Name: "short", VIPs: []netip.Addr{vipAddr}, Ports: policy.PortRange{Lo: 80, Hi: 80}}
 	adm := &testAdmitter{target: &policy.Target{Name: "t", Addr: l.Addr().(*net.TCPAddr).AddrPort()}}
-	r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: services(vs), Admitter: adm}})
+	// The VIP has a listener, as in weir (the appliance listens on every
+	// service's VIPs).
+	r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: services(vs), Admitter: adm}, listen: []*policy.VirtualServer{vs}})
 
 	vip := netip.AddrPortFrom(vipAddr, 80)
 	start := time.Now()

@@ -78,6 +78,10 @@ type Instance struct {
 	// RecomputeInterval is how often bandwidth is recomputed; zero means
 	// DefaultRecomputeInterval (100 ms). It must divide MetricInterval.
 	RecomputeInterval time.Duration
+
+	// Timeouts are every virtual server's defaults; Compile fills each zero
+	// field with its Default… constant.
+	Timeouts Timeouts
 	// BandwidthBytes chooses what the bandwidth limits count: the TCP
 	// payload of admitted connections (CountPayload, the zero value, what
 	// the Sun seed counts) or every byte on the wire of those connections,
@@ -116,6 +120,69 @@ func ParseByteCount(s string) (ByteCount, error) {
 	}
 	return 0, fmt.Errorf("unknown bandwidthBytes %q (want payload or wire)", s)
 }
+
+// Defaults of Timeouts, filled in by Compile.
+const (
+	DefaultHandshakeTimeout   = 5 * time.Second  // client handshake, SYN-ACK to final ACK
+	DefaultConnectTimeout     = 3 * time.Second  // one dial to a target
+	DefaultFirstByteTimeout   = 30 * time.Second // target's first byte after the client's first
+	DefaultIdleTimeout        = 5 * time.Minute  // no byte either way
+	DefaultRequestReadTimeout = 2 * time.Second  // reading a refused HTTP request's head
+	DefaultInFlightPerVIP     = 128              // half-open handshakes per VIP and port
+)
+
+// Timeouts bound the phases of one connection, and the half-open handshakes
+// one VIP may hold. In Instance.Timeouts a zero field means its Default…
+// constant; in a VirtualServer's, the instance's value. After Compile no
+// field is zero except FirstByte and Idle turned off (negative in the
+// model, "off" in the config: Compile keeps them negative).
+type Timeouts struct {
+	// Handshake aborts a client handshake not completed in time.
+	Handshake time.Duration
+	// Connect bounds one dial to a target; a dial that times out counts as
+	// a failed target (down for the balancer's retry interval).
+	Connect time.Duration
+	// FirstByte bounds the wait for the target's first byte once the client
+	// has sent its first; a target that stays silent counts as failed and
+	// the client gets the 503 page (http) or RST (tcp). Negative: off.
+	FirstByte time.Duration
+	// Idle closes a connection with no byte in either direction for this
+	// long. Negative: never.
+	Idle time.Duration
+	// RequestRead bounds reading an HTTP request head before a 503 page.
+	RequestRead time.Duration
+	// InFlightPerVIP bounds the half-open handshakes of one VIP and port;
+	// beyond it, SYN cookies answer and hold no state.
+	InFlightPerVIP int
+}
+
+// resolve fills t's zero fields from def and reports the negative ones that
+// may not be (all but FirstByte and Idle).
+func (t *Timeouts) resolve(def Timeouts, bad func(string, ...any), where string) {
+	d := func(p *time.Duration, v time.Duration, name string, offOK bool) {
+		if *p == 0 {
+			*p = v
+		}
+		if *p < 0 && !offOK {
+			bad("%s timeouts: %s %v is negative", where, name, *p)
+		}
+	}
+	d(&t.Handshake, def.Handshake, "handshake", false)
+	d(&t.Connect, def.Connect, "connect", false)
+	d(&t.FirstByte, def.FirstByte, "firstByte", true)
+	d(&t.Idle, def.Idle, "idle", true)
+	d(&t.RequestRead, def.RequestRead, "requestRead", false)
+	if t.InFlightPerVIP == 0 {
+		t.InFlightPerVIP = def.InFlightPerVIP
+	}
+	if t.InFlightPerVIP < 1 || t.InFlightPerVIP > MaxInFlightPerVIP {
+		bad("%s timeouts: inFlightPerVIP %d is out of range 1..%d", where, t.InFlightPerVIP, MaxInFlightPerVIP)
+	}
+}
+
+// MaxInFlightPerVIP bounds Timeouts.InFlightPerVIP (a listener's SYN
+// backlog).
+const MaxInFlightPerVIP = 65535
 
 // Class is a virtual-server class (Sun's term): a named group of virtual
 // servers sharing aggregate limits. A class may sit inside a parent class;
@@ -223,6 +290,9 @@ type VirtualServer struct {
 	Ports  PortRange
 	Proto  ServiceProto
 	Limits Limits
+	// Timeouts of this virtual server's connections; zero fields take the
+	// instance's (see Timeouts).
+	Timeouts Timeouts
 	// Targets in configured order: primaries first in the order given, then
 	// backups in the order they are to be tried.
 	Targets []*Target
@@ -454,6 +524,10 @@ func Compile(c *Config) (*Config, error) {
 	if mi < 0 || ri < 0 || ri > mi || mi%ri != 0 {
 		bad("metricInterval %v must be a positive multiple of recomputeInterval %v", mi, ri)
 	}
+	c.Instance.Timeouts.resolve(Timeouts{
+		Handshake: DefaultHandshakeTimeout, Connect: DefaultConnectTimeout, FirstByte: DefaultFirstByteTimeout,
+		Idle: DefaultIdleTimeout, RequestRead: DefaultRequestReadTimeout, InFlightPerVIP: DefaultInFlightPerVIP,
+	}, bad, "instance")
 	m := &c.Monitor
 	if m.SamplingInterval == 0 {
 		m.SamplingInterval = DefaultSamplingInterval
@@ -533,6 +607,7 @@ func Compile(c *Config) (*Config, error) {
 			bad("virtual server %q defined twice", vs.Name)
 		}
 		names[vs.Name] = true
+		vs.Timeouts.resolve(c.Instance.Timeouts, bad, "virtual server "+strconv.Quote(vs.Name))
 		if vs.Ports.Lo == 0 || vs.Ports.Hi < vs.Ports.Lo {
 			bad("virtual server %q: bad port range %v", vs.Name, vs.Ports)
 		}

@@ -47,6 +47,29 @@ func TestCompileDefaults(t *testing.T) {
 	}
 }
 
+// TestCompileTimeouts: the instance's timeouts default to the Default…
+// constants, a virtual server's zero fields inherit the instance's, and
+// "off" (negative) is kept where it means off.
+func TestCompileTimeouts(t *testing.T) {
+	c, err := compileTestConfig(func(c *Config) {
+		c.Instance.Timeouts = Timeouts{Connect: time.Second, Idle: -1}
+		c.Services[0].Timeouts = Timeouts{FirstByte: 7 * time.Second, InFlightPerVIP: 9}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := Timeouts{Handshake: DefaultHandshakeTimeout, Connect: time.Second, FirstByte: DefaultFirstByteTimeout,
+		Idle: -1, RequestRead: DefaultRequestReadTimeout, InFlightPerVIP: DefaultInFlightPerVIP}
+	if c.Instance.Timeouts != in {
+		t.Errorf("instance timeouts %+v, want %+v", c.Instance.Timeouts, in)
+	}
+	vs := in
+	vs.FirstByte, vs.InFlightPerVIP = 7*time.Second, 9
+	if c.Services[0].Timeouts != vs {
+		t.Errorf("service timeouts %+v, want %+v", c.Services[0].Timeouts, vs)
+	}
+}
+
 func TestCompileRejects(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -63,6 +86,9 @@ func TestCompileRejects(t *testing.T) {
 		{"duplicate", func(c *Config) { c.Services[0].Targets[1].Name = "10.0.0.1:80" }, `target "10.0.0.1:80" defined twice`},
 		{"negative weight", func(c *Config) { c.Services[0].Targets[1].Weight = -1 }, `target "b": negative weight`},
 		{"nil service", func(c *Config) { c.Services = append(c.Services, nil) }, "nil virtual server"},
+		{"negative connect", func(c *Config) { c.Instance.Timeouts.Connect = -time.Second }, "instance timeouts: connect -1s is negative"},
+		{"negative service handshake", func(c *Config) { c.Services[0].Timeouts.Handshake = -1 }, `virtual server "web" timeouts: handshake -1ns is negative`},
+		{"in-flight too big", func(c *Config) { c.Services[0].Timeouts.InFlightPerVIP = MaxInFlightPerVIP + 1 }, "inFlightPerVIP 65536 is out of range"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := compileTestConfig(tc.mod)

@@ -24,6 +24,7 @@ func TestCheckSummary(t *testing.T) {
 	want := `../../examples/zos-telnet.pa: ok
 instance weir: no limits
   bandwidth averaged over 30s, recomputed every 100ms
+  timeouts: handshake 5s, connect 3s, firstByte 30s, idle 5m0s, requestRead 2s, inFlightPerVIP 128
 services: none
 rules (first match wins):
   1. targetelnet: protocol 6, server port 23 → telnetGold (ToS 0xA0 (10100000), minRate 500 Kbit/s)
@@ -150,7 +151,8 @@ func TestWriteSummary(t *testing.T) {
 	vs := &policy.VirtualServer{
 		Name: "web", Class: gold, VIPs: []netip.Addr{netip.MustParseAddr("fd00::1")},
 		Ports: policy.PortRange{Lo: 8000, Hi: 8010}, Proto: policy.ProtoTCP,
-		Targets: []*policy.Target{{Name: "n", Addr: netip.MustParseAddrPort("[fd00::2]:80"), Via: policy.DialNetstack}},
+		Timeouts: policy.Timeouts{FirstByte: -1, Connect: time.Second},
+		Targets:  []*policy.Target{{Name: "n", Addr: netip.MustParseAddrPort("[fd00::2]:80"), Via: policy.DialNetstack}},
 	}
 	act := &policy.Action{Name: "a", MeanRate: 2000, MaxConnections: 9}
 	c := &policy.Config{
@@ -174,12 +176,14 @@ func TestWriteSummary(t *testing.T) {
 	}
 	want := `instance weir: no limits
   bandwidth averaged over 30s, recomputed every 100ms
+  timeouts: handshake 5s, connect 3s, firstByte 30s, idle 5m0s, requestRead 2s, inFlightPerVIP 128
 classes:
   top (under instance): no limits
   gold (under class top): connections 5 log only
 services:
   web: tcp fd00::1, port 8000-8010, under class gold
     limits: no limits
+    timeouts: handshake 5s, connect 1s, firstByte off, idle 5m0s, requestRead 2s, inFlightPerVIP 128
     target n [fd00::2]:80: weight 0, no connection limit, primary, via netstack
 rules (first match wins):
   1. r: protocol 6-17, server fd00::/64, server port 80, client 198.18.0.0/15, client port 1024-2048, service web → a (meanRate 2000 Kbit/s, maxConnections 9)

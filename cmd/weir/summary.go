@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/netip"
 	"strings"
+	"time"
 
 	"weir/policy"
 )
@@ -30,6 +31,7 @@ func writeSummary(w io.Writer, c *policy.Config) error {
 	in := c.Instance
 	s.printf("instance %s: %s", in.Name, limitsText(in.Limits))
 	s.printf("  bandwidth averaged over %v, recomputed every %v", in.MetricInterval, in.RecomputeInterval)
+	s.printf("  timeouts: %s", timeoutsText(in.Timeouts))
 
 	if len(c.Classes) > 0 {
 		s.printf("classes:")
@@ -54,6 +56,9 @@ func writeSummary(w io.Writer, c *policy.Config) error {
 		}
 		s.printf("  %s: %s %s, port %v, under %s", vs.Name, vs.Proto, addrsText(vs.VIPs), vs.Ports, class)
 		s.printf("    limits: %s", limitsText(vs.Limits))
+		if vs.Timeouts != in.Timeouts {
+			s.printf("    timeouts: %s", timeoutsText(vs.Timeouts))
+		}
 		for _, t := range vs.Targets {
 			maxc := "no connection limit"
 			if t.MaxConnections > 0 {
@@ -187,4 +192,16 @@ func actionText(a *policy.Action) string {
 		return a.Name
 	}
 	return a.Name + " (" + strings.Join(parts, ", ") + ")"
+}
+
+// timeoutsText prints compiled timeouts the way the config spells them.
+func timeoutsText(t policy.Timeouts) string {
+	off := func(d time.Duration) string {
+		if d < 0 {
+			return "off"
+		}
+		return d.String()
+	}
+	return fmt.Sprintf("handshake %v, connect %v, firstByte %s, idle %s, requestRead %v, inFlightPerVIP %d",
+		t.Handshake, t.Connect, off(t.FirstByte), off(t.Idle), t.RequestRead, t.InFlightPerVIP)
 }

@@ -42,6 +42,7 @@
 //	  recomputeInterval: 100ms # default 100ms; must divide metricInterval
 //	  bandwidthBytes: payload  # what bandwidth limits count: payload (TCP payload, default) or wire (whole packets), of admitted connections only
 //	  limits: LIMITS
+//	  timeouts: TIMEOUTS       # every service's defaults
 //	classes:                   # Sun's virtual-server classes, in file order
 //	  - name: gold             # required, unique
 //	    parent: premium        # optional: another class; chains must not loop
@@ -53,6 +54,7 @@
 //	    port: 80               # required: 1..65535, or a range "8000-8010"
 //	    protocol: http         # tcp (default: refuse with RST) or http (refuse with a 503 page)
 //	    limits: LIMITS
+//	    timeouts: TIMEOUTS     # overrides the instance's, field by field
 //	    targets:               # required, at least one
 //	      - name: member05     # default: the address; unique within the service
 //	        address: 198.18.1.5:9080 # required: IP:port ([fd00::5]:9080), no host names
@@ -113,6 +115,17 @@
 //	maxConnections: 100        # concurrent connections; -1 or 0: no limit
 //	enforceConnections: true   # refuse at the limit; false: log only
 //	burstBytes: 64KiB          # optional token bucket refilled at maxBandwidth; needs maxBandwidth
+//
+// TIMEOUTS bound each phase of a connection; under instance they are every
+// service's defaults, under a service they override the instance's field by
+// field. weir check prints the values in force:
+//
+//	handshake: 5s              # a client handshake not completed in time is aborted (services without listeners)
+//	connect: 3s                # one dial to a target; a timeout marks the target down (retryInterval)
+//	firstByte: 30s             # target's first byte after the client's first; "off" or a duration; a timeout marks it down
+//	idle: 5m                   # no byte either way closes the connection; "off" or a duration
+//	requestRead: 2s            # reading a refused HTTP request's head before the 503 page
+//	inFlightPerVIP: 128        # half-open handshakes per VIP and port, 1..65535; beyond: SYN cookies
 //
 // noServices exists for reloads: weir run refuses a reload that would remove
 // every service (a file caught empty or half-written, an editor's truncate)

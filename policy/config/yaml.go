@@ -395,6 +395,39 @@ func (p *yparser) limits(l *policy.Limits, v *yaml.Node) {
 	}
 }
 
+// timeouts parses a timeouts mapping (instance defaults or one service's).
+// Defaults and range checks are policy.Compile's; firstByte and idle also
+// take "off", kept as a negative duration.
+func (p *yparser) timeouts(t *policy.Timeouts, v *yaml.Node) {
+	dur := func(dst *time.Duration) func(k, v *yaml.Node) {
+		return func(k, v *yaml.Node) {
+			if d, ok := p.positive(k, v); ok {
+				*dst = d
+			}
+		}
+	}
+	offOr := func(dst *time.Duration) func(k, v *yaml.Node) {
+		return func(k, v *yaml.Node) {
+			if x := p.deref(v); x != nil && x.Kind == yaml.ScalarNode && x.Value == "off" {
+				*dst = -1
+				return
+			}
+			dur(dst)(k, v)
+		}
+	}
+	p.mapping(v, "timeouts", []field{
+		{name: "handshake", fn: dur(&t.Handshake)},
+		{name: "connect", fn: dur(&t.Connect)},
+		{name: "firstByte", fn: offOr(&t.FirstByte)},
+		{name: "idle", fn: offOr(&t.Idle)},
+		{name: "requestRead", fn: dur(&t.RequestRead)},
+		{name: "inFlightPerVIP", fn: func(k, v *yaml.Node) {
+			n, _ := p.int(k, v, 1, policy.MaxInFlightPerVIP)
+			t.InFlightPerVIP = int(n)
+		}},
+	})
+}
+
 func (p *yparser) instance(v *yaml.Node) {
 	in := &p.b.cfg.Instance
 	var miAt, riAt *yaml.Node
@@ -416,6 +449,7 @@ func (p *yparser) instance(v *yaml.Node) {
 				in.RecomputeInterval, riAt = d, k
 			}
 		}},
+		{name: "timeouts", fn: func(_, v *yaml.Node) { p.timeouts(&in.Timeouts, v) }},
 	})
 	if miAt == nil && riAt == nil {
 		return
@@ -485,6 +519,7 @@ func (p *yparser) service(n *yaml.Node) {
 		{name: "port", required: true, fn: func(k, v *yaml.Node) { vs.Ports, _ = parse(p, k, v, "a port", parsePortRange) }},
 		{name: "protocol", fn: func(k, v *yaml.Node) { vs.Proto, _ = parse(p, k, v, "tcp or http", policy.ParseServiceProto) }},
 		{name: "limits", fn: func(_, v *yaml.Node) { p.limits(&vs.Limits, v) }},
+		{name: "timeouts", fn: func(_, v *yaml.Node) { p.timeouts(&vs.Timeouts, v) }},
 		{name: "targets", required: true, fn: func(k, v *yaml.Node) {
 			p.seq(k, v, func(item *yaml.Node) {
 				t, at := p.target(item)

@@ -26,6 +26,26 @@ func TestParseYAMLGood(t *testing.T) {
 				t.Errorf("defaults not applied: %+v", c.Instance)
 			}
 		}},
+		{"timeouts: instance defaults, a service's override, off", `
+instance:
+  timeouts: {connect: 1s, firstByte: off, idle: 10m, handshake: 2s, requestRead: 1s, inFlightPerVIP: 32}
+services:
+  - name: web
+    vips: [198.19.0.80]
+    port: 80
+    timeouts: {firstByte: 10s, inFlightPerVIP: 64}
+    targets: [{address: 127.0.0.1:8080}]
+`, func(t *testing.T, c *policy.Config) {
+			in := policy.Timeouts{Handshake: 2 * time.Second, Connect: time.Second, FirstByte: -1, Idle: 10 * time.Minute, RequestRead: time.Second, InFlightPerVIP: 32}
+			if c.Instance.Timeouts != in {
+				t.Errorf("instance timeouts %+v, want %+v", c.Instance.Timeouts, in)
+			}
+			vs := in
+			vs.FirstByte, vs.InFlightPerVIP = 10*time.Second, 64
+			if got := c.Services[0].Timeouts; got != vs {
+				t.Errorf("service timeouts %+v, want %+v", got, vs)
+			}
+		}},
 		{"instance limits and intervals", `
 instance:
   name: edge
@@ -195,6 +215,12 @@ func TestParseYAMLErrors(t *testing.T) {
 			`t.yaml:1:28: metricInterval: want a duration like 30s or 100ms, got "30"`},
 		{"interval not a multiple", "instance: {metricInterval: 1s, recomputeInterval: 300ms}\n",
 			`t.yaml:1:32: metricInterval 1s must be a multiple of recomputeInterval 300ms`},
+		{"timeouts: zero connect", "instance:\n  timeouts: {connect: 0s}\n",
+			`t.yaml:2:23: connect: must be more than 0`},
+		{"timeouts: unknown key", "instance:\n  timeouts: {idel: 1s}\n",
+			`t.yaml:2:14: unknown key "idel" in timeouts (did you mean "idle"?)`},
+		{"timeouts: off where it is not allowed", "instance:\n  timeouts: {handshake: off}\n",
+			`t.yaml:2:25: handshake: want a duration like 30s or 100ms, got "off"`},
 		{"bad bandwidthBytes", "instance: {bandwidthBytes: headers}\n",
 			`t.yaml:1:28: bandwidthBytes: unknown bandwidthBytes "headers" (want payload or wire)`},
 		{"zero minSegments", "monitor: {minSegments: 0}\n",

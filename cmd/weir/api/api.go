@@ -214,12 +214,15 @@ type Stack struct {
 	TCPRetransmits  uint64 `json:"tcp_retransmits"`
 	TCPTimeouts     uint64 `json:"tcp_timeouts"` // retransmission timeouts (RTO expiries)
 	TCPResetsSent   uint64 `json:"tcp_resets_sent"`
-	// SYNsDroppedInFlight counts SYNs dropped because the forwarder's
-	// maximum of pending handshakes was reached.
+	// SYNsDroppedInFlight counts SYNs dropped for want of room: a VIP's
+	// listener with a full accept queue, or, for services without
+	// listeners, the in-flight bounds (per VIP, and 1024 in all).
 	SYNsDroppedInFlight  uint64 `json:"syns_dropped_in_flight"`
 	UDPNoSocket          uint64 `json:"udp_no_socket"`          // UDP datagrams to no socket (answered with ICMP port unreachable)
 	ICMPUnreachablesSent uint64 `json:"icmp_unreachables_sent"` // ICMPv4 and ICMPv6 destination-unreachable messages
 	IPMalformed          uint64 `json:"ip_malformed"`           // IP packets the stack dropped as malformed
+	TCPChecksumErrors    uint64 `json:"tcp_checksum_errors"`    // TCP segments dropped for a bad checksum
+	IPFragmentsRefused   uint64 `json:"ip_fragments_refused"`   // fragments reassembly refused (overlapping, conflicting, past 64 KiB)
 }
 
 // Forwarder is the TCP forwarder's counters: what happened to SYNs and
@@ -237,6 +240,15 @@ type Forwarder struct {
 	// NoSession counts admitted SYNs the appliance returned no session for,
 	// refused with RST: a weir bug.
 	NoSession uint64 `json:"no_session"`
+	// SYN cookies: sent when a VIP's backlog of half-open handshakes is
+	// full, valid when a client completed a handshake from one, invalid
+	// for an ACK that carried none.
+	SYNCookiesSent    uint64 `json:"syn_cookies_sent"`
+	SYNCookiesValid   uint64 `json:"syn_cookies_valid"`
+	SYNCookiesInvalid uint64 `json:"syn_cookies_invalid"`
+	Listeners         int    `json:"listeners"`        // VIP and port pairs with a listener now
+	TargetTimedOut    uint64 `json:"target_timed_out"` // targets silent past the first-byte timeout (marked down)
+	Panics            uint64 `json:"panics"`           // panics recovered in connection goroutines
 }
 
 // NIC is one interface of the stack and the transport below it.

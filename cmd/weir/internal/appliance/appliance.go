@@ -217,7 +217,9 @@ func New(opts Options) (*Appliance, error) {
 		a.nics = append(a.nics, NICStats{Name: name, Back: true, nic: nic, dev: arm.Device})
 		fo.Back = &netstack.StackDialer{Stack: a.stack}
 	}
+	fo.OnPanic = a.connPanic
 	a.fwd = netstack.NewForwarder(a.stack, fo)
+	a.listen(cfg)
 	if opts.Registerer != nil {
 		if err := opts.Registerer.Register(metrics.NewCollector(a.Status)); err != nil {
 			a.Close()
@@ -395,6 +397,7 @@ func (a *Appliance) Reload(cfg *policy.Config) error {
 	a.gen.Add(1)
 	a.reloadErr.Store(nil)
 	a.syncCheckers()
+	a.listen(cfg)
 	a.monitorOff(cfg)
 	a.counters.reloads.Add(1)
 	a.log.Info().Int64("generation", a.gen.Load()).Int("services", len(cfg.Services)).Msg("configuration reloaded")
@@ -417,6 +420,7 @@ func (a *Appliance) ReloadFailed(err error) { a.reloadFailed(err) }
 // the number of connections still open.
 func (a *Appliance) Drain(ctx context.Context) int {
 	a.draining.Store(true)
+	a.fwd.Drain() // new SYNs get RST, before any SYN-ACK
 	t := time.NewTicker(50 * time.Millisecond)
 	defer t.Stop()
 	for {
@@ -459,8 +463,31 @@ func (a *Appliance) Close() error {
 	return err
 }
 
+// listen makes the forwarder listen on cfg's VIPs and ports (SYN cookies,
+// per-VIP backlogs). A listener that cannot be opened is logged: its SYNs
+// still reach the forwarder's fallback path.
+func (a *Appliance) listen(cfg *policy.Config) {
+	if err := a.fwd.Listen(cfg.Services); err != nil {
+		a.log.Warn().Err(err).Msg("some VIPs have no listener (no SYN cookies for them)")
+	}
+}
+
+// connPanic logs a panic recovered in a connection's goroutines, once, with
+// the connection and the stack; the forwarder has counted it
+// (weir_forwarder_panics_total) and closed that connection.
+func (a *Appliance) connPanic(req *netstack.ConnRequest, v any, stack []byte) {
+	ev := a.log.Error().Str("panic", fmt.Sprint(v)).Bytes("stack", stack)
+	if req.ID != 0 {
+		ev = ev.Uint64("conn", req.ID).Str("client", req.Client.String()).Str("vip", req.VIP.String())
+		if req.Service != nil {
+			ev = ev.Str("service", req.Service.Name)
+		}
+	}
+	ev.Msg("panic in a connection; that connection was closed")
+}
+
 // Admit is the netstack admission hook: policy limits first (virtual server,
-// class chain, instance), then the balancer. It runs before any SYN-ACK and
+// class chain, instance), then the balancer. It runs once the client's handshake has completed, and
 // returns the connection's session, which holds what admission reserved and
 // hears how the connection ends.
 func (a *Appliance) Admit(req *netstack.ConnRequest) (netstack.Decision, netstack.Session) {
@@ -594,6 +621,19 @@ func (s *session) DialFailed(failed netstack.Decision, err error) netstack.Decis
 	return a.noTarget(vs, req, err, now)
 }
 
+// TargetFailed marks a target that went silent after its dial succeeded
+// (the first-byte timeout) down for the retry interval, as a failed dial
+// is: passive health.
+func (s *session) TargetFailed(d netstack.Decision, err error) {
+	a, vs := s.a, s.req.Service
+	now := a.now()
+	name := s.lease.Name()
+	s.lease.Failed(now) // weir_forwarder_target_timed_out_total counts it
+	a.warnEvery("firstbyte:"+vs.Name+":"+name, now, func(e *zerolog.Event) {
+		e.Str("service", vs.Name).Str("target", name).Err(err).Msg("target sent nothing in time; marked down for the retry interval")
+	})
+}
+
 // End releases the connection's target slot and admission ticket and writes
 // its access-log line, whose outcome is the forwarder's account of the end.
 func (s *session) End(e *netstack.End) {
@@ -623,7 +663,7 @@ func (s *session) End(e *netstack.End) {
 		r.Target, r.BytesIn = "", 0
 		r.BytesOut = uint64(e.Refusal.Bytes)
 		r.RequestLine, r.Status = e.Refusal.RequestLine, e.Refusal.Status
-	case netstack.HandshakeFailed, netstack.HandshakeTimedOut, netstack.Aborted:
+	case netstack.HandshakeFailed, netstack.HandshakeTimedOut, netstack.Aborted, netstack.TargetTimedOut, netstack.Panicked:
 		if e.Err != nil {
 			r.Reason = e.Err.Error()
 		}

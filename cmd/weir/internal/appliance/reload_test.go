@@ -136,7 +136,10 @@ func TestReloaderRefusesToRemoveEveryService(t *testing.T) {
 func TestReloaderWaitsForTheFileToSettle(t *testing.T) {
 	l, path := reloadLab(t, strings.Replace(reloadYAML, "%d", "1", 1))
 	r := appliance.NewReloader(l.App, path, config.Parser{}.Parse)
-	r.Settle = 20 * time.Millisecond
+	// The writer replaces the file every 2 ms; the settle time is far
+	// longer than a writer stalled by a loaded 2-core host (20 ms was not:
+	// a stalled writer let the file read as settled).
+	r.Settle = 150 * time.Millisecond
 	stop, done := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)

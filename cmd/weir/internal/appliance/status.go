@@ -81,6 +81,9 @@ func (a *Appliance) Status() api.Status {
 	raw := a.RawStats()
 	st.Datapath = datapathStatus(raw.Datapath, raw.Flows)
 	st.Stack = stackStatus(raw.Stack)
+	// Every SYN dropped for want of room, listeners' included (the stack's
+	// own counter is only the tcp.Forwarder path's global bound).
+	st.Stack.SYNsDroppedInFlight = raw.Forwarder.DroppedInFlight
 	st.Forwarder = forwarderStatus(raw.Forwarder)
 	st.Control.DroppedEvents = raw.AdmissionEventsDropped
 	if a.opts.LogDrops != nil {
@@ -181,6 +184,7 @@ func stackStatus(s netstack.StackStats) api.Stack {
 		TCPSegmentsSent: s.TCPSegmentsSent, TCPRetransmits: s.TCPRetransmits, TCPTimeouts: s.TCPTimeouts,
 		TCPResetsSent: s.TCPResetsSent, SYNsDroppedInFlight: s.TCPForwardDropFull, UDPNoSocket: s.UDPUnknownPort,
 		ICMPUnreachablesSent: s.ICMPUnreachablesSent, IPMalformed: s.IPMalformed,
+		TCPChecksumErrors: s.TCPChecksumErrors, IPFragmentsRefused: s.IPFragmentsRefused,
 	}
 }
 
@@ -189,6 +193,8 @@ func forwarderStatus(s netstack.ForwarderStats) api.Forwarder {
 		Accepted: s.Accepted, Pending: s.Pending, NoService: s.NoService, RefusedClosed: s.RefusedClosed,
 		HandshakeTimedOut: s.HandshakeTimedOut, HandshakeFailed: s.HandshakeFailed,
 		IdleClosed: s.IdleClosed, TimeWaitReopened: s.TimeWaitReopened, Aborted: s.Aborted, NoSession: s.NoSession,
+		SYNCookiesSent: s.SYNCookiesSent, SYNCookiesValid: s.SYNCookiesValid, SYNCookiesInvalid: s.SYNCookiesInvalid,
+		Listeners: s.Listeners, TargetTimedOut: s.TargetTimedOut, Panics: s.Panics,
 	}
 }
 

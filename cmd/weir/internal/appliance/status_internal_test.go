@@ -41,7 +41,8 @@ func TestRefusalsSorted(t *testing.T) {
 var rawNotInStatus = map[string]string{
 	"Forwarder.RefusedRST":      "Refusals: RST or 503 follows the service's protocol",
 	"Forwarder.Refused503":      "Refusals: RST or 503 follows the service's protocol",
-	"Forwarder.DroppedInFlight": "Stack.SYNsDroppedInFlight, the same gVisor counter",
+	"Forwarder.DroppedInFlight": "Stack.SYNsDroppedInFlight (set from it in Status)",
+	"Stack.TCPForwardDropFull":  "a part of Stack.SYNsDroppedInFlight",
 	"Forwarder.UDPUnreachable":  "Stack.UDPNoSocket, the same gVisor counter",
 	"Forwarder.DialFailed":      "Target.Failed and DialFailures",
 	"Forwarder.Open":            "Open (admitted connections not yet closed)",

@@ -1,0 +1,292 @@
+//go:build linux
+
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// floodSYNs is the number of spoofed SYNs TestE2ESYNFlood sends:
+// WEIR_FLOOD_SYNS, else 20 000 (the make test size, a few seconds).
+func floodSYNs(t *testing.T) int {
+	if s := os.Getenv("WEIR_FLOOD_SYNS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > 1_000_000 {
+			t.Fatalf("WEIR_FLOOD_SYNS=%q: want 1..1000000", s)
+		}
+		return n
+	}
+	return 20000
+}
+
+// floodRate is the flood's pace in SYNs per second: bounded, so that the
+// flood's length is count/floodRate.
+const floodRate = 10000
+
+// TestE2ESYNFlood: spoofed SYNs (sources in 198.19.0.0/16, written through
+// a raw socket in weir's namespace, so they enter weir through its TUN) at
+// an http VIP with an enforced maxConnections of 50, while a real client
+// makes 200 sequential requests to it and 20 to a second VIP. Handshake
+// first and SYN cookies: ≥ 99 % of the real requests succeed, the second
+// VIP loses none, the backends see exactly the real connections (no
+// spoofed SYN reached one), /status answers throughout and weir's RSS stays
+// bounded.
+func TestE2ESYNFlood(t *testing.T) {
+	w := startWeir(t, "flood.yaml")
+	n := floodSYNs(t)
+	var flooded, calm atomic.Int64
+	w.countingHTTP("198.18.1.1:8080", &flooded)
+	w.countingHTTP("198.18.1.2:8080", &calm)
+
+	client := &http.Client{
+		Timeout: 5 * time.Second,
+		Transport: &http.Transport{
+			DisableKeepAlives: true,
+			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+				return w.ns.Dial(ctx, network, addr)
+			},
+		},
+	}
+	defer client.CloseIdleConnections()
+	get := func(vip string) (time.Duration, error) {
+		t0 := time.Now()
+		resp, err := client.Get("http://" + vip + "/")
+		if err != nil {
+			return 0, err
+		}
+		defer resp.Body.Close()
+		if _, err := io.ReadAll(resp.Body); err != nil {
+			return 0, err
+		}
+		if resp.StatusCode != 200 {
+			return 0, fmt.Errorf("status %d", resp.StatusCode)
+		}
+		return time.Since(t0), nil
+	}
+	// The two VIPs answer before the flood.
+	for _, vip := range []string{"198.18.0.30", "198.18.0.31"} {
+		if _, err := get(vip); err != nil {
+			t.Fatalf("%s before the flood: %v", vip, err)
+		}
+	}
+	baseFlooded, baseCalm := flooded.Load(), calm.Load()
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	// /status throughout, every 100 ms.
+	var statusOK, statusFailed atomic.Int64
+	var maxRSS atomic.Int64
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			code, _, err := w.Get("/status")
+			if err != nil || code != 200 {
+				statusFailed.Add(1)
+			} else {
+				statusOK.Add(1)
+			}
+		}
+	}()
+	// The flood, paced at floodRate.
+	var sent atomic.Int64
+	floodDone := make(chan error, 1)
+	go func() { floodDone <- w.synFlood(netip.MustParseAddrPort("198.18.0.30:80"), n, &sent) }()
+
+	floodLen := time.Duration(n) * time.Second / floodRate
+	const requests = 200
+	gap := floodLen / requests
+	var lat []time.Duration
+	var failed, calmFailed int
+	start := time.Now()
+	for i := 0; i < requests; i++ {
+		t0 := time.Now()
+		d, err := get("198.18.0.30")
+		if err != nil {
+			failed++
+			t.Logf("request %d under the flood: %v", i, err)
+		} else {
+			lat = append(lat, d)
+		}
+		if i%10 == 9 {
+			if _, err := get("198.18.0.31"); err != nil {
+				calmFailed++
+				t.Logf("second VIP, request %d: %v", i/10, err)
+			}
+		}
+		if i%20 == 0 {
+			if rss := w.rss(); rss > maxRSS.Load() {
+				maxRSS.Store(rss)
+			}
+		}
+		if s := gap - time.Since(t0); s > 0 {
+			time.Sleep(s)
+		}
+	}
+	if err := <-floodDone; err != nil {
+		t.Fatalf("flood: %v", err)
+	}
+	elapsed := time.Since(start)
+	if rss := w.rss(); rss > maxRSS.Load() {
+		maxRSS.Store(rss)
+	}
+	close(stop)
+	wg.Wait()
+
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	pct := func(p float64) time.Duration {
+		if len(lat) == 0 {
+			return 0
+		}
+		return lat[min(len(lat)-1, int(p*float64(len(lat))))]
+	}
+	fams := w.metrics()
+	cookies := metricSum(fams, "weir_forwarder_syn_cookies_sent_total", nil)
+	ok := requests - failed
+	realFlooded, realCalm := flooded.Load()-baseFlooded, calm.Load()-baseCalm
+	t.Logf("flood: %d spoofed SYNs sent in %v (%.0f/s); %d SYN cookies sent", sent.Load(), elapsed.Round(time.Millisecond), float64(sent.Load())/elapsed.Seconds(), int64(cookies))
+	t.Logf("legit: %d/%d ok (%.1f %%), latency p50 %v p99 %v max %v; second VIP %d/%d failed",
+		ok, requests, 100*float64(ok)/requests, pct(0.50), pct(0.99), pct(1), calmFailed, requests/10)
+	t.Logf("backend connections: flooded %d (real requests ok %d), calm %d; weir RSS max %.1f MiB; /status %d ok, %d failed",
+		realFlooded, ok, realCalm, float64(maxRSS.Load())/(1<<20), statusOK.Load(), statusFailed.Load())
+
+	if ok*100 < requests*99 {
+		t.Errorf("%d of %d real requests failed under the flood, want ≤ 1 %%", failed, requests)
+	}
+	if calmFailed > 0 {
+		t.Errorf("the second VIP failed %d requests", calmFailed)
+	}
+	// Every connection the flooded backend saw is a real client's: a
+	// failed request may or may not have reached it, a spoofed SYN never.
+	if realFlooded < int64(ok) || realFlooded > int64(requests) {
+		t.Errorf("the flooded VIP's backend accepted %d connections for %d successful real requests: spoofed SYNs reached it", realFlooded, ok)
+	}
+	if cookies <= 0 {
+		t.Errorf("no SYN cookie sent: the flood never filled the backlog of 64")
+	}
+	if statusFailed.Load() > 0 || statusOK.Load() == 0 {
+		t.Errorf("/status: %d ok, %d failed during the flood", statusOK.Load(), statusFailed.Load())
+	}
+	if rss := maxRSS.Load(); rss <= 0 || rss > 512<<20 {
+		t.Errorf("weir RSS %d bytes: unknown or above 512 MiB", rss)
+	}
+}
+
+// countingHTTP serves a minimal HTTP server on addr inside the namespace
+// that counts the connections it accepts.
+func (w *weirProc) countingHTTP(addr string, conns *atomic.Int64) {
+	w.t.Helper()
+	ln := w.listen(addr)
+	srv := &http.Server{
+		Handler: http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) { io.WriteString(rw, "ok") }),
+		ConnState: func(_ net.Conn, s http.ConnState) {
+			if s == http.StateNew {
+				conns.Add(1)
+			}
+		},
+		ReadHeaderTimeout: 5 * time.Second,
+	}
+	go srv.Serve(ln)
+	w.t.Cleanup(func() { srv.Close() })
+}
+
+// rss reads weir's resident set size from its own metric.
+func (w *weirProc) rss() int64 {
+	return int64(metricSum(w.metrics(), "process_resident_memory_bytes", nil))
+}
+
+// synFlood writes count spoofed SYNs to dst through a raw socket in weir's
+// namespace, paced at floodRate in batches every 10 ms. Sources are
+// 198.19.0.0/16 (never answered: weir's SYN-ACKs to them die in the
+// namespace, which does not forward).
+func (w *weirProc) synFlood(dst netip.AddrPort, count int, sent *atomic.Int64) error {
+	var fd int
+	if err := w.ns.Do(func() error {
+		var err error
+		fd, err = unix.Socket(unix.AF_INET, unix.SOCK_RAW, unix.IPPROTO_RAW)
+		return err
+	}); err != nil {
+		return fmt.Errorf("raw socket: %w", err)
+	}
+	defer unix.Close(fd)
+	to := &unix.SockaddrInet4{Addr: dst.Addr().As4()}
+	pkt := make([]byte, 40)
+	const batch = floodRate / 100
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for i := 0; i < count; {
+		for j := 0; j < batch && i < count; j, i = j+1, i+1 {
+			src := [4]byte{198, 19, byte(i >> 8), byte(i)}
+			spoofedSYN(pkt, src, dst, uint16(1024+i%60000), uint32(i)*7919)
+			if err := unix.Sendto(fd, pkt, 0, to); err != nil {
+				return fmt.Errorf("sendto after %d: %w", i, err)
+			}
+			sent.Add(1)
+		}
+		<-tick.C
+	}
+	return nil
+}
+
+// spoofedSYN writes an IPv4 TCP SYN (no options) from src:sport to dst into
+// pkt (40 bytes), checksums included.
+func spoofedSYN(pkt []byte, src [4]byte, dst netip.AddrPort, sport uint16, seq uint32) {
+	clear(pkt)
+	d := dst.Addr().As4()
+	pkt[0] = 0x45
+	binary.BigEndian.PutUint16(pkt[2:], 40)
+	pkt[8] = 64 // TTL
+	pkt[9] = unix.IPPROTO_TCP
+	copy(pkt[12:16], src[:])
+	copy(pkt[16:20], d[:])
+	binary.BigEndian.PutUint16(pkt[10:], ^csum(0, pkt[:20]))
+	tcp := pkt[20:]
+	binary.BigEndian.PutUint16(tcp[0:], sport)
+	binary.BigEndian.PutUint16(tcp[2:], dst.Port())
+	binary.BigEndian.PutUint32(tcp[4:], seq)
+	tcp[12] = 5 << 4
+	tcp[13] = 0x02 // SYN
+	binary.BigEndian.PutUint16(tcp[14:], 65535)
+	var pseudo [12]byte
+	copy(pseudo[0:4], src[:])
+	copy(pseudo[4:8], d[:])
+	pseudo[9] = unix.IPPROTO_TCP
+	binary.BigEndian.PutUint16(pseudo[10:], 20)
+	binary.BigEndian.PutUint16(tcp[16:], ^csum(uint32(csum(0, pseudo[:])), tcp))
+}
+
+// csum folds the ones' complement sum of b into s.
+func csum(s uint32, b []byte) uint16 {
+	for i := 0; i+1 < len(b); i += 2 {
+		s += uint32(binary.BigEndian.Uint16(b[i:]))
+	}
+	if len(b)%2 == 1 {
+		s += uint32(b[len(b)-1]) << 8
+	}
+	for s > 0xffff {
+		s = s>>16 + s&0xffff
+	}
+	return uint16(s)
+}
