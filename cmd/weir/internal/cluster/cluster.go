@@ -27,8 +27,11 @@
 //     never add up to more than the limit.
 //
 // want is the open connections plus a spare (a quarter of them; at least
-// one while the cluster has free slots) plus the connections the share
-// refused since the last renewal.
+// one while the cluster has free slots and no unmet demand) plus the connections the share
+// refused since the last renewal; and while slots are free and the wants
+// add up to no more than the limit, at least the
+// instance's even part of the limit (limit ÷ members), so that an idle
+// instance admits a burst at once.
 // Growing is in the background: between renewals Loop checks the local
 // demand every tenth of the lease interval and renews early when a level's
 // share is full or refused a connection. A SYN arriving at a full share is
@@ -43,11 +46,15 @@
 //
 // # Redis unreachable
 //
-// When a renewal fails (an error or no answer within the lease interval)
-// every enforced level takes the configured fallback until Redis answers
+// When two renewals in a row fail (an error or no answer within half a lease
+// interval; one failure alone leaves the leases, which outlive it) every
+// enforced level takes the configured fallback until Redis answers
 // again: localShare, limit ÷ the live members as last seen (rounded down; at
 // start, before any member was seen, this instance alone), failOpen, the
-// whole limit here, failClosed, nothing. The change is logged once and
+// whole limit here, failClosed, nothing. A share above the lease the
+// instance held waits one lease lifetime: every other instance sees the
+// outage within two lease intervals (a renewal each interval, each bounded
+// by one), and until then may still use its lease. The change is logged once and
 // counted (Status.Outages). When Redis answers again, no instance grows
 // beyond its fallback share until every member it saw before the outage has
 // renewed (and so recorded what it holds), or graceMax has passed (a member
@@ -56,6 +63,18 @@
 // localShare is exact when Redis is down for everybody; an instance cut off
 // from Redis alone while the others still reach it can add its share to the
 // limit until it sees Redis again (failClosed is exact in every case).
+//
+// # What is exact
+//
+// The limit holds cluster-wide as long as every instance renews within the
+// lease lifetime (three intervals): renewals start an interval apart and
+// each is bounded by half an interval. An instance stalled longer (a paused
+// VM, a starved process), or cut off from Redis alone while the others
+// still reach it, keeps using its lease or its fallback share after its
+// record expired, and the others may take those slots: the sum can then
+// exceed the limit by that instance's share until it renews or its
+// connections close. failClosed avoids it at the cost of refusing during an
+// outage.
 package cluster
 
 import (
@@ -128,6 +147,8 @@ type Cluster struct {
 	members    int       // live members at the last renewal, ≥ 1
 	graceUntil time.Time // after an outage: no growth beyond the fallback share until then,
 	graceWait  []string  // or until these members, live before it, are back
+	downAt     time.Time // when the current outage was seen
+	fails      int       // renewals failed in a row
 	closed     bool
 }
 
@@ -142,6 +163,7 @@ type lease struct {
 	// refusedNow and open are Admission's figures read by this renewal.
 	refusedNow uint64
 	held       int64 // the cluster-wide sum of leases at the last renewal
+	wants      int64 // the cluster-wide sum of wants at the last renewal
 	open       int64
 	gone       bool // no longer enforced: release at the next renewal
 }
@@ -212,11 +234,12 @@ func New(o Options) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	// A renewal that takes longer than a lease interval counts as Redis
-	// down: the fallback is better than a lease that may have expired.
-	ro.DialTimeout = cfg.LeaseInterval
-	ro.ReadTimeout = cfg.LeaseInterval
-	ro.WriteTimeout = cfg.LeaseInterval
+	// A renewal that takes longer than half a lease interval fails: two in
+	// a row (Redis down) must end before the lease lifetime (three
+	// intervals) does.
+	ro.DialTimeout = cfg.LeaseInterval / 2
+	ro.ReadTimeout = cfg.LeaseInterval / 2
+	ro.WriteTimeout = cfg.LeaseInterval / 2
 	ro.MaxRetries = -1
 	ro.DialerRetries = 1 // Loop retries every renewal: no backoff inside one
 	ro.PoolSize = 2
@@ -275,16 +298,19 @@ func (c *Cluster) Loop(ctx context.Context) {
 	poll := max(interval/10, 5*time.Millisecond)
 	tick := time.NewTicker(poll)
 	defer tick.Stop()
-	c.Renew(ctx)
+	// Renewals start an interval apart (start to start, whatever each
+	// took), so that with one lost answer the next still lands within the
+	// lease lifetime.
 	last := time.Now()
+	c.Renew(ctx)
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case now := <-tick.C:
 			if now.Sub(last) >= interval || c.wantsMore() {
+				last = now
 				c.Renew(ctx)
-				last = time.Now()
 			}
 		}
 	}
@@ -303,7 +329,9 @@ func (c *Cluster) wantsMore() bool {
 		if l == nil || !enforced(s) {
 			continue
 		}
-		if (s.ShareRefused != l.refused || s.Conns >= l.share) && l.held < l.limit {
+		// Demand only: refusals, or a share filled by connections (an idle
+		// share of zero is not demand).
+		if (s.ShareRefused != l.refused || s.Conns > 0 && s.Conns >= l.share) && l.held < l.limit {
 			return true
 		}
 	}
@@ -369,7 +397,7 @@ func (c *Cluster) Renew(ctx context.Context) {
 		keys = append(keys, l.key)
 		args = append(args, l.limit, want, floor)
 	}
-	rctx, cancel := context.WithTimeout(ctx, c.o.Config.LeaseInterval)
+	rctx, cancel := context.WithTimeout(ctx, c.o.Config.LeaseInterval/2)
 	res, err := leaseScript.Run(rctx, c.rdb, keys, args...).Slice()
 	cancel()
 	c.renews.Add(1)
@@ -377,9 +405,17 @@ func (c *Cluster) Renew(ctx context.Context) {
 		err = c.apply(res, order)
 	}
 	if err != nil {
+		c.fails++
+		if c.fails < 2 && c.state == stateShared {
+			// One slow or lost answer: the recorded leases outlive it (a
+			// lifetime is three intervals), so keep them and retry.
+			c.st.LastError = err.Error()
+			return
+		}
 		c.down(err)
 		return
 	}
+	c.fails = 0
 	for k, l := range c.levels {
 		if l.gone {
 			adm.SetCapacity(l.kind, l.name, 0)
@@ -440,12 +476,18 @@ func (c *Cluster) plan(l *lease, grace bool) (want, floor int64) {
 	// connection at once; when every slot is held, an idle instance holds
 	// none.
 	spare := (l.open + 3) / 4
-	if l.held < l.limit {
+	free := l.wants <= l.limit // the demand, spares included, fits: nobody waits for slots
+	if free {
 		spare = max(spare, 1)
 	}
 	delta := int64(min(l.refusedNow-l.refused, maxLimit))
 	l.refused = l.refusedNow
 	need := min(l.limit, l.open+spare+delta)
+	if free {
+		// Free slots: an instance holds its even part of the limit even
+		// when idle, so that a burst admits at once, up to what is free.
+		need = max(need, min(l.limit/int64(c.members), cur+l.limit-l.held))
+	}
 	if grace {
 		need = min(need, max(min(cur, l.limit), c.fallbackShare(l)))
 	}
@@ -490,7 +532,7 @@ func (c *Cluster) apply(res []any, order []*lease) error {
 	if err != nil {
 		return err
 	}
-	if n < 0 || len(res) != 1+3*int(n)+3*len(order) {
+	if n < 0 || len(res) != 1+3*int(n)+4*len(order) {
 		return fmt.Errorf("cluster: lease script answered %d values for %d members and %d levels", len(res), n, len(order))
 	}
 	members := make([]Member, 0, n)
@@ -508,12 +550,13 @@ func (c *Cluster) apply(res []any, order []*lease) error {
 	c.members = max(len(members), 1)
 	base := 1 + 3*int(n)
 	for i, l := range order {
-		grant, err1 := num(base + 3*i)
-		held, err2 := num(base + 3*i + 2)
-		if err := errors.Join(err1, err2); err != nil {
+		grant, err1 := num(base + 4*i)
+		held, err2 := num(base + 4*i + 2)
+		wants, err3 := num(base + 4*i + 3)
+		if err := errors.Join(err1, err2, err3); err != nil {
 			return err
 		}
-		l.held = held
+		l.held, l.wants = held, wants
 		if l.gone || grant == l.share {
 			continue
 		}
@@ -531,6 +574,7 @@ func (c *Cluster) down(err error) {
 		c.o.Logf("cluster %s: Redis %s unreachable (%v): %s with %d members as last seen, until it answers",
 			c.st.Name, c.st.Redis, err, mode, c.members)
 		c.state = stateDown
+		c.downAt = time.Now()
 		c.graceUntil = time.Now().Add(24 * time.Hour) // set to graceMax when Redis answers
 		c.graceWait = make([]string, 0, len(c.st.Members))
 		for _, m := range c.st.Members {
@@ -545,8 +589,15 @@ func (c *Cluster) down(err error) {
 			continue
 		}
 		share := c.fallbackShare(l)
+		settled := time.Since(c.downAt) >= c.ttl
+		if !settled {
+			// The others may still hold their leases: until every one of
+			// them has seen the outage too (within two intervals of ours)
+			// nobody grows past its lease.
+			share = min(share, l.share)
+		}
 		capacity := share
-		if mode == policy.FailOpen {
+		if mode == policy.FailOpen && settled {
 			capacity = -1 // the limit alone
 		}
 		if share != l.share {

@@ -14,7 +14,9 @@ import (
 	"weir/policy"
 )
 
-const interval = 50 * time.Millisecond
+// interval is the lease interval of the tests: long enough that a renewal
+// is not starved past the lease lifetime on a loaded test machine.
+const interval = 200 * time.Millisecond
 
 // node is one in-process instance: its own admission state and cluster
 // client, sharing a Redis with the others.
@@ -190,14 +192,14 @@ func TestSlotsFollowDemand(t *testing.T) {
 	b := newNode(t, r.Addr(), "b", 10, policy.LocalShare)
 	ld := newLoad()
 	ld.clients(a, 15, 2*time.Millisecond)
-	eventually(t, 2*time.Second, func() bool { return a.level().Share >= 9 }, func() string { return fmt.Sprintf("a's share under its demand alone: %+v", a.level()) })
+	eventually(t, 5*time.Second, func() bool { return a.level().Share >= 9 }, func() string { return fmt.Sprintf("a's share under its demand alone: %+v", a.level()) })
 	ld.end()
-	eventually(t, 2*time.Second, func() bool { return a.level().Share <= 2 }, func() string { return fmt.Sprintf("a keeps its slots without demand: %+v", a.level()) })
+	eventually(t, 5*time.Second, func() bool { return a.level().Share <= 5 }, func() string { return fmt.Sprintf("a keeps more than its even part without demand: %+v", a.level()) })
 	ld = newLoad()
 	ld.clients(b, 15, 2*time.Millisecond)
-	eventually(t, 2*time.Second, func() bool { return b.level().Share >= 9 }, func() string { return fmt.Sprintf("b's share after a's demand ended: %+v", b.level()) })
+	eventually(t, 5*time.Second, func() bool { return b.level().Share >= 9 }, func() string { return fmt.Sprintf("b's share after a's demand ended: %+v", b.level()) })
 	ld.clients(a, 15, 2*time.Millisecond)
-	eventually(t, 3*time.Second, func() bool {
+	eventually(t, 5*time.Second, func() bool {
 		sa, sb := a.level().Share, b.level().Share
 		return sa >= 3 && sb >= 3 && sa+sb >= 9
 	}, func() string { return fmt.Sprintf("shares under equal demand: a %+v, b %+v", a.level(), b.level()) })
@@ -216,7 +218,7 @@ func TestDeadMemberSlotsExpire(t *testing.T) {
 	b := newNode(t, r.Addr(), "b", 10, policy.LocalShare)
 	// a holds 10 connections.
 	held := make([]policy.Ticket, 10)
-	eventually(t, 2*time.Second, func() bool {
+	eventually(t, 5*time.Second, func() bool {
 		for i := range held {
 			if !held[i].Admitted() {
 				a.adm.Admit(a.web(), &held[i])
@@ -224,7 +226,7 @@ func TestDeadMemberSlotsExpire(t *testing.T) {
 		}
 		return a.level().Open == 10
 	}, func() string { return fmt.Sprintf("a never got 10 slots: %+v", a.level()) })
-	eventually(t, time.Second, func() bool { return len(b.c.Status().Members) == 2 }, func() string { return fmt.Sprintf("members %+v", b.c.Status().Members) })
+	eventually(t, 5*time.Second, func() bool { return len(b.c.Status().Members) == 2 }, func() string { return fmt.Sprintf("members %+v", b.c.Status().Members) })
 	ld := newLoad()
 	ld.clients(b, 5, 2*time.Millisecond)
 	time.Sleep(4 * interval)
@@ -233,11 +235,11 @@ func TestDeadMemberSlotsExpire(t *testing.T) {
 	}
 	a.kill() // its 10 connections die with it
 	killed := time.Now()
-	eventually(t, 2*time.Second, func() bool { return b.level().Share >= 5 }, func() string { return fmt.Sprintf("b's share after a died: %+v", b.level()) })
+	eventually(t, 5*time.Second, func() bool { return b.level().Share >= 5 }, func() string { return fmt.Sprintf("b's share after a died: %+v", b.level()) })
 	if d := time.Since(killed); d > policy.LeaseTTLFactor*interval+4*interval {
 		t.Errorf("slots free %v after the kill, lease lifetime %v", d, policy.LeaseTTLFactor*interval)
 	}
-	eventually(t, time.Second, func() bool { return len(b.c.Status().Members) == 1 }, func() string { return fmt.Sprintf("a still a member: %+v", b.c.Status().Members) })
+	eventually(t, 5*time.Second, func() bool { return len(b.c.Status().Members) == 1 }, func() string { return fmt.Sprintf("a still a member: %+v", b.c.Status().Members) })
 	ld.end()
 
 	// Restart: c takes every slot and is killed; its successor under the
@@ -245,14 +247,14 @@ func TestDeadMemberSlotsExpire(t *testing.T) {
 	c := newNode(t, r.Addr(), "c", 10, policy.LocalShare)
 	ld = newLoad()
 	ld.clients(c, 15, 2*time.Millisecond)
-	eventually(t, 2*time.Second, func() bool { return c.level().Share >= 9 }, func() string { return fmt.Sprintf("c's share: %+v", c.level()) })
+	eventually(t, 5*time.Second, func() bool { return c.level().Share >= 9 }, func() string { return fmt.Sprintf("c's share: %+v", c.level()) })
 	ld.end()
 	c.kill()
 	c2 := newNode(t, r.Addr(), "c", 10, policy.LocalShare)
 	ld = newLoad()
 	ld.clients(b, 15, 2*time.Millisecond)
 	restarted := time.Now()
-	eventually(t, 2*time.Second, func() bool { return b.level().Share >= 8 }, func() string { return fmt.Sprintf("b's share after c restarted: %+v", b.level()) })
+	eventually(t, 5*time.Second, func() bool { return b.level().Share >= 8 }, func() string { return fmt.Sprintf("b's share after c restarted: %+v", b.level()) })
 	if d := time.Since(restarted); d >= policy.LeaseTTLFactor*interval {
 		t.Logf("slots came back only after %v (the lease lifetime is %v): the restart did not release them (timing on a loaded machine)", d, policy.LeaseTTLFactor*interval)
 	}
@@ -273,16 +275,19 @@ func TestRedisDown(t *testing.T) {
 		nodes = append(nodes, newNode(t, r.Addr(), id, 10, policy.LocalShare))
 	}
 	for _, n := range nodes {
-		eventually(t, 2*time.Second, func() bool { return len(n.c.Status().Members) == 3 }, func() string { return fmt.Sprintf("members %+v", n.c.Status().Members) })
+		eventually(t, 5*time.Second, func() bool { return len(n.c.Status().Members) == 3 }, func() string { return fmt.Sprintf("members %+v", n.c.Status().Members) })
 	}
 	ld := newLoad()
 	for _, n := range nodes {
 		ld.clients(n, 6, 3*time.Millisecond)
 	}
 	time.Sleep(10 * interval)
+	if p := ld.peak.Load(); p > 10 {
+		t.Errorf("peak %d over the limit 10 before the outage", p)
+	}
 	r.Kill()
 	for _, n := range nodes {
-		eventually(t, 2*time.Second, func() bool {
+		eventually(t, 5*time.Second, func() bool {
 			st := n.c.Status()
 			return !st.Reachable && st.Mode == "localShare" && n.level().Share == 3
 		}, func() string { return fmt.Sprintf("%s after Redis died: %+v", n.c.st.Instance, n.c.Status()) })
@@ -296,15 +301,18 @@ func TestRedisDown(t *testing.T) {
 			t.Errorf("%s holds %d connections over its local share 3", n.c.st.Instance, l.Open)
 		}
 	}
+	if p := ld.peak.Load(); p > 10 {
+		t.Errorf("peak %d over the limit 10 during the outage", p)
+	}
 	r.Start()
 	for _, n := range nodes {
-		eventually(t, 3*time.Second, func() bool {
+		eventually(t, 5*time.Second, func() bool {
 			st := n.c.Status()
 			return st.Reachable && st.Mode == "shared" && len(st.Members) == 3
 		}, func() string { return fmt.Sprintf("%s after Redis came back: %+v", n.c.st.Instance, n.c.Status()) })
 	}
 	// Grown past the local share again.
-	eventually(t, 3*time.Second, func() bool {
+	eventually(t, 5*time.Second, func() bool {
 		for _, n := range nodes {
 			if n.level().Share > 3 {
 				return true
@@ -330,10 +338,10 @@ func TestRedisDownFallbacks(t *testing.T) {
 	r := startRedis(t)
 	open := newNode(t, r.Addr(), "open", 10, policy.FailOpen)
 	closed := newNode(t, r.Addr(), "closed", 10, policy.FailClosed)
-	eventually(t, 2*time.Second, func() bool { return len(open.c.Status().Members) == 2 }, func() string { return "members" })
+	eventually(t, 5*time.Second, func() bool { return len(open.c.Status().Members) == 2 }, func() string { return "members" })
 	r.Kill()
-	eventually(t, 2*time.Second, func() bool { return open.c.Status().Mode == "failOpen" }, func() string { return fmt.Sprintf("failOpen: %+v", open.c.Status()) })
-	eventually(t, 2*time.Second, func() bool { return closed.c.Status().Mode == "failClosed" }, func() string { return fmt.Sprintf("failClosed: %+v", closed.c.Status()) })
+	eventually(t, 5*time.Second, func() bool { return open.c.Status().Mode == "failOpen" && open.level().Share == 10 }, func() string { return fmt.Sprintf("failOpen: %+v", open.c.Status()) })
+	eventually(t, 5*time.Second, func() bool { return closed.c.Status().Mode == "failClosed" }, func() string { return fmt.Sprintf("failClosed: %+v", closed.c.Status()) })
 	tk := make([]policy.Ticket, 11)
 	for i := range 10 {
 		if r, ok := open.adm.Admit(open.web(), &tk[i]); !ok {
@@ -352,7 +360,7 @@ func TestRedisDownFallbacks(t *testing.T) {
 	}
 	// Started while Redis is down: alone, localShare is the whole limit.
 	lone := newNode(t, r.Addr(), "lone", 10, policy.LocalShare)
-	eventually(t, 2*time.Second, func() bool { return lone.level().Share == 10 }, func() string { return fmt.Sprintf("lone: %+v", lone.level()) })
+	eventually(t, 5*time.Second, func() bool { return lone.level().Share == 10 }, func() string { return fmt.Sprintf("lone: %+v", lone.level()) })
 }
 
 // eventually is testutil.Eventually with a message made when it fails,

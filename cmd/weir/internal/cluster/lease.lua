@@ -6,7 +6,7 @@
 -- A lease hash maps member id -> "slots want expiry(ms)". A field whose
 -- expiry passed is a dead member's and is deleted. Every key shares the
 -- cluster's hash tag, so a Redis Cluster runs the script on one node.
--- Returns {nmembers, id, started, pttl, ..., grant, record, held, ...}.
+-- Returns {nmembers, id, started, pttl, ..., grant, record, held, wants, ...}.
 local id, ttl, started, prefix = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -59,5 +59,6 @@ for i = 3, #KEYS do
   out[#out + 1] = grant
   out[#out + 1] = record
   out[#out + 1] = others + record
+  out[#out + 1] = wants
 end
 return out
