@@ -158,7 +158,9 @@ func (c *Checker) round(ctx context.Context, t *table) {
 			ok := false
 			if e.t.Addr.IsValid() {
 				cctx, cancel := context.WithTimeout(ctx, timeout)
-				conn, err := dial(cctx, "tcp", e.t.Addr.String())
+				// A target that keeps the client's port is checked on
+				// the service's first port.
+				conn, err := dial(cctx, "tcp", e.t.DialAddr(t.vs.Ports.Lo).String())
 				cancel()
 				if err == nil {
 					ok = true

@@ -52,6 +52,15 @@ type EngineOptions struct {
 	// Now is the clock, read once per batch; nil means time.Now. Tests
 	// inject a manual clock to drive flow expiry.
 	Now func() time.Time
+	// BackPrefixes hold the back arms' own addresses: a TCP flow whose
+	// server side (weir's end) lies in one is a back leg (weir ⇄ target),
+	// and gets a SegStats that counts its segments in both directions
+	// (see seqtrack.go). Nil means no flow is measured that way.
+	BackPrefixes []netip.Prefix
+	// TargetMinRTO and OwnMinRTO are the smallest RTOs the timeout
+	// heuristic assumes for the target's stack and for weir's own; zero
+	// means DefaultTargetMinRTO (200 ms) and DefaultOwnMinRTO (20 ms).
+	TargetMinRTO, OwnMinRTO time.Duration
 }
 
 // EngineStats are the engine's counters, totals since creation.
@@ -91,6 +100,9 @@ type Engine struct {
 	nstats   int
 	shardMax int
 	stats    []engineCounters // one per stats shard, padded
+
+	back                    []netip.Prefix // EngineOptions.BackPrefixes
+	targetMinRTO, ownMinRTO int64          // ns
 }
 
 // engineState is what a config swap replaces whole.
@@ -127,7 +139,14 @@ func NewEngine(inner Device, cfg *policy.Config, o EngineOptions) *Engine {
 	for n < shards {
 		n <<= 1
 	}
-	e := &Engine{flows: NewFlowTable(o.Flows), now: o.Now, inner: inner, shardMax: n, nstats: n}
+	e := &Engine{flows: NewFlowTable(o.Flows), now: o.Now, inner: inner, shardMax: n, nstats: n,
+		back: append([]netip.Prefix(nil), o.BackPrefixes...), targetMinRTO: int64(o.TargetMinRTO), ownMinRTO: int64(o.OwnMinRTO)}
+	if e.targetMinRTO <= 0 {
+		e.targetMinRTO = int64(DefaultTargetMinRTO)
+	}
+	if e.ownMinRTO <= 0 {
+		e.ownMinRTO = int64(DefaultOwnMinRTO)
+	}
 	e.start = e.now()
 	e.stats = make([]engineCounters, n)
 	idle := o.Flows.IdleTimeout
@@ -202,6 +221,17 @@ func (e *Engine) Flows() *FlowTable { return e.flows }
 func (e *Engine) Flow(client, server netip.AddrPort, proto uint8) *Flow {
 	k := NewFlowKey(client, server, proto)
 	return e.flows.Lookup(&k, k.Hash(), e.clock())
+}
+
+// Segments returns the passive measurement of the back-leg TCP flow from
+// local (a back arm's address and port) to remote (the target), or nil when
+// the engine has no such flow or does not measure it.
+func (e *Engine) Segments(local, remote netip.AddrPort) *SegStats {
+	k := NewFlowKey(remote, local, ProtoTCP)
+	if f := e.flows.Lookup(&k, k.Hash(), e.clock()); f != nil {
+		return f.seg
+	}
+	return nil
 }
 
 // Stats returns the engine's counters summed over its shards.
@@ -315,6 +345,9 @@ func (p *Port) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 					last.set(p.flow(st, k, k.Hash(), now, c))
 				}
 				row, target = last.v.row, last.v.target
+				if last.v.seg != nil {
+					last.v.seg.ingress(b, &pk, now, e.targetMinRTO)
+				}
 			}
 			if w != i {
 				// Compact over a dropped packet; a caller buffer too short
@@ -363,6 +396,7 @@ type verdict struct {
 	row, target int32
 	tos         uint8
 	setTOS      bool
+	seg         *SegStats
 }
 
 // flow returns the verdict for k (hash h): from its cached flow, or, when
@@ -374,7 +408,7 @@ func (p *Port) flow(st *engineState, k *FlowKey, h uint64, now int64, c *engineC
 	e := p.e
 	f := e.flows.Lookup(k, h, now)
 	if f != nil && f.Gen == st.gen {
-		return verdict{f.Row, f.target.Load(), f.TOS, f.SetTOS}
+		return verdict{f.Row, f.target.Load(), f.TOS, f.SetTOS, f.seg}
 	}
 	return p.newFlow(st, k, h, now, c, f)
 }
@@ -396,6 +430,13 @@ func (p *Port) newFlow(st *engineState, k *FlowKey, h uint64, now int64, c *engi
 		}
 	}
 	nf := &Flow{Key: *k, Service: vs, Action: act, TOS: v.tos, SetTOS: v.setTOS, Gen: st.gen, Row: v.row}
+	switch {
+	case f != nil:
+		nf.seg = f.seg // a replaced decision keeps the flow's measurement
+	case k.Proto == ProtoTCP && vs == nil && len(e.back) > 0 && isBack(e.back, addrFrom16(k.Server)):
+		nf.seg = new(SegStats)
+	}
+	v.seg = nf.seg
 	if e.flows.insert(nf, h, now, v.target) == nil {
 		c.uncached.Add(1)
 	}
@@ -468,6 +509,9 @@ func (p *Port) Write(bufs [][]byte, offset int) (int, error) {
 			last.set(p.flow(st, k, h, now, &e.stats[run.shard&(e.nstats-1)]))
 		}
 		run.add(last.v.row, last.v.target, pk.Len, PayloadLen(b, &pk))
+		if last.v.seg != nil {
+			last.v.seg.egress(b, &pk, now, e.ownMinRTO)
+		}
 		if last.v.setTOS && SetTOS(b, last.v.tos) {
 			marked++
 		}

@@ -137,9 +137,17 @@ type Flow struct {
 	Service *policy.VirtualServer
 	// Action is the first matching policy rule's action, or nil.
 	Action *policy.Action
+	// seg is the passive TCP measurement of a back-leg flow, nil for
+	// others; set before publication, carried over when the Flow is
+	// replaced.
+	seg *SegStats
 
-	_ [48]byte // to 128 bytes: a size class the allocator aligns to 128
+	_ [40]byte // to 128 bytes: a size class the allocator aligns to 128
 }
+
+// Seg returns the flow's passive TCP measurement (see SegStats), or nil
+// for a flow that is not a back leg.
+func (f *Flow) Seg() *SegStats { return f.seg }
 
 // Target returns the target index bound with Bind, or NoTarget.
 func (f *Flow) Target() int { return int(f.target.Load()) }

@@ -37,6 +37,12 @@ type LegCounters struct {
 	TimeoutsKnown bool
 	RTT           time.Duration // smoothed round-trip time
 	RTTVar        time.Duration // round-trip time variation
+	// DataSegmentsIn and DataSegmentsOut count the segments with payload
+	// received and sent, OutOfOrderIn those received beyond the next
+	// expected byte: TCP_INFO's data_segs_in, data_segs_out and
+	// rcv_ooopack on a host socket; 0 on a gVisor leg, whose data segments
+	// the datapath counts (see direction.go).
+	DataSegmentsIn, DataSegmentsOut, OutOfOrderIn uint64
 }
 
 // Conn is a TCP connection terminated in a gVisor Stack: the client leg of a
@@ -119,6 +125,9 @@ func (c *HostConn) Counters() LegCounters {
 		TimeoutsKnown:    kernelReportsRTO,
 		RTT:              time.Duration(info.Rtt) * time.Microsecond,
 		RTTVar:           time.Duration(info.Rttvar) * time.Microsecond,
+		DataSegmentsIn:   uint64(info.Data_segs_in),
+		DataSegmentsOut:  uint64(info.Data_segs_out),
+		OutOfOrderIn:     uint64(info.Rcv_ooopack),
 	}
 	return c.last
 }

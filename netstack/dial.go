@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+
+	"gvisor.dev/gvisor/pkg/tcpip"
 )
 
 // Dialer opens the target leg of a connection. One is chosen per target by
@@ -43,6 +45,9 @@ type StackDialer struct {
 	// Stack is the back arm; it needs a NIC with an address and a route to
 	// the targets.
 	Stack *Stack
+	// NIC, when set, is the NIC every dial goes through (its routes must
+	// cover the targets); nil means the stack's route table chooses.
+	NIC *NIC
 }
 
 // ErrNoBackArm is returned when a target is to be dialed through the back
@@ -54,7 +59,11 @@ func (d *StackDialer) DialTarget(ctx context.Context, addr netip.AddrPort) (Leg,
 	if d == nil || d.Stack == nil {
 		return nil, ErrNoBackArm
 	}
-	c, err := d.Stack.DialTCP(ctx, netip.AddrPort{}, addr)
+	var nic tcpip.NICID
+	if d.NIC != nil {
+		nic = d.NIC.id
+	}
+	c, err := d.Stack.dialTCP(ctx, nic, netip.AddrPort{}, addr)
 	if err != nil {
 		return nil, err
 	}

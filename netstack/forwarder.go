@@ -315,6 +315,10 @@ type ForwarderOptions struct {
 	BufferSize int
 	// RequestTimeout bounds reading an HTTP request before a 503 answer.
 	RequestTimeout time.Duration
+	// Segments gives the datapath's passive measurement of a gVisor target
+	// leg (see direction.go); nil means those legs have no per-direction
+	// counts (DirNone).
+	Segments SegmentsFunc
 	// OnPanic, if set, hears of each panic recovered in a connection's
 	// goroutines: the connection (ID 0 before admission), the value and
 	// the stack. It is called once per panic, from that goroutine, and must

@@ -24,6 +24,7 @@ package netstack
 import (
 	"fmt"
 	"io"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -73,8 +74,9 @@ type connEntry struct {
 	fbTimer atomic.Pointer[time.Timer]
 
 	// Sampler state, protected by Forwarder.sampleMu.
-	last     sampleState
-	finished bool // final deltas taken
+	last          sampleState
+	finished      bool           // final deltas taken
+	local, remote netip.AddrPort // the target leg's addresses, once read (gVisor legs)
 }
 
 // abort closes both legs at once, which ends both copy directions.

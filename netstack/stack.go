@@ -285,6 +285,12 @@ func (s *Stack) Close() error {
 // if local is valid (a zero AddrPort means any address and port). The
 // returned Conn carries the endpoint's statistics.
 func (s *Stack) DialTCP(ctx context.Context, local, addr netip.AddrPort) (*Conn, error) {
+	return s.dialTCP(ctx, 0, local, addr)
+}
+
+// dialTCP is DialTCP through the NIC with ID nic (0: the route table's
+// choice).
+func (s *Stack) dialTCP(ctx context.Context, nic tcpip.NICID, local, addr netip.AddrPort) (*Conn, error) {
 	addr = netip.AddrPortFrom(addr.Addr().Unmap(), addr.Port())
 	proto := protoOf(addr.Addr())
 	var wq waiter.Queue
@@ -302,7 +308,9 @@ func (s *Stack) DialTCP(ctx context.Context, local, addr netip.AddrPort) (*Conn,
 	entry, ch := waiter.NewChannelEntry(waiter.WritableEvents)
 	wq.EventRegister(&entry)
 	defer wq.EventUnregister(&entry)
-	terr = ep.Connect(fullAddr(addr))
+	remote := fullAddr(addr)
+	remote.NIC = nic
+	terr = ep.Connect(remote)
 	if _, ok := terr.(*tcpip.ErrConnectStarted); ok {
 		select {
 		case <-ctx.Done():

@@ -36,7 +36,8 @@ type sampleState struct {
 	client, target LegCounters
 	toClient       uint64
 	toTarget       uint64
-	stream         int64 // connEntry.streamNs
+	from, to       DirCounters // the target leg's directions (see direction.go)
+	stream         int64       // connEntry.streamNs
 }
 
 // delta is the activity of one connection's target leg in a sampling
@@ -44,6 +45,7 @@ type sampleState struct {
 type delta struct {
 	segsSent, retrans, timeouts uint64
 	bytes                       uint64 // both directions
+	from, to                    DirCounters
 	// waiting: data streamed for at least half the time since the last
 	// observation (see AggSample.Waiting), which is elapsed.
 	waiting bool
@@ -79,6 +81,12 @@ type AggSample struct {
 	Retransmits  uint64 // of those, retransmitted
 	Timeouts     uint64 // retransmission timeouts on the target leg
 	Bytes        uint64 // payload bytes, both directions
+	// FromTarget and ToTarget count the target leg's data segments per
+	// direction: the segments the target sent (the z/OS monitor's
+	// "outbound traffic being serviced by the target servers") and those
+	// weir sent it. Pure ACKs never count. See direction.go for how each
+	// kind of leg is measured; Source is the weakest of the connections'.
+	FromTarget, ToTarget DirCounters
 	// Waiting counts the connections that had data waiting to be sent
 	// during the interval, and WaitingBytes their payload bytes. A
 	// connection counts when data kept moving through it (reads no more
@@ -105,6 +113,8 @@ func (a *AggSample) add(d delta) {
 	a.Retransmits += d.retrans
 	a.Timeouts += d.timeouts
 	a.Bytes += d.bytes
+	a.FromTarget.add(d.from)
+	a.ToTarget.add(d.to)
 	if d.waiting {
 		a.Waiting++
 		a.WaitingBytes += d.bytes
@@ -180,22 +190,25 @@ func actionName(d Decision) string {
 // observe reads c's counters now and returns them with the target leg's
 // deltas since the last observation, which it records. Call with sampleMu
 // held.
-func observe(c *connEntry, now time.Time) (cl, tg LegCounters, dt delta) {
+func (f *Forwarder) observe(c *connEntry, now time.Time) (cl, tg LegCounters, dt delta) {
 	cl = c.client.Counters()
 	tg = c.target.Counters()
+	from, to := f.dirs(c, tg)
 	toC, toT := c.toClient.Load(), c.toTarget.Load()
 	dt = delta{
 		segsSent: sub(tg.SegmentsSent, c.last.target.SegmentsSent),
 		retrans:  sub(tg.Retransmits, c.last.target.Retransmits),
 		timeouts: sub(tg.Timeouts, c.last.target.Timeouts),
 		bytes:    sub(toC, c.last.toClient) + sub(toT, c.last.toTarget),
+		from:     subDir(from, c.last.from),
+		to:       subDir(to, c.last.to),
 	}
 	stream := c.streamNs.Load()
 	if el := now.Sub(c.last.at); el > 0 {
 		dt.waiting, dt.elapsed = 2*(stream-c.last.stream) >= int64(el), el
 	}
 	dt.rtoUnknown = !tg.TimeoutsKnown
-	c.last = sampleState{at: now, client: cl, target: tg, toClient: toC, toTarget: toT, stream: stream}
+	c.last = sampleState{at: now, client: cl, target: tg, toClient: toC, toTarget: toT, stream: stream, from: from, to: to}
 	return cl, tg, dt
 }
 
@@ -205,7 +218,7 @@ func (f *Forwarder) finish(c *connEntry) ConnStats {
 	now := time.Now()
 	f.sampleMu.Lock()
 	prev := c.last
-	cl, tg, dt := observe(c, now)
+	cl, tg, dt := f.observe(c, now)
 	c.finished = true
 	svc, tn := serviceName(c), targetName(c.d)
 	closedT := aggFor(f.sampler.closedTargets, aggKey{service: svc, name: tn})
@@ -287,7 +300,7 @@ func (f *Forwarder) Sample() Sample {
 		if c.finished {
 			continue
 		}
-		_, _, dt := observe(c, now)
+		_, _, dt := f.observe(c, now)
 		svc, tn := serviceName(c), targetName(c.d)
 		t := aggFor(targets, aggKey{service: svc, name: tn})
 		t.add(dt)

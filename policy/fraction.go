@@ -55,6 +55,11 @@ type TargetSample struct {
 	// Interval is the length of the interval the sample covers; zero means
 	// the Monitor's SamplingInterval.
 	Interval time.Duration
+	// FromTarget and ToTarget are the target legs' data segments per
+	// direction, from the connections the Monitor's Scope monitors.
+	// SelectDirection copies the direction the Monitor reads into
+	// SegmentsSent, Retransmits and Timeouts, which Explain reads.
+	FromTarget, ToTarget DirSample
 	// SegmentsSent counts the TCP segments the target's connections sent,
 	// retransmissions included (gVisor's SegmentsSent).
 	SegmentsSent uint64

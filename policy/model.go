@@ -331,11 +331,38 @@ func (d DialVia) String() string {
 	return "host"
 }
 
+// DialAddr is the address a connection the client made to port
+// clientPort of the virtual server goes to: Addr, or Addr's IP at
+// clientPort when Addr's port is 0 (the target keeps the client's port).
+func (t *Target) DialAddr(clientPort uint16) netip.AddrPort {
+	if t.Addr.Port() != 0 {
+		return t.Addr
+	}
+	return netip.AddrPortFrom(t.Addr.Addr(), clientPort)
+}
+
+// KeepsPort reports whether the target connects to the port the client
+// asked for (Addr's port is 0).
+func (t *Target) KeepsPort() bool { return t.Addr.Port() == 0 }
+
+// DefaultName is a target's name when the configuration gives none: its
+// address, without the port when it keeps the client's.
+func (t *Target) DefaultName() string {
+	if t.KeepsPort() {
+		return t.Addr.Addr().String()
+	}
+	return t.Addr.String()
+}
+
 // Target is one backend of a virtual server.
 type Target struct {
 	// Name identifies the target across reloads (counters, connection counts
-	// and down-state carry over by name). Default: Addr.String().
+	// and down-state carry over by name). Default: DefaultName().
 	Name string
+	// Addr is where the target listens. Port 0 keeps the client's port: a
+	// connection to the virtual server's port p goes to the target's port
+	// p, as IPVS and HAProxy do for a service on a port range (see
+	// DialAddr).
 	Addr netip.AddrPort
 	// Weight is the WLM weight, ≥ 0; the QoS fraction cuts it. 0 is a
 	// real weight (no new connections while another primary has one), so
@@ -426,6 +453,13 @@ type Monitor struct {
 	LossMax          int           // LossMaxWeightFr (%), default 95
 	TimeoutMax       int           // TimeoutMaxWeightFr (%), default 100
 	MaxConnLevels    [3]int        // MaxConnWeightFr (%), default 50 65 80
+	// Direction chooses which segments of a target leg the loss and
+	// timeout ratios read (see direction.go); the zero value is
+	// FromTarget, the seed's.
+	Direction Direction
+	// Scope chooses which connections feed a target's ratios; the zero
+	// value is ScopePolicy, the seed's.
+	Scope Scope
 	// MinSegments is the noise guard: the segments a target's loss and
 	// timeout ratios are judged over at least; a quieter target accumulates
 	// its counts over intervals until it has that many (see Explain).
@@ -622,7 +656,7 @@ func Compile(c *Config) (*Config, error) {
 			}
 			c.targetIdx[t] = len(c.targetIdx)
 			if t.Name == "" {
-				t.Name = t.Addr.String()
+				t.Name = t.DefaultName()
 			}
 			if tnames[t.Name] {
 				bad("virtual server %q: target %q defined twice", vs.Name, t.Name)

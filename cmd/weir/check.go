@@ -57,6 +57,10 @@ func runCheck(stdout, stderr io.Writer, files []string) error {
 		if err := writeClusterSummary(stdout, cfg.Cluster); err != nil {
 			return err
 		}
+		for _, name := range unmonitored(cfg) {
+			fmt.Fprintf(stdout, "warning: the monitor is on but no policy rule covers service %s, so its targets' loss and timeout ratios are never measured (monitor.scope: policy). "+
+				"Add a rule for it (protocol 6, sourcePorts its port, an action), or set monitor.scope: all to monitor every connection\n", name)
+		}
 	}
 	if failed > 0 {
 		fmt.Fprintf(stderr, "weir check: %d of %d config files have errors\n", failed, len(files))
@@ -98,4 +102,52 @@ func redactURL(s string) string {
 		return s
 	}
 	return u.Redacted()
+}
+
+// unmonitored names the services whose connections the monitor never sees:
+// it is on with scope policy (the default) and no rule could match a TCP
+// connection of the service (protocol, service port, VIP, service).
+func unmonitored(cfg *policy.Config) []string {
+	if !cfg.Monitor.Enabled || cfg.Monitor.Scope != policy.ScopePolicy {
+		return nil
+	}
+	var out []string
+	for _, vs := range cfg.Services {
+		covered := false
+		for _, r := range cfg.Rules {
+			if ruleCovers(r, vs) {
+				covered = true
+				break
+			}
+		}
+		if !covered {
+			out = append(out, vs.Name)
+		}
+	}
+	return out
+}
+
+// ipProtoTCP is TCP's IP protocol number.
+const ipProtoTCP = 6
+
+// ruleCovers reports whether r can match some TCP connection to vs.
+func ruleCovers(r *policy.Rule, vs *policy.VirtualServer) bool {
+	if r.Service != nil && r.Service != vs {
+		return false
+	}
+	if !(r.ProtoLo == 0 && r.ProtoHi == 0) && (ipProtoTCP < r.ProtoLo || ipProtoTCP > r.ProtoHi) {
+		return false
+	}
+	if !r.SrcPort.Any() && !vs.Ports.Any() && (r.SrcPort.Hi < vs.Ports.Lo || r.SrcPort.Lo > vs.Ports.Hi) {
+		return false
+	}
+	if r.Src.IsValid() {
+		for _, v := range vs.VIPs {
+			if r.Src.Contains(v) || r.Src.Contains(v.Unmap()) {
+				return true
+			}
+		}
+		return false
+	}
+	return true
 }

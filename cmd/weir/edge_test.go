@@ -38,6 +38,7 @@ func TestRunRefusesBadInput(t *testing.T) {
 		{"tun name with a slash", []string{"run", "-c", good, "--tun", "a/b"}, "contains '/'"},
 		{"no queues", []string{"run", "-c", good, "--queues", "0"}, "--queues 0: want at least 1"},
 		{"negative queues", []string{"run", "-c", good, "--queues", "-2"}, "--queues -2: want at least 1"},
+		{"negative history", []string{"run", "-c", good, "--history", "-1"}, "--history -1: want 1..1048576 samples (0: 720)"},
 		{"queues not a number", []string{"run", "-c", good, "--queues", "two"}, `invalid argument "two" for "--queues"`},
 		{"tiny mtu", []string{"run", "-c", good, "--mtu", "100"}, "--mtu 100: want 576..65535"},
 		{"no config", []string{"run"}, "run: no config file (give -c FILE)"},

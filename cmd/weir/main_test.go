@@ -152,7 +152,8 @@ func TestWriteSummary(t *testing.T) {
 		Name: "web", Class: gold, VIPs: []netip.Addr{netip.MustParseAddr("fd00::1")},
 		Ports: policy.PortRange{Lo: 8000, Hi: 8010}, Proto: policy.ProtoTCP,
 		Timeouts: policy.Timeouts{FirstByte: -1, Connect: time.Second},
-		Targets:  []*policy.Target{{Name: "n", Addr: netip.MustParseAddrPort("[fd00::2]:80"), Via: policy.DialNetstack}},
+		Targets: []*policy.Target{{Name: "n", Addr: netip.MustParseAddrPort("[fd00::2]:80"), Via: policy.DialNetstack},
+			{Addr: netip.MustParseAddrPort("[fd00::3]:0")}},
 	}
 	act := &policy.Action{Name: "a", MeanRate: 2000, MaxConnections: 9}
 	c := &policy.Config{
@@ -185,6 +186,8 @@ services:
     limits: no limits
     timeouts: handshake 5s, connect 1s, firstByte off, idle 5m0s, requestRead 2s, inFlightPerVIP 128
     target n [fd00::2]:80: weight 0, no connection limit, primary, via netstack
+    target fd00::3: weight 0, no connection limit, primary, via host
+      keeps the client's port: a connection to port p of 8000-8010 goes to fd00::3 port p (health checks: port 8000)
 rules (first match wins):
   1. r: protocol 6-17, server fd00::/64, server port 80, client 198.18.0.0/15, client port 1024-2048, service web → a (meanRate 2000 Kbit/s, maxConnections 9)
   2. all: any flow → plain

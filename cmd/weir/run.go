@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -21,6 +22,7 @@ import (
 	"weir/cmd/weir/internal/admin"
 	"weir/cmd/weir/internal/appliance"
 	"weir/cmd/weir/internal/obs"
+	"weir/cmd/weir/internal/ui"
 	"weir/datapath"
 	"weir/datapath/tun"
 	"weir/policy"
@@ -49,6 +51,8 @@ type runOptions struct {
 	user       string
 	capture    string
 	captureMax int64
+	history    int
+	backAddrs  []string // see backarm.go
 }
 
 func newRunCmd() *cobra.Command {
@@ -59,7 +63,7 @@ func newRunCmd() *cobra.Command {
 		Long: "run creates the TUN device, routes every VIP of the config through it, and serves the\n" +
 			"virtual servers: datapath → userspace TCP stack → admission (QoS limits) → balancer →\n" +
 			"splice to the targets. It runs the QoS sampler and the admin API (/status,\n" +
-			"/connections, /metrics, /healthz). SIGHUP reloads the config (also every\n" +
+			"/connections, /metrics, /healthz, /history and the status page /ui). SIGHUP reloads the config (also every\n" +
 			"balancer.refreshInterval when the file changed); SIGTERM or SIGINT stops accepting,\n" +
 			"drains open connections for up to --grace, and exits 0.\n\n" +
 			"Once the TUN, its routes and the listeners are set up, run keeps only CAP_NET_ADMIN\n" +
@@ -102,8 +106,11 @@ func newRunCmd() *cobra.Command {
 	f.StringVar(&o.readyFile, "ready-file", "", "write the admin address to `FILE` once serving (for scripts and tests)")
 	f.StringVar(&o.user, "user", "", "after setup, run as `USER` (a name or a numeric uid) with only CAP_NET_ADMIN")
 	f.StringVar(&o.capture, "capture", "", "record what the front NIC sees (both directions) to the pcap `FILE` (mode 0600; tcpdump -r, Wireshark)")
+	f.IntVar(&o.history, "history", ui.DefaultSamples, "`SAMPLES` (sampling intervals) kept per series for /history and the status page /ui; each target's series costs "+
+		strconv.Itoa(ui.TargetSampleBytes)+" bytes a sample")
 	o.captureMax = defaultCaptureMax
 	f.Var(byteSize{&o.captureMax}, "capture-max", "stop recording once the capture holds this many `BYTES` (suffixes kB, MB, GB, KiB, MiB, GiB)")
+	addBackFlags(f, &o)
 	return cmd
 }
 
@@ -124,6 +131,9 @@ func (o *runOptions) check(cmd *cobra.Command) error {
 	}
 	if o.grace < 0 {
 		return fmt.Errorf("--grace %v: want a duration ≥ 0", o.grace)
+	}
+	if o.history < 0 || o.history > 1<<20 {
+		return fmt.Errorf("--history %d: want 1..%d samples (0: %d)", o.history, 1<<20, ui.DefaultSamples)
 	}
 	if o.captureMax < 1<<10 {
 		return fmt.Errorf("--capture-max %d: want at least 1KiB", o.captureMax)
@@ -204,6 +214,10 @@ func runAppliance(ctx context.Context, stdout, stderr io.Writer, o runOptions) e
 	for _, s := range o.tunAddrs {
 		tunAddrs = append(tunAddrs, netip.MustParsePrefix(s)) // checked by o.check
 	}
+	backs, backRoutes, err := backArm(cfg, o.backAddrs)
+	if err != nil {
+		return err
+	}
 
 	logs, err := obs.New(obs.Options{Format: o.logFormat, Level: o.logLevel, Output: stderr})
 	if err != nil {
@@ -241,12 +255,14 @@ func runAppliance(ctx context.Context, stdout, stderr io.Writer, o runOptions) e
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	var app *appliance.Appliance
 	src := &lateSource{}
+	rec := ui.NewRecorder(o.history)
+	o.admin.History = rec.History
 	srv, err := admin.Listen(o.admin, src, reg)
 	if err != nil {
 		return err
 	}
 
-	devs, err := tun.Open(tun.Options{Name: o.tunName, MTU: o.mtu, Queues: o.queues, Addrs: tunAddrs, Routes: tun.VIPRoutes(cfg)})
+	devs, err := tun.Open(tun.Options{Name: o.tunName, MTU: o.mtu, Queues: o.queues, Addrs: tunAddrs, Routes: append(tun.VIPRoutes(cfg), backRoutes...)})
 	if err != nil {
 		srv.Shutdown(context.Background())
 		return fmt.Errorf("TUN %s: %w", o.tunName, err)
@@ -269,8 +285,9 @@ func runAppliance(ctx context.Context, stdout, stderr io.Writer, o runOptions) e
 	}
 	app, err = appliance.New(appliance.Options{
 		Config: cfg, Source: o.config,
-		Front: fronts[0], FrontQueues: fronts[1:],
+		Front: fronts[0], FrontQueues: fronts[1:], Backs: backs,
 		Log: &log, Access: access, Registerer: reg, LogDrops: logs.Dropped,
+		OnSample: rec.Record,
 	})
 	if err != nil {
 		for _, d := range fronts {
@@ -306,7 +323,7 @@ func runAppliance(ctx context.Context, stdout, stderr io.Writer, o runOptions) e
 
 	reloader := appliance.NewReloader(app, o.config, config.Parser{}.Parse)
 	reloader.OnReload = func(cfg *policy.Config) {
-		if err := devs[0].SyncVIPs(cfg); err != nil {
+		if err := devs[0].SyncRoutes(append(tun.VIPRoutes(cfg), backRoutes...)); err != nil {
 			log.Error().Err(err).Msg("routing the new VIPs through the TUN failed")
 		}
 	}
@@ -318,6 +335,9 @@ func runAppliance(ctx context.Context, stdout, stderr io.Writer, o runOptions) e
 	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sigs)
 
+	for _, fam := range forwardingOff(backRoutes) {
+		log.Warn().Str("forwarding", fam).Msg("forwarding is off: the back arm's packets to via: netstack targets cannot leave this host (sysctl net.ipv4.ip_forward=1)")
+	}
 	ev := log.Info().Str("tun", o.tunName).Int("queues", len(devs)).Str("admin", srv.Addr()).
 		Int("services", len(cfg.Services)).Str("config", o.config)
 	if capture != nil {

@@ -1,12 +1,14 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 
 	"weir/cmd/weir/api"
 	"weir/cmd/weir/internal/admin"
+	"weir/internal/testutil"
 )
 
 type statusSource struct{ st api.Status }
@@ -117,5 +120,64 @@ func TestE2EStatusAgreesWithMetrics(t *testing.T) {
 	}
 	if s := out.String(); !strings.Contains(s, "web (http") || !strings.Contains(s, "  t1 ") {
 		t.Errorf("weir status:\n%s", s)
+	}
+	// weir run serves the status page and its history.
+	for path, want := range map[string]string{"/ui": `<div id="charts"`, "/history": `"capacity": 720`} {
+		body, err := get(w.HTTP, w.Admin, "", path)
+		if err != nil || !strings.Contains(string(body), want) {
+			t.Errorf("GET %s: %v, body lacks %q:\n%.300s", path, err, want, body)
+		}
+	}
+}
+
+// seqSource serves a status whose carol loses weight from the second ask on.
+type seqSource struct{ n *atomic.Int64 }
+
+func (s seqSource) Status() api.Status {
+	eff := 4
+	if s.n.Add(1) > 1 {
+		eff = 2
+	}
+	return api.Status{Instance: "edge1", Generation: 1, Services: []api.Service{{Name: "shop",
+		Targets: []api.Target{{Name: "carol", Role: "primary", Weight: 4, Effective: eff, HealthUp: true}}}}}
+}
+func (s seqSource) Connections() []api.Connection { return nil }
+func (s seqSource) Healthy() error                { return nil }
+
+// TestStatusWatch: --watch redraws (clearing the screen) and names what
+// changed since the previous refresh; plain `weir status` names what changed
+// in the last sampling interval from /history.
+func TestStatusWatch(t *testing.T) {
+	hist := func() api.History {
+		return api.History{Targets: []api.TargetSeries{{Service: "shop", Target: "carol", At: []int64{1000, 2000}, Weight: []int{4, 4}, Effective: []int{4, 1}}}}
+	}
+	asked := new(atomic.Int64)
+	srv := httptest.NewServer(admin.Handler(admin.Options{History: hist}, seqSource{asked}, prometheus.NewRegistry()))
+	defer srv.Close()
+	addr := strings.TrimPrefix(srv.URL, "http://")
+
+	var once strings.Builder
+	if err := runStatus(&once, http.DefaultClient, addr, "", false); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(once.String(), "changed since the previous sample:\n  shop/carol: effective weight 4 → 1 of 4") {
+		t.Errorf("weir status does not name the change:\n%s", once.String())
+	}
+
+	asked.Store(0) // the first frame sees weight 4, the next ones 2
+	out := &testutil.SyncBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- watchStatus(ctx, out, http.DefaultClient, addr, "", 20*time.Millisecond) }()
+	testutil.Eventually(t, 5*time.Second, func() bool { return strings.Count(out.String(), "\033[H\033[2J") >= 3 }, "three frames")
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	s := out.String()
+	for _, want := range []string{"weir status --watch: every 20ms", "shop/carol: effective weight 4 → 2 of 4", "  nothing"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("watch output lacks %q:\n%s", want, s)
+		}
 	}
 }

@@ -64,11 +64,19 @@ func writeSummary(w io.Writer, c *policy.Config) error {
 			if t.MaxConnections > 0 {
 				maxc = fmt.Sprintf("maxConnections %d", t.MaxConnections)
 			}
-			name := t.Name + " " + t.Addr.String()
-			if t.Name == t.Addr.String() {
+			addr := t.Addr.String()
+			if t.KeepsPort() {
+				addr = t.Addr.Addr().String()
+			}
+			name := t.Name + " " + addr
+			if t.Name == addr {
 				name = t.Name
 			}
 			s.printf("    target %s: weight %d, %s, %s, via %s", name, t.Weight, maxc, t.Role, t.Via)
+			if t.KeepsPort() {
+				s.printf("      keeps the client's port: a connection to port p of %v goes to %s port p (health checks: port %d)",
+					vs.Ports, addr, vs.Ports.Lo)
+			}
 		}
 	}
 

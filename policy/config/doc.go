@@ -57,7 +57,7 @@
 //	    timeouts: TIMEOUTS     # overrides the instance's, field by field
 //	    targets:               # required, at least one
 //	      - name: member05     # default: the address; unique within the service
-//	        address: 198.18.1.5:9080 # required: IP:port ([fd00::5]:9080), no host names
+//	        address: 198.18.1.5:9080 # required: IP:port ([fd00::5]:9080), no host names; an IP alone (or port 0) keeps the client's port
 //	        weight: 10         # WLM weight 0..1000, default 1; 0 takes no new connections
 //	        maxConnections: 3  # -1 or 0: no limit (the default)
 //	        role: primary      # primary (default) or backup; backups are tried in order
@@ -85,6 +85,8 @@
 //	  lossMaxWeightFr: 95      # cap of the loss fraction, percent 1..100
 //	  timeoutMaxWeightFr: 100  # cap of the timeout fraction, percent 1..100
 //	  maxConnWeightFr: [50, 65, 80]     # percent of an action's maxConnections, ascending 1..100
+//	  direction: fromTarget    # the segments the ratios read: fromTarget (default: the target's), toTarget (weir's) or both (the larger)
+//	  scope: policy            # the connections monitored: policy (default: those a rule matched) or all
 //	  minSegments: 100         # noise guard: ratios judged over at least this many segments, accumulated over quiet intervals; 1..2^30
 //	balancer:
 //	  algorithm: round-robin   # round-robin (default), least-conn or maglev

@@ -202,13 +202,20 @@ func parseVIP(s string) (netip.Addr, error) {
 }
 
 // parseTargetAddr parses a target's IP:port; host names are not resolved.
+//
+// An address without a port (198.18.1.5, fd00::5, [fd00::5]) or with port 0
+// keeps the client's port: it is returned with port 0 (policy.Target.DialAddr).
 func parseTargetAddr(s string) (netip.AddrPort, error) {
 	ap, err := netip.ParseAddrPort(s)
-	if err != nil || ap.Addr().Zone() != "" || ap.Addr().IsUnspecified() {
-		return netip.AddrPort{}, fmt.Errorf("want IP:port like 198.18.1.5:8080 or [fd00::5]:8080, got %q", s)
+	if err != nil {
+		a, aerr := netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(s, "["), "]"))
+		if aerr != nil || strings.HasPrefix(s, "[") != strings.HasSuffix(s, "]") || (strings.HasPrefix(s, "[") && !a.Is6()) {
+			return netip.AddrPort{}, fmt.Errorf("want IP:port like 198.18.1.5:8080 or [fd00::5]:8080, or an IP alone to keep the client's port, got %q", s)
+		}
+		ap = netip.AddrPortFrom(a, 0)
 	}
-	if ap.Port() == 0 {
-		return netip.AddrPort{}, fmt.Errorf("port 0 in %q is out of range 1..65535", s)
+	if ap.Addr().Zone() != "" || ap.Addr().IsUnspecified() {
+		return netip.AddrPort{}, fmt.Errorf("want IP:port like 198.18.1.5:8080 or [fd00::5]:8080, or an IP alone to keep the client's port, got %q", s)
 	}
 	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()), nil
 }

@@ -602,7 +602,7 @@ func (p *yparser) target(n *yaml.Node) (*policy.Target, Pos) {
 		}
 	}
 	if t.Name == "" {
-		t.Name = t.Addr.String()
+		t.Name = t.DefaultName()
 	}
 	return t, at
 }
@@ -693,6 +693,10 @@ func (p *yparser) monitor(m *policy.Monitor, v *yaml.Node) {
 		}},
 		{name: "lossRatioAndWeightFr", fn: func(k, v *yaml.Node) { pair(k, v, &m.LossThreshold, &m.LossStep) }},
 		{name: "timeoutRatioAndWeightFr", fn: func(k, v *yaml.Node) { pair(k, v, &m.TimeoutThreshold, &m.TimeoutStep) }},
+		{name: "direction", fn: func(k, v *yaml.Node) {
+			m.Direction, _ = parse(p, k, v, "a direction", policy.ParseDirection)
+		}},
+		{name: "scope", fn: func(k, v *yaml.Node) { m.Scope, _ = parse(p, k, v, "a scope", policy.ParseScope) }},
 		{name: "lossMaxWeightFr", fn: func(k, v *yaml.Node) { frac(k, v, &m.LossMax) }},
 		{name: "timeoutMaxWeightFr", fn: func(k, v *yaml.Node) { frac(k, v, &m.TimeoutMax) }},
 		{name: "minSegments", fn: func(k, v *yaml.Node) {

@@ -134,6 +134,8 @@ monitor:
   lossMaxWeightFr: 90
   timeoutMaxWeightFr: 80
   maxConnWeightFr: [40, 60, 90]
+  direction: both
+  scope: all
 balancer:
   algorithm: maglev
   retryInterval: 5s
@@ -143,7 +145,8 @@ balancer:
   healthCheck: {interval: 4s, rise: 3, fall: 5}
 `, func(t *testing.T, c *policy.Config) {
 			want := policy.Monitor{Enabled: true, SamplingInterval: 10 * time.Second, LossThreshold: 10, LossStep: 20,
-				TimeoutThreshold: 30, TimeoutStep: 40, LossMax: 90, TimeoutMax: 80, MaxConnLevels: [3]int{40, 60, 90}, MinSegments: policy.DefaultMinSegments}
+				TimeoutThreshold: 30, TimeoutStep: 40, LossMax: 90, TimeoutMax: 80, MaxConnLevels: [3]int{40, 60, 90}, MinSegments: policy.DefaultMinSegments,
+				Direction: policy.DirectionBoth, Scope: policy.ScopeAll}
 			if c.Monitor != want {
 				t.Errorf("monitor = %+v", c.Monitor)
 			}
@@ -242,7 +245,7 @@ func TestParseYAMLErrors(t *testing.T) {
 		{"bad VIP", "services:\n- {name: a, vips: [198.18.0.300], port: 80, targets: [{address: 198.18.1.1:80}]}\n",
 			`t.yaml:2:20: vips: want an IPv4 or IPv6 address, got "198.18.0.300"`},
 		{"host name target", "services:\n- {name: a, vips: [198.18.0.1], port: 80, targets: [{address: \"backend:80\"}]}\n",
-			`t.yaml:2:63: address: want IP:port like 198.18.1.5:8080 or [fd00::5]:8080, got "backend:80"`},
+			`t.yaml:2:63: address: want IP:port like 198.18.1.5:8080 or [fd00::5]:8080, or an IP alone to keep the client's port, got "backend:80"`},
 		{"missing required keys", "services:\n- {name: a, vips: [198.18.0.1]}\n",
 			"t.yaml:2:3: service: missing \"port\"\nt.yaml:2:3: service: missing \"targets\""},
 		{"no targets", "services:\n- {name: a, vips: [198.18.0.1], port: 80, targets: []}\n",
@@ -273,6 +276,10 @@ func TestParseYAMLErrors(t *testing.T) {
 			`t.yaml:2:21: unknown class "b"`},
 		{"TOS out of range", "actions: [{name: a, outgoingTOS: 256}]\n",
 			`t.yaml:1:34: outgoingTOS: want a ToS byte (8 binary digits like 10100000, 0xA0 or 0..255), got "256"`},
+		{"monitor direction unknown", "monitor: {direction: fromClient}\n",
+			`t.yaml:1:22: direction: unknown direction "fromClient" (want fromTarget, toTarget or both)`},
+		{"monitor scope unknown", "monitor: {scope: some}\n",
+			`t.yaml:1:18: scope: unknown scope "some" (want policy or all)`},
 		{"monitor fraction out of range", "monitor: {lossMaxWeightFr: 101}\n",
 			`t.yaml:1:28: lossMaxWeightFr: 101 is out of range 1..100`},
 		{"monitor ratio out of range", "monitor: {lossRatioAndWeightFr: [1001, 25]}\n",
@@ -423,6 +430,38 @@ func TestParseYAMLNoServices(t *testing.T) {
 		}
 		if cfg.NoServices != tt.want || len(cfg.Services) != 0 {
 			t.Errorf("%q: NoServices %v with %d services, want %v", tt.text, cfg.NoServices, len(cfg.Services), tt.want)
+		}
+	}
+}
+
+// TestTargetKeepsClientPort: an address without a port, or with port 0,
+// keeps the client's port; a malformed one says what is wanted.
+func TestTargetKeepsClientPort(t *testing.T) {
+	for _, tc := range []struct{ addr, want, name string }{
+		{"198.18.1.5", "198.18.1.5:0", "198.18.1.5"},
+		{"198.18.1.5:0", "198.18.1.5:0", "198.18.1.5"},
+		{`"fd00::5"`, "[fd00::5]:0", "fd00::5"},
+		{`"[fd00::5]"`, "[fd00::5]:0", "fd00::5"},
+		{"198.18.1.5:8080", "198.18.1.5:8080", "198.18.1.5:8080"},
+	} {
+		text := "services:\n- {name: a, vips: [198.19.0.1], port: 8000-8010, targets: [{address: " + tc.addr + "}]}\n"
+		c, err := noFiles.ParseYAML("t.yaml", []byte(text))
+		if err != nil {
+			t.Errorf("%s: %v", tc.addr, err)
+			continue
+		}
+		tg := c.Services[0].Targets[0]
+		if tg.Addr.String() != tc.want || tg.Name != tc.name {
+			t.Errorf("%s: address %v named %q, want %s named %q", tc.addr, tg.Addr, tg.Name, tc.want, tc.name)
+		}
+		if got := tg.DialAddr(8003); tg.KeepsPort() != (tg.Addr.Port() == 0) || (tg.KeepsPort() && got.Port() != 8003) {
+			t.Errorf("%s: DialAddr(8003) = %v", tc.addr, got)
+		}
+	}
+	for _, bad := range []string{`"[198.18.1.5]"`, `"[fd00::5"`, "0.0.0.0", "host.example"} {
+		text := "services:\n- {name: a, vips: [198.19.0.1], port: 80, targets: [{address: " + bad + "}]}\n"
+		if _, err := noFiles.ParseYAML("t.yaml", []byte(text)); err == nil || !strings.Contains(err.Error(), "an IP alone to keep the client's port") {
+			t.Errorf("%s: %v, want an error saying what an address is", bad, err)
 		}
 	}
 }

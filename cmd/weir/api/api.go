@@ -107,6 +107,36 @@ type Target struct {
 	Picked         uint64       `json:"picked"` // connections given to the target
 	Failed         uint64       `json:"failed"` // connects that failed
 	Explanation    *Explanation `json:"explanation,omitempty"`
+	// Segments are the target's data segments per direction since start.
+	Segments *Segments `json:"segments,omitempty"`
+}
+
+// Segments are one target's data segments per direction, totals since
+// start over the connections the monitor's scope covers (monitor.scope).
+// They grow once per sampling interval.
+type Segments struct {
+	FromTarget DirTotals `json:"from_target"` // the target's segments toward weir
+	ToTarget   DirTotals `json:"to_target"`   // weir's segments toward the target
+	// Direction is the one the last interval's loss and timeout ratios
+	// read: from_target or to_target (monitor.direction; an unmeasured
+	// direction gives way to the other).
+	Direction string `json:"direction"`
+}
+
+// DirTotals are one direction's totals. Data segments carry payload; pure
+// ACKs never count.
+type DirTotals struct {
+	DataSegments  uint64 `json:"data_segments"`
+	Retransmitted uint64 `json:"retransmitted"`
+	Timeouts      uint64 `json:"timeouts"`
+	OutOfOrder    uint64 `json:"out_of_order"`
+	// Source says how they were measured: "measured" (the datapath's
+	// passive count on a via: netstack leg, or the kernel's own sender
+	// count on a via: host leg's to_target), "estimate" (a via: host leg's
+	// from_target: the kernel's receive-side TCP_INFO counters give data
+	// segments and out-of-order arrivals but no retransmission count, so
+	// retransmitted and timeouts read 0 and mean unknown) or "none".
+	Source string `json:"source"`
 }
 
 // Explanation is how one sampling interval's measurements became a target's

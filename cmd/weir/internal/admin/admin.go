@@ -1,5 +1,6 @@
 // Package admin is weir's admin HTTP API: /status, /connections, /metrics,
-// /healthz and, behind a flag, /debug/pprof. It serves what its Source returns
+// /healthz, the status page (/ui) and its /history when a history is kept,
+// and, behind a flag, /debug/pprof. It serves what its Source returns
 // and knows nothing of the datapath: the appliance wiring owns the data.
 //
 // The server binds 127.0.0.1:9090 by default and refuses a non-loopback
@@ -23,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"weir/cmd/weir/api"
+	"weir/cmd/weir/internal/ui"
 )
 
 // DefaultAddr is where the admin API listens when Options.Addr is empty.
@@ -35,10 +37,15 @@ type Options struct {
 	// is not a loopback address requires Token.
 	Addr string
 	// Token, when set, is required as "Authorization: Bearer <Token>" on
-	// every endpoint except /healthz.
+	// every endpoint except /healthz (and /ui/login, where a browser
+	// gives it once for a cookie that stands for the header).
 	Token string
 	// Pprof mounts net/http/pprof under /debug/pprof/.
 	Pprof bool
+	// History, when set, serves the recent past as JSON at /history and
+	// the status page that draws it at /ui (package ui), behind the same
+	// token as the rest. It is called per request (ui.Recorder.History).
+	History func() api.History
 }
 
 // Source provides the data the endpoints serve. Each method is called per
@@ -87,6 +94,12 @@ func Handler(opts Options, src Source, g prometheus.Gatherer) http.Handler {
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, src.Status()) })
 	mux.HandleFunc("GET /connections", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, src.Connections()) })
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
+	if opts.History != nil {
+		mux.HandleFunc("GET /history", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, opts.History()) })
+		page := ui.Handler(opts.History)
+		mux.Handle("GET /ui", page)
+		mux.Handle("GET /ui/", page)
+	}
 	if opts.Pprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
@@ -104,9 +117,34 @@ func Handler(opts Options, src Source, g prometheus.Gatherer) http.Handler {
 		}
 		fmt.Fprintln(w, "ok")
 	})
+	if opts.History != nil && opts.Token != "" {
+		// A browser cannot send the bearer header: it signs in once, and
+		// a cookie carrying the token stands for the header.
+		root.HandleFunc("GET /ui/login", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/html; charset=utf-8")
+			fmt.Fprint(w, loginPage)
+		})
+		root.HandleFunc("POST /ui/login", func(w http.ResponseWriter, r *http.Request) {
+			if subtle.ConstantTimeCompare([]byte(r.PostFormValue("token")), []byte(opts.Token)) != 1 {
+				http.Error(w, "wrong token", http.StatusUnauthorized)
+				return
+			}
+			http.SetCookie(w, &http.Cookie{Name: tokenCookie, Value: opts.Token, Path: "/",
+				HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+			http.Redirect(w, r, "/ui", http.StatusSeeOther)
+		})
+	}
 	root.Handle("/", authed)
 	return root
 }
+
+// tokenCookie carries the token for a browser that signed in at /ui/login.
+const tokenCookie = "weir_admin_token"
+
+const loginPage = `<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>weir: sign in</title></head>
+<body><form method="post" action="/ui/login"><label>admin token <input type="password" name="token" autofocus></label>
+<button type="submit">open the status page</button></form></body></html>
+`
 
 func requireToken(token string, next http.Handler) http.Handler {
 	if token == "" {
@@ -115,6 +153,9 @@ func requireToken(token string, next http.Handler) http.Handler {
 	want := []byte("Bearer " + token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got := []byte(r.Header.Get("Authorization"))
+		if c, err := r.Cookie(tokenCookie); err == nil && len(got) == 0 {
+			got = []byte("Bearer " + c.Value)
+		}
 		if subtle.ConstantTimeCompare(got, want) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="weir"`)
 			http.Error(w, "unauthorized", http.StatusUnauthorized)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -121,5 +122,75 @@ func TestListenAddressInUse(t *testing.T) {
 	_, err := Listen(Options{Addr: strings.TrimPrefix(base, "http://")}, fakeSource{}, prometheus.NewRegistry())
 	if err == nil || !strings.Contains(err.Error(), "in use") || !strings.Contains(err.Error(), "--admin HOST:PORT") {
 		t.Fatalf("second listen: %v, want an address-in-use error naming --admin", err)
+	}
+}
+
+// TestHistoryAndPage: with a history, /history and the status page are
+// served behind the same token as the rest; without one they are absent.
+func TestHistoryAndPage(t *testing.T) {
+	hist := func() api.History {
+		return api.History{Capacity: 9, Targets: []api.TargetSeries{{Service: "web", Target: "t1", At: []int64{1000}, Weight: []int{4}, Effective: []int{2}}}}
+	}
+	base := serve(t, Options{Token: "s3cret", History: hist}, fakeSource{})
+	for _, tc := range []struct{ path, want string }{
+		{"/history", `"capacity": 9`},
+		{"/ui", `id="weight-web-t1"`},
+		{"/ui/charts", `data-series="effective"`},
+		{"/ui/ui.js", "fetch("},
+		{"/ui/ui.css", "figure.chart"},
+	} {
+		if code, _ := get(t, base+tc.path, ""); code != 401 {
+			t.Errorf("GET %s without the token: %d, want 401", tc.path, code)
+		}
+		if code, body := get(t, base+tc.path, "s3cret"); code != 200 || !strings.Contains(body, tc.want) {
+			t.Errorf("GET %s = %d, want 200 containing %q:\n%.300s", tc.path, code, tc.want, body)
+		}
+	}
+	plain := serve(t, Options{}, fakeSource{})
+	for _, p := range []string{"/history", "/ui"} {
+		if code, _ := get(t, plain+p, ""); code != 404 {
+			t.Errorf("GET %s without a history: %d, want 404", p, code)
+		}
+	}
+}
+
+// TestPageLogin: a browser signs in with the token at /ui/login and its
+// cookie then opens the page; a wrong token gets no cookie.
+func TestPageLogin(t *testing.T) {
+	base := serve(t, Options{Token: "s3cret", History: func() api.History { return api.History{} }}, fakeSource{})
+	if code, body := get(t, base+"/ui/login", ""); code != 200 || !strings.Contains(body, `name="token"`) {
+		t.Fatalf("login page: %d %q", code, body)
+	}
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := noRedirect.PostForm(base+"/ui/login", url.Values{"token": {"wrong"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 401 || len(resp.Cookies()) != 0 {
+		t.Errorf("wrong token: %d, cookies %v", resp.StatusCode, resp.Cookies())
+	}
+	resp, err = noRedirect.PostForm(base+"/ui/login", url.Values{"token": {"s3cret"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusSeeOther || len(resp.Cookies()) != 1 || !resp.Cookies()[0].HttpOnly {
+		t.Fatalf("sign in: %d, cookies %v", resp.StatusCode, resp.Cookies())
+	}
+	for _, c := range []struct {
+		value string
+		code  int
+	}{{"s3cret", 200}, {"wrong", 401}} {
+		req, _ := http.NewRequest("GET", base+"/ui", nil)
+		req.AddCookie(&http.Cookie{Name: tokenCookie, Value: c.value})
+		r, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Body.Close()
+		if r.StatusCode != c.code {
+			t.Errorf("cookie %q: %d, want %d", c.value, r.StatusCode, c.code)
+		}
 	}
 }

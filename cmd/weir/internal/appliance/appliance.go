@@ -33,6 +33,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"weir/balancer"
+	"weir/cmd/weir/api"
 	"weir/cmd/weir/internal/cluster"
 	"weir/cmd/weir/internal/metrics"
 	"weir/cmd/weir/internal/obs"
@@ -77,14 +78,23 @@ type Options struct {
 	// LogDrops, when set, counts the main log's lines lost because its
 	// writer could not keep up (obs.Logs.Dropped), for /status and metrics.
 	LogDrops func() uint64
+	// OnSample, when set, is called with the status after every sampling
+	// step of the sampling loop (a ui.Recorder's Record: the history the
+	// status page draws). It runs in the sampling loop's goroutine.
+	OnSample func(api.Status)
 
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
 
-// BackArm is one back NIC.
+// BackArm is one back NIC. Its packets pass the datapath engine, which
+// measures each target leg's segments in both directions (see
+// datapath.SegStats).
 type BackArm struct {
-	Name   string // for errors and stats; "" means back<i>
+	Name string // for errors and stats; "" means back<i>
+	// Device is the arm's transport; nil means the front device: the arm's
+	// packets leave through it and its replies come back on the front NIC
+	// (see backarm.go), as `weir run` does with its one TUN.
 	Device datapath.Device
 	// Addrs are the arm's own addresses with their prefixes; the prefixes
 	// route the targets inside them through this arm.
@@ -125,6 +135,7 @@ type Appliance struct {
 	explMu sync.Mutex
 	expl   []policy.Explanation // last sampling interval's, by service then target
 	explAt time.Time
+	segs   map[policy.TargetKey]*Segments // guarded by explMu; see segments.go
 
 	counters counters
 	skipMu   sync.Mutex
@@ -179,7 +190,8 @@ func New(opts Options) (*Appliance, error) {
 	}
 	a.bals.Store(&bals)
 
-	a.engine = datapath.NewEngine(opts.Front, cfg, datapath.EngineOptions{Workers: 1 + len(opts.FrontQueues)})
+	a.engine = datapath.NewEngine(opts.Front, cfg, datapath.EngineOptions{Workers: 1 + len(opts.FrontQueues) + len(opts.Backs),
+		BackPrefixes: backPrefixes(opts.Backs)})
 
 	a.stack, err = netstack.New(opts.Stack)
 	if err != nil {
@@ -203,6 +215,8 @@ func New(opts Options) (*Appliance, error) {
 	fo := opts.Forwarder
 	fo.Services = a.service
 	fo.Admitter = a
+	fo.Segments = a.engine.Segments
+	viaFront := false
 	for i, arm := range opts.Backs {
 		name := arm.Name
 		if name == "" {
@@ -212,14 +226,26 @@ func New(opts Options) (*Appliance, error) {
 		for _, p := range arm.Addrs {
 			routes = append(routes, p.Masked())
 		}
-		nic, err := a.stack.AddNIC(arm.Device, netstack.NICOptions{Name: name, Addrs: arm.Addrs, Routes: routes})
+		var dev datapath.Device
+		if arm.Device == nil {
+			dev = newEgressOnly(a.engine.Attach(opts.Front, 0))
+		} else {
+			dev = a.engine.Attach(arm.Device, 1+len(opts.FrontQueues)+i)
+		}
+		nic, err := a.stack.AddNIC(dev, netstack.NICOptions{Name: name, Addrs: arm.Addrs, Routes: routes})
 		if err != nil {
 			a.stack.Close()
 			return nil, fmt.Errorf("back arm %s: %w", name, err)
 		}
 		a.backs = append(a.backs, nic)
 		a.nics = append(a.nics, NICStats{Name: name, Back: true, nic: nic, dev: arm.Device})
-		fo.Back = &netstack.StackDialer{Stack: a.stack}
+		if arm.Device == nil {
+			// An arm through the front device shares the front NIC's
+			// default route: its dials name their NIC.
+			fo.Back, viaFront = &netstack.StackDialer{Stack: a.stack, NIC: nic}, true
+		} else if !viaFront {
+			fo.Back = &netstack.StackDialer{Stack: a.stack}
+		}
 	}
 	fo.OnPanic = a.connPanic
 	if cfg.Cluster != nil {
@@ -365,7 +391,7 @@ func (a *Appliance) checkDial(ctx context.Context, network, address string) (net
 	}
 	for _, vs := range a.cfg.Load().Services {
 		for _, t := range vs.Targets {
-			if t.Addr == ap && t.Via == policy.DialNetstack {
+			if t.DialAddr(ap.Port()) == ap && t.Via == policy.DialNetstack {
 				return a.stack.DialTCP(ctx, netip.AddrPort{}, ap)
 			}
 		}
@@ -586,7 +612,7 @@ func (s *session) action() *policy.Action {
 // accept answers with the session's lease and binds the datapath flow to
 // the lease's target.
 func (s *session) accept() netstack.Decision {
-	d := netstack.Decision{Verdict: netstack.Accept, Target: s.lease.Target()}
+	d := netstack.Decision{Verdict: netstack.Accept, Target: keepPort(s.lease.Target(), s.req.VIP.Port())}
 	if f := s.flow; f != nil {
 		d.Action = f.Action
 		// The target's index in the meters' config: -1 when the lease

@@ -175,9 +175,10 @@ func TestEnforcedLimitRefusesWithPage(t *testing.T) {
 
 func TestLossMovesWeight(t *testing.T) {
 	cfg := labConfig([]int{10, 10}, nil)
-	l := newLab(t, cfg, lab.Options{})
 	// Loss on weir → t2: weir's own segments to t2 are retransmitted, so
-	// the load uploads (the target leg's measured direction).
+	// the load uploads and the monitor reads that direction (to_target).
+	cfg.Monitor.Direction = policy.ToTarget
+	l := newLab(t, cfg, lab.Options{})
 	l.Faults[policy.TargetKey{Service: "web", Target: "t2"}].SetRates(fault.Rates{Drop: 0.05}, fault.Rates{})
 	res := bench.Load{Dial: l.Dial, Addr: "198.19.0.80:80", Clients: 4, Requests: 80, Upload: 64 << 10, Duration: 90 * time.Second, Timeout: 30 * time.Second}.Run(context.Background())
 	if res.OK != 80 {

@@ -68,7 +68,7 @@ func (a *Appliance) drainEvents() {
 // connections' TCP measurements into weight fractions and new balancer
 // weights, and writes one STATS line per target.
 func (a *Appliance) sampleLoop() {
-	a.every(func(c *policy.Config) time.Duration { return c.Monitor.SamplingInterval }, func() { a.SampleNow() })
+	a.every(func(c *policy.Config) time.Duration { return c.Monitor.SamplingInterval }, func() { a.SampleNow(); a.record() })
 }
 
 // SampleNow runs one sampling step at once: the loop calls it every
@@ -81,6 +81,7 @@ func (a *Appliance) SampleNow() []policy.Explanation {
 	a.explMu.Lock()
 	expl := a.sampler.Sample(cfg, samples, a.expl[:0:0])
 	a.expl, a.explAt = expl, a.now()
+	a.addSegments(&cfg.Monitor, samples)
 	a.explMu.Unlock()
 
 	a.applyFractions(cfg, expl)
@@ -184,7 +185,11 @@ func (a *Appliance) OpenByTarget() map[policy.TargetKey]int64 {
 }
 
 // samplesFrom maps the forwarder's per-target aggregation onto the policy
-// engine's samples.
+// engine's samples. The per-direction data segments come from the
+// connections the monitor's scope covers (ScopePolicy: those under a policy
+// action, i.e. the TargetActions aggregates; ScopeAll: all), and
+// policy.SelectDirection puts the direction the monitor reads into the
+// ratios' inputs.
 func samplesFrom(cfg *policy.Config, s netstack.Sample, open map[policy.TargetKey]int64) map[policy.TargetKey]*policy.TargetSample {
 	interval := s.End.Sub(s.Start)
 	out := map[policy.TargetKey]*policy.TargetSample{}
@@ -194,15 +199,17 @@ func samplesFrom(cfg *policy.Config, s netstack.Sample, open map[policy.TargetKe
 			out[k] = &policy.TargetSample{Interval: interval, ActiveConns: open[k]}
 		}
 	}
+	all := cfg.Monitor.Scope == policy.ScopeAll
 	for _, ag := range s.Targets {
 		ts := out[policy.TargetKey{Service: ag.Service, Target: ag.Name}]
 		if ts == nil {
 			continue // a target gone in a reload
 		}
-		ts.SegmentsSent += ag.SegmentsSent
-		ts.Retransmits += ag.Retransmits
-		ts.Timeouts += ag.Timeouts
 		ts.Bytes += ag.Bytes
+		if all {
+			addDir(&ts.FromTarget, ag.FromTarget)
+			addDir(&ts.ToTarget, ag.ToTarget)
+		}
 		ts.TimeoutsUnknown = ts.TimeoutsUnknown || ag.TimeoutsUnknown > 0
 	}
 	actions := map[string]*policy.Action{}
@@ -211,20 +218,48 @@ func samplesFrom(cfg *policy.Config, s netstack.Sample, open map[policy.TargetKe
 	}
 	for _, ag := range s.TargetActions {
 		ts := out[policy.TargetKey{Service: ag.Service, Target: ag.Name}]
-		act := actions[ag.Action]
-		if ts == nil || act == nil {
+		if ts == nil {
 			continue
 		}
-		ts.Actions = append(ts.Actions, policy.ActionSample{Action: act, ActiveConns: int64(ag.Active), Bytes: ag.Bytes,
-			WaitingConns: int64(ag.Waiting), WaitingBytes: ag.WaitingBytes, WaitingTime: ag.WaitingTime})
+		if !all {
+			addDir(&ts.FromTarget, ag.FromTarget)
+			addDir(&ts.ToTarget, ag.ToTarget)
+		}
+		if act := actions[ag.Action]; act != nil {
+			ts.Actions = append(ts.Actions, policy.ActionSample{Action: act, ActiveConns: int64(ag.Active), Bytes: ag.Bytes,
+				WaitingConns: int64(ag.Waiting), WaitingBytes: ag.WaitingBytes, WaitingTime: ag.WaitingTime})
+		}
+	}
+	for _, ts := range out {
+		policy.SelectDirection(&cfg.Monitor, ts)
 	}
 	return out
+}
+
+// addDir adds one aggregate's direction to a sample's.
+func addDir(d *policy.DirSample, c netstack.DirCounters) {
+	d.DataSegments += c.DataSegments
+	d.Retransmitted += c.Retransmitted
+	d.Timeouts += c.Timeouts
+	d.OutOfOrder += c.OutOfOrder
+	switch c.Source {
+	case netstack.DirPassive, netstack.DirKernel:
+		d.Measured = true
+	case netstack.DirEstimate:
+		d.Estimate = true
+	}
 }
 
 // logStats writes one STATS line per target, as the WebSphere plug-in does.
 func (a *Appliance) logStats(expl []policy.Explanation) {
 	for _, e := range expl {
+		sg, _ := a.SegmentsOf(policy.TargetKey{Service: e.Service, Target: e.Target})
 		a.log.Info().Str("service", e.Service).Str("target", e.Target).
+			Str("direction", sg.Direction).
+			Uint64("from_target_segs", sg.FromTarget.DataSegments).Uint64("from_target_retrans", sg.FromTarget.Retransmitted).
+			Uint64("from_target_timeouts", sg.FromTarget.Timeouts).Str("from_target_source", sg.FromTarget.Source).
+			Uint64("to_target_segs", sg.ToTarget.DataSegments).Uint64("to_target_retrans", sg.ToTarget.Retransmitted).
+			Uint64("to_target_timeouts", sg.ToTarget.Timeouts).Str("to_target_source", sg.ToTarget.Source).
 			Int64("open", e.ActiveConns).Int64("max", e.MaxConns).
 			Int("loss_fr", e.LossFraction).Int("timeout_fr", e.TimeoutFraction).
 			Int("default_fr", e.DefaultFraction).Int("action_fr", e.ActionFraction).

@@ -134,7 +134,12 @@ func (a *Appliance) Status() api.Status {
 			bs := b.Snapshot(now)
 			s.Refused = bs.Refused
 			for _, t := range bs.Targets {
-				s.Targets = append(s.Targets, targetStatus(t, byKey[policy.TargetKey{Service: vs.Name, Target: t.Name}]))
+				k := policy.TargetKey{Service: vs.Name, Target: t.Name}
+				tg := targetStatus(t, byKey[k])
+				if sg, ok := a.SegmentsOf(k); ok {
+					tg.Segments = &sg
+				}
+				s.Targets = append(s.Targets, tg)
 			}
 		}
 		st.Services = append(st.Services, s)

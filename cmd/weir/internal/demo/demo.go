@@ -11,11 +11,14 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"weir/bench"
+	"weir/cmd/weir/internal/admin"
 	"weir/cmd/weir/internal/appliance"
 	"weir/cmd/weir/internal/lab"
+	"weir/cmd/weir/internal/ui"
 	"weir/cmd/weir/internal/view"
 	"weir/datapath"
 	"weir/datapath/fault"
@@ -43,6 +46,20 @@ type Options struct {
 	// weir demo --tun runs the clients' side through a real TUN.
 	Front datapath.Device
 	Dial  bench.DialFunc
+
+	// UI, when set, is a loopback host:port (port 0 picks one) where the
+	// demo serves weir's admin API with the status page at /ui while it
+	// runs, keeping History samples per series (0: ui.DefaultSamples).
+	UI      string
+	History int
+	// Serving is called with the page's URL once it is served.
+	Serving func(url string)
+	// Keep keeps the appliance and the page running after the scenarios,
+	// until ctx ends (weir demo --ui).
+	Keep bool
+	// AfterScenario is called after each scenario, the appliance still
+	// running (a test looks at the page there).
+	AfterScenario func(Result)
 }
 
 // Result is one scenario's outcome.
@@ -68,10 +85,17 @@ func Run(ctx context.Context, o Options) ([]Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("embedded demo config: %w", err)
 	}
+	ao := appliance.Options{Source: "embedded demo.yaml", Log: o.Log}
+	var rec *ui.Recorder
+	if o.UI != "" {
+		rec = ui.NewRecorder(o.History)
+		ao.OnSample = rec.Record
+		ao.Registerer = prometheus.NewRegistry()
+	}
 	l, err := lab.New(cfg, lab.Options{
 		Front:     o.Front,
 		Dial:      o.Dial,
-		Appliance: appliance.Options{Source: "embedded demo.yaml", Log: o.Log},
+		Appliance: ao,
 		Backend: func(k policy.TargetKey, b *bench.Backend) {
 			if k.Service == "cluster" {
 				b.Delay = 1500 * time.Millisecond // slow members build a backlog
@@ -84,6 +108,13 @@ func Run(ctx context.Context, o Options) ([]Result, error) {
 	defer l.Close()
 	app := l.App
 	app.Start()
+	if rec != nil {
+		stop, err := servePage(o, app, rec, ao.Registerer.(*prometheus.Registry))
+		if err != nil {
+			return nil, err
+		}
+		defer stop()
+	}
 
 	d := &demo{lab: l, out: out, live: o.Live}
 	var results []Result
@@ -107,6 +138,9 @@ func Run(ctx context.Context, o Options) ([]Result, error) {
 		}
 		fmt.Fprintf(out, "   %s %s\n", mark, r.Detail)
 		results = append(results, r)
+		if o.AfterScenario != nil {
+			o.AfterScenario(r)
+		}
 	}
 
 	fmt.Fprintln(out, "\n== summary")
@@ -122,7 +156,39 @@ func Run(ctx context.Context, o Options) ([]Result, error) {
 	tw.Flush()
 	fmt.Fprintln(out)
 	view.WriteTable(out, app.Status())
+	if o.Keep && rec != nil && ctx.Err() == nil {
+		fmt.Fprintln(out, "\nthe appliance keeps running with its status page; Ctrl-C ends it")
+		<-ctx.Done()
+		return results, nil
+	}
 	return results, ctx.Err()
+}
+
+// servePage serves the admin API with the status page on o.UI (loopback
+// only: the demo sets no token) and says where.
+func servePage(o Options, app *appliance.Appliance, rec *ui.Recorder, reg *prometheus.Registry) (stop func(), err error) {
+	srv, err := admin.Listen(admin.Options{Addr: o.UI, History: rec.History}, app, reg)
+	if err != nil {
+		return nil, fmt.Errorf("--ui: %w", err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		srv.Serve()
+	}()
+	url := "http://" + srv.Addr() + "/ui"
+	if o.Out != nil {
+		fmt.Fprintf(o.Out, "status page: %s (history: %d samples per series)\n", url, rec.Capacity())
+	}
+	if o.Serving != nil {
+		o.Serving(url)
+	}
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
+		<-done
+	}, nil
 }
 
 type demo struct {

@@ -110,9 +110,14 @@ func New(cfg *policy.Config, o Options) (*Lab, error) {
 			if _, err := bs.AddNIC(backendEnd, netstack.NICOptions{Name: "backend", Addrs: []netip.Prefix{netip.PrefixFrom(t.Addr.Addr(), bits)}}); err != nil {
 				return nil, err
 			}
-			ln, err := bs.ListenTCP(t.Addr)
-			if err != nil {
-				return nil, fmt.Errorf("lab: backend %s: %w", t.Addr, err)
+			// A target that keeps the client's port listens on every
+			// port of its service.
+			ports := []uint16{t.Addr.Port()}
+			if t.KeepsPort() {
+				ports = ports[:0]
+				for p := int(vs.Ports.Lo); p <= int(vs.Ports.Hi); p++ {
+					ports = append(ports, uint16(p))
+				}
 			}
 			b := &bench.Backend{Name: t.Name}
 			if o.Backend != nil {
@@ -120,7 +125,13 @@ func New(cfg *policy.Config, o Options) (*Lab, error) {
 				b.Name = t.Name
 			}
 			l.Backends[k] = b
-			l.wg.Go(func() { b.Serve(ln) })
+			for _, p := range ports {
+				ln, err := bs.ListenTCP(t.DialAddr(p))
+				if err != nil {
+					return nil, fmt.Errorf("lab: backend %s: %w", t.DialAddr(p), err)
+				}
+				l.wg.Go(func() { b.Serve(ln) })
+			}
 		}
 	}
 

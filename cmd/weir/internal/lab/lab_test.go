@@ -60,3 +60,25 @@ func TestFaultsAreEachTargetsOwn(t *testing.T) {
 		t.Errorf("drops t1 %+v, t2 %+v: want t2's only", l.Faults[t1].Stats(), l.Faults[t2].Stats())
 	}
 }
+
+// TestTargetKeepsClientPort: a service on ports 8000-8002 whose target has
+// no port connects each client to the port it asked for (the backend
+// listens on every port of the range; a dial to port 0 would fail).
+func TestTargetKeepsClientPort(t *testing.T) {
+	cfg := oneService(policy.DialNetstack, "198.19.1.10:0")
+	cfg.Services[0].Ports = policy.PortRange{Lo: 8000, Hi: 8002}
+	l, err := New(cfg, Options{Appliance: appliance.Options{Forwarder: netstack.ForwarderOptions{DialTimeout: time.Second}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for _, port := range []string{"8000", "8002"} {
+		res := bench.Load{Dial: l.Dial, Addr: "198.19.0.80:" + port, Clients: 1, Requests: 2, Duration: 10 * time.Second}.Run(context.Background())
+		if res.OK != 2 || res.PerTarget["t1"] != 2 {
+			t.Errorf("port %s: %+v", port, res)
+		}
+	}
+	if f := l.App.TargetFailures(policy.TargetKey{Service: "web", Target: "t1"}); f != 0 {
+		t.Errorf("%d connects failed", f)
+	}
+}

@@ -61,6 +61,19 @@ func perLevel(f func(l *api.Level) (float64, bool)) func(*api.Status, emitter) {
 	}
 }
 
+// dirLabels label the per-direction target metrics.
+var dirLabels = []string{"service", "target", "direction"}
+
+// perDirection emits v of each target's from_target and to_target totals.
+func perDirection(v func(*api.DirTotals) float64) func(*api.Status, emitter) {
+	return perTarget(func(t *api.Target, emit func(float64, ...string)) {
+		if sg := t.Segments; sg != nil {
+			emit(v(&sg.FromTarget), "from_target")
+			emit(v(&sg.ToTarget), "to_target")
+		}
+	})
+}
+
 func perTarget(f func(t *api.Target, emit func(v float64, extra ...string))) func(*api.Status, emitter) {
 	return func(st *api.Status, emit emitter) {
 		for _, s := range st.Services {
@@ -173,6 +186,15 @@ var Defs = []Def{
 				emit(float64(e.Fraction), "total")
 			}
 		})},
+	{Name: "weir_target_data_segments_total", Type: Counter, Labels: dirLabels,
+		Help:    "Data segments (with payload; pure ACKs never count) on the target's legs that the monitor covers (monitor.scope), by direction: from_target (the target's own, the monitor's default input) or to_target (weir's).",
+		samples: perDirection(func(d *api.DirTotals) float64 { return float64(d.DataSegments) })},
+	{Name: "weir_target_retransmitted_segments_total", Type: Counter, Labels: dirLabels,
+		Help:    "Of those, retransmitted: divided by weir_target_data_segments_total, the loss ratio of that direction. On a via: host leg from_target is unknown (0; /status says source=estimate).",
+		samples: perDirection(func(d *api.DirTotals) float64 { return float64(d.Retransmitted) })},
+	{Name: "weir_target_timeouts_total", Type: Counter, Labels: dirLabels,
+		Help:    "Retransmission timeouts on those legs by direction (from_target: retransmissions after a silence longer than the flow's RTO estimate).",
+		samples: perDirection(func(d *api.DirTotals) float64 { return float64(d.Timeouts) })},
 	{Name: "weir_target_up", Type: Gauge, Labels: targetLabels,
 		Help:    "1 while the target may be picked; 0 while a failed connect keeps it down for retryInterval or its health checks fail.",
 		samples: perTarget(func(t *api.Target, emit func(float64, ...string)) { emit(bool01(!t.Down && t.HealthUp)) })},

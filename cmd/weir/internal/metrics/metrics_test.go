@@ -17,6 +17,8 @@ import (
 // exported, each with the metric that already carries it (one metric per
 // fact) or why it is no metric.
 var notMetrics = map[string]string{
+	"Services.Targets.Segments.FromTarget.OutOfOrder": "diagnostic, shown by /status and weir status",
+	"Services.Targets.Segments.ToTarget.OutOfOrder":   "diagnostic, shown by /status and weir status",
 	"Generation":                 "a configuration's identity, not a quantity; weir_reloads_total counts swaps",
 	"DialFailures":               "the sum of weir_target_connect_failures_total",
 	"Services.Refused":           "weir_refusals_total{level=balancer,limit=targets}",
@@ -51,6 +53,7 @@ func populated(t *testing.T) (api.Status, map[string][]float64) {
 		},
 	}
 	st.Services[0].Targets[0].Explanation = &api.Explanation{}
+	st.Services[0].Targets[0].Segments = &api.Segments{}
 	st.TUN = &api.TUN{Name: "weir0"}
 	values := map[string][]float64{}
 	next := 1000.0

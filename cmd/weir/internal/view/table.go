@@ -111,6 +111,7 @@ func writeTable(w io.Writer, st api.Status) {
 				t.Weight, loss, tmo, act, fr, t.Effective, state, t.Picked, t.SkippedAtLimit)
 		}
 		tw.Flush()
+		writeSegments(w, s.Targets)
 	}
 	if len(st.Refusals) > 0 {
 		fmt.Fprintln(w, "\nRefusals")
@@ -191,4 +192,41 @@ func human(n int64) string {
 		exp++
 	}
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// writeSegments lists each target's data segments per direction since
+// start (api.Segments), marking the direction the ratios read.
+func writeSegments(w io.Writer, targets []api.Target) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	header := false
+	for _, t := range targets {
+		sg := t.Segments
+		if sg == nil {
+			continue
+		}
+		if !header {
+			fmt.Fprintln(tw, "  SEGMENTS	DIRECTION	DATA	RETRANSMITTED	TIMEOUTS	OUT OF ORDER	SOURCE")
+			header = true
+		}
+		for _, d := range []struct {
+			name string
+			t    api.DirTotals
+		}{{"from_target", sg.FromTarget}, {"to_target", sg.ToTarget}} {
+			mark := ""
+			if d.name == sg.Direction {
+				mark = " ←"
+			}
+			fmt.Fprintf(tw, "  %s\t%s%s\t%d\t%d (%s)\t%d\t%d\t%s\n", t.Name, d.name, mark, d.t.DataSegments, d.t.Retransmitted,
+				Tenths(ratioTenths(d.t.Retransmitted, d.t.DataSegments)), d.t.Timeouts, d.t.OutOfOrder, d.t.Source)
+		}
+	}
+	tw.Flush()
+}
+
+// ratioTenths is num/den in tenths of a percent, 0 for den 0.
+func ratioTenths(num, den uint64) int {
+	if den == 0 {
+		return 0
+	}
+	return int(num * 1000 / den)
 }

@@ -1,0 +1,136 @@
+package main
+
+import (
+	"fmt"
+	"net/netip"
+	"os"
+	"strings"
+
+	"github.com/spf13/pflag"
+
+	"weir/cmd/weir/internal/appliance"
+	"weir/policy"
+)
+
+// weir run's back arm
+//
+// A `via: netstack` target is dialed by weir's own gVisor stack, so that
+// every segment of the target leg is measured (datapath.SegStats). weir run
+// has one transport, the TUN, and the back arm uses it too: the back NIC
+// has its own source addresses (--back-addr), weir routes them into the TUN,
+// and the leg's packets leave through the TUN into the host's routing and
+// come back the same way:
+//
+//	weir (back NIC, source 198.19.254.1) ─► TUN ─► host routing (forwarding)
+//	      ─► target ─► reply to 198.19.254.1 ─► host route into the TUN ─► weir
+//
+// The default addresses come from the RFC 2544 benchmarking block
+// 198.18.0.0/15 and the ULA space fd00::/8: neither is used by home or
+// office LANs (192.168/16, 10/8, 172.16/12), by carrier-grade NAT or
+// Tailscale (100.64/10), nor routed on the Internet; 198.19.254.0/24 also
+// stays clear of 198.18.0.0/16, the range proxy tools' "fake-ip" modes
+// hand out. Choose others with --back-addr when your network uses them.
+//
+// The host forwards between the TUN and the target's interface, so IPv4
+// (and IPv6) forwarding must be on (sysctl net.ipv4.ip_forward=1). A target
+// in the same host (a namespace, a container bridge) replies through the
+// host's route into the TUN. A target on another host must route the back
+// addresses back to this host, either with a route on the target (or its
+// gateway):
+//
+//	ip route add 198.19.254.1/32 via <weir host address>
+//
+// or with source NAT on the weir host, whose connection tracking restores
+// the back address on the replies before they are routed into the TUN:
+//
+//	nft add table ip weir
+//	nft add chain ip weir post '{ type nat hook postrouting priority srcnat; }'
+//	nft add rule ip weir post ip saddr 198.19.254.1 oifname "eth0" masquerade
+
+// Default back-arm addresses, one per family (see the comment above).
+var (
+	defaultBackAddr4 = netip.MustParsePrefix("198.19.254.1/32")
+	defaultBackAddr6 = netip.MustParsePrefix("fd57:6569:72ff::1/128")
+)
+
+// addBackFlags registers weir run's back-arm flags.
+func addBackFlags(f *pflag.FlagSet, o *runOptions) {
+	f.StringSliceVar(&o.backAddrs, "back-addr", nil, "source `PREFIX` of the back arm that dials via: netstack targets through the TUN (repeatable; "+
+		"default "+defaultBackAddr4.String()+" and "+defaultBackAddr6.String()+", for the families the targets use); \"none\" turns the back arm off")
+}
+
+// backArm returns the back arm of weir run (nil when the config has no
+// netstack target or --back-addr none) and the host routes that send its
+// addresses into the TUN.
+func backArm(cfg *policy.Config, flags []string) ([]appliance.BackArm, []netip.Prefix, error) {
+	var addrs []netip.Prefix
+	switch {
+	case len(flags) == 1 && strings.EqualFold(flags[0], "none"):
+		return nil, nil, nil
+	case len(flags) > 0:
+		for _, s := range flags {
+			p, err := netip.ParsePrefix(s)
+			if err != nil {
+				a, aerr := netip.ParseAddr(s)
+				if aerr != nil {
+					return nil, nil, fmt.Errorf("--back-addr %q: %w", s, err)
+				}
+				p = netip.PrefixFrom(a, a.BitLen())
+			}
+			addrs = append(addrs, netip.PrefixFrom(p.Addr().Unmap(), p.Bits()))
+		}
+	default:
+		v4, v6 := false, false
+		for _, vs := range cfg.Services {
+			for _, t := range vs.Targets {
+				if t.Via == policy.DialNetstack {
+					if t.Addr.Addr().Unmap().Is4() {
+						v4 = true
+					} else {
+						v6 = true
+					}
+				}
+			}
+		}
+		if v4 {
+			addrs = append(addrs, defaultBackAddr4)
+		}
+		if v6 {
+			addrs = append(addrs, defaultBackAddr6)
+		}
+	}
+	if len(addrs) == 0 {
+		return nil, nil, nil
+	}
+	routes := make([]netip.Prefix, len(addrs))
+	for i, p := range addrs {
+		routes[i] = netip.PrefixFrom(p.Addr(), p.Addr().BitLen())
+	}
+	arm := appliance.BackArm{Name: "back", Addrs: addrs,
+		Routes: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")}}
+	return []appliance.BackArm{arm}, routes, nil
+}
+
+// forwardingOff names the address families whose forwarding the host has
+// off while the back arm has addresses of that family: the arm's packets
+// would then never leave the host.
+func forwardingOff(routes []netip.Prefix) []string {
+	var off []string
+	check := func(fam, file string) {
+		if b, err := os.ReadFile(file); err == nil && strings.TrimSpace(string(b)) == "0" {
+			off = append(off, fam+" ("+file+")")
+		}
+	}
+	v4, v6 := false, false
+	for _, p := range routes {
+		v4 = v4 || p.Addr().Is4()
+		v6 = v6 || p.Addr().Is6()
+	}
+	if v4 {
+		check("IPv4", "/proc/sys/net/ipv4/ip_forward")
+	}
+	if v6 {
+		check("IPv6", "/proc/sys/net/ipv6/conf/all/forwarding")
+	}
+	return off
+}
