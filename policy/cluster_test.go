@@ -189,3 +189,34 @@ func TestSetCapacityShrinkRace(t *testing.T) {
 		t.Errorf("%d connections left open", n)
 	}
 }
+
+// BenchmarkAdmitShared is BenchmarkAdmit's serial case with a cluster share
+// set at every level (what the cluster package does): the cost of the
+// share on the admission path, against BenchmarkAdmit/serial without.
+func BenchmarkAdmitShared(b *testing.B) {
+	a, web := benchAdmission(b)
+	a.SetDefaultCapacity(1 << 30)
+	var tk Ticket
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, ok := a.Admit(web, &tk); !ok {
+			b.Fatal("refused")
+		}
+		tk.Release()
+	}
+}
+
+func TestAdmitSharedAllocs(t *testing.T) {
+	cfg := shareCfg(t, 5)
+	a := NewAdmission(cfg, 0)
+	a.SetDefaultCapacity(1)
+	web := cfg.ServiceByName("web")
+	var tk, other Ticket
+	if n := testing.AllocsPerRun(100, func() {
+		a.Admit(web, &tk)
+		a.Admit(web, &other) // refused by the share
+		tk.Release()
+	}); n != 0 {
+		t.Errorf("%v allocations per admit under a share", n)
+	}
+}
