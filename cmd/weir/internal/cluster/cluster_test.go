@@ -4,11 +4,14 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"weir/internal/testutil"
 	"weir/policy"
@@ -159,13 +162,26 @@ func TestLeaseLimitClusterWide(t *testing.T) {
 	for _, n := range nodes {
 		ld.clients(n, 12, 5*time.Millisecond)
 	}
+	// Redis's own record: the leases never add up to more than the limit.
+	rdb := redis.NewClient(&redis.Options{Addr: r.Addr()})
+	defer rdb.Close()
+	var recorded int64
 	var atNine atomic.Bool
 	testutil.WithinEvery(3*time.Second, time.Millisecond, func() bool {
 		if ld.open.Load() >= 9 {
 			atNine.Store(true)
 		}
+		var sum int64
+		for _, v := range rdb.HGetAll(context.Background(), "weir:{test}:lease:service:web").Val() {
+			n, _ := strconv.ParseInt(strings.Fields(v)[0], 10, 64)
+			sum += n
+		}
+		recorded = max(recorded, sum)
 		return false
 	})
+	if recorded > 10 || recorded < 9 {
+		t.Errorf("leases recorded in Redis add up to %d at most, want 9 or 10 (limit 10)", recorded)
+	}
 	ld.end()
 	if p := ld.peak.Load(); p > 10 {
 		t.Errorf("%d connections open over the cluster, limit 10", p)
