@@ -489,7 +489,13 @@ func (c *Cluster) plan(l *lease, grace bool) (want, floor int64) {
 		need = max(need, min(l.limit/int64(c.members), cur+l.limit-l.held))
 	}
 	if grace {
-		need = min(need, max(min(cur, l.limit), c.fallbackShare(l)))
+		// The fallback share as during the outage: with the members seen
+		// before it, not the fewer that have renewed since.
+		share := c.fallbackShare(l)
+		if c.o.Config.OnRedisDown == policy.LocalShare {
+			share = l.limit / int64(max(c.members, len(c.graceWait), 1))
+		}
+		need = min(need, max(min(cur, l.limit), share))
 	}
 	switch {
 	case need >= cur:
