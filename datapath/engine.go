@@ -26,9 +26,10 @@ package datapath
 // (a new flow allocates its Flow once), nothing takes a lock except the
 // flow table's shard lock when a flow is created, nothing logs.
 //
-// An offload-capable TUN (virtio-net headers, GSO/GRO) needs no change
-// here: it hands the engine whole IP packets from Read and takes them in
-// Write, splitting and coalescing below the Device interface.
+// An offload-capable TUN (virtio-net headers, GSO) hands the engine TCP
+// super-packets of up to 64 KiB with their virtio-net header before offset
+// (see offload.go): one lookup and one ToS rewrite per super-packet, meters
+// counting the segments it stands for.
 
 import (
 	"net/netip"
@@ -326,6 +327,7 @@ func (p *Port) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 		st := e.state.Load()
 		c := &e.stats[p.shard&(e.nstats-1)]
 		run := meterRun{m: st.meters, shard: p.shard, d: Ingress}
+		gso := offloads(p.inner, offset)
 		w := 0
 		var pk Packet
 		var last lastFlow
@@ -335,6 +337,10 @@ func (p *Port) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 				c.dropped[r].Add(1)
 				continue
 			}
+			// A super-packet stands for segs segments on the wire (one
+			// when offload is off): meters and the sequence tracker
+			// count those, not the one buffer.
+			segs, size := Segments(gsoHdr(gso, bufs[i], offset), b, &pk)
 			row, target := st.noRow, int32(NoTarget)
 			if pk.NonFirstFragment {
 				c.fragments.Add(1)
@@ -346,7 +352,7 @@ func (p *Port) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 				}
 				row, target = last.v.row, last.v.target
 				if last.v.seg != nil {
-					last.v.seg.ingress(b, &pk, now, e.targetMinRTO)
+					last.v.seg.ingress(b, &pk, segs, now, e.targetMinRTO)
 				}
 			}
 			if w != i {
@@ -357,8 +363,11 @@ func (p *Port) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 					continue
 				}
 				sizes[w] = copy(bufs[w][offset:], b)
+				if gso {
+					copy(bufs[w][offset-VirtioNetHdrLen:offset], bufs[i][offset-VirtioNetHdrLen:offset])
+				}
 			}
-			run.add(row, target, pk.Len, PayloadLen(b, &pk))
+			run.addSegs(row, target, segs, size, PayloadLen(b, &pk))
 			w++
 		}
 		run.flush()
@@ -479,6 +488,7 @@ func (p *Port) Write(bufs [][]byte, offset int) (int, error) {
 	var pk Packet
 	var last lastFlow
 	var marked uint64
+	gso := offloads(p.inner, offset)
 	for _, buf := range bufs {
 		if offset > len(buf) {
 			// No packet at all: passed on as the inner device sees it,
@@ -508,9 +518,10 @@ func (p *Port) Write(bufs [][]byte, offset int) (int, error) {
 			}
 			last.set(p.flow(st, k, h, now, &e.stats[run.shard&(e.nstats-1)]))
 		}
-		run.add(last.v.row, last.v.target, pk.Len, PayloadLen(b, &pk))
+		segs, size := Segments(gsoHdr(gso, buf, offset), b, &pk)
+		run.addSegs(last.v.row, last.v.target, segs, size, PayloadLen(b, &pk))
 		if last.v.seg != nil {
-			last.v.seg.egress(b, &pk, now, e.ownMinRTO)
+			last.v.seg.egress(b, &pk, segs, now, e.ownMinRTO)
 		}
 		if last.v.setTOS && SetTOS(b, last.v.tos) {
 			marked++

@@ -41,6 +41,7 @@ type LinkStats struct {
 	DroppedQueueFull uint64 // egress packets dropped because the write queue was full
 	DroppedTooBig    uint64 // egress packets larger than the device MTU
 	DroppedClosed    uint64 // egress packets offered after the link closed
+	DroppedChecksum  uint64 // read TCP or UDP packets with a bad checksum, on an offload link (the stack does not check there)
 	ReadErrors       uint64 // Device.Read calls that failed with other than os.ErrClosed
 	WriteErrors      uint64 // Device.Write calls that failed with other than os.ErrClosed
 	WriteShort       uint64 // packets a Device.Write did not accept
@@ -53,6 +54,10 @@ type linkEndpoint struct {
 	mtu      uint32
 	headroom int // bytes before each packet left to the device
 	batch    int
+	// gsoMax is the device's GSOMaxSize: zero for plain packets, else the
+	// largest super-packet, each with a virtio-net header just before it
+	// (gso.go).
+	gsoMax int
 
 	dispatcher atomic.Pointer[dispatcherBox]
 	// synHook, when set, sees the 4-tuple of every inbound pure SYN (SYN
@@ -61,6 +66,7 @@ type linkEndpoint struct {
 
 	queue   chan *[]byte // egress packets, headroom+len bytes each
 	bufPool sync.Pool    // *[]byte of headroom+mtu bytes
+	bigPool sync.Pool    // *[]byte of headroom+gsoMax bytes, for super-packets
 	done    chan struct{}
 	closed  atomic.Bool
 	once    sync.Once
@@ -74,7 +80,7 @@ type linkEndpoint struct {
 
 	rxPackets, rxBytes, txPackets, txBytes     atomic.Uint64
 	dropMalformed, dropDetached, dropQueueFull atomic.Uint64
-	dropTooBig, dropClosed                     atomic.Uint64
+	dropTooBig, dropClosed, dropChecksum       atomic.Uint64
 	readErrors, writeErrors, writeShort        atomic.Uint64
 }
 
@@ -91,17 +97,28 @@ func newLinkEndpoint(dev datapath.Device, headroom, queueLen int) *linkEndpoint 
 	if queueLen <= 0 {
 		queueLen = DefaultWriteQueueLen
 	}
+	gsoMax := datapath.GSOMaxSize(dev)
+	if gsoMax > 0 {
+		gsoMax = max(gsoMax, mtu)
+		headroom = max(headroom, datapath.VirtioNetHdrLen)
+	}
 	e := &linkEndpoint{
 		dev:      dev,
 		mtu:      uint32(mtu),
 		headroom: headroom,
 		batch:    batch,
+		gsoMax:   gsoMax,
 		queue:    make(chan *[]byte, queueLen),
 		done:     make(chan struct{}),
 	}
 	size := headroom + mtu
 	e.bufPool.New = func() any {
 		b := make([]byte, size)
+		return &b
+	}
+	big := headroom + gsoMax
+	e.bigPool.New = func() any {
+		b := make([]byte, big)
 		return &b
 	}
 	return e
@@ -120,7 +137,7 @@ func (e *linkEndpoint) start() {
 // delivers them to the stack until the device is closed.
 func (e *linkEndpoint) readLoop() {
 	defer e.wg.Done()
-	size := e.headroom + int(e.mtu)
+	size := e.headroom + max(int(e.mtu), e.gsoMax)
 	bufs := make([][]byte, e.batch)
 	for i := range bufs {
 		bufs[i] = make([]byte, size)
@@ -129,7 +146,7 @@ func (e *linkEndpoint) readLoop() {
 	for {
 		n, err := e.dev.Read(bufs, sizes, e.headroom)
 		for i := 0; i < n; i++ {
-			e.deliver(bufs[i][e.headroom : e.headroom+sizes[i]])
+			e.deliver(bufs[i][e.headroom:e.headroom+sizes[i]], e.rxHdr(bufs[i]))
 		}
 		if err != nil {
 			if errors.Is(err, os.ErrClosed) || e.closed.Load() {
@@ -145,7 +162,8 @@ func (e *linkEndpoint) readLoop() {
 }
 
 // deliver hands one raw IP packet to the stack. The packet is copied.
-func (e *linkEndpoint) deliver(pkt []byte) {
+// hdr is its virtio-net header, nil on a device without offload.
+func (e *linkEndpoint) deliver(pkt []byte, hdr []byte) {
 	if len(pkt) == 0 {
 		e.dropMalformed.Add(1)
 		return
@@ -172,6 +190,10 @@ func (e *linkEndpoint) deliver(pkt []byte) {
 	}
 	e.rxPackets.Add(1)
 	e.rxBytes.Add(uint64(len(pkt)))
+	if e.gsoMax > 0 && !rxChecksumDone(hdr) && !checksumOK(pkt) {
+		e.dropChecksum.Add(1)
+		return
+	}
 	pb := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: buffer.MakeWithData(pkt)})
 	box.d.DeliverNetworkPacket(proto, pb)
 	pb.DecRef()
@@ -214,8 +236,7 @@ func (e *linkEndpoint) writeLoop() {
 		e.txPackets.Add(uint64(n))
 		e.txBytes.Add(bytes)
 		for i, b := range batch {
-			*b = (*b)[:cap(*b)]
-			e.bufPool.Put(b)
+			e.putBuf(b)
 			batch[i] = nil
 			bufs[i] = nil
 		}
@@ -236,8 +257,7 @@ func (e *linkEndpoint) drainQueue() {
 		select {
 		case b := <-e.queue:
 			e.dropClosed.Add(1)
-			*b = (*b)[:cap(*b)]
-			e.bufPool.Put(b)
+			e.putBuf(b)
 		default:
 			return
 		}
@@ -257,12 +277,13 @@ func (e *linkEndpoint) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Err
 			continue
 		}
 		size := pkt.Size()
-		if size > int(e.mtu) {
+		if size > int(e.mtu) && (pkt.GSOOptions.Type == stack.GSONone || size > e.gsoMax) {
 			e.dropTooBig.Add(1)
 			continue
 		}
-		bp := e.bufPool.Get().(*[]byte)
+		bp := e.getBuf(size)
 		b := (*bp)[:e.headroom+size]
+		e.txHdr(b[:e.headroom], pkt)
 		// AsViewList, unlike AsSlices, does not allocate.
 		at := e.headroom
 		vl, skip := pkt.AsViewList()
@@ -280,8 +301,7 @@ func (e *linkEndpoint) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Err
 		case e.queue <- bp:
 		default:
 			e.dropQueueFull.Add(1)
-			*bp = (*bp)[:cap(*bp)]
-			e.bufPool.Put(bp)
+			e.putBuf(bp)
 		}
 	}
 	return n, nil
@@ -313,6 +333,7 @@ func (e *linkEndpoint) stats() LinkStats {
 		DroppedQueueFull: e.dropQueueFull.Load(),
 		DroppedTooBig:    e.dropTooBig.Load(),
 		DroppedClosed:    e.dropClosed.Load(),
+		DroppedChecksum:  e.dropChecksum.Load(),
 		ReadErrors:       e.readErrors.Load(),
 		WriteErrors:      e.writeErrors.Load(),
 		WriteShort:       e.writeShort.Load(),
@@ -343,9 +364,15 @@ func (e *linkEndpoint) SetLinkAddress(a tcpip.LinkAddress) {
 	e.linkAddrMu.Unlock()
 }
 
-// Capabilities implements stack.NetworkLinkEndpoint. None: checksums are
-// computed and verified by the stack, since a TUN peer needs them.
-func (*linkEndpoint) Capabilities() stack.LinkEndpointCapabilities {
+// Capabilities implements stack.NetworkLinkEndpoint. Without offload,
+// none: checksums are computed and verified by the stack, since a TUN peer
+// needs them. With offload, RX checksum offload: the kernel hands over its
+// own TCP's packets with a partial checksum the stack cannot verify, and
+// the link checks the others itself (gso.go).
+func (e *linkEndpoint) Capabilities() stack.LinkEndpointCapabilities {
+	if e.gsoMax > 0 {
+		return stack.CapabilityRXChecksumOffload
+	}
 	return stack.CapabilityNone
 }
 

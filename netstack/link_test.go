@@ -161,13 +161,13 @@ func TestPerPacketAllocs(t *testing.T) {
 	defer b.Close()
 	le := newLinkEndpoint(a, 0, 16)
 	le.dispatcher.Store(&dispatcherBox{nopDispatcher{}})
-	if n := testing.AllocsPerRun(1000, func() { le.deliver(syn) }); n != 0 {
+	if n := testing.AllocsPerRun(1000, func() { le.deliver(syn, nil) }); n != 0 {
 		t.Errorf("deliver: %v allocs", n)
 	}
 	var seen int
 	hook := func(twKey) { seen++ }
 	le.synHook.Store(&hook)
-	if n := testing.AllocsPerRun(1000, func() { le.deliver(syn) }); n != 0 || seen == 0 {
+	if n := testing.AllocsPerRun(1000, func() { le.deliver(syn, nil) }); n != 0 || seen == 0 {
 		t.Errorf("deliver through the SYN hook: %v allocs, %d SYNs seen", n, seen)
 	}
 	var list stack.PacketBufferList

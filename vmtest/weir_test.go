@@ -224,6 +224,11 @@ monitor:
   enabled: true
   samplingInterval: 1s
   lossRatioAndWeightFr: [20, 25]
+  # The load uploads (netem drops weir's segments toward b): weir's own
+  # resends, read from TCP_INFO; no policy rule covers the service, so
+  # every connection is monitored.
+  direction: toTarget
+  scope: all
 balancer:
   algorithm: round-robin
   # A dial to b fails when netem drops its SYN twice (3 s dial timeout),

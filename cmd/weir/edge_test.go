@@ -53,6 +53,8 @@ func TestRunRefusesBadInput(t *testing.T) {
 		{"capture-max without capture", []string{"run", "-c", good, "--capture-max", "1MiB"}, "--capture-max needs --capture FILE"},
 		{"capture-max too small", []string{"run", "-c", good, "--capture", "x.pcap", "--capture-max", "10"}, "--capture-max 10: want at least 1KiB"},
 		{"capture-max not a size", []string{"run", "-c", good, "--capture", "x.pcap", "--capture-max", "lots"}, "want a byte count"},
+		{"offload not a mode", []string{"run", "-c", good, "--offload", "yes"}, `--offload: offload "yes": want auto, on or off`},
+		{"offload on with capture", []string{"run", "-c", good, "--offload", "on", "--capture", "x.pcap"}, "--capture records packets up to the MTU"},
 		{"config error", []string{"run", "-c", bad}, bad + `:1:1: unknown key "bogus" in config`},
 		{"missing config", []string{"run", "-c", filepath.Join(dir, "none.yaml")}, "no such file"},
 		{"unknown user", []string{"run", "-c", good, "--user", "no-such-user-weir"}, `--user: no user "no-such-user-weir"`},

@@ -52,6 +52,7 @@ type runOptions struct {
 	capture    string
 	captureMax int64
 	history    int
+	offload    string
 	backAddrs  []string // see backarm.go
 }
 
@@ -110,6 +111,7 @@ func newRunCmd() *cobra.Command {
 		strconv.Itoa(ui.TargetSampleBytes)+" bytes a sample")
 	o.captureMax = defaultCaptureMax
 	f.Var(byteSize{&o.captureMax}, "capture-max", "stop recording once the capture holds this many `BYTES` (suffixes kB, MB, GB, KiB, MiB, GiB)")
+	f.StringVar(&o.offload, "offload", "auto", "TUN segmentation offload: on (64 KiB TCP segments through the datapath and the stack), off (one packet per read), auto (on when the kernel allows it)")
 	addBackFlags(f, &o)
 	return cmd
 }
@@ -122,6 +124,12 @@ func (o *runOptions) check(cmd *cobra.Command) error {
 	}
 	if err := tun.ValidName(o.tunName); err != nil {
 		return fmt.Errorf("--tun: %w", err)
+	}
+	if _, err := tun.ParseOffload(o.offload); err != nil {
+		return fmt.Errorf("--offload: %w", err)
+	}
+	if o.capture != "" && o.offload == "on" {
+		return errors.New("--capture records packets up to the MTU: give --offload off or auto with it")
 	}
 	if o.queues < 1 {
 		return fmt.Errorf("--queues %d: want at least 1", o.queues)
@@ -262,7 +270,11 @@ func runAppliance(ctx context.Context, stdout, stderr io.Writer, o runOptions) e
 		return err
 	}
 
-	devs, err := tun.Open(tun.Options{Name: o.tunName, MTU: o.mtu, Queues: o.queues, Addrs: tunAddrs, Routes: append(tun.VIPRoutes(cfg), backRoutes...)})
+	offload, _ := tun.ParseOffload(o.offload) // checked by o.check
+	if o.capture != "" {
+		offload = tun.OffloadOff // the capture wrapper passes no super-packets
+	}
+	devs, err := tun.Open(tun.Options{Name: o.tunName, MTU: o.mtu, Queues: o.queues, Addrs: tunAddrs, Routes: append(tun.VIPRoutes(cfg), backRoutes...), Offload: offload})
 	if err != nil {
 		srv.Shutdown(context.Background())
 		return fmt.Errorf("TUN %s: %w", o.tunName, err)
@@ -338,7 +350,7 @@ func runAppliance(ctx context.Context, stdout, stderr io.Writer, o runOptions) e
 	for _, fam := range forwardingOff(backRoutes) {
 		log.Warn().Str("forwarding", fam).Msg("forwarding is off: the back arm's packets to via: netstack targets cannot leave this host (sysctl net.ipv4.ip_forward=1)")
 	}
-	ev := log.Info().Str("tun", o.tunName).Int("queues", len(devs)).Str("admin", srv.Addr()).
+	ev := log.Info().Str("tun", o.tunName).Int("queues", len(devs)).Str("offload", o.offload).Bool("offload_active", devs[0].Offload()).Str("admin", srv.Addr()).
 		Int("services", len(cfg.Services)).Str("config", o.config)
 	if capture != nil {
 		ev = ev.Str("capture", o.capture).Int64("capture_max", o.captureMax)

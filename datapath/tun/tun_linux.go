@@ -44,11 +44,16 @@ type Options struct {
 	Routes []netip.Prefix
 	// Down leaves the link down; by default Open sets it up.
 	Down bool
+	// Offload picks plain queues (OffloadOff, the zero value) or queues
+	// with virtio-net headers and TCP segmentation offload (OffloadOn;
+	// OffloadAuto when the kernel allows it): see offload_linux.go.
+	Offload OffloadMode
 }
 
 // Device is one queue of a TUN interface.
 type Device struct {
-	ifce   *water.Interface
+	ifce   *water.Interface // a plain queue; nil when vnet is set
+	vnet   *vnetQueue       // an offload queue; nil when ifce is set
 	name   string
 	mtu    int
 	link   *link // shared by every queue of the interface
@@ -128,7 +133,20 @@ func Open(o Options) ([]*Device, error) {
 		return nil, err
 	}
 	name := o.Name
-	for q := range o.Queues {
+	if o.Offload != OffloadOff {
+		for q := range o.Queues {
+			vq, n, err := openVnet(name, o.Queues > 1)
+			if err != nil {
+				if q == 0 && o.Offload == OffloadAuto && errors.Is(err, errNoOffload) {
+					break // fall back to water below
+				}
+				return fail(fmt.Errorf("tun: open offload queue %d of %q: %w", q, name, err))
+			}
+			name = n
+			devs = append(devs, &Device{vnet: vq, name: name, mtu: o.MTU})
+		}
+	}
+	for q := len(devs); q < o.Queues; q++ {
 		ifce, err := water.New(water.Config{DeviceType: water.TUN, PlatformSpecificParams: water.PlatformSpecificParams{
 			Name: name, MultiQueue: o.Queues > 1,
 		}})
@@ -305,12 +323,16 @@ func prefixNet(p netip.Prefix) *net.IPNet {
 func (d *Device) Name() string { return d.name }
 
 // Read implements datapath.Device: it blocks until one packet arrives and
-// returns it in bufs[0][offset:]. A packet longer than the buffer is
+// returns it in bufs[0][offset:] (an offload queue: up to BatchSize
+// packets, each with its virtio-net header before offset). A packet longer than the buffer is
 // dropped and counted, and Read waits for the next. After Close it
 // returns os.ErrClosed.
 func (d *Device) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 	if len(bufs) == 0 {
 		return 0, nil
+	}
+	if d.vnet != nil {
+		return d.readVnet(bufs, sizes, offset)
 	}
 	for {
 		b := bufs[0][offset:]
@@ -338,10 +360,14 @@ func (d *Device) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 	}
 }
 
-// Write implements datapath.Device: one write(2) per packet. A packet over
-// the MTU, or one the kernel rejects (a malformed header), is dropped and
+// Write implements datapath.Device: one write(2) per packet (an offload
+// queue sends each with the virtio-net header before offset). A packet over
+// the MTU (and not a GSO super-packet), or one the kernel rejects (a malformed header), is dropped and
 // counted, and the rest of the batch is still written.
 func (d *Device) Write(bufs [][]byte, offset int) (int, error) {
+	if d.vnet != nil {
+		return d.writeVnet(bufs, offset)
+	}
 	if d.closed.Load() {
 		return 0, os.ErrClosed
 	}
@@ -364,8 +390,14 @@ func (d *Device) Write(bufs [][]byte, offset int) (int, error) {
 	return len(bufs), nil
 }
 
-// BatchSize implements datapath.Device: water reads one packet per call.
-func (d *Device) BatchSize() int { return 1 }
+// BatchSize implements datapath.Device: water reads one packet per call,
+// an offload queue up to vnetBatch.
+func (d *Device) BatchSize() int {
+	if d.vnet != nil {
+		return vnetBatch
+	}
+	return 1
+}
 
 // MTU implements datapath.Device.
 func (d *Device) MTU() int { return d.mtu }
@@ -376,7 +408,12 @@ func (d *Device) Close() error {
 	if d.closed.Swap(true) {
 		return nil
 	}
-	err := d.ifce.Close()
+	var err error
+	if d.vnet != nil {
+		err = d.vnet.f.Close()
+	} else {
+		err = d.ifce.Close()
+	}
 	if d.link != nil {
 		d.link.release()
 	}

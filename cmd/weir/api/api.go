@@ -318,6 +318,10 @@ type Device struct {
 // (packets weir wrote).
 type TUN struct {
 	Name string `json:"name"`
+	// Offload is set when the TUN moves TCP super-packets of up to 64 KiB
+	// with virtio-net headers (weir run --offload on, or auto where the
+	// kernel allows it); clear, it moves one packet per read.
+	Offload bool `json:"offload"`
 	// ToWeirDropped counts packets the kernel dropped before weir read
 	// them: the TUN's queue was full because weir read too slowly.
 	ToWeirDropped uint64 `json:"to_weir_dropped"`

@@ -78,3 +78,8 @@ func backPrefixes(arms []BackArm) []netip.Prefix {
 	}
 	return out
 }
+
+// GSOMaxSize implements datapath.Offloader: the front device's, so that
+// the arm's link writes the virtio-net headers an offload TUN needs (and
+// may send super-packets) like the front NIC's.
+func (d *egressOnly) GSOMaxSize() int { return datapath.GSOMaxSize(d.out) }

@@ -100,6 +100,9 @@ func (a *Appliance) Status() api.Status {
 			if st.TUN == nil && err == nil {
 				st.TUN = &api.TUN{Name: t.Name(), ToWeirDropped: ts.KernelTxDropped, ToWeirErrors: ts.KernelTxErrors,
 					FromWeirDropped: ts.KernelRxDropped, FromWeirErrors: ts.KernelRxErrors}
+				if o, ok := t.(interface{ Offload() bool }); ok {
+					st.TUN.Offload = o.Offload()
+				}
 			}
 		}
 	}
@@ -217,6 +220,7 @@ func nicStatus(n NICStats) api.NIC {
 			{Reason: "queue_full", Count: s.DroppedQueueFull},
 			{Reason: "too_big", Count: s.DroppedTooBig},
 			{Reason: "closed", Count: s.DroppedClosed},
+			{Reason: "checksum", Count: s.DroppedChecksum},
 		},
 		Errors: []api.Drop{
 			{Reason: "read", Count: s.ReadErrors},

@@ -19,8 +19,8 @@ func TestStatusHasEveryNIC(t *testing.T) {
 	var names []string
 	for _, n := range st.NICs {
 		names = append(names, n.Name)
-		if len(n.Dropped) != 5 || len(n.Errors) != 3 {
-			t.Errorf("nic %s: %d drop and %d error counters, want 5 and 3", n.Name, len(n.Dropped), len(n.Errors))
+		if len(n.Dropped) != 6 || len(n.Errors) != 3 {
+			t.Errorf("nic %s: %d drop and %d error counters, want 6 and 3", n.Name, len(n.Dropped), len(n.Errors))
 		}
 	}
 	if len(names) != 3 || names[0] != "front" {

@@ -335,7 +335,7 @@ var Defs = []Def{
 			emit(float64(n.TxBytes), "tx")
 		})},
 	{Name: "weir_nic_dropped_total", Type: Counter, Labels: []string{"nic", "reason"},
-		Help:    "Packets a stack interface dropped: queue_full (the transport writes slower than the stack sends: add TUN queues with --queues), too_big (over the MTU), malformed, detached (before start), closed (after close).",
+		Help:    "Packets a stack interface dropped: queue_full (the transport writes slower than the stack sends: add TUN queues with --queues), too_big (over the MTU), malformed, detached (before start), closed (after close), checksum (a bad TCP or UDP checksum the kernel left unverified, on an offload TUN).",
 		samples: perNIC(func(n *api.NIC, emit func(float64, ...string)) { drops(n.Dropped, emit) })},
 	{Name: "weir_nic_errors_total", Type: Counter, Labels: []string{"nic", "op"},
 		Help:    "Failed transport calls of a stack interface (op read, write, write_short: packets a write did not take); rising means the TUN or its queue is failing, see the error log.",
