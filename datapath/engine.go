@@ -337,6 +337,10 @@ func (p *Port) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 				c.dropped[r].Add(1)
 				continue
 			}
+			// A super-packet stands for segs segments on the wire (one
+			// when offload is off): meters and the sequence tracker
+			// count those, not the one buffer.
+			segs, size := Segments(gsoHdr(gso, bufs[i], offset), b, &pk)
 			row, target := st.noRow, int32(NoTarget)
 			if pk.NonFirstFragment {
 				c.fragments.Add(1)
@@ -348,7 +352,7 @@ func (p *Port) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 				}
 				row, target = last.v.row, last.v.target
 				if last.v.seg != nil {
-					last.v.seg.ingress(b, &pk, now, e.targetMinRTO)
+					last.v.seg.ingress(b, &pk, segs, now, e.targetMinRTO)
 				}
 			}
 			if w != i {
@@ -363,7 +367,6 @@ func (p *Port) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 					copy(bufs[w][offset-VirtioNetHdrLen:offset], bufs[i][offset-VirtioNetHdrLen:offset])
 				}
 			}
-			segs, size := Segments(gsoHdr(gso, bufs[w], offset), bufs[w][offset:], &pk)
 			run.addSegs(row, target, segs, size, PayloadLen(b, &pk))
 			w++
 		}
@@ -518,7 +521,7 @@ func (p *Port) Write(bufs [][]byte, offset int) (int, error) {
 		segs, size := Segments(gsoHdr(gso, buf, offset), b, &pk)
 		run.addSegs(last.v.row, last.v.target, segs, size, PayloadLen(b, &pk))
 		if last.v.seg != nil {
-			last.v.seg.egress(b, &pk, now, e.ownMinRTO)
+			last.v.seg.egress(b, &pk, segs, now, e.ownMinRTO)
 		}
 		if last.v.setTOS && SetTOS(b, last.v.tos) {
 			marked++

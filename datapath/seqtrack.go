@@ -138,8 +138,9 @@ func tcpSeg(b []byte, pk *Packet) (seq uint32, plen int, ok bool) {
 	return binary.BigEndian.Uint32(t[4:8]), plen, true
 }
 
-// ingress records a segment from the target. now is in ns.
-func (s *SegStats) ingress(b []byte, pk *Packet, now, minRTO int64) {
+// ingress records a segment from the target, or a super-packet standing for
+// segs of them (GRO/GSO: offload on). now is in ns.
+func (s *SegStats) ingress(b []byte, pk *Packet, segs int, now, minRTO int64) {
 	seq, plen, ok := tcpSeg(b, pk)
 	if !ok {
 		return
@@ -149,11 +150,12 @@ func (s *SegStats) ingress(b []byte, pk *Packet, now, minRTO int64) {
 			s.rtt.Store(now - at)
 		}
 	}
-	s.from.observe(seq, plen, pk.TCPFlags, now, s.rto(minRTO), s.rtt.Load()/2)
+	s.from.observe(seq, plen, segs, pk.TCPFlags, now, s.rto(minRTO), s.rtt.Load()/2)
 }
 
-// egress records a segment toward the target.
-func (s *SegStats) egress(b []byte, pk *Packet, now, minRTO int64) {
+// egress records a segment toward the target, or a super-packet standing
+// for segs of them.
+func (s *SegStats) egress(b []byte, pk *Packet, segs int, now, minRTO int64) {
 	seq, plen, ok := tcpSeg(b, pk)
 	if !ok {
 		return
@@ -161,16 +163,19 @@ func (s *SegStats) egress(b []byte, pk *Packet, now, minRTO int64) {
 	if pk.TCPFlags&(TCPSyn|TCPAck) == TCPSyn {
 		atomic.StoreInt64(&s.synAt, now)
 	}
-	s.to.observe(seq, plen, pk.TCPFlags, now, s.rto(minRTO), s.rtt.Load()/2)
+	s.to.observe(seq, plen, segs, pk.TCPFlags, now, s.rto(minRTO), s.rtt.Load()/2)
 }
 
 // rto is the RTO estimate in ns: 3 × the handshake RTT, at least minRTO.
 func (s *SegStats) rto(minRTO int64) int64 { return max(3*s.rtt.Load(), minRTO) }
 
 // observe judges one segment of the direction (see the file comment): seq and
-// plen from its header, now its arrival (ns), rto the RTO estimate and
-// reorder the reorder window (ns).
-func (d *seqDir) observe(seq uint32, plen int, flags uint8, now, rto, reorder int64) {
+// plen from its header, segs the wire segments it stands for (more than one
+// for a GSO/GRO super-packet: data and retransmitted counts are in wire
+// segments, so offload does not change the ratios), now its arrival (ns),
+// rto the RTO estimate and reorder the reorder window (ns). A timeout and an
+// out-of-order arrival are one event each, whatever the size.
+func (d *seqDir) observe(seq uint32, plen, segs int, flags uint8, now, rto, reorder int64) {
 	if flags&TCPSyn != 0 {
 		d.init, d.next, d.nholes, d.lastAt = true, seq+1+uint32(plen), 0, now
 		return
@@ -182,7 +187,7 @@ func (d *seqDir) observe(seq uint32, plen int, flags uint8, now, rto, reorder in
 	if plen <= 1 && d.init && seq == d.next-1 {
 		return // a keepalive or zero-window probe: one old byte, not data
 	}
-	d.data.Add(1)
+	d.data.Add(uint64(segs))
 	if !d.init {
 		// The flow was first seen mid-stream (the table dropped it): start
 		// from here.
@@ -217,7 +222,7 @@ func (d *seqDir) observe(seq uint32, plen int, flags uint8, now, rto, reorder in
 	if filled && now-oldest < reorder {
 		return // a reordered segment, not a retransmission
 	}
-	d.retrans.Add(1)
+	d.retrans.Add(uint64(segs))
 	if silence >= rto {
 		d.timeouts.Add(1)
 	}

@@ -73,9 +73,9 @@ func TestSeqDir(t *testing.T) {
 			var d seqDir
 			// The SYN (ISN one below the first data byte) at t=0; reorder
 			// window 10 ms, RTO estimate 200 ms.
-			d.observe(tt.segs[0].seq-1, 0, TCPSyn, 0, 200*ms, 10*ms)
+			d.observe(tt.segs[0].seq-1, 0, 1, TCPSyn, 0, 200*ms, 10*ms)
 			for _, g := range tt.segs {
-				d.observe(g.seq, g.n, TCPAck, g.at*ms, 200*ms, 10*ms)
+				d.observe(g.seq, g.n, 1, TCPAck, g.at*ms, 200*ms, 10*ms)
 			}
 			if got := d.counters(); got != tt.want {
 				t.Errorf("got %+v, want %+v", got, tt.want)
@@ -88,14 +88,14 @@ func TestSeqDir(t *testing.T) {
 // still counts as a retransmission.
 func TestSeqDirManyHoles(t *testing.T) {
 	var d seqDir
-	d.observe(0, 0, TCPSyn, 0, 1e9, 0)
+	d.observe(0, 0, 1, TCPSyn, 0, 1e9, 0)
 	seq := uint32(1)
 	for i := 0; i < 10; i++ { // segments 0,2,4,…: 9 holes
-		d.observe(seq, 100, TCPAck, int64(i), 1e9, 0)
+		d.observe(seq, 100, 1, TCPAck, int64(i), 1e9, 0)
 		seq += 200
 	}
 	for i := 0; i < 9; i++ {
-		d.observe(uint32(101+200*i), 100, TCPAck, int64(20+i), 1e9, 0)
+		d.observe(uint32(101+200*i), 100, 1, TCPAck, int64(20+i), 1e9, 0)
 	}
 	if got := d.counters().Retransmitted; got != 9 {
 		t.Errorf("retransmitted %d, want 9", got)
@@ -214,5 +214,26 @@ func BenchmarkBackLeg(b *testing.B) {
 				e.Write(eg, 0)
 			}
 		})
+	}
+}
+
+// TestSeqDirSuperPackets: a GSO/GRO super-packet counts as the wire
+// segments it stands for, so the ratio is the same with offload on and off:
+// a 10-segment super-packet, a segment past a hole and the hole resent
+// read 1 retransmitted in 12, not 1 in 3.
+func TestSeqDirSuperPackets(t *testing.T) {
+	var d seqDir
+	d.observe(0, 0, 1, TCPSyn, 0, 1e9, 0)
+	d.observe(1, 1000, 10, TCPAck, 1, 1e9, 0)   // bytes 1..1000 as 10 segments
+	d.observe(1101, 100, 1, TCPAck, 2, 1e9, 0)  // a hole 1001..1100 before it
+	d.observe(1001, 100, 1, TCPAck, 30, 1e9, 0) // the hole filled late: resent
+	want := SegCounters{DataSegments: 12, Retransmitted: 1, OutOfOrder: 1}
+	if got := d.counters(); got != want {
+		t.Errorf("got %+v, want %+v", got, want)
+	}
+	// A resent super-packet counts each of its segments.
+	d.observe(1, 1000, 10, TCPAck, 40, 1e9, 0)
+	if got := d.counters(); got.Retransmitted != 11 || got.DataSegments != 22 {
+		t.Errorf("after a resent 10-segment super-packet: %+v, want 11 retransmitted of 22", got)
 	}
 }

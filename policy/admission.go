@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"math"
 	"math/bits"
 	"strconv"
 	"sync"
@@ -103,12 +104,23 @@ type Refusal struct {
 	// Measured is the statistic: open connections, the window's bytes per
 	// second, or the bytes left in the burst bucket (≤ 0).
 	Measured int64
+	// Shared says the connection limit is cluster-wide and what refused was
+	// this instance's share of it, Share slots (see SetCapacity); Measured
+	// is then this instance's open connections.
+	Shared bool
+	Share  int64
 }
 
 // Error returns the refusal as one line, for example
 //
 //	virtual server "web": maxBandwidth 100 B/s exceeded (measured 166 B/s)
 func (r Refusal) Error() string {
+	if r.Shared {
+		b := appendLimit(nil, r.Level, r.Name, r.Limit, r.Value, r.Measured, true)
+		b = append(b[:len(b)-1], " here, this instance's share of the cluster-wide limit is "...)
+		b = strconv.AppendInt(b, r.Share, 10)
+		return string(append(b, ')'))
+	}
 	return string(appendLimit(nil, r.Level, r.Name, r.Limit, r.Value, r.Measured, true))
 }
 
@@ -218,7 +230,12 @@ type Admission struct {
 	last    time.Time           // by mu: the previous Recompute
 	order   []*level            // by mu: retired levels, for Recompute
 	scratch map[*level]struct{} // by mu: Apply's dedup set
+	defCap  int64               // by mu: the capacity of a level Apply creates (noCapacity: none)
 }
+
+// noCapacity is a level's capacity when no share is set: the limit alone
+// counts.
+const noCapacity = math.MaxInt64
 
 type levelKey struct {
 	kind LevelKind
@@ -358,6 +375,17 @@ type level struct {
 
 	overConns, overBW, overBurst atomic.Bool // the state the last event reported
 
+	// capacity is this instance's share of an enforced MaxConnections that
+	// is cluster-wide (see SetCapacity), noCapacity when there is none.
+	// Admit increments conns and then reads capacity; SetCapacity stores
+	// capacity and then reads conns: with sequentially consistent atomics
+	// one of the two sees the other, so the count SetCapacity returns bounds
+	// every connection admitted under the old share.
+	capacity atomic.Int64
+	// shareRefused counts the connections refused by the share, below the
+	// limit: the demand the share did not meet.
+	shareRefused atomic.Uint64
+
 	// By Admission.mu.
 	fed          uint64 // virtual servers: the ByteTotals total already added
 	win          *Window
@@ -377,6 +405,7 @@ func NewAdmission(cfg *Config, events int) *Admission {
 	}
 	a := &Admission{
 		events:  make(chan Event, events),
+		defCap:  noCapacity,
 		levels:  make(map[levelKey]*level),
 		retired: make(map[levelKey]*level),
 		scratch: make(map[*level]struct{}),
@@ -409,6 +438,7 @@ func (a *Admission) Apply(cfg *Config) {
 			}
 			if lv == nil {
 				lv = &level{kind: kind, name: name}
+				lv.capacity.Store(a.defCap)
 			}
 			fresh[k] = lv
 		}
@@ -579,11 +609,11 @@ func (a *Admission) admitAt(l *link) (Refusal, bool) {
 	lv, lim, name := l.lvl, &l.lim, l.name
 	if lim.MaxBandwidth > 0 && lim.EnforceBandwidth {
 		if r := lv.rate.Load(); r > lim.MaxBandwidth {
-			return Refusal{lv.kind, name, LimitMaxBandwidth, lim.MaxBandwidth, r}, false
+			return Refusal{Level: lv.kind, Name: name, Limit: LimitMaxBandwidth, Value: lim.MaxBandwidth, Measured: r}, false
 		}
 		if lim.BurstBytes > 0 {
 			if tok := lv.tokens.Load(); tok <= 0 {
-				return Refusal{lv.kind, name, LimitBurst, lim.BurstBytes, tok}, false
+				return Refusal{Level: lv.kind, Name: name, Limit: LimitBurst, Value: lim.BurstBytes, Measured: tok}, false
 			}
 		}
 	}
@@ -591,9 +621,21 @@ func (a *Admission) admitAt(l *link) (Refusal, bool) {
 		for {
 			n := lv.conns.Load()
 			if n >= lim.MaxConnections {
-				return Refusal{lv.kind, name, LimitMaxConnections, lim.MaxConnections, n}, false
+				return Refusal{Level: lv.kind, Name: name, Limit: LimitMaxConnections, Value: lim.MaxConnections, Measured: n}, false
+			}
+			share := lv.capacity.Load()
+			if n >= share {
+				lv.shareRefused.Add(1)
+				return Refusal{lv.kind, name, LimitMaxConnections, lim.MaxConnections, n, true, share}, false
 			}
 			if lv.conns.CompareAndSwap(n, n+1) {
+				// A SetCapacity that shrank the share meanwhile either
+				// sees this connection or is seen here.
+				if now := lv.capacity.Load(); now != share && n+1 > now {
+					lv.conns.Add(-1)
+					lv.shareRefused.Add(1)
+					return Refusal{lv.kind, name, LimitMaxConnections, lim.MaxConnections, n, true, now}, false
+				}
 				return Refusal{}, true
 			}
 		}
@@ -768,6 +810,12 @@ type LevelStat struct {
 	// Retired: the level is gone from the config but still has open
 	// connections.
 	Retired bool
+	// Capacity is this instance's share of an enforced MaxConnections that
+	// is cluster-wide (SetCapacity), -1 when none is set.
+	Capacity int64
+	// ShareRefused counts the connections refused by the share below the
+	// limit.
+	ShareRefused uint64
 }
 
 // Snapshot returns every level's state: the instance, the classes, the
@@ -791,6 +839,61 @@ func (lv *level) stat(name string, lim Limits, retired bool) LevelStat {
 		Level: lv.kind, Name: name, Limits: lim,
 		Conns: lv.conns.Load(), Bytes: lv.bytes.Load(), Bandwidth: lv.rate.Load(), BurstTokens: lv.tokens.Load(),
 		OverConns: lv.overConns.Load(), OverBandwidth: lv.overBW.Load(), OverBurst: lv.overBurst.Load(),
-		Retired: retired,
+		Retired: retired, Capacity: capOut(lv.capacity.Load()), ShareRefused: lv.shareRefused.Load(),
+	}
+}
+
+func capOut(c int64) int64 {
+	if c == noCapacity {
+		return -1
+	}
+	return c
+}
+
+// SetCapacity sets this instance's share of the enforced connection limit
+// at one level, for a limit that several instances share (the cluster
+// package holds the slots): Admit then refuses at min(MaxConnections, c)
+// open connections, with a Refusal that says Shared. c < 0 removes the
+// share (the limit alone counts). The instance level is found by kind
+// alone. It returns the level's open connections read after the share took
+// effect: no connection admitted before the call, under a larger share, is
+// missing from it, so max(c, open) bounds the connections the level can
+// hold from now on. ok is false when the current config has no such level.
+// Control plane only (it takes the mutex Apply holds).
+func (a *Admission) SetCapacity(kind LevelKind, name string, c int64) (open int64, ok bool) {
+	if c < 0 {
+		c = noCapacity
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	k := levelKey{kind, name}
+	if kind == LevelInstance {
+		k.name = ""
+	}
+	lv := a.levels[k]
+	if lv == nil {
+		return 0, false
+	}
+	lv.capacity.Store(c)
+	return lv.conns.Load(), true
+}
+
+// SetDefaultCapacity sets the share of every level, present, retired and
+// created by a later Apply, to c (< 0: none, the default). The cluster sets
+// 0 before it takes its first slots, so that a level an instance holds no
+// lease for admits nothing at an enforced connection limit. Control plane
+// only.
+func (a *Admission) SetDefaultCapacity(c int64) {
+	if c < 0 {
+		c = noCapacity
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.defCap = c
+	for _, lv := range a.levels {
+		lv.capacity.Store(c)
+	}
+	for _, lv := range a.retired {
+		lv.capacity.Store(c)
 	}
 }

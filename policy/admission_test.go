@@ -107,7 +107,7 @@ func TestAdmitSunBandwidth(t *testing.T) {
 		tk.Release()
 		switch {
 		case at >= time.Second && at <= 30*time.Second:
-			want := Refusal{LevelVirtualServer, "web", LimitMaxBandwidth, 100, 166}
+			want := Refusal{LevelVirtualServer, "web", LimitMaxBandwidth, 100, 166, false, 0}
 			if ok || r != want {
 				t.Fatalf("at %v: ok=%v %v, want refused %v", at, ok, r, want)
 			}
@@ -118,7 +118,7 @@ func TestAdmitSunBandwidth(t *testing.T) {
 		}
 	}
 	const want = `virtual server "web": maxBandwidth 100 B/s exceeded (measured 166 B/s)`
-	if got := (Refusal{LevelVirtualServer, "web", LimitMaxBandwidth, 100, 166}).Error(); got != want {
+	if got := (Refusal{LevelVirtualServer, "web", LimitMaxBandwidth, 100, 166, false, 0}).Error(); got != want {
 		t.Errorf("refusal text %q, want %q", got, want)
 	}
 	if s := stat(t, a, LevelInstance, "weir"); s.Bytes != 5000 || s.Conns != 0 {
@@ -138,15 +138,15 @@ func TestAdmitLevels(t *testing.T) {
 		want   Refusal
 	}{
 		{"virtual server connections", limitsCfg{web: enfConns(2), gold: enfConns(5)}, []string{"web", "web"}, "web",
-			Refusal{LevelVirtualServer, "web", LimitMaxConnections, 2, 2}},
+			Refusal{LevelVirtualServer, "web", LimitMaxConnections, 2, 2, false, 0}},
 		{"class sums its virtual servers", limitsCfg{web: enfConns(5), gold: enfConns(3)}, []string{"web", "api", "api"}, "web",
-			Refusal{LevelClass, "gold", LimitMaxConnections, 3, 3}},
+			Refusal{LevelClass, "gold", LimitMaxConnections, 3, 3, false, 0}},
 		{"parent class", limitsCfg{gold: enfConns(9), all: enfConns(2)}, []string{"api", "web"}, "web",
-			Refusal{LevelClass, "all", LimitMaxConnections, 2, 2}},
+			Refusal{LevelClass, "all", LimitMaxConnections, 2, 2, false, 0}},
 		{"instance counts classless services", limitsCfg{inst: enfConns(3)}, []string{"misc", "web", "api"}, "misc",
-			Refusal{LevelInstance, "weir", LimitMaxConnections, 3, 3}},
+			Refusal{LevelInstance, "weir", LimitMaxConnections, 3, 3, false, 0}},
 		{"the tighter lower level trips first", limitsCfg{web: enfConns(1), inst: enfConns(1)}, []string{"web"}, "web",
-			Refusal{LevelVirtualServer, "web", LimitMaxConnections, 1, 1}},
+			Refusal{LevelVirtualServer, "web", LimitMaxConnections, 1, 1, false, 0}},
 		{"not enforced never refuses", limitsCfg{web: Limits{MaxConnections: 1}, inst: enfConns(4)}, []string{"web", "web", "web"}, "web",
 			Refusal{}},
 	}
@@ -212,7 +212,7 @@ func TestAdmitClassBandwidthIsTheSum(t *testing.T) {
 	}
 	var tk Ticket
 	r, ok := a.Admit(cfg.ServiceByName("web"), &tk)
-	if want := (Refusal{LevelClass, "gold", LimitMaxBandwidth, 100, 150}); ok || r != want {
+	if want := (Refusal{LevelClass, "gold", LimitMaxBandwidth, 100, 150, false, 0}); ok || r != want {
 		t.Errorf("ok=%v %v, want %v", ok, r, want)
 	}
 	if _, ok := a.Admit(cfg.ServiceByName("misc"), &tk); !ok {
@@ -361,7 +361,7 @@ func TestReloadCarriesOver(t *testing.T) {
 	}
 	var tk Ticket
 	r, ok := a.Admit(nw.ServiceByName("web"), &tk)
-	if want := (Refusal{LevelVirtualServer, "web", LimitMaxConnections, 3, 3}); ok || r != want {
+	if want := (Refusal{LevelVirtualServer, "web", LimitMaxConnections, 3, 3, false, 0}); ok || r != want {
 		t.Fatalf("old connections not counted against the new limit: ok=%v %v", ok, r)
 	}
 	// A VirtualServer pointer from the old config is matched by name.
@@ -528,7 +528,7 @@ func TestBurstGuard(t *testing.T) {
 				}
 				return
 			}
-			want := Refusal{LevelVirtualServer, "web", LimitBurst, 5000, -5000}
+			want := Refusal{LevelVirtualServer, "web", LimitBurst, 5000, -5000, false, 0}
 			if ok || r != want {
 				t.Fatalf("ok=%v %v, want %v", ok, r, want)
 			}
@@ -580,7 +580,7 @@ func TestAdmitUnknownService(t *testing.T) {
 		t.Fatal("unknown service refused below the instance limit")
 	}
 	r, ok := a.Admit(nil, &Ticket{})
-	if want := (Refusal{LevelInstance, "weir", LimitMaxConnections, 1, 1}); ok || r != want {
+	if want := (Refusal{LevelInstance, "weir", LimitMaxConnections, 1, 1, false, 0}); ok || r != want {
 		t.Errorf("ok=%v %v, want %v", ok, r, want)
 	}
 	// Admitting into a held ticket releases the previous connection first.
@@ -603,7 +603,7 @@ func TestKindStrings(t *testing.T) {
 		LevelInstance.String(): "instance", LevelClass.String(): "class", LevelVirtualServer.String(): "virtual server",
 		LevelKind(9).String(): "level(9)", LimitMaxConnections.String(): "maxConnections",
 		LimitMaxBandwidth.String(): "maxBandwidth", LimitBurst.String(): "burst", LimitKind(7).String(): "limit(7)",
-		(Refusal{LevelClass, "gold", LimitMaxConnections, 100, 100}).String():                                                               `class "gold": maxConnections 100 reached (100 open)`,
+		(Refusal{LevelClass, "gold", LimitMaxConnections, 100, 100, false, 0}).String():                                                     `class "gold": maxConnections 100 reached (100 open)`,
 		(Event{Level: LevelInstance, Name: "weir", Limit: LimitMaxBandwidth, Value: 10, Measured: 20, Over: true, Enforced: true}).String(): `instance "weir": maxBandwidth 10 B/s exceeded (measured 20 B/s), enforced`,
 	} {
 		if got != want {
@@ -754,7 +754,7 @@ func TestInstanceRenameKeepsStatistics(t *testing.T) {
 	renamed.Instance.Name = "edge"
 	a.Apply(renamed)
 	r, ok := a.Admit(renamed.ServiceByName("misc"), &Ticket{})
-	if want := (Refusal{LevelInstance, "edge", LimitMaxConnections, 1, 1}); ok || r != want {
+	if want := (Refusal{LevelInstance, "edge", LimitMaxConnections, 1, 1, false, 0}); ok || r != want {
 		t.Errorf("ok=%v %v, want %v", ok, r, want)
 	}
 	tk.Release()

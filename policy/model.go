@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -54,6 +56,10 @@ type Config struct {
 	// services unless it is set, so that a file caught empty or half-written
 	// never takes every VIP down.
 	NoServices bool
+	// Cluster, when not nil, shares the enforced connection limits with the
+	// other instances of the same cluster (see Cluster); nil: this instance
+	// alone.
+	Cluster *Cluster
 
 	// Built by Compile.
 	compiled  bool
@@ -607,6 +613,10 @@ func Compile(c *Config) (*Config, error) {
 		bad("health check interval %v is negative", h.Interval)
 	}
 
+	if c.Cluster != nil {
+		compileCluster(c.Cluster, bad)
+	}
+
 	// Class chains must end.
 	for _, cl := range c.Classes {
 		seen := map[*Class]bool{}
@@ -709,4 +719,105 @@ func (c *Config) ServiceByName(name string) *VirtualServer {
 		}
 	}
 	return nil
+}
+
+// Cluster is the optional scale-out section: several weir instances with the
+// same Name share their enforced connection limits through one Redis. A nil
+// Config.Cluster (no `cluster:` key) is a single instance, the behaviour
+// without the section.
+type Cluster struct {
+	// Redis is the server: "host:port" or a redis:// or rediss:// URL.
+	// Required.
+	Redis string
+	// Name is the cluster: instances with the same Name share state.
+	// Required.
+	Name string
+	// Instance identifies this instance among the members; empty means
+	// the host name (filled by Compile).
+	Instance string
+	// LeaseInterval is how often an instance renews its leases of slots
+	// and its membership; zero means DefaultLeaseInterval (1 s). A lease
+	// and a membership expire after LeaseTTLFactor intervals without a
+	// renewal.
+	LeaseInterval time.Duration
+	// OnRedisDown is what an enforced limit becomes while Redis cannot be
+	// reached; the zero value is LocalShare.
+	OnRedisDown RedisDown
+}
+
+// DefaultLeaseInterval is Cluster.LeaseInterval when unset.
+const DefaultLeaseInterval = time.Second
+
+// LeaseTTLFactor is how many lease intervals a lease or a membership lives
+// without a renewal: a dead instance's slots are free again after at most
+// LeaseTTLFactor × LeaseInterval.
+const LeaseTTLFactor = 3
+
+// RedisDown is the fallback while Redis is unreachable.
+type RedisDown uint8
+
+const (
+	// LocalShare enforces limit ÷ live members (rounded down) on each
+	// instance, with the members as last seen.
+	LocalShare RedisDown = iota
+	// FailOpen enforces each limit locally in full (the cluster-wide sum
+	// may reach members × limit).
+	FailOpen
+	// FailClosed refuses every connection at an enforced connection limit.
+	FailClosed
+)
+
+// String returns the configuration word: localShare, failOpen or failClosed.
+func (d RedisDown) String() string {
+	switch d {
+	case LocalShare:
+		return "localShare"
+	case FailOpen:
+		return "failOpen"
+	case FailClosed:
+		return "failClosed"
+	}
+	return "redisdown(" + strconv.Itoa(int(d)) + ")"
+}
+
+// ParseRedisDown parses a RedisDown's String form.
+func ParseRedisDown(s string) (RedisDown, error) {
+	for d := LocalShare; d <= FailClosed; d++ {
+		if d.String() == s {
+			return d, nil
+		}
+	}
+	return 0, fmt.Errorf("unknown onRedisDown %q (want localShare, failOpen or failClosed)", s)
+}
+
+// hostname is os.Hostname; a variable so that a test can pin it.
+var hostname = os.Hostname
+
+// compileCluster fills the cluster section's defaults and checks it.
+func compileCluster(cl *Cluster, bad func(string, ...any)) {
+	if cl.Redis == "" {
+		bad("cluster: redis (an address or URL) is required")
+	}
+	if cl.Name == "" {
+		bad("cluster: name is required")
+	}
+	if strings.ContainsAny(cl.Name, "{}") || strings.ContainsAny(cl.Instance, "{}") {
+		bad("cluster: name and instance may not contain { or } (Redis key hash tags)")
+	}
+	if cl.Instance == "" {
+		h, err := hostname()
+		if err != nil || h == "" {
+			bad("cluster: instance not set and the host name is unknown (%v): set instance", err)
+		}
+		cl.Instance = h
+	}
+	if cl.LeaseInterval == 0 {
+		cl.LeaseInterval = DefaultLeaseInterval
+	}
+	if cl.LeaseInterval < 10*time.Millisecond {
+		bad("cluster: leaseInterval %v is below 10ms", cl.LeaseInterval)
+	}
+	if cl.OnRedisDown > FailClosed {
+		bad("cluster: unknown onRedisDown %v", cl.OnRedisDown)
+	}
 }

@@ -8,7 +8,9 @@ set -euo pipefail
 # (random loss in a test's own namespace: numgen), tcpdump (reading the
 # pcap that weir run --capture writes), systemd-analyze and systemd-sysusers
 # (packaging/deb_test.go: the unit verified, postinst in a throwaway root),
-# chromium (the status page test loads /ui in a headless browser).
+# chromium (the status page test loads /ui in a headless browser),
+# redis-server (cmd/weir/internal/cluster: each test starts its own on a
+# loopback port, without persistence).
 need_apt=()
 command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)
 command -v iperf3 >/dev/null 2>&1 || need_apt+=(iperf3)
@@ -16,6 +18,7 @@ command -v nft >/dev/null 2>&1 || need_apt+=(nftables)
 command -v tcpdump >/dev/null 2>&1 || need_apt+=(tcpdump)
 command -v systemd-analyze >/dev/null 2>&1 || need_apt+=(systemd)
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
+command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
 if [ ${#need_apt[@]} -gt 0 ]; then
 	if [ "$(id -u)" = 0 ]; then
 		echo "deps: installing ${need_apt[*]}"

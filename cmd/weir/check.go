@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 
 	"github.com/spf13/cobra"
 
@@ -53,6 +54,9 @@ func runCheck(stdout, stderr io.Writer, files []string) error {
 		if err := writeSummary(stdout, cfg); err != nil {
 			return err
 		}
+		if err := writeClusterSummary(stdout, cfg.Cluster); err != nil {
+			return err
+		}
 		for _, name := range unmonitored(cfg) {
 			fmt.Fprintf(stdout, "warning: the monitor is on but no policy rule covers service %s, so its targets' loss and timeout ratios are never measured (monitor.scope: policy). "+
 				"Add a rule for it (protocol 6, sourcePorts its port, an action), or set monitor.scope: all to monitor every connection\n", name)
@@ -63,6 +67,41 @@ func runCheck(stdout, stderr io.Writer, files []string) error {
 		return &exitError{code: 1}
 	}
 	return nil
+}
+
+// writeClusterSummary prints the cluster section; nothing when there is
+// none (the output of a single instance's config is unchanged).
+func writeClusterSummary(w io.Writer, cl *policy.Cluster) error {
+	if cl == nil {
+		return nil
+	}
+	s := &summary{w: w}
+	s.printf("cluster %s: instance %s, redis %s", cl.Name, cl.Instance, redactURL(cl.Redis))
+	s.printf("  enforced connection limits shared through leases renewed every %v (a dead instance's slots free after %v)",
+		cl.LeaseInterval, policy.LeaseTTLFactor*cl.LeaseInterval)
+	s.printf("  Redis unreachable: %s", redisDownText(cl.OnRedisDown))
+	return s.err
+}
+
+func redisDownText(d policy.RedisDown) string {
+	switch d {
+	case policy.LocalShare:
+		return "localShare (each instance enforces limit ÷ live members)"
+	case policy.FailOpen:
+		return "failOpen (each instance enforces the whole limit)"
+	case policy.FailClosed:
+		return "failClosed (enforced connection limits refuse everything)"
+	}
+	return d.String()
+}
+
+// redactURL hides the password of a redis:// URL.
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil || u.User == nil {
+		return s
+	}
+	return u.Redacted()
 }
 
 // unmonitored names the services whose connections the monitor never sees:

@@ -136,7 +136,7 @@ func TestAdminToken(t *testing.T) {
 		{"none", "", "", "", ""},
 	} {
 		t.Setenv(adminTokenEnv, tt.env)
-		o := runOptions{config: "x", tunName: "weir0", queues: 1, mtu: 1500, captureMax: defaultCaptureMax, tokenFile: tt.file}
+		o := runOptions{config: "x", tunName: "weir0", queues: 1, mtu: 1500, captureMax: defaultCaptureMax, offload: "auto", tokenFile: tt.file}
 		o.admin.Addr, o.admin.Token = "127.0.0.1:9090", tt.flag
 		if err := o.check(newRunCmd()); err != nil {
 			t.Fatalf("%s: %v", tt.name, err)

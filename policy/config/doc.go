@@ -99,6 +99,12 @@
 //	    timeout: 2s            # default interval/2; must be shorter than interval
 //	    rise: 2                # successes to mark up, 1..100, default 2
 //	    fall: 3                # failures to mark down, 1..100, default 3
+//	cluster:                   # optional: instances sharing their enforced connection limits through Redis
+//	  redis: 127.0.0.1:6379    # required: host:port or redis://[user:pass@]host:port/db (rediss:// for TLS)
+//	  name: edge               # required: instances with the same name share state
+//	  instance: weir-a         # this instance's id among the members; default the host name
+//	  leaseInterval: 1s        # lease and membership renewal, 10ms..1m, default 1s; a dead instance's slots free after 3 intervals
+//	  onRedisDown: localShare  # Redis unreachable: localShare (default: limit ÷ live members each), failOpen (full limit each) or failClosed (refuse)
 //	include: [zos-telnet.pa]   # Policy Agent files (a list or one name), relative to this file
 //	noServices: true           # say that no service is defined on purpose; default false
 //

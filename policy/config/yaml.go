@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
+	"net/url"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -358,6 +360,7 @@ func (p *yparser) top(root *yaml.Node) (includes []include) {
 			}
 		}},
 		{name: "balancer", fn: func(_, v *yaml.Node) { p.balancer(&c.Balancer, v) }},
+		{name: "cluster", fn: func(_, v *yaml.Node) { c.Cluster = p.cluster(v) }},
 		{name: "noServices", fn: func(k, v *yaml.Node) { c.NoServices, _ = p.bool(k, v); noServicesAt = k }},
 		{name: "include", fn: func(k, v *yaml.Node) {
 			one := func(item *yaml.Node) {
@@ -752,6 +755,70 @@ func (p *yparser) balancer(b *policy.BalancerSettings, v *yaml.Node) {
 			}
 		}},
 	})
+}
+
+// cluster parses the scale-out section; redis and name are required.
+func (p *yparser) cluster(v *yaml.Node) *policy.Cluster {
+	cl := &policy.Cluster{}
+	p.mapping(v, "cluster", []field{
+		{name: "redis", required: true, fn: func(k, v *yaml.Node) {
+			cl.Redis, _ = parse(p, k, v, "an address or URL", parseRedisAddr)
+		}},
+		{name: "name", required: true, fn: func(k, v *yaml.Node) { cl.Name, _ = parse(p, k, v, "a name", parseKeyName) }},
+		{name: "instance", fn: func(k, v *yaml.Node) { cl.Instance, _ = parse(p, k, v, "a name", parseKeyName) }},
+		{name: "leaseInterval", fn: func(k, v *yaml.Node) {
+			d, ok := p.positive(k, v)
+			if ok && (d < 10*time.Millisecond || d > time.Minute) {
+				p.errf(p.deref(v), "%s: %v is out of range 10ms..1m", k.Value, d)
+				return
+			}
+			cl.LeaseInterval = d
+		}},
+		{name: "onRedisDown", fn: func(k, v *yaml.Node) {
+			cl.OnRedisDown, _ = parse(p, k, v, "localShare, failOpen or failClosed", policy.ParseRedisDown)
+		}},
+	})
+	return cl
+}
+
+// parseRedisAddr accepts host:port or a redis:// or rediss:// URL with a
+// host.
+func parseRedisAddr(s string) (string, error) {
+	if strings.Contains(s, "://") {
+		u, err := url.Parse(s)
+		if err != nil {
+			return "", fmt.Errorf("bad URL: %v", err)
+		}
+		if u.Scheme != "redis" && u.Scheme != "rediss" {
+			return "", fmt.Errorf("URL scheme %q: want redis or rediss", u.Scheme)
+		}
+		if u.Host == "" {
+			return "", fmt.Errorf("URL %q has no host", s)
+		}
+		return s, nil
+	}
+	host, port, err := net.SplitHostPort(s)
+	if err != nil || host == "" {
+		return "", fmt.Errorf("%q: want host:port or a redis:// URL", s)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return "", fmt.Errorf("%q: port must be 1..65535", s)
+	}
+	return s, nil
+}
+
+// parseKeyName accepts a name that can be part of a Redis key: printable,
+// no spaces, no hash-tag braces, at most 64 bytes.
+func parseKeyName(s string) (string, error) {
+	if s == "" || len(s) > 64 {
+		return "", fmt.Errorf("%q: want 1 to 64 characters", s)
+	}
+	for _, r := range s {
+		if r <= ' ' || r == 0x7f || r == '{' || r == '}' {
+			return "", fmt.Errorf("%q: spaces, control characters and { } are not allowed", s)
+		}
+	}
+	return s, nil
 }
 
 // ParseYAML parses a YAML config, with the Policy Agent files it includes

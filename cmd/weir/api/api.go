@@ -43,6 +43,8 @@ type Status struct {
 	NICs      []NIC     `json:"nics"`          // the stack's interfaces: front (and its queues), back arms
 	TUN       *TUN      `json:"tun,omitempty"` // the front TUN interface's kernel counters, when the front is a TUN
 	Control   Control   `json:"control"`
+	// Cluster is the scale-out state; absent without a cluster section.
+	Cluster *Cluster `json:"cluster,omitempty"`
 }
 
 // ReloadError is a rejected configuration.
@@ -372,4 +374,48 @@ type Leg struct {
 	RTTVar        time.Duration `json:"rtt_var"` // round-trip time variation
 	BytesSent     uint64        `json:"bytes_sent"`
 	BytesReceived uint64        `json:"bytes_received"`
+}
+
+// Cluster is this instance's view of the instances that share their
+// enforced connection limits through Redis.
+type Cluster struct {
+	Name     string `json:"name"`
+	Instance string `json:"instance"` // this instance's id
+	Redis    string `json:"redis"`    // the server (a URL's password hidden)
+	// Reachable: the last lease renewal succeeded.
+	Reachable bool `json:"redis_reachable"`
+	// Mode is "shared" (leases from Redis), "starting", or the fallback in
+	// force while Redis is unreachable: "localShare", "failOpen" or
+	// "failClosed".
+	Mode      string `json:"mode"`
+	LastError string `json:"last_error,omitempty"`
+	Outages   uint64 `json:"redis_outages"` // times Redis became unreachable
+	Renewals  uint64 `json:"renewals"`      // lease renewals sent (Redis round trips)
+	// Members are the live instances as the last renewal saw them.
+	Members []ClusterMember `json:"members"`
+	// Levels are the enforced connection limits shared cluster-wide.
+	Levels []ClusterLevel `json:"levels"`
+}
+
+// ClusterMember is one live instance.
+type ClusterMember struct {
+	ID      string    `json:"id"`
+	Started time.Time `json:"started"`
+	// SeenSeconds is how long ago it last renewed its membership.
+	SeenSeconds float64 `json:"seen_seconds_ago"`
+}
+
+// ClusterLevel is one enforced level's figures, here and cluster-wide.
+type ClusterLevel struct {
+	Level string `json:"level"` // "instance", "class" or "virtual server"
+	Name  string `json:"name"`
+	Limit int64  `json:"max_connections"` // cluster-wide
+	// Share is the slots this instance holds: the connections it may open.
+	Share int64 `json:"share"`
+	Open  int64 `json:"open"` // open here
+	// Held is the sum of every instance's slots at the last renewal: at
+	// least the cluster's open connections, at most Limit.
+	Held int64 `json:"held_cluster_wide"`
+	// Refused counts connections refused here because the share was full.
+	Refused uint64 `json:"refused_by_share"`
 }

@@ -34,6 +34,7 @@ import (
 
 	"weir/balancer"
 	"weir/cmd/weir/api"
+	"weir/cmd/weir/internal/cluster"
 	"weir/cmd/weir/internal/metrics"
 	"weir/cmd/weir/internal/obs"
 	"weir/datapath"
@@ -141,6 +142,9 @@ type Appliance struct {
 	skipped  map[policy.TargetKey]uint64 // SkippedAtLimit already warned about
 	limiter  obs.Limiter
 
+	clu       *cluster.Cluster // nil without a cluster section
+	cluCancel context.CancelFunc
+
 	stop chan struct{}
 	wg   sync.WaitGroup
 }
@@ -244,6 +248,16 @@ func New(opts Options) (*Appliance, error) {
 		}
 	}
 	fo.OnPanic = a.connPanic
+	if cfg.Cluster != nil {
+		// Before the forwarder admits anything: cluster.New holds every
+		// enforced level at zero slots until the first lease (Start).
+		a.clu, err = cluster.New(cluster.Options{Config: *cfg.Cluster, Admission: a.adm,
+			Logf: func(f string, args ...any) { a.log.Warn().Msgf(f, args...) }})
+		if err != nil {
+			a.stack.Close()
+			return nil, err
+		}
+	}
 	a.fwd = netstack.NewForwarder(a.stack, fo)
 	a.listen(cfg)
 	if opts.Registerer != nil {
@@ -330,6 +344,11 @@ func (a *Appliance) Start() {
 	a.wg.Add(2)
 	go a.recomputeLoop()
 	go a.sampleLoop()
+	if a.clu != nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		a.cluCancel = cancel
+		a.wg.Go(func() { a.clu.Loop(ctx) })
+	}
 	a.checkMu.Lock()
 	a.checks = map[string]context.CancelFunc{}
 	a.checkMu.Unlock()
@@ -390,6 +409,9 @@ func (a *Appliance) Reload(cfg *policy.Config) error {
 	cfg, err := policy.Compile(cfg)
 	if err != nil {
 		return a.reloadFailed(err)
+	}
+	if old := a.cfg.Load().Cluster; !sameCluster(old, cfg.Cluster) {
+		return a.reloadFailed(errors.New("the cluster section changed: it takes effect on a restart, not a reload"))
 	}
 	a.balMu.Lock()
 	defer a.balMu.Unlock()
@@ -481,7 +503,13 @@ func (a *Appliance) Close() error {
 	}
 	a.checks = nil
 	a.checkMu.Unlock()
+	if a.cluCancel != nil {
+		a.cluCancel()
+	}
 	a.wg.Wait()
+	if a.clu != nil {
+		a.clu.Close() // gives the slots back; unreturned ones expire
+	}
 	err := a.fwd.Close()
 	if e := a.stack.Close(); err == nil {
 		err = e
@@ -725,4 +753,12 @@ func sortedNames(m map[string]*balancer.Balancer) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// sameCluster reports whether two compiled cluster sections are equal.
+func sameCluster(a, b *policy.Cluster) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
 }

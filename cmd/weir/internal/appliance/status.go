@@ -8,6 +8,7 @@ import (
 
 	"weir/balancer"
 	"weir/cmd/weir/api"
+	"weir/cmd/weir/internal/cluster"
 	"weir/datapath"
 	"weir/datapath/tun"
 	"weir/netstack"
@@ -112,6 +113,9 @@ func (a *Appliance) Status() api.Status {
 			Bandwidth: l.Bandwidth, MaxBandwidth: l.Limits.MaxBandwidth, EnforceBandwidth: l.Limits.EnforceBandwidth,
 			Over: l.OverConns || l.OverBandwidth || l.OverBurst, Retired: l.Retired,
 		})
+	}
+	if a.clu != nil {
+		st.Cluster = clusterStatus(a.clu.Status())
 	}
 	a.explMu.Lock()
 	expl := a.expl
@@ -296,4 +300,18 @@ func (a *Appliance) TargetFailures(k policy.TargetKey) uint64 {
 		}
 	}
 	return 0
+}
+
+func clusterStatus(c cluster.Status) *api.Cluster {
+	out := &api.Cluster{Name: c.Name, Instance: c.Instance, Redis: c.Redis, Reachable: c.Reachable, Mode: c.Mode,
+		LastError: c.LastError, Outages: c.Outages, Renewals: c.Renewals,
+		Members: []api.ClusterMember{}, Levels: []api.ClusterLevel{}}
+	for _, m := range c.Members {
+		out.Members = append(out.Members, api.ClusterMember{ID: m.ID, Started: m.Started, SeenSeconds: m.Seen.Seconds()})
+	}
+	for _, l := range c.Levels {
+		out.Levels = append(out.Levels, api.ClusterLevel{Level: l.Kind.String(), Name: l.Name, Limit: l.Limit,
+			Share: l.Share, Open: l.Open, Held: l.Held, Refused: l.Refused})
+	}
+	return out
 }

@@ -1,0 +1,669 @@
+// Package cluster shares the enforced connection limits of several weir
+// instances through one Redis, so that the instances behind one ECMP router
+// enforce one set of limits: the sum of their open connections never
+// exceeds an enforced maxConnections of the instance, a class or a virtual
+// server.
+//
+//	c, err := cluster.New(cluster.Options{Config: *cfg.Cluster, Admission: adm, Logf: log.Printf})
+//	go c.Loop(ctx)   // until ctx ends
+//	defer c.Close()  // gives the slots back
+//
+// # Leases of slots
+//
+// Each instance holds, per enforced level, a lease of N slots recorded in
+// Redis, and policy.Admission admits at most N connections at that level
+// locally (Admission.SetCapacity): admission never waits on Redis. Loop
+// renews every lease once per lease interval with one Lua script (one round
+// trip for the membership and every level), which atomically
+//
+//   - drops the leases of members whose record expired (a dead instance's
+//     slots are free again after policy.LeaseTTLFactor intervals),
+//   - grants min(want, limit − the others' leases), and under contention
+//     (the wants add up to more than the limit) at most the member's part of
+//     the demand, so that slots follow demand,
+//   - records max(grant, floor), where floor bounds the connections the
+//     instance may still have open: a lease is never recorded below what is
+//     in use, so the recorded leases, and with them the open connections,
+//     never add up to more than the limit.
+//
+// want is the open connections plus a spare (a quarter of them; at least
+// one while the cluster has free slots and no unmet demand) plus the connections the share
+// refused since the last renewal; and while slots are free and the wants
+// add up to no more than the limit, at least the
+// instance's even part of the limit (limit ÷ members), so that an idle
+// instance admits a burst at once.
+// Growing is in the background: between renewals Loop checks the local
+// demand every tenth of the lease interval and renews early when a level's
+// share is full or refused a connection. A SYN arriving at a full share is
+// refused at once (policy.Refusal.Shared), never held while Redis answers:
+// the choice keeps admission free of I/O and its latency independent of
+// Redis; the cost is that a burst beyond the spare is refused for up to a
+// tenth of the lease interval plus a round trip.
+//
+// Shrinking is exact: the share is lowered locally first, and
+// Admission.SetCapacity returns the open connections after it took effect;
+// only then is the smaller lease, never below those, written.
+//
+// # Redis unreachable
+//
+// When two renewals in a row fail (an error or no answer within half a lease
+// interval; one failure alone leaves the leases, which outlive it) every
+// enforced level takes the configured fallback until Redis answers
+// again: localShare, limit ÷ the live members as last seen (rounded down; at
+// start, before any member was seen, this instance alone), failOpen, the
+// whole limit here, failClosed, nothing. A share above the lease the
+// instance held waits one lease lifetime: every other instance sees the
+// outage within two lease intervals (a renewal each interval, each bounded
+// by one), and until then may still use its lease. The change is logged once and
+// counted (Status.Outages). When Redis answers again, no instance grows
+// beyond its fallback share until every member it saw before the outage has
+// renewed (and so recorded what it holds), or graceMax has passed (a member
+// still missing then is taken for dead), so that the others never take the
+// slots an instance still uses under its fallback share.
+// localShare is exact when Redis is down for everybody; an instance cut off
+// from Redis alone while the others still reach it can add its share to the
+// limit until it sees Redis again (failClosed is exact in every case).
+//
+// # What is exact
+//
+// The limit holds cluster-wide as long as every instance renews within the
+// lease lifetime (three intervals): renewals start an interval apart and
+// each is bounded by half an interval. An instance stalled longer (a paused
+// VM, a starved process), or cut off from Redis alone while the others
+// still reach it, keeps using its lease or its fallback share after its
+// record expired, and the others may take those slots: the sum can then
+// exceed the limit by that instance's share until it renews or its
+// connections close. failClosed avoids it at the cost of refusing during an
+// outage.
+package cluster
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"weir/policy"
+)
+
+//go:embed lease.lua
+var leaseSrc string
+
+//go:embed leave.lua
+var leaveSrc string
+
+var (
+	leaseScript = redis.NewScript(leaseSrc)
+	leaveScript = redis.NewScript(leaveSrc)
+)
+
+// maxLimit bounds the limits sent to Redis: Lua numbers are doubles.
+const maxLimit = 1 << 50
+
+var quietRedis sync.Once
+
+type voidLogger struct{}
+
+func (voidLogger) Printf(context.Context, string, ...any) {}
+
+// Options configure a Cluster.
+type Options struct {
+	// Config is the compiled cluster section (policy.Compile filled its
+	// defaults).
+	Config policy.Cluster
+	// Admission is the admission state whose enforced connection limits
+	// are shared.
+	Admission *policy.Admission
+	// Logf, when set, receives the state changes: Redis lost and back.
+	// Never called per connection.
+	Logf func(format string, args ...any)
+	// Started is reported to the other members; zero means time.Now().
+	Started time.Time
+}
+
+// Cluster is one instance's membership and leases. Loop runs it; Status may
+// be called from any goroutine.
+type Cluster struct {
+	o      Options
+	rdb    *redis.Client
+	prefix string // "weir:{NAME}:"
+	ttl    time.Duration
+
+	outages atomic.Uint64
+	renews  atomic.Uint64 // Redis round trips made
+
+	mu         sync.Mutex        // guards the fields below and Loop's state
+	levels     map[string]*lease // by Redis key
+	state      state
+	st         Status
+	members    int       // live members at the last renewal, ≥ 1
+	graceUntil time.Time // after an outage: no growth beyond the fallback share until then,
+	graceWait  []string  // or until these members, live before it, are back
+	downAt     time.Time // when the current outage was seen
+	fails      int       // renewals failed in a row
+	closed     bool
+}
+
+// lease is one enforced level's local lease.
+type lease struct {
+	kind    policy.LevelKind
+	name    string
+	key     string
+	limit   int64
+	share   int64  // the capacity set in Admission
+	refused uint64 // Admission's ShareRefused at the last renewal
+	// refusedNow and open are Admission's figures read by this renewal.
+	refusedNow uint64
+	held       int64 // the cluster-wide sum of leases at the last renewal
+	wants      int64 // the cluster-wide sum of wants at the last renewal
+	open       int64
+	gone       bool // no longer enforced: release at the next renewal
+}
+
+type state uint8
+
+const (
+	stateStarting state = iota // no renewal answered yet
+	stateShared
+	stateDown
+)
+
+// Status is the cluster as this instance last saw it.
+type Status struct {
+	Name, Instance string
+	// Redis is the server's address (a URL's password hidden).
+	Redis string
+	// Reachable: the last renewal succeeded.
+	Reachable bool
+	// Mode is "shared" (leases from Redis), or the fallback in force while
+	// Redis is unreachable: "localShare", "failOpen" or "failClosed".
+	Mode string
+	// LastError is the last renewal's error, empty after a success.
+	LastError string
+	// Outages counts the times Redis became unreachable.
+	Outages uint64
+	// Renewals counts the round trips to Redis.
+	Renewals uint64
+	Members  []Member
+	Levels   []Level
+}
+
+// Member is one live instance as the last renewal saw it.
+type Member struct {
+	ID      string
+	Started time.Time
+	// Seen is how long ago it last renewed (at most the lease lifetime).
+	Seen time.Duration
+}
+
+// Level is one enforced level's local and cluster-wide figures.
+type Level struct {
+	Kind  policy.LevelKind
+	Name  string
+	Limit int64 // the enforced maxConnections, cluster-wide
+	// Share is this instance's share: the connections it may hold.
+	Share int64
+	// Open is this instance's open connections at the level.
+	Open int64
+	// Held is the sum of every member's leases at the last renewal (≥ the
+	// cluster's open connections); meaningful only while Reachable.
+	Held int64
+	// Refused counts the connections refused here by the share.
+	Refused uint64
+}
+
+// New connects to the configured Redis (lazily: New does no I/O) and sets
+// every enforced level's share to zero until Loop's first renewal.
+func New(o Options) (*Cluster, error) {
+	if o.Admission == nil {
+		return nil, errors.New("cluster: no admission state")
+	}
+	cfg := o.Config
+	if cfg.Name == "" || cfg.Instance == "" || cfg.LeaseInterval <= 0 {
+		return nil, errors.New("cluster: config not compiled (name, instance and leaseInterval needed)")
+	}
+	ro, err := redisOptions(cfg.Redis)
+	if err != nil {
+		return nil, err
+	}
+	// A renewal that takes longer than half a lease interval fails: two in
+	// a row (Redis down) must end before the lease lifetime (three
+	// intervals) does.
+	ro.DialTimeout = cfg.LeaseInterval / 2
+	ro.ReadTimeout = cfg.LeaseInterval / 2
+	ro.WriteTimeout = cfg.LeaseInterval / 2
+	ro.MaxRetries = -1
+	ro.DialerRetries = 1 // Loop retries every renewal: no backoff inside one
+	ro.PoolSize = 2
+	ro.DisableIdentity = true
+	// The client's own log lines (a failed dial, every time) would bypass
+	// the appliance's logger; the state changes are logged through Logf.
+	quietRedis.Do(func() { redis.SetLogger(voidLogger{}) })
+	if o.Started.IsZero() {
+		o.Started = time.Now()
+	}
+	if o.Logf == nil {
+		o.Logf = func(string, ...any) {}
+	}
+	c := &Cluster{
+		o:       o,
+		rdb:     redis.NewClient(ro),
+		prefix:  "weir:{" + cfg.Name + "}:",
+		ttl:     policy.LeaseTTLFactor * cfg.LeaseInterval,
+		levels:  map[string]*lease{},
+		members: 1,
+	}
+	c.st = Status{Name: cfg.Name, Instance: cfg.Instance, Redis: redactRedis(cfg.Redis), Mode: "starting"}
+	o.Admission.SetDefaultCapacity(0)
+	return c, nil
+}
+
+// redisOptions reads host:port or a redis:// URL.
+func redisOptions(addr string) (*redis.Options, error) {
+	if strings.Contains(addr, "://") {
+		ro, err := redis.ParseURL(addr)
+		if err != nil {
+			return nil, fmt.Errorf("cluster: redis %q: %w", redactRedis(addr), err)
+		}
+		return ro, nil
+	}
+	return &redis.Options{Addr: addr}, nil
+}
+
+func redactRedis(addr string) string {
+	i, j := strings.Index(addr, "://"), strings.LastIndex(addr, "@")
+	if i < 0 || j < i {
+		return addr
+	}
+	cred := addr[i+3 : j]
+	if k := strings.IndexByte(cred, ':'); k >= 0 {
+		return addr[:i+3] + cred[:k] + ":xxxxx" + addr[j:]
+	}
+	return addr
+}
+
+// Loop renews the membership and the leases every lease interval, and
+// early when local demand outgrows a share, until ctx ends. It runs in its
+// own goroutine; call it once.
+func (c *Cluster) Loop(ctx context.Context) {
+	interval := c.o.Config.LeaseInterval
+	poll := max(interval/10, 5*time.Millisecond)
+	tick := time.NewTicker(poll)
+	defer tick.Stop()
+	// Renewals start an interval apart (start to start, whatever each
+	// took), so that with one lost answer the next still lands within the
+	// lease lifetime.
+	last := time.Now()
+	c.Renew(ctx)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-tick.C:
+			if now.Sub(last) >= interval || c.wantsMore() {
+				last = now
+				c.Renew(ctx)
+			}
+		}
+	}
+}
+
+// wantsMore reports whether a level's share is full or refused a
+// connection since the last renewal while the cluster has room.
+func (c *Cluster) wantsMore() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.state != stateShared || c.inGrace() {
+		return false
+	}
+	for _, s := range c.o.Admission.Snapshot() {
+		l := c.levels[c.key(s.Level, s.Name)]
+		if l == nil || !enforced(s) {
+			continue
+		}
+		// Demand only: refusals, or a share filled by connections (an idle
+		// share of zero is not demand).
+		if (s.ShareRefused != l.refused || s.Conns > 0 && s.Conns >= l.share) && l.held < l.limit {
+			return true
+		}
+	}
+	return false
+}
+
+func enforced(s policy.LevelStat) bool {
+	return !s.Retired && s.Limits.EnforceConnections && s.Limits.MaxConnections > 0
+}
+
+func (c *Cluster) key(kind policy.LevelKind, name string) string {
+	switch kind {
+	case policy.LevelInstance:
+		return c.prefix + "lease:instance"
+	case policy.LevelClass:
+		return c.prefix + "lease:class:" + name
+	}
+	return c.prefix + "lease:service:" + name
+}
+
+// Renew makes one renewal: the membership and every enforced level's lease
+// in one script call, then the shares in Admission; on failure, the
+// fallback. Loop calls it; it is exported for tests and for a caller that
+// wants the first leases before it serves.
+func (c *Cluster) Renew(ctx context.Context) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return
+	}
+	adm := c.o.Admission
+	seen := map[string]bool{}
+	for _, s := range adm.Snapshot() {
+		if !enforced(s) {
+			continue
+		}
+		k := c.key(s.Level, s.Name)
+		seen[k] = true
+		l := c.levels[k]
+		if l == nil {
+			l = &lease{kind: s.Level, name: s.Name, key: k, refused: s.ShareRefused}
+			c.levels[k] = l
+		}
+		l.gone = false
+		l.limit = min(s.Limits.MaxConnections, maxLimit)
+		l.open, l.refusedNow = s.Conns, s.ShareRefused
+	}
+	for k, l := range c.levels {
+		if !seen[k] {
+			l.gone = true
+		}
+	}
+	keys := []string{c.prefix + "members", c.prefix + "member:" + c.o.Config.Instance}
+	args := []any{c.o.Config.Instance, c.ttl.Milliseconds(), c.o.Started.UnixMilli(), c.prefix + "member:"}
+	order := make([]*lease, 0, len(c.levels))
+	for _, l := range c.levels {
+		order = append(order, l)
+	}
+	slices.SortFunc(order, func(a, b *lease) int { return strings.Compare(a.key, b.key) })
+	grace := c.state == stateDown || c.inGrace()
+	for _, l := range order {
+		want, floor := c.plan(l, grace)
+		keys = append(keys, l.key)
+		args = append(args, l.limit, want, floor)
+	}
+	rctx, cancel := context.WithTimeout(ctx, c.o.Config.LeaseInterval/2)
+	res, err := leaseScript.Run(rctx, c.rdb, keys, args...).Slice()
+	cancel()
+	c.renews.Add(1)
+	if err == nil {
+		err = c.apply(res, order)
+	}
+	if err != nil {
+		c.fails++
+		if c.fails < 2 && c.state == stateShared {
+			// One slow or lost answer: the recorded leases outlive it (a
+			// lifetime is three intervals), so keep them and retry.
+			c.st.LastError = err.Error()
+			return
+		}
+		c.down(err)
+		return
+	}
+	c.fails = 0
+	for k, l := range c.levels {
+		if l.gone {
+			adm.SetCapacity(l.kind, l.name, 0)
+			delete(c.levels, k)
+		}
+	}
+	if c.state != stateShared {
+		if c.state == stateDown {
+			c.o.Logf("cluster %s: Redis %s reachable again: connection limits shared through leases", c.st.Name, c.st.Redis)
+			c.graceUntil = time.Now().Add(c.graceMax())
+		}
+		c.state = stateShared
+	}
+	c.st.Reachable, c.st.Mode, c.st.LastError = true, "shared", ""
+}
+
+// inGrace reports whether Redis came back lately and a member seen before
+// the outage has not renewed since (it may still enforce its fallback
+// share without a lease recorded). Under mu.
+func (c *Cluster) inGrace() bool {
+	if c.graceWait == nil {
+		return false
+	}
+	if time.Now().After(c.graceUntil) {
+		c.graceWait = nil
+		return false
+	}
+	for _, id := range c.graceWait {
+		if !slices.ContainsFunc(c.st.Members, func(m Member) bool { return m.ID == id }) {
+			return true
+		}
+	}
+	c.graceWait = nil
+	return false
+}
+
+// graceMax bounds the grace after an outage: a member that has not
+// renewed by then is taken for dead. It covers the lease lifetime and the
+// Redis client's reconnect probe (one a second once dials failed).
+func (c *Cluster) graceMax() time.Duration {
+	return max(c.ttl, 2*time.Second) + c.o.Config.LeaseInterval
+}
+
+// plan works out a level's want and floor for a renewal: want is the
+// slots the local demand asks for, floor bounds the connections the level
+// may hold whatever the answer (the lease is never recorded below it). A
+// shrink lowers the local share first. Under mu.
+func (c *Cluster) plan(l *lease, grace bool) (want, floor int64) {
+	if l.gone {
+		return 0, 0
+	}
+	cur := l.share
+	// Connections above the share cannot be added (SetCapacity's bound), so
+	// the open count read after the share was set bounds them from now on.
+	floor = max(cur, l.open)
+	// The spare: a quarter of the open connections, and one more while the
+	// cluster has free slots, so that an idle instance admits its first
+	// connection at once; when every slot is held, an idle instance holds
+	// none.
+	spare := (l.open + 3) / 4
+	free := l.wants <= l.limit // the demand, spares included, fits: nobody waits for slots
+	if free {
+		spare = max(spare, 1)
+	}
+	delta := int64(min(l.refusedNow-l.refused, maxLimit))
+	l.refused = l.refusedNow
+	need := min(l.limit, l.open+spare+delta)
+	if free {
+		// Free slots: an instance holds its even part of the limit even
+		// when idle, so that a burst admits at once, up to what is free.
+		need = max(need, min(l.limit/int64(c.members), cur+l.limit-l.held))
+	}
+	if grace {
+		// The fallback share as during the outage: with the members seen
+		// before it, not the fewer that have renewed since.
+		share := c.fallbackShare(l)
+		if c.o.Config.OnRedisDown == policy.LocalShare {
+			share = l.limit / int64(max(c.members, len(c.graceWait), 1))
+		}
+		need = min(need, max(min(cur, l.limit), share))
+	}
+	switch {
+	case need >= cur:
+		return need, floor
+	case cur-need <= spare:
+		return cur, floor // keep: no churn for a connection or two
+	}
+	open, _ := c.o.Admission.SetCapacity(l.kind, l.name, need)
+	l.share = need
+	return need, max(need, open)
+}
+
+// fallbackShare is a level's share while Redis is unreachable.
+func (c *Cluster) fallbackShare(l *lease) int64 {
+	switch c.o.Config.OnRedisDown {
+	case policy.FailOpen:
+		return l.limit
+	case policy.FailClosed:
+		return 0
+	}
+	return l.limit / int64(max(c.members, 1))
+}
+
+// apply reads the script's answer: the members, then grant, record and
+// the cluster-wide sum per level, and sets the shares. Under mu.
+func (c *Cluster) apply(res []any, order []*lease) error {
+	num := func(i int) (int64, error) {
+		if i >= len(res) {
+			return 0, fmt.Errorf("cluster: short answer from the lease script (%d values)", len(res))
+		}
+		switch v := res[i].(type) {
+		case int64:
+			return v, nil
+		case string:
+			return strconv.ParseInt(v, 10, 64)
+		}
+		return 0, fmt.Errorf("cluster: lease script value %d is %T", i, res[i])
+	}
+	n, err := num(0)
+	if err != nil {
+		return err
+	}
+	if n < 0 || len(res) != 1+3*int(n)+4*len(order) {
+		return fmt.Errorf("cluster: lease script answered %d values for %d members and %d levels", len(res), n, len(order))
+	}
+	members := make([]Member, 0, n)
+	for i := range int(n) {
+		id, _ := res[1+3*i].(string)
+		started, err1 := num(2 + 3*i)
+		left, err2 := num(3 + 3*i)
+		if err := errors.Join(err1, err2); err != nil {
+			return err
+		}
+		members = append(members, Member{ID: id, Started: time.UnixMilli(started), Seen: max(c.ttl-time.Duration(left)*time.Millisecond, 0)})
+	}
+	slices.SortFunc(members, func(a, b Member) int { return strings.Compare(a.ID, b.ID) })
+	c.st.Members = members
+	c.members = max(len(members), 1)
+	base := 1 + 3*int(n)
+	for i, l := range order {
+		grant, err1 := num(base + 4*i)
+		held, err2 := num(base + 4*i + 2)
+		wants, err3 := num(base + 4*i + 3)
+		if err := errors.Join(err1, err2, err3); err != nil {
+			return err
+		}
+		l.held, l.wants = held, wants
+		if l.gone || grant == l.share {
+			continue
+		}
+		c.o.Admission.SetCapacity(l.kind, l.name, grant)
+		l.share = grant
+	}
+	return nil
+}
+
+// down applies the fallback after a failed renewal. Under mu.
+func (c *Cluster) down(err error) {
+	mode := c.o.Config.OnRedisDown
+	if c.state != stateDown {
+		c.outages.Add(1)
+		c.o.Logf("cluster %s: Redis %s unreachable (%v): %s with %d members as last seen, until it answers",
+			c.st.Name, c.st.Redis, err, mode, c.members)
+		c.state = stateDown
+		c.downAt = time.Now()
+		c.graceUntil = time.Now().Add(24 * time.Hour) // set to graceMax when Redis answers
+		c.graceWait = make([]string, 0, len(c.st.Members))
+		for _, m := range c.st.Members {
+			c.graceWait = append(c.graceWait, m.ID)
+		}
+	}
+	c.st.Reachable, c.st.Mode, c.st.LastError = false, mode.String(), err.Error()
+	for k, l := range c.levels {
+		if l.gone {
+			c.o.Admission.SetCapacity(l.kind, l.name, 0)
+			delete(c.levels, k)
+			continue
+		}
+		share := c.fallbackShare(l)
+		settled := time.Since(c.downAt) >= c.ttl
+		if !settled {
+			// The others may still hold their leases: until every one of
+			// them has seen the outage too (within two intervals of ours)
+			// nobody grows past its lease.
+			share = min(share, l.share)
+		}
+		capacity := share
+		if mode == policy.FailOpen && settled {
+			capacity = -1 // the limit alone
+		}
+		if share != l.share {
+			c.o.Admission.SetCapacity(l.kind, l.name, capacity)
+			l.share = share
+		}
+		l.held = 0
+	}
+}
+
+// Status returns the cluster as this instance last saw it.
+func (c *Cluster) Status() Status {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := c.st
+	st.Members = slices.Clone(c.st.Members)
+	st.Outages, st.Renewals = c.outages.Load(), c.renews.Load()
+	refused := map[string]uint64{}
+	open := map[string]int64{}
+	for _, s := range c.o.Admission.Snapshot() {
+		if enforced(s) {
+			k := c.key(s.Level, s.Name)
+			refused[k], open[k] = s.ShareRefused, s.Conns
+		}
+	}
+	for _, l := range c.levels {
+		if l.gone {
+			continue
+		}
+		st.Levels = append(st.Levels, Level{Kind: l.kind, Name: l.name, Limit: l.limit, Share: l.share,
+			Open: open[l.key], Held: l.held, Refused: refused[l.key]})
+	}
+	slices.SortFunc(st.Levels, func(a, b Level) int {
+		if a.Kind != b.Kind {
+			return int(a.Kind) - int(b.Kind)
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	return st
+}
+
+// Close gives this instance's slots back and leaves the membership (best
+// effort, within one lease interval: a lease it could not give back expires
+// on its own), closes the Redis client and removes the shares from
+// Admission, whose limits then apply to this instance alone. Renew does
+// nothing afterwards. Call it after Loop has returned.
+func (c *Cluster) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil
+	}
+	c.closed = true
+	keys := []string{c.prefix + "members", c.prefix + "member:" + c.o.Config.Instance}
+	for _, l := range c.levels {
+		keys = append(keys, l.key)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.o.Config.LeaseInterval)
+	err := leaveScript.Run(ctx, c.rdb, keys, c.o.Config.Instance).Err()
+	cancel()
+	c.o.Admission.SetDefaultCapacity(-1)
+	return errors.Join(err, c.rdb.Close())
+}

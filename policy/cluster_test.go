@@ -1,0 +1,222 @@
+package policy
+
+import (
+	"errors"
+	"net/netip"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func TestCompileCluster(t *testing.T) {
+	defer func(h func() (string, error)) { hostname = h }(hostname)
+	hostname = func() (string, error) { return "box7", nil }
+	c, err := Compile(&Config{Cluster: &Cluster{Redis: "r:1", Name: "e"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := *c.Cluster; got != (Cluster{Redis: "r:1", Name: "e", Instance: "box7", LeaseInterval: DefaultLeaseInterval}) {
+		t.Errorf("defaults: %+v", got)
+	}
+	if c, err := Compile(&Config{}); err != nil || c.Cluster != nil {
+		t.Errorf("no cluster section: %v, %+v", err, c.Cluster)
+	}
+
+	hostname = func() (string, error) { return "", errors.New("no uts") }
+	for _, tt := range []struct {
+		cl   Cluster
+		want string
+	}{
+		{Cluster{Name: "e", Instance: "i"}, "redis (an address or URL) is required"},
+		{Cluster{Redis: "r:1", Instance: "i"}, "name is required"},
+		{Cluster{Redis: "r:1", Name: "e"}, "host name is unknown (no uts)"},
+		{Cluster{Redis: "r:1", Name: "e{", Instance: "i"}, "may not contain { or }"},
+		{Cluster{Redis: "r:1", Name: "e", Instance: "i", LeaseInterval: time.Millisecond}, "leaseInterval 1ms is below 10ms"},
+		{Cluster{Redis: "r:1", Name: "e", Instance: "i", OnRedisDown: 9}, "unknown onRedisDown redisdown(9)"},
+	} {
+		cl := tt.cl
+		_, err := Compile(&Config{Cluster: &cl})
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%+v: error %v, want %q", tt.cl, err, tt.want)
+		}
+	}
+}
+
+func TestParseRedisDown(t *testing.T) {
+	for d := LocalShare; d <= FailClosed; d++ {
+		if got, err := ParseRedisDown(d.String()); err != nil || got != d {
+			t.Errorf("%v: %v %v", d, got, err)
+		}
+	}
+	if _, err := ParseRedisDown("localshare"); err == nil {
+		t.Error("case-insensitive parse accepted")
+	}
+}
+
+func shareCfg(t *testing.T, max int64) *Config {
+	t.Helper()
+	c, err := Compile(&Config{Services: []*VirtualServer{{
+		Name: "web", VIPs: []netip.Addr{netip.MustParseAddr("198.18.0.1")}, Ports: PortRange{80, 80},
+		Limits:  Limits{MaxConnections: max, EnforceConnections: true},
+		Targets: []*Target{{Addr: netip.MustParseAddrPort("198.18.1.1:80"), Weight: 1}},
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TestSetCapacity checks that a share below the limit refuses with a
+// Shared refusal and counts the shortfall, that the limit still refuses
+// above the share, and that a negative share removes it.
+func TestSetCapacity(t *testing.T) {
+	cfg := shareCfg(t, 5)
+	a := NewAdmission(cfg, 0)
+	web := cfg.ServiceByName("web")
+	a.SetDefaultCapacity(0)
+	var t0 Ticket
+	r, ok := a.Admit(web, &t0)
+	if want := (Refusal{LevelVirtualServer, "web", LimitMaxConnections, 5, 0, true, 0}); ok || r != want {
+		t.Fatalf("no slots held: %v %v, want %v", ok, r, want)
+	}
+	if want := `virtual server "web": maxConnections 5 reached (0 open here, this instance's share of the cluster-wide limit is 0)`; r.Error() != want {
+		t.Errorf("text %q\nwant %q", r.Error(), want)
+	}
+	if open, ok := a.SetCapacity(LevelVirtualServer, "web", 2); !ok || open != 0 {
+		t.Fatalf("SetCapacity: %d %v", open, ok)
+	}
+	tk := make([]Ticket, 6)
+	for i := range 2 {
+		if r, ok := a.Admit(web, &tk[i]); !ok {
+			t.Fatalf("admit %d under share 2: %v", i, r)
+		}
+	}
+	if r, ok := a.Admit(web, &tk[2]); ok || !r.Shared || r.Share != 2 || r.Measured != 2 {
+		t.Fatalf("third under share 2: %v %+v", ok, r)
+	}
+	s := stat(t, a, LevelVirtualServer, "web")
+	if s.Capacity != 2 || s.ShareRefused != 2 || s.Conns != 2 {
+		t.Errorf("stat %+v", s)
+	}
+	// The share never lifts the limit.
+	a.SetCapacity(LevelVirtualServer, "web", 100)
+	for i := 2; i < 5; i++ {
+		if r, ok := a.Admit(web, &tk[i]); !ok {
+			t.Fatalf("admit %d under share 100: %v", i, r)
+		}
+	}
+	if r, ok := a.Admit(web, &tk[5]); ok || r.Shared {
+		t.Fatalf("sixth at limit 5: %v %+v, want the limit's refusal", ok, r)
+	}
+	// Shrinking below the open count reports them and refuses new ones.
+	if open, _ := a.SetCapacity(LevelVirtualServer, "web", 1); open != 5 {
+		t.Errorf("open after shrink %d, want 5", open)
+	}
+	tk[4].Release()
+	if _, ok := a.Admit(web, &tk[4]); ok {
+		t.Error("admitted with 4 open over a share of 1")
+	}
+	a.SetCapacity(LevelVirtualServer, "web", -1)
+	if s := stat(t, a, LevelVirtualServer, "web"); s.Capacity != -1 {
+		t.Errorf("capacity after removal %d", s.Capacity)
+	}
+	if _, ok := a.Admit(web, &tk[4]); !ok {
+		t.Error("refused below the limit without a share")
+	}
+	if _, ok := a.SetCapacity(LevelClass, "nope", 1); ok {
+		t.Error("SetCapacity found a level the config lacks")
+	}
+	// The instance level is found by kind, and a level a reload creates
+	// gets the default share.
+	if _, ok := a.SetCapacity(LevelInstance, "whatever", 3); !ok {
+		t.Error("instance level not found by kind")
+	}
+	for i := range tk {
+		tk[i].Release()
+	}
+}
+
+// TestSetCapacityShrinkRace pins the bound SetCapacity promises: while
+// goroutines admit and release as fast as they can, after each shrink to c
+// that returned open, the level never holds more than max(c, open).
+func TestSetCapacityShrinkRace(t *testing.T) {
+	cfg := shareCfg(t, 1000)
+	a := NewAdmission(cfg, 0)
+	web := cfg.ServiceByName("web")
+	a.SetCapacity(LevelVirtualServer, "web", 1000)
+	var bound, over atomic.Int64
+	bound.Store(1000)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var tk [8]Ticket
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					for j := range tk {
+						tk[j].Release()
+					}
+					return
+				default:
+				}
+				j := i % len(tk)
+				tk[j].Release()
+				a.Admit(web, &tk[j])
+				b := bound.Load() // before the count: a bound stored after its shrink
+				if n := stat(t, a, LevelVirtualServer, "web").Conns; n > b {
+					over.Store(n)
+				}
+			}
+		}()
+	}
+	for c := int64(32); c >= 0; c-- {
+		bound.Store(1000)
+		open, _ := a.SetCapacity(LevelVirtualServer, "web", c)
+		bound.Store(max(c, open))
+		time.Sleep(2 * time.Millisecond)
+	}
+	close(stop)
+	wg.Wait()
+	if n := over.Load(); n != 0 {
+		t.Errorf("level held %d connections, above max(share, open after the shrink)", n)
+	}
+	if n := stat(t, a, LevelVirtualServer, "web").Conns; n != 0 {
+		t.Errorf("%d connections left open", n)
+	}
+}
+
+// BenchmarkAdmitShared is BenchmarkAdmit's serial case with a cluster share
+// set at every level (what the cluster package does): the cost of the
+// share on the admission path, against BenchmarkAdmit/serial without.
+func BenchmarkAdmitShared(b *testing.B) {
+	a, web := benchAdmission(b)
+	a.SetDefaultCapacity(1 << 30)
+	var tk Ticket
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, ok := a.Admit(web, &tk); !ok {
+			b.Fatal("refused")
+		}
+		tk.Release()
+	}
+}
+
+func TestAdmitSharedAllocs(t *testing.T) {
+	cfg := shareCfg(t, 5)
+	a := NewAdmission(cfg, 0)
+	a.SetDefaultCapacity(1)
+	web := cfg.ServiceByName("web")
+	var tk, other Ticket
+	if n := testing.AllocsPerRun(100, func() {
+		a.Admit(web, &tk)
+		a.Admit(web, &other) // refused by the share
+		tk.Release()
+	}); n != 0 {
+		t.Errorf("%v allocations per admit under a share", n)
+	}
+}
