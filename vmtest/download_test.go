@@ -15,7 +15,6 @@ import (
 	"weir/bench"
 	"weir/cmd/weir/api"
 	"weir/internal/netns"
-	"weir/vmtest"
 )
 
 // TestVMWeirRunDownloadLoss is the seed's own direction in the VM: the
@@ -35,23 +34,8 @@ import (
 //	  netem loss 5 %, delay 5 ms on wb1, in ns b (b's segments toward weir)
 //	  replies to 198.19.254.1: the targets' default route, then weir's route into the TUN
 func TestVMWeirRunDownloadLoss(t *testing.T) {
-	if !vmtest.InVM() {
-		vmtest.Require(t)
-		weir, err := vmtest.WeirBinary()
-		if err != nil {
-			t.Fatal(err)
-		}
-		vmtest.RunTest(t, vmtest.Options{
-			// xfrm_user, nfnetlink: see TestVMWeirRunLoss.
-			Modules:   []string{"tun", "veth", "sch_netem", "xfrm_user", "nfnetlink"},
-			Files:     map[string]string{"/bin/weir": weir},
-			MemoryMiB: 768,
-			Timeout:   10 * time.Minute,
-		})
+	if !inWeirVM(t) {
 		return
-	}
-	if os.Getuid() != 0 {
-		t.Fatal("the in-VM scenario must run as root")
 	}
 	const lossPct = 5
 	// The back arm's packets are forwarded between the TUN and the veths.

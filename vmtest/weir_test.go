@@ -33,25 +33,8 @@ import (
 //	  weir → wb0 198.18.2.1/30 ↔ wb1 198.18.2.2 (ns b): bench.Backend "b"
 //	  netem loss 5 % on wb0 (weir's data segments toward b)
 func TestVMWeirRunLoss(t *testing.T) {
-	if !vmtest.InVM() {
-		vmtest.Require(t)
-		weir, err := vmtest.WeirBinary()
-		if err != nil {
-			t.Fatal(err)
-		}
-		vmtest.RunTest(t, vmtest.Options{
-			// xfrm_user, nfnetlink: weir's TUN setup (netlink.NewHandle
-			// with no families) opens a socket for every family, route,
-			// XFRM and netfilter, and fails without them.
-			Modules:   []string{"tun", "veth", "sch_netem", "xfrm_user", "nfnetlink"},
-			Files:     map[string]string{"/bin/weir": weir},
-			MemoryMiB: 768,
-			Timeout:   10 * time.Minute,
-		})
+	if !inWeirVM(t) {
 		return
-	}
-	if os.Getuid() != 0 {
-		t.Fatal("the in-VM scenario must run as root")
 	}
 	const lossPct = 5
 	newWeirTarget(t, "a", "wa", netip.MustParsePrefix("198.18.1.1/30"), netip.MustParsePrefix("198.18.1.2/30"))
@@ -373,4 +356,32 @@ func (d *dialLog) String() string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return fmt.Sprintf("%d dials, failed: %q", d.n, d.failed)
+}
+
+// inWeirVM boots the VM for a weir run scenario and returns false on the
+// host (the VM ran the test); inside the VM, as root, it returns true and
+// the test runs its scenario.
+func inWeirVM(t *testing.T) bool {
+	t.Helper()
+	if !vmtest.InVM() {
+		vmtest.Require(t)
+		weir, err := vmtest.WeirBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		vmtest.RunTest(t, vmtest.Options{
+			// xfrm_user, nfnetlink: weir's TUN setup (netlink.NewHandle
+			// with no families) opens a socket for every family, route,
+			// XFRM and netfilter, and fails without them.
+			Modules:   []string{"tun", "veth", "sch_netem", "xfrm_user", "nfnetlink"},
+			Files:     map[string]string{"/bin/weir": weir},
+			MemoryMiB: 768,
+			Timeout:   10 * time.Minute,
+		})
+		return false
+	}
+	if os.Getuid() != 0 {
+		t.Fatal("the in-VM scenario must run as root")
+	}
+	return true
 }
