@@ -4,10 +4,8 @@ package netstack
 
 import (
 	"context"
-	"crypto/sha256"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/netip"
 	"os"
@@ -215,36 +213,7 @@ func transfer(t *testing.T, ns *netns.NS, addr string, n int) {
 	if err != nil {
 		t.Fatalf("dial %s: %v", addr, err)
 	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(60 * time.Second))
-	sent := sha256.New()
-	errc := make(chan error, 1)
-	go func() {
-		rng := rand.NewChaCha8([32]byte{byte(n), 23})
-		buf := make([]byte, 128<<10)
-		for left := n; left > 0; {
-			b := buf[:min(left, len(buf))]
-			rng.Read(b)
-			sent.Write(b)
-			if _, err := c.Write(b); err != nil {
-				errc <- err
-				return
-			}
-			left -= len(b)
-		}
-		errc <- c.(*net.TCPConn).CloseWrite()
-	}()
-	got := sha256.New()
-	m, err := io.Copy(got, c)
-	if werr := <-errc; werr != nil {
-		t.Fatalf("%s: send: %v", addr, werr)
-	}
-	if err != nil || m != int64(n) {
-		t.Fatalf("%s: echoed %d of %d bytes: %v", addr, m, n, err)
-	}
-	if string(got.Sum(nil)) != string(sent.Sum(nil)) {
-		t.Fatalf("%s: the %d bytes came back changed", addr, n)
-	}
+	testutil.EchoTransfer(t, c, addr, n)
 }
 
 // TestOffloadTUN runs a real TUN, the datapath engine and the stack

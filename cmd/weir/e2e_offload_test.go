@@ -4,12 +4,9 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
-	"io"
-	"math/rand/v2"
-	"net"
 	"testing"
 	"time"
+	"weir/internal/testutil"
 )
 
 // TestE2EOffload: weir run --offload on moves the front TUN to virtio-net
@@ -51,34 +48,5 @@ func echoTransfer(t *testing.T, w *weirProc, addr string, n int) {
 	if err != nil {
 		t.Fatalf("dial %s: %v", addr, err)
 	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(60 * time.Second))
-	sent := sha256.New()
-	errc := make(chan error, 1)
-	go func() {
-		rng := rand.NewChaCha8([32]byte{byte(n), 42})
-		buf := make([]byte, 64<<10)
-		for left := n; left > 0; {
-			b := buf[:min(left, len(buf))]
-			rng.Read(b)
-			sent.Write(b)
-			if _, err := c.Write(b); err != nil {
-				errc <- err
-				return
-			}
-			left -= len(b)
-		}
-		errc <- c.(*net.TCPConn).CloseWrite()
-	}()
-	got := sha256.New()
-	m, err := io.Copy(got, c)
-	if werr := <-errc; werr != nil {
-		t.Fatalf("%s: send: %v", addr, werr)
-	}
-	if err != nil || m != int64(n) {
-		t.Fatalf("%s: echoed %d of %d bytes: %v", addr, m, n, err)
-	}
-	if string(got.Sum(nil)) != string(sent.Sum(nil)) {
-		t.Fatalf("%s: the %d bytes came back changed", addr, n)
-	}
+	testutil.EchoTransfer(t, c, addr, n)
 }
