@@ -89,13 +89,17 @@ type Target struct {
 	Weight    int    `json:"weight"`    // WLM weight from the configuration
 	Effective int    `json:"effective"` // weight after the QoS fraction, rounded down (at least 1 while the fraction is below 100 %)
 	// Exact is the default level's weight the balancer balances on,
-	// unrounded (weight 1 at 25 % is 0.75); ActionWeights the same per
-	// policy action with weights of its own.
-	Exact         float64            `json:"exact"`
-	ActionWeights map[string]float64 `json:"action_weights,omitempty"`
-	SlowStart     float64            `json:"slow_start"` // slow-start factor in (0, 1]; 1 at full weight
-	Open          int64              `json:"open"`       // open connections
-	Max           int64              `json:"max"`        // maxConnections; ≤ 0: no limit
+	// unrounded (weight 1 at 25 % is 0.75): new connections under no
+	// policy action, at the fraction Explanation.DefaultFraction.
+	Exact float64 `json:"exact"`
+	// Actions are the service levels with weights of their own, by action
+	// name: each policy action with connections to one of the service's
+	// targets in the last sampling interval. New connections under any
+	// other action are balanced on the default level.
+	Actions   []ActionLevel `json:"actions,omitempty"`
+	SlowStart float64       `json:"slow_start"` // slow-start factor in (0, 1]; 1 at full weight
+	Open      int64         `json:"open"`       // open connections
+	Max       int64         `json:"max"`        // maxConnections; ≤ 0: no limit
 	// Down is set while a failed connect keeps the target out, until
 	// DownUntil.
 	Down      bool      `json:"down"`
@@ -109,6 +113,21 @@ type Target struct {
 	Explanation    *Explanation `json:"explanation,omitempty"`
 	// Segments are the target's data segments per direction since start.
 	Segments *Segments `json:"segments,omitempty"`
+}
+
+// ActionLevel is one policy action's service level at a target: the
+// fraction and weight the target's new connections classified to that
+// action are balanced on (the z/OS Policy Action fraction "for a target's
+// DVIPA/Port … using that service level").
+type ActionLevel struct {
+	Action string `json:"action"`
+	// Fraction is the action's fraction here in percent: the largest of
+	// its connection fraction, its MinRate verdict and the default
+	// fraction (Explanation.Levels); the default fraction alone while the
+	// action has no connections to this target.
+	Fraction  int     `json:"fraction"`
+	Exact     float64 `json:"exact"`     // the weight balanced on, unrounded
+	Effective int     `json:"effective"` // rounded down, at least 1 while Fraction is below 100 %
 }
 
 // Segments are one target's data segments per direction, totals since

@@ -136,6 +136,10 @@ type Appliance struct {
 	expl   []policy.Explanation // last sampling interval's, by service then target
 	explAt time.Time
 	segs   map[policy.TargetKey]*Segments // guarded by explMu; see segments.go
+	// actionFr holds, per service, action and target, the fractions of the
+	// action levels last given to the balancers (applyFractions), for
+	// /status; guarded by explMu.
+	actionFr map[string]map[string]map[string]int
 
 	counters counters
 	skipMu   sync.Mutex

@@ -1,7 +1,11 @@
 package appliance
 
 import (
+	"fmt"
+	"sort"
 	"time"
+
+	"github.com/rs/zerolog"
 
 	"weir/netstack"
 	"weir/policy"
@@ -132,6 +136,15 @@ func (a *Appliance) applyFractions(cfg *policy.Config, expl []policy.Explanation
 			}
 		}
 	}
+	actionFr := make(map[string]map[string]map[string]int, len(by))
+	for name, l := range by {
+		if len(l.byAction) > 0 {
+			actionFr[name] = l.byAction
+		}
+	}
+	a.explMu.Lock()
+	a.actionFr = actionFr
+	a.explMu.Unlock()
 	for name, l := range by {
 		if b := a.balancer(name); b != nil {
 			b.SetFractions(l.def, l.byAction)
@@ -250,10 +263,17 @@ func addDir(d *policy.DirSample, c netstack.DirCounters) {
 	}
 }
 
-// logStats writes one STATS line per target, as the WebSphere plug-in does.
+// logStats writes one STATS line per target, as the WebSphere plug-in does:
+// the default level's explanation, then each action level of the target's
+// service with its fraction and weight there (the line's actions field;
+// "levels=gold:100%->0" in its message).
 func (a *Appliance) logStats(expl []policy.Explanation) {
+	a.explMu.Lock()
+	actionFr := a.actionFr
+	a.explMu.Unlock()
 	for _, e := range expl {
 		sg, _ := a.SegmentsOf(policy.TargetKey{Service: e.Service, Target: e.Target})
+		levels, text := actionLevels(actionFr[e.Service], e.Target, e.BaseWeight)
 		a.log.Info().Str("service", e.Service).Str("target", e.Target).
 			Str("direction", sg.Direction).
 			Uint64("from_target_segs", sg.FromTarget.DataSegments).Uint64("from_target_retrans", sg.FromTarget.Retransmitted).
@@ -264,9 +284,38 @@ func (a *Appliance) logStats(expl []policy.Explanation) {
 			Int("loss_fr", e.LossFraction).Int("timeout_fr", e.TimeoutFraction).
 			Int("default_fr", e.DefaultFraction).Int("action_fr", e.ActionFraction).
 			Int("fraction", e.Fraction).Str("winner", e.Winner.String()).
-			Int("weight", e.BaseWeight).Int("effective", e.Weight).
-			Msg("STATS " + e.String())
+			Int("weight", e.BaseWeight).Int("effective", e.Weight).Int("default_effective", e.DefaultWeight).
+			Dict("actions", levels).
+			Msg("STATS " + e.String() + text)
 	}
+}
+
+// actionLevels is a target's action levels for its STATS line, from its
+// service's action fractions fr (action → target → percent): a
+// dictionary {action: {fraction, effective}} and the message's
+// " levels=a:f%->w,…" (empty without action levels). A target missing from
+// a level is at its base weight there (balancer.SetFractions).
+func actionLevels(fr map[string]map[string]int, target string, base int) (*zerolog.Event, string) {
+	d := zerolog.Dict()
+	if len(fr) == 0 {
+		return d, ""
+	}
+	names := make([]string, 0, len(fr))
+	for name := range fr {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	b := []byte(" levels=")
+	for i, name := range names {
+		f := fr[name][target]
+		w := policy.EffectiveWeight(base, f)
+		d.Dict(name, zerolog.Dict().Int("fraction", f).Int("effective", w))
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = fmt.Appendf(b, "%s:%d%%->%d", name, f, w)
+	}
+	return d, string(b)
 }
 
 // Explanation returns the last sampling interval's weight explanation of a

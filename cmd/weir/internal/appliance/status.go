@@ -120,6 +120,7 @@ func (a *Appliance) Status() api.Status {
 	a.explMu.Lock()
 	expl := a.expl
 	st.SampledAt = a.explAt
+	actionFr := a.actionFr
 	a.explMu.Unlock()
 	byKey := map[policy.TargetKey]*policy.Explanation{}
 	for i := range expl {
@@ -138,7 +139,7 @@ func (a *Appliance) Status() api.Status {
 			s.Refused = bs.Refused
 			for _, t := range bs.Targets {
 				k := policy.TargetKey{Service: vs.Name, Target: t.Name}
-				tg := targetStatus(t, byKey[k])
+				tg := targetStatus(t, byKey[k], actionFr[vs.Name])
 				if sg, ok := a.SegmentsOf(k); ok {
 					tg.Segments = &sg
 				}
@@ -150,13 +151,26 @@ func (a *Appliance) Status() api.Status {
 	return st
 }
 
-func targetStatus(t balancer.TargetStatus, e *policy.Explanation) api.Target {
+// targetStatus is one target's status: its balancer state t, its last
+// explanation e (nil before the first sample) and the fractions of its
+// service's action levels fr (action → target → percent), as
+// applyFractions gave them to the balancer.
+func targetStatus(t balancer.TargetStatus, e *policy.Explanation, fr map[string]map[string]int) api.Target {
 	out := api.Target{
 		Name: t.Name, Addr: t.Addr.String(), Role: t.Role.String(),
-		Weight: t.Weight, Effective: t.Effective, Exact: t.Exact, ActionWeights: t.Levels, SlowStart: t.SlowStart,
+		Weight: t.Weight, Effective: t.Effective, Exact: t.Exact, SlowStart: t.SlowStart,
 		Open: t.Open, Max: t.Max, Down: t.Down, DownUntil: t.DownUntil, HealthUp: t.HealthUp,
 		SkippedAtLimit: t.SkippedAtLimit, Picked: t.Picked, Failed: t.Failed,
 	}
+	// The balancer's own tables say which levels exist and their weights;
+	// a target missing from a level's fractions is at its base weight
+	// there (balancer.SetFractions), fraction 0.
+	for action, w := range t.Levels {
+		f := fr[action][t.Name]
+		out.Actions = append(out.Actions, api.ActionLevel{Action: action, Fraction: f, Exact: w,
+			Effective: policy.EffectiveWeight(t.Weight, f)})
+	}
+	sort.Slice(out.Actions, func(i, j int) bool { return out.Actions[i].Action < out.Actions[j].Action })
 	if e != nil {
 		out.Explanation = &api.Explanation{
 			Interval: e.Interval, SegmentsSent: e.SegmentsSent, Retransmits: e.Retransmits, Timeouts: e.Timeouts,

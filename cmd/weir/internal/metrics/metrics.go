@@ -110,6 +110,7 @@ func bool01(b bool) float64 {
 var (
 	levelLabels  = []string{"level", "name"}
 	targetLabels = []string{"service", "target"}
+	actionLabels = []string{"service", "target", "action"}
 )
 
 // Defs is every metric weir exports, in the README's order.
@@ -184,6 +185,20 @@ var Defs = []Def{
 				emit(float64(e.DefaultFraction), "default")
 				emit(float64(e.ActionFraction), "action")
 				emit(float64(e.Fraction), "total")
+			}
+		})},
+	{Name: "weir_target_action_weight", Type: Gauge, Labels: actionLabels,
+		Help: "The weight the target's new connections classified to a policy action are balanced on, unrounded (weight 1 at 25 % is 0.75), per action with connections to the service in the last sampling interval; connections under no action (or another action) use weir_target_weight{kind=effective}. 0 while that service level is cut to 100 %: its new connections go to the service's other targets.",
+		samples: perTarget(func(t *api.Target, emit func(float64, ...string)) {
+			for _, l := range t.Actions {
+				emit(l.Exact, l.Action)
+			}
+		})},
+	{Name: "weir_target_action_fraction_percent", Type: Gauge, Labels: actionLabels,
+		Help: "The QoS weight fraction of the target's service level of a policy action, in percent: the largest of the action's connection fraction, its MinRate verdict and the target's default fraction (part=default of weir_target_fraction_percent).",
+		samples: perTarget(func(t *api.Target, emit func(float64, ...string)) {
+			for _, l := range t.Actions {
+				emit(float64(l.Fraction), l.Action)
 			}
 		})},
 	{Name: "weir_target_data_segments_total", Type: Counter, Labels: dirLabels,

@@ -19,16 +19,17 @@ import (
 var notMetrics = map[string]string{
 	"Services.Targets.Segments.FromTarget.OutOfOrder": "diagnostic, shown by /status and weir status",
 	"Services.Targets.Segments.ToTarget.OutOfOrder":   "diagnostic, shown by /status and weir status",
-	"Generation":                 "a configuration's identity, not a quantity; weir_reloads_total counts swaps",
-	"DialFailures":               "the sum of weir_target_connect_failures_total",
-	"Services.Refused":           "weir_refusals_total{level=balancer,limit=targets}",
-	"Services.Targets.SlowStart": "already in weir_target_weight{kind=effective}",
-	"Services.Targets.Exact":     "the unrounded effective weight: weir_target_weight{kind=effective} and weir_target_fraction_percent give it",
-	"Levels.EnforceConnections":  "configuration, shown by weir status",
-	"Levels.EnforceBandwidth":    "configuration, shown by weir status",
-	"Services.Targets.Down":      "weir_target_up",
-	"Services.Targets.HealthUp":  "weir_target_up",
-	"Draining":                   "/healthz answers 503 while draining",
+	"Generation":                         "a configuration's identity, not a quantity; weir_reloads_total counts swaps",
+	"DialFailures":                       "the sum of weir_target_connect_failures_total",
+	"Services.Refused":                   "weir_refusals_total{level=balancer,limit=targets}",
+	"Services.Targets.SlowStart":         "already in weir_target_weight{kind=effective}",
+	"Services.Targets.Exact":             "the unrounded effective weight: weir_target_weight{kind=effective} and weir_target_fraction_percent give it",
+	"Services.Targets.Actions.Effective": "weir_target_action_weight rounded down, shown by weir status",
+	"Levels.EnforceConnections":          "configuration, shown by weir status",
+	"Levels.EnforceBandwidth":            "configuration, shown by weir status",
+	"Services.Targets.Down":              "weir_target_up",
+	"Services.Targets.HealthUp":          "weir_target_up",
+	"Draining":                           "/healthz answers 503 while draining",
 }
 
 // explained is the part of a target's weight explanation that is exported
@@ -53,6 +54,7 @@ func populated(t *testing.T) (api.Status, map[string][]float64) {
 		},
 	}
 	st.Services[0].Targets[0].Explanation = &api.Explanation{}
+	st.Services[0].Targets[0].Actions = []api.ActionLevel{{Action: "gold"}, {Action: "silver"}}
 	st.Services[0].Targets[0].Segments = &api.Segments{}
 	st.TUN = &api.TUN{Name: "weir0"}
 	values := map[string][]float64{}
@@ -200,6 +202,8 @@ func TestSamples(t *testing.T) {
 		{"weir_target_weight", map[string]string{"service": "web", "target": "b", "kind": "effective"}, float64(tg[1].Effective)},
 		{"weir_target_weight", map[string]string{"service": "web", "target": "b", "kind": "base"}, float64(tg[1].Weight)},
 		{"weir_target_fraction_percent", map[string]string{"service": "web", "target": "a", "part": "timeout"}, float64(tg[0].Explanation.TimeoutFraction)},
+		{"weir_target_action_weight", map[string]string{"service": "web", "target": "a", "action": "silver"}, tg[0].Actions[1].Exact},
+		{"weir_target_action_fraction_percent", map[string]string{"service": "web", "target": "a", "action": "gold"}, float64(tg[0].Actions[0].Fraction)},
 		{"weir_target_up", map[string]string{"service": "web", "target": "a"}, 1},
 		{"weir_target_up", map[string]string{"service": "web", "target": "b"}, 0},
 		{"weir_target_connect_failures_total", map[string]string{"service": "web", "target": "b"}, float64(tg[1].Failed)},

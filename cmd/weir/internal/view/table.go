@@ -6,6 +6,8 @@ package view
 import (
 	"fmt"
 	"io"
+	"math"
+	"sort"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -111,6 +113,7 @@ func writeTable(w io.Writer, st api.Status) {
 				t.Weight, loss, tmo, act, fr, t.Effective, state, t.Picked, t.SkippedAtLimit)
 		}
 		tw.Flush()
+		writeActionLevels(w, s.Targets)
 		writeSegments(w, s.Targets)
 	}
 	if len(st.Refusals) > 0 {
@@ -193,6 +196,49 @@ func human(n int64) string {
 	}
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
+
+// writeActionLevels lists, when the service has action levels, each
+// target's fraction and weight per level: the default one (connections
+// under no policy action) first, then each action's (api.ActionLevel),
+// whose new connections are balanced on that level's weights.
+func writeActionLevels(w io.Writer, targets []api.Target) {
+	var actions []string
+	seen := map[string]bool{}
+	for _, t := range targets {
+		for _, l := range t.Actions {
+			if !seen[l.Action] {
+				seen[l.Action] = true
+				actions = append(actions, l.Action)
+			}
+		}
+	}
+	if len(actions) == 0 {
+		return
+	}
+	sort.Strings(actions)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  SERVICE LEVEL\tTARGET\tFRACTION\tEFFECTIVE\tEXACT")
+	for _, t := range targets {
+		fr := "-"
+		if e := t.Explanation; e != nil {
+			fr = fmt.Sprintf("%d%%", e.DefaultFraction)
+		}
+		fmt.Fprintf(tw, "  (no action)\t%s\t%s\t%d\t%s\n", t.Name, fr, t.Effective, exact(t.Exact))
+	}
+	for _, a := range actions {
+		for _, t := range targets {
+			for _, l := range t.Actions {
+				if l.Action == a {
+					fmt.Fprintf(tw, "  %s\t%s\t%d%%\t%d\t%s\n", a, t.Name, l.Fraction, l.Effective, exact(l.Exact))
+				}
+			}
+		}
+	}
+	tw.Flush()
+}
+
+// exact prints an unrounded weight with at most two decimals: 0.75, 40, 1.5.
+func exact(v float64) string { return strconv.FormatFloat(math.Round(v*100)/100, 'f', -1, 64) }
 
 // writeSegments lists each target's data segments per direction since
 // start (api.Segments), marking the direction the ratios read.

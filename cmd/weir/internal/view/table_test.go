@@ -22,11 +22,13 @@ func sample() api.Status {
 			Name: "web", Proto: "http", VIPs: []string{"198.18.0.80"}, Ports: "80", Balancer: "wrr", Refused: 2,
 			Targets: []api.Target{
 				{Name: "t1", Role: "primary", Weight: 40, Effective: 20, Open: 3, Max: 10, HealthUp: true, Picked: 11,
-					Explanation: &api.Explanation{LossRatio: 25, LossFraction: 50, Fraction: 50, Winner: "loss"},
+					Explanation: &api.Explanation{LossRatio: 25, LossFraction: 50, Fraction: 100, Winner: "minrate", DefaultFraction: 50},
+					Exact:       20,
+					Actions:     []api.ActionLevel{{Action: "gold", Fraction: 100, Exact: 0, Effective: 0}, {Action: "bronze", Fraction: 62, Exact: 15.2, Effective: 15}},
 					Segments: &api.Segments{Direction: "from_target",
 						FromTarget: api.DirTotals{DataSegments: 2000, Retransmitted: 100, Timeouts: 2, OutOfOrder: 40, Source: "measured"},
 						ToTarget:   api.DirTotals{DataSegments: 50, Source: "measured"}}},
-				{Name: "t2", Role: "backup", Weight: 1, Effective: 1, Down: true, DownUntil: at.Add(time.Minute), HealthUp: true},
+				{Name: "t2", Role: "backup", Weight: 1, Effective: 1, Exact: 0.75, Down: true, DownUntil: at.Add(time.Minute), HealthUp: true},
 			},
 		}},
 		Refusals: []api.Refusal{{Level: "balancer", Limit: "targets", Count: 2}, {Level: "virtual server", Limit: "maxBandwidth", Count: 5}},
@@ -52,7 +54,12 @@ func TestWriteTable(t *testing.T) {
 		"3.0 MiB/s",
 		"web (http 198.18.0.80 port 80, wrr), 2 refused: no target",
 		"50% (2.5%)",
-		"50% loss",
+		"100% minrate",
+		"SERVICE LEVEL  TARGET  FRACTION  EFFECTIVE  EXACT\n" +
+			"  (no action)    t1      50%       20         20\n" +
+			"  (no action)    t2      -         1          0.75\n" +
+			"  bronze         t1      62%       15         15.2\n" +
+			"  gold           t1      100%      0          0\n",
 		"down until 03:05:05",
 		"3/10",
 		"from_target ←  2000  100 (5.0%)",
@@ -73,7 +80,7 @@ func TestWriteTable(t *testing.T) {
 func TestWriteTableQuietWhenNothingDropped(t *testing.T) {
 	var b strings.Builder
 	WriteTable(&b, api.Status{Instance: "x"})
-	if s := b.String(); strings.Contains(s, "Counted drops") || strings.Contains(s, "Refusals") {
+	if s := b.String(); strings.Contains(s, "Counted drops") || strings.Contains(s, "Refusals") || strings.Contains(s, "SERVICE LEVEL") {
 		t.Errorf("empty status prints drops or refusals:\n%s", s)
 	}
 }
