@@ -206,8 +206,9 @@ func TestE2EMeasureBackArm(t *testing.T) {
 	}
 	base := w.waitSampled(time.Now())
 	clean, _ := segmentsOf(base, "t1")
-	if clean.FromTarget.Source != "measured" || clean.FromTarget.DataSegments < 10*90 {
-		t.Fatalf("t1 from_target after 10 × 128 KiB: %+v", clean.FromTarget)
+	// 128 KiB is 90 full segments or more (MSS 1460 or less).
+	if n := res.PerTarget["t1"]; clean.FromTarget.Source != "measured" || clean.FromTarget.DataSegments < uint64(n)*90 {
+		t.Fatalf("t1 from_target after %d × 128 KiB: %+v", n, clean.FromTarget)
 	}
 
 	// 1. 5 % of t2's packets toward weir dropped.
@@ -305,30 +306,83 @@ func TestE2EMeasureBackArm(t *testing.T) {
 
 	// 2. The same downloads, 5 % of the packets toward t2 dropped: weir's
 	// own data segments (the requests) are resent, the ACK stream does not
-	// dilute the ratio.
+	// dilute the ratio. nftables counts the data segments it dropped and
+	// passed (IP length over 100: a request of about 60 bytes with its
+	// headers; weir's pure ACKs, SACK blocks included, stay under 81), so
+	// the passive count is judged against what was really lost, then
+	// against the loss injected into them (nftables' own drop ratio of
+	// data segments). The downloads go on until 600 data segments toward
+	// t2 passed the hook (60 s at most): every download sends one, and t2,
+	// often still cut from the first phase, gets only a share of them.
+	// Judged against the nominal 5 % instead, as before, the few drops
+	// (t2 got 276–547 of 1200 downloads: 14–27 drops expected) read
+	// 2.4–6.8 % by their binomial spread alone: the "undercount" issue 10
+	// noted was that, the count itself is exact.
 	w.nft("flush", "chain", "inet", "weirtest", "forw")
+	t2data := []string{"ip", "daddr", "198.18.3.2", "tcp", "dport", "8082", "ip", "length", ">", "100"}
+	w.nft(append(append([]string{"add", "rule", "inet", "weirtest", "forw"}, t2data...), "numgen", "random", "mod", "100", "<", "5", "counter", "drop")...)
+	w.nft(append(append([]string{"add", "rule", "inet", "weirtest", "forw"}, t2data...), "counter", "accept")...)
 	w.nft("add", "rule", "inet", "weirtest", "forw", "ip", "daddr", "198.18.3.2", "tcp", "dport", "8082", "numgen", "random", "mod", "100", "<", "5", "counter", "drop")
+	// dataCounts reads the first two rules' counters: data segments
+	// dropped and passed.
+	dataCounts := func() (dropped, passed uint64) {
+		var n []uint64
+		for _, line := range strings.Split(w.nft("list", "chain", "inet", "weirtest", "forw"), "\n") {
+			if i := strings.Index(line, "counter packets "); i >= 0 && strings.Contains(line, "ip length > 100") {
+				var v uint64
+				fmt.Sscan(line[i+len("counter packets "):], &v)
+				n = append(n, v)
+			}
+		}
+		if len(n) != 2 {
+			t.Fatalf("nft counters of t2's data segments: %v", n)
+		}
+		return n[0], n[1]
+	}
 	st = w.status()
 	before2, _ = segmentsOf(st, "t2")
-	res = w.downloads(8, 1200)
-	if res.OK != 1200 {
-		t.Fatalf("downloads under loss toward t2: %+v", res)
+	var requests int
+	for end := time.Now().Add(60 * time.Second); ; {
+		res = w.downloads(8, 200)
+		if res.OK != 200 {
+			t.Fatalf("downloads under loss toward t2: %+v", res)
+		}
+		requests += res.PerTarget["t2"]
+		if _, passed := dataCounts(); passed >= 600 || time.Now().After(end) {
+			break
+		}
 	}
 	st = w.waitSampled(time.Now())
 	after2, _ = segmentsOf(st, "t2")
+	dropped, passed := dataCounts()
 	dt := sub(after2.ToTarget, before2.ToTarget)
 	df := sub(after2.FromTarget, before2.FromTarget)
-	t.Logf("5 %% dropped toward t2: to_target %d/%d = %.2f %% (timeouts %d); from_target %d/%d",
-		dt.Retransmitted, dt.DataSegments, 100*float64(dt.Retransmitted)/float64(dt.DataSegments), dt.Timeouts, df.Retransmitted, df.DataSegments)
-	// Issue 10 asks for a factor 2 here too; six runs read 2.4–5.7 % (mean
-	// 3.5 %) for 5 % injected, an undercount not yet explained, so the
-	// lower bound only proves the loss is seen at all (a broken tracker
-	// reads 0) until it is found.
-	if r := float64(dt.Retransmitted) / float64(dt.DataSegments); r < 0.01 || r > 0.10 {
-		t.Errorf("t2 to_target loss %.2f %%, want 1..10 %% for 5 %% injected", 100*r)
+	t.Logf("5 %% dropped toward t2: to_target %d/%d = %.2f %% (timeouts %d) for %d downloads; nft dropped %d of %d data segments (%.2f %%); from_target %d/%d",
+		dt.Retransmitted, dt.DataSegments, 100*float64(dt.Retransmitted)/float64(dt.DataSegments), dt.Timeouts, requests,
+		dropped, dropped+passed, 100*float64(dropped)/float64(dropped+passed), df.Retransmitted, df.DataSegments)
+	// Every data segment weir sent passed the hook once (dropped or not),
+	// and every dropped one was resent (the downloads all succeeded); a
+	// few spurious resends on a loaded host may come on top.
+	if sent := dropped + passed; dt.DataSegments < sent*98/100 || dt.DataSegments > sent*102/100+2 {
+		t.Errorf("to_target counted %d data segments, nftables saw %d", dt.DataSegments, sent)
 	}
-	if dt.DataSegments > 2*uint64(res.PerTarget["t2"])+50 {
-		t.Errorf("to_target counted %d data segments for %d requests: ACKs counted?", dt.DataSegments, res.PerTarget["t2"])
+	if dt.Retransmitted < dropped*98/100 || dt.Retransmitted > dropped+dt.DataSegments/50+3 {
+		t.Errorf("to_target counted %d retransmissions, nftables dropped %d data segments", dt.Retransmitted, dropped)
+	}
+	injected := float64(dropped) / float64(max(dropped+passed, 1))
+	if r := float64(dt.Retransmitted) / float64(max(dt.DataSegments, 1)); injected == 0 || r < injected/2 || r > injected*2 {
+		t.Errorf("t2 to_target loss %.2f %%, want within a factor 2 of the %.2f %% injected", 100*r, 100*injected)
+	}
+	// nftables' numgen drops 5 % of them, give or take the binomial
+	// spread (4.8 standard deviations at 600 segments).
+	if injected < 0.01 || injected > 0.10 {
+		t.Errorf("nftables dropped %d of %d data segments toward t2 for a 5 %% rule", dropped, dropped+passed)
+	}
+	if _, t2 := segmentsOf(st, "t2"); t2 != nil && t2.Explanation != nil {
+		t.Logf("t2 after the to_target phase: effective %d of %d, %+v", t2.Effective, t2.Weight, *t2.Explanation)
+	}
+	if dt.DataSegments > 2*uint64(requests)+50 {
+		t.Errorf("to_target counted %d data segments for %d requests: ACKs counted?", dt.DataSegments, requests)
 	}
 	fams := w.metrics()
 	for _, m := range []struct {
