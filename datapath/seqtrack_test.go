@@ -65,6 +65,12 @@ func TestSeqDir(t *testing.T) {
 			SegCounters{DataSegments: 5, Retransmitted: 2, OutOfOrder: 2}},
 		{"partial fill splits a hole", []s{{1, 100, 0}, {401, 100, 1}, {201, 100, 30}, {101, 100, 40}, {301, 100, 41}, {201, 100, 42}},
 			SegCounters{DataSegments: 6, Retransmitted: 4, OutOfOrder: 2}},
+		// weir's request toward a target (to_target during downloads: one
+		// data segment per connection), lost twice: a tail-loss probe
+		// after 15 ms, then its RTO. Each resend counts: the e2e test
+		// finds exactly nftables' drops.
+		{"a lone request resent twice", []s{{1, 60, 0}, {1, 60, 15}, {1, 60, 400}},
+			SegCounters{DataSegments: 3, Retransmitted: 2, Timeouts: 1}},
 		{"sequence wraps", []s{{0xffffff00, 0x100, 0}, {0x100, 100, 1}, {0, 0x100, 30}},
 			SegCounters{DataSegments: 3, Retransmitted: 1, OutOfOrder: 1}},
 	}
