@@ -405,10 +405,13 @@ type ClusterMember struct {
 	SeenSeconds float64 `json:"seen_seconds_ago"`
 }
 
-// ClusterLevel is one enforced level's figures, here and cluster-wide.
+// ClusterLevel is one enforced level's figures, here and cluster-wide, or
+// one target's maxConnections (Level "target").
 type ClusterLevel struct {
-	Level string `json:"level"` // "instance", "class" or "virtual server"
+	Level string `json:"level"` // "instance", "class", "virtual server" or "target"
 	Name  string `json:"name"`
+	// Service is a target's virtual server; empty for a level.
+	Service string `json:"service,omitempty"`
 	Limit int64  `json:"max_connections"` // cluster-wide
 	// Share is the slots this instance holds: the connections it may open.
 	Share int64 `json:"share"`

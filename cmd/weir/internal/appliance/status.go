@@ -310,8 +310,12 @@ func clusterStatus(c cluster.Status) *api.Cluster {
 		out.Members = append(out.Members, api.ClusterMember{ID: m.ID, Started: m.Started, SeenSeconds: m.Seen.Seconds()})
 	}
 	for _, l := range c.Levels {
-		out.Levels = append(out.Levels, api.ClusterLevel{Level: l.Kind.String(), Name: l.Name, Limit: l.Limit,
-			Share: l.Share, Open: l.Open, Held: l.Held, Refused: l.Refused})
+		cl := api.ClusterLevel{Level: l.Kind.String(), Name: l.Name, Limit: l.Limit,
+			Share: l.Share, Open: l.Open, Held: l.Held, Refused: l.Refused}
+		if l.Target != "" {
+			cl.Level, cl.Name, cl.Service = "target", l.Target, l.Name
+		}
+		out.Levels = append(out.Levels, cl)
 	}
 	return out
 }

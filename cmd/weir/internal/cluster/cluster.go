@@ -1,8 +1,9 @@
 // Package cluster shares the enforced connection limits of several weir
 // instances through one Redis, so that the instances behind one ECMP router
 // enforce one set of limits: the sum of their open connections never
-// exceeds an enforced maxConnections of the instance, a class or a virtual
-// server.
+// exceeds an enforced maxConnections of the instance, a class, a virtual
+// server or a target (WebSphere's MaxConnections, leased the same way and
+// enforced by the balancer's share, balancer.Balancer.SetCapacity).
 //
 //	c, err := cluster.New(cluster.Options{Config: *cfg.Cluster, Admission: adm, Logf: log.Printf})
 //	go c.Loop(ctx)   // until ctx ends
@@ -122,11 +123,42 @@ type Options struct {
 	// Admission is the admission state whose enforced connection limits
 	// are shared.
 	Admission *policy.Admission
+	// Targets, when set, are the balancers' targets whose maxConnections
+	// are shared the same way.
+	Targets Targets
 	// Logf, when set, receives the state changes: Redis lost and back.
 	// Never called per connection.
 	Logf func(format string, args ...any)
 	// Started is reported to the other members; zero means time.Now().
 	Started time.Time
+}
+
+// Targets is the balancers' side of the leases: every target with a
+// maxConnections (WebSphere's MaxConnections is always enforced), whose
+// slots are leased like an enforced level's. The appliance implements it
+// over its balancers (balancer.Balancer.SetCapacity).
+type Targets interface {
+	// TargetLimits lists the targets with a maxConnections now.
+	TargetLimits() []TargetLimit
+	// SetTargetCapacity sets a target's share and returns its open
+	// connections read after the share took effect (see
+	// balancer.Balancer.SetCapacity); ok is false for an unknown target.
+	SetTargetCapacity(service, target string, c int64) (open int64, ok bool)
+	// SetDefaultTargetCapacity sets every target's share, present and
+	// future, to c (< 0: none).
+	SetDefaultTargetCapacity(c int64)
+}
+
+// TargetLimit is one target's limit and local state.
+type TargetLimit struct {
+	Service, Target string
+	// Max is the target's maxConnections, cluster-wide.
+	Max  int64
+	Open int64 // connections open to it here
+	// Refused counts the picks that passed it over at its share
+	// (balancer.TargetStatus.SkippedAtShare): the demand the share did not
+	// meet.
+	Refused uint64
 }
 
 // Cluster is one instance's membership and leases. Loop runs it; Status may
@@ -155,7 +187,8 @@ type Cluster struct {
 // lease is one enforced level's local lease.
 type lease struct {
 	kind    policy.LevelKind
-	name    string
+	name    string // the level's name; a target's service
+	target  string // a target's name; "" for a level
 	key     string
 	limit   int64
 	share   int64  // the capacity set in Admission
@@ -204,10 +237,12 @@ type Member struct {
 	Seen time.Duration
 }
 
-// Level is one enforced level's local and cluster-wide figures.
+// Level is one enforced level's local and cluster-wide figures, or one
+// target's (Target set; Name is then its virtual server).
 type Level struct {
-	Kind  policy.LevelKind
-	Name  string
+	Kind   policy.LevelKind
+	Name   string
+	Target string
 	Limit int64 // the enforced maxConnections, cluster-wide
 	// Share is this instance's share: the connections it may hold.
 	Share int64
@@ -263,6 +298,9 @@ func New(o Options) (*Cluster, error) {
 	}
 	c.st = Status{Name: cfg.Name, Instance: cfg.Instance, Redis: redactRedis(cfg.Redis), Mode: "starting"}
 	o.Admission.SetDefaultCapacity(0)
+	if o.Targets != nil {
+		o.Targets.SetDefaultTargetCapacity(0)
+	}
 	return c, nil
 }
 
@@ -324,14 +362,14 @@ func (c *Cluster) wantsMore() bool {
 	if c.state != stateShared || c.inGrace() {
 		return false
 	}
-	for _, s := range c.o.Admission.Snapshot() {
-		l := c.levels[c.key(s.Level, s.Name)]
-		if l == nil || !enforced(s) {
+	for _, d := range c.demands() {
+		l := c.levels[d.key]
+		if l == nil {
 			continue
 		}
 		// Demand only: refusals, or a share filled by connections (an idle
 		// share of zero is not demand).
-		if (s.ShareRefused != l.refused || s.Conns > 0 && s.Conns >= l.share) && l.held < l.limit {
+		if (d.refused != l.refused || d.open > 0 && d.open >= l.share) && l.held < l.limit {
 			return true
 		}
 	}
@@ -340,6 +378,50 @@ func (c *Cluster) wantsMore() bool {
 
 func enforced(s policy.LevelStat) bool {
 	return !s.Retired && s.Limits.EnforceConnections && s.Limits.MaxConnections > 0
+}
+
+// demand is one shared limit's local state now: an enforced level's or a
+// target's.
+type demand struct {
+	key          string
+	kind         policy.LevelKind
+	name, target string
+	limit, open  int64
+	refused      uint64
+}
+
+// demands reads every shared limit's local state: the enforced levels of
+// Admission, then the targets with a maxConnections.
+func (c *Cluster) demands() []demand {
+	var out []demand
+	for _, s := range c.o.Admission.Snapshot() {
+		if enforced(s) {
+			out = append(out, demand{key: c.key(s.Level, s.Name), kind: s.Level, name: s.Name,
+				limit: s.Limits.MaxConnections, open: s.Conns, refused: s.ShareRefused})
+		}
+	}
+	if c.o.Targets != nil {
+		for _, t := range c.o.Targets.TargetLimits() {
+			if t.Max > 0 {
+				out = append(out, demand{key: c.prefix + "lease:target:" + t.Service + "/" + t.Target,
+					kind: policy.LevelVirtualServer, name: t.Service, target: t.Target,
+					limit: t.Max, open: t.Open, refused: t.Refused})
+			}
+		}
+	}
+	return out
+}
+
+// setCap sets a lease's share locally: in Admission, or in the target's
+// balancer. It returns the open connections read after the share took
+// effect.
+func (c *Cluster) setCap(l *lease, n int64) int64 {
+	if l.target != "" {
+		open, _ := c.o.Targets.SetTargetCapacity(l.name, l.target, n)
+		return open
+	}
+	open, _ := c.o.Admission.SetCapacity(l.kind, l.name, n)
+	return open
 }
 
 func (c *Cluster) key(kind policy.LevelKind, name string) string {
@@ -362,22 +444,17 @@ func (c *Cluster) Renew(ctx context.Context) {
 	if c.closed {
 		return
 	}
-	adm := c.o.Admission
 	seen := map[string]bool{}
-	for _, s := range adm.Snapshot() {
-		if !enforced(s) {
-			continue
-		}
-		k := c.key(s.Level, s.Name)
-		seen[k] = true
-		l := c.levels[k]
+	for _, d := range c.demands() {
+		seen[d.key] = true
+		l := c.levels[d.key]
 		if l == nil {
-			l = &lease{kind: s.Level, name: s.Name, key: k, refused: s.ShareRefused}
-			c.levels[k] = l
+			l = &lease{kind: d.kind, name: d.name, target: d.target, key: d.key, refused: d.refused}
+			c.levels[d.key] = l
 		}
 		l.gone = false
-		l.limit = min(s.Limits.MaxConnections, maxLimit)
-		l.open, l.refusedNow = s.Conns, s.ShareRefused
+		l.limit = min(d.limit, maxLimit)
+		l.open, l.refusedNow = d.open, d.refused
 	}
 	for k, l := range c.levels {
 		if !seen[k] {
@@ -418,7 +495,7 @@ func (c *Cluster) Renew(ctx context.Context) {
 	c.fails = 0
 	for k, l := range c.levels {
 		if l.gone {
-			adm.SetCapacity(l.kind, l.name, 0)
+			c.setCap(l, 0)
 			delete(c.levels, k)
 		}
 	}
@@ -503,7 +580,7 @@ func (c *Cluster) plan(l *lease, grace bool) (want, floor int64) {
 	case cur-need <= spare:
 		return cur, floor // keep: no churn for a connection or two
 	}
-	open, _ := c.o.Admission.SetCapacity(l.kind, l.name, need)
+	open := c.setCap(l, need)
 	l.share = need
 	return need, max(need, open)
 }
@@ -566,7 +643,7 @@ func (c *Cluster) apply(res []any, order []*lease) error {
 		if l.gone || grant == l.share {
 			continue
 		}
-		c.o.Admission.SetCapacity(l.kind, l.name, grant)
+		c.setCap(l, grant)
 		l.share = grant
 	}
 	return nil
@@ -590,7 +667,7 @@ func (c *Cluster) down(err error) {
 	c.st.Reachable, c.st.Mode, c.st.LastError = false, mode.String(), err.Error()
 	for k, l := range c.levels {
 		if l.gone {
-			c.o.Admission.SetCapacity(l.kind, l.name, 0)
+			c.setCap(l, 0)
 			delete(c.levels, k)
 			continue
 		}
@@ -607,7 +684,7 @@ func (c *Cluster) down(err error) {
 			capacity = -1 // the limit alone
 		}
 		if share != l.share {
-			c.o.Admission.SetCapacity(l.kind, l.name, capacity)
+			c.setCap(l, capacity)
 			l.share = share
 		}
 		l.held = 0
@@ -623,24 +700,30 @@ func (c *Cluster) Status() Status {
 	st.Outages, st.Renewals = c.outages.Load(), c.renews.Load()
 	refused := map[string]uint64{}
 	open := map[string]int64{}
-	for _, s := range c.o.Admission.Snapshot() {
-		if enforced(s) {
-			k := c.key(s.Level, s.Name)
-			refused[k], open[k] = s.ShareRefused, s.Conns
-		}
+	for _, d := range c.demands() {
+		refused[d.key], open[d.key] = d.refused, d.open
 	}
 	for _, l := range c.levels {
 		if l.gone {
 			continue
 		}
-		st.Levels = append(st.Levels, Level{Kind: l.kind, Name: l.name, Limit: l.limit, Share: l.share,
+		st.Levels = append(st.Levels, Level{Kind: l.kind, Name: l.name, Target: l.target, Limit: l.limit, Share: l.share,
 			Open: open[l.key], Held: l.held, Refused: refused[l.key]})
 	}
 	slices.SortFunc(st.Levels, func(a, b Level) int {
+		if (a.Target != "") != (b.Target != "") {
+			if a.Target != "" {
+				return 1
+			}
+			return -1
+		}
 		if a.Kind != b.Kind {
 			return int(a.Kind) - int(b.Kind)
 		}
-		return strings.Compare(a.Name, b.Name)
+		if a.Name != b.Name {
+			return strings.Compare(a.Name, b.Name)
+		}
+		return strings.Compare(a.Target, b.Target)
 	})
 	return st
 }
@@ -665,5 +748,8 @@ func (c *Cluster) Close() error {
 	err := leaveScript.Run(ctx, c.rdb, keys, c.o.Config.Instance).Err()
 	cancel()
 	c.o.Admission.SetDefaultCapacity(-1)
+	if c.o.Targets != nil {
+		c.o.Targets.SetDefaultTargetCapacity(-1)
+	}
 	return errors.Join(err, c.rdb.Close())
 }
