@@ -412,7 +412,7 @@ type ClusterLevel struct {
 	Name  string `json:"name"`
 	// Service is a target's virtual server; empty for a level.
 	Service string `json:"service,omitempty"`
-	Limit int64  `json:"max_connections"` // cluster-wide
+	Limit   int64  `json:"max_connections"` // cluster-wide
 	// Share is the slots this instance holds: the connections it may open.
 	Share int64 `json:"share"`
 	Open  int64 `json:"open"` // open here

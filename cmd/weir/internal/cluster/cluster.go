@@ -243,7 +243,7 @@ type Level struct {
 	Kind   policy.LevelKind
 	Name   string
 	Target string
-	Limit int64 // the enforced maxConnections, cluster-wide
+	Limit  int64 // the enforced maxConnections, cluster-wide
 	// Share is this instance's share: the connections it may hold.
 	Share int64
 	// Open is this instance's open connections at the level.
