@@ -920,6 +920,9 @@ func (a *Admission) SetRemoteBandwidth(kind LevelKind, name string, bps int64) (
 		return false
 	}
 	lv.remote.Store(max(bps, 0))
+	// Judged on the new sum at once, not a recompute interval later; the
+	// crossing is logged at the next Recompute.
+	lv.rate.Store(satAdd(lv.local.Load(), max(bps, 0)))
 	return true
 }
 

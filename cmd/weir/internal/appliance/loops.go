@@ -15,6 +15,9 @@ import (
 func (a *Appliance) recomputeLoop() {
 	a.every(func(c *policy.Config) time.Duration { return c.Instance.RecomputeInterval }, func() {
 		a.adm.Recompute(a.now(), a.engine)
+		if a.clu != nil {
+			a.clu.Recomputed() // publish the new rates, read the others' (never blocks)
+		}
 		a.drainEvents()
 		if a.opts.Access != nil {
 			a.opts.Access.Flush() // lines reach the file within a recompute interval

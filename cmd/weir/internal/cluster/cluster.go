@@ -172,6 +172,14 @@ type Cluster struct {
 	outages atomic.Uint64
 	renews  atomic.Uint64 // Redis round trips made
 
+	recomputed chan struct{} // Recomputed's signal to bandwidthLoop
+	bwRounds   atomic.Uint64 // bandwidth round trips made
+	bwErrors   atomic.Uint64 // bandwidth publications that took the fallback
+	bwMu       sync.Mutex    // guards the fields below; taken before mu
+	bw         []Bandwidth   // as last shared
+	bwFails    int           // publications failed in a row
+	bwKeys     []string      // the bandwidth hashes last written; by mu
+
 	mu         sync.Mutex        // guards the fields below and Loop's state
 	levels     map[string]*lease // by Redis key
 	state      state
@@ -223,10 +231,16 @@ type Status struct {
 	LastError string
 	// Outages counts the times Redis became unreachable.
 	Outages uint64
-	// Renewals counts the round trips to Redis.
+	// Renewals counts the lease round trips to Redis.
 	Renewals uint64
-	Members  []Member
-	Levels   []Level
+	// BandwidthRounds counts the bandwidth round trips, BandwidthFallbacks
+	// those that took the fallback (two or more in a row failed).
+	BandwidthRounds, BandwidthFallbacks uint64
+	Members                             []Member
+	Levels                              []Level
+	// Bandwidth lists the levels with a maxBandwidth, judged on the
+	// cluster's rate.
+	Bandwidth []Bandwidth
 }
 
 // Member is one live instance as the last renewal saw it.
@@ -277,7 +291,7 @@ func New(o Options) (*Cluster, error) {
 	ro.WriteTimeout = cfg.LeaseInterval / 2
 	ro.MaxRetries = -1
 	ro.DialerRetries = 1 // Loop retries every renewal: no backoff inside one
-	ro.PoolSize = 2
+	ro.PoolSize = 4 // leases, bandwidth, samples: one each, and a spare
 	ro.DisableIdentity = true
 	// The client's own log lines (a failed dial, every time) would bypass
 	// the appliance's logger; the state changes are logged through Logf.
@@ -295,6 +309,8 @@ func New(o Options) (*Cluster, error) {
 		ttl:     policy.LeaseTTLFactor * cfg.LeaseInterval,
 		levels:  map[string]*lease{},
 		members: 1,
+
+		recomputed: make(chan struct{}, 1),
 	}
 	c.st = Status{Name: cfg.Name, Instance: cfg.Instance, Redis: redactRedis(cfg.Redis), Mode: "starting"}
 	o.Admission.SetDefaultCapacity(0)
@@ -341,6 +357,12 @@ func (c *Cluster) Loop(ctx context.Context) {
 	// lease lifetime.
 	last := time.Now()
 	c.Renew(ctx)
+	bwDone := make(chan struct{})
+	go func() {
+		defer close(bwDone)
+		c.bandwidthLoop(ctx)
+	}()
+	defer func() { <-bwDone }()
 	for {
 		select {
 		case <-ctx.Done():
@@ -693,9 +715,12 @@ func (c *Cluster) down(err error) {
 
 // Status returns the cluster as this instance last saw it.
 func (c *Cluster) Status() Status {
+	bw := c.bandwidthStatus()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	st := c.st
+	st.Bandwidth = bw
+	st.BandwidthRounds, st.BandwidthFallbacks = c.bwRounds.Load(), c.bwErrors.Load()
 	st.Members = slices.Clone(c.st.Members)
 	st.Outages, st.Renewals = c.outages.Load(), c.renews.Load()
 	refused := map[string]uint64{}
@@ -734,6 +759,12 @@ func (c *Cluster) Status() Status {
 // Admission, whose limits then apply to this instance alone. Renew does
 // nothing afterwards. Call it after Loop has returned.
 func (c *Cluster) Close() error {
+	c.bwMu.Lock()
+	for _, l := range c.bw {
+		c.o.Admission.SetRemoteBandwidth(l.Kind, l.Name, 0)
+	}
+	c.bw = nil
+	c.bwMu.Unlock()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
@@ -744,6 +775,7 @@ func (c *Cluster) Close() error {
 	for _, l := range c.levels {
 		keys = append(keys, l.key)
 	}
+	keys = append(keys, c.bwKeys...)
 	ctx, cancel := context.WithTimeout(context.Background(), c.o.Config.LeaseInterval)
 	err := leaveScript.Run(ctx, c.rdb, keys, c.o.Config.Instance).Err()
 	cancel()
