@@ -291,7 +291,7 @@ func New(o Options) (*Cluster, error) {
 	ro.WriteTimeout = cfg.LeaseInterval / 2
 	ro.MaxRetries = -1
 	ro.DialerRetries = 1 // Loop retries every renewal: no backoff inside one
-	ro.PoolSize = 4 // leases, bandwidth, samples: one each, and a spare
+	ro.PoolSize = 4      // leases, bandwidth, samples: one each, and a spare
 	ro.DisableIdentity = true
 	// The client's own log lines (a failed dial, every time) would bypass
 	// the appliance's logger; the state changes are logged through Logf.
