@@ -173,6 +173,25 @@ func (b *Balancer) SetDefaultCapacity(c int64) {
 	}
 }
 
+// MarkDown marks target down until until, as a failed connect does (slow
+// start, if configured, ramps it from then), unless it is down longer
+// already: the cluster shares the down-state another instance saw. ok is
+// false for an unknown target.
+func (b *Balancer) MarkDown(target string, until time.Time) (ok bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	st := b.states[target]
+	if st == nil {
+		return false
+	}
+	u := until.UnixNano()
+	if u > st.downUntil.Load() {
+		st.upSince.Store(u)
+		st.downUntil.Store(u)
+	}
+	return true
+}
+
 // SetWeights sets the effective weights (the WLM weight cut by the QoS
 // fraction, in whole weights) of the default level by target name, drops
 // every per-action level, and swaps in a table balanced on them. Targets

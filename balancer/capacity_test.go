@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"weir/policy"
 )
@@ -134,5 +135,28 @@ func TestCapacityDefaultForNewTargets(t *testing.T) {
 	}
 	if _, err := b.Pick(t0, 1); err == nil {
 		t.Error("picked at share 0")
+	}
+}
+
+// TestMarkDown: a down-state another instance saw keeps the target out
+// until its end, never shortens a longer one, and names an unknown target.
+func TestMarkDown(t *testing.T) {
+	b := mustNew(t, makeVS("a", "b"), policy.BalancerSettings{})
+	if !b.MarkDown("a", t0.Add(5*time.Second)) || b.MarkDown("nope", t0) {
+		t.Fatal("MarkDown: wrong ok")
+	}
+	b.MarkDown("a", t0.Add(time.Second)) // shorter: ignored
+	for i := range 20 {
+		l, err := b.Pick(t0.Add(4*time.Second), uint64(i))
+		if err != nil || l.Name() != "b" {
+			t.Fatalf("pick %d while a is down: %v %v", i, l.Name(), err)
+		}
+		l.Release()
+	}
+	if ts := b.Snapshot(t0).Targets[0]; !ts.Down || !ts.DownUntil.Equal(t0.Add(5*time.Second)) {
+		t.Errorf("a: %+v", ts)
+	}
+	if ts := b.Snapshot(t0.Add(6 * time.Second)).Targets[0]; ts.Down {
+		t.Errorf("a still down after its retry interval: %+v", ts)
 	}
 }

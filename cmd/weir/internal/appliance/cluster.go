@@ -1,7 +1,11 @@
 package appliance
 
 import (
+	"context"
+	"time"
+
 	"weir/cmd/weir/internal/cluster"
+	"weir/policy"
 )
 
 // clusterTargets is the cluster's view of the balancers: each target with
@@ -44,4 +48,27 @@ func (ct clusterTargets) SetDefaultTargetCapacity(c int64) {
 	for _, b := range *a.bals.Load() {
 		b.SetDefaultCapacity(c)
 	}
+}
+
+// shareSamples publishes this instance's samples of the interval and the
+// down-state of its targets, marks down the targets another member saw
+// fail, and returns the cluster-wide sums the sampler judges (the local
+// samples when Redis does not answer).
+func (a *Appliance) shareSamples(cfg *policy.Config, local map[policy.TargetKey]*policy.TargetSample) map[policy.TargetKey]*policy.TargetSample {
+	now := a.now()
+	down := map[policy.TargetKey]time.Time{}
+	for name, b := range *a.bals.Load() {
+		for _, t := range b.Snapshot(now).Targets {
+			if t.Down {
+				down[policy.TargetKey{Service: name, Target: t.Name}] = t.DownUntil
+			}
+		}
+	}
+	sh := a.clu.ShareSamples(context.Background(), cfg, local, down)
+	for k, until := range sh.Down {
+		if b := a.balancer(k.Service); b != nil {
+			b.MarkDown(k.Target, until)
+		}
+	}
+	return sh.Samples
 }

@@ -180,6 +180,10 @@ type Cluster struct {
 	bwFails    int           // publications failed in a row
 	bwKeys     []string      // the bandwidth hashes last written; by mu
 
+	sampleRounds, sampleFails, sampleBad atomic.Uint64
+	sampleMembers                        int    // members summed in the last shared sample; by mu
+	sampleErr                            string // the last failed exchange's error; by mu
+
 	mu         sync.Mutex        // guards the fields below and Loop's state
 	levels     map[string]*lease // by Redis key
 	state      state
@@ -241,6 +245,12 @@ type Status struct {
 	// Bandwidth lists the levels with a maxBandwidth, judged on the
 	// cluster's rate.
 	Bandwidth []Bandwidth
+	// SampleRounds counts the sample exchanges, SampleFallbacks those that
+	// failed (the instance judged its own samples), SampleMembers the
+	// members summed in the last one that worked.
+	SampleRounds, SampleFallbacks uint64
+	SampleMembers                 int
+	SampleError                   string
 }
 
 // Member is one live instance as the last renewal saw it.
@@ -721,6 +731,7 @@ func (c *Cluster) Status() Status {
 	st := c.st
 	st.Bandwidth = bw
 	st.BandwidthRounds, st.BandwidthFallbacks = c.bwRounds.Load(), c.bwErrors.Load()
+	st.SampleRounds, st.SampleFallbacks, st.SampleMembers, st.SampleError = c.sampleRounds.Load(), c.sampleFails.Load(), c.sampleMembers, c.sampleErr
 	st.Members = slices.Clone(c.st.Members)
 	st.Outages, st.Renewals = c.outages.Load(), c.renews.Load()
 	refused := map[string]uint64{}
