@@ -393,8 +393,36 @@ type Cluster struct {
 	Renewals  uint64 `json:"renewals"`      // lease renewals sent (Redis round trips)
 	// Members are the live instances as the last renewal saw them.
 	Members []ClusterMember `json:"members"`
-	// Levels are the enforced connection limits shared cluster-wide.
+	// Levels are the enforced connection limits shared cluster-wide, then
+	// the targets' maxConnections.
 	Levels []ClusterLevel `json:"levels"`
+	// Bandwidth lists the levels with a maxBandwidth, judged on the
+	// cluster's rate. BandwidthRounds counts the round trips that shared
+	// it, BandwidthFallbacks those that took the fallback.
+	Bandwidth          []ClusterBandwidth `json:"bandwidth"`
+	BandwidthRounds    uint64             `json:"bandwidth_rounds"`
+	BandwidthFallbacks uint64             `json:"bandwidth_fallbacks"`
+	// SampleRounds counts the exchanges of the targets' samples (one per
+	// sampling interval), SampleFallbacks those that failed (this instance
+	// then judged its own samples), SampleMembers the members summed in
+	// the last one that worked.
+	SampleRounds    uint64 `json:"sample_rounds"`
+	SampleFallbacks uint64 `json:"sample_fallbacks"`
+	SampleMembers   int    `json:"sample_members"`
+	SampleError     string `json:"sample_error,omitempty"`
+}
+
+// ClusterBandwidth is one level's bandwidth, here and cluster-wide, in
+// bytes per second over the metric window.
+type ClusterBandwidth struct {
+	Level    string `json:"level"`
+	Name     string `json:"name"`
+	Max      int64  `json:"max_bandwidth"`
+	Enforced bool   `json:"enforced"`
+	Local    int64  `json:"local"`
+	// Cluster is Local plus the other members' rates as last read (or as
+	// the fallback supposes while Redis is unreachable).
+	Cluster int64 `json:"cluster_wide"`
 }
 
 // ClusterMember is one live instance.

@@ -305,7 +305,13 @@ func (a *Appliance) TargetFailures(k policy.TargetKey) uint64 {
 func clusterStatus(c cluster.Status) *api.Cluster {
 	out := &api.Cluster{Name: c.Name, Instance: c.Instance, Redis: c.Redis, Reachable: c.Reachable, Mode: c.Mode,
 		LastError: c.LastError, Outages: c.Outages, Renewals: c.Renewals,
-		Members: []api.ClusterMember{}, Levels: []api.ClusterLevel{}}
+		Members: []api.ClusterMember{}, Levels: []api.ClusterLevel{}, Bandwidth: []api.ClusterBandwidth{},
+		BandwidthRounds: c.BandwidthRounds, BandwidthFallbacks: c.BandwidthFallbacks,
+		SampleRounds: c.SampleRounds, SampleFallbacks: c.SampleFallbacks, SampleMembers: c.SampleMembers, SampleError: c.SampleError}
+	for _, b := range c.Bandwidth {
+		out.Bandwidth = append(out.Bandwidth, api.ClusterBandwidth{Level: b.Kind.String(), Name: b.Name, Max: b.Limit,
+			Enforced: b.Enforced, Local: b.Local, Cluster: b.Local + b.Others})
+	}
 	for _, m := range c.Members {
 		out.Members = append(out.Members, api.ClusterMember{ID: m.ID, Started: m.Started, SeenSeconds: m.Seen.Seconds()})
 	}
