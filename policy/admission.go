@@ -376,6 +376,10 @@ type level struct {
 	// remote is the other instances' (SetRemoteBandwidth), added to it
 	// at each Recompute: rate = local + remote.
 	local, remote atomic.Int64
+	// remoteConns is the other instances' open connections at a level
+	// whose maxConnections is only logged (SetRemoteConns): the log line
+	// says when the cluster's sum crosses it.
+	remoteConns atomic.Int64
 
 	overConns, overBW, overBurst atomic.Bool // the state the last event reported
 
@@ -645,6 +649,9 @@ func (a *Admission) admitAt(l *link) (Refusal, bool) {
 		}
 	}
 	n := lv.conns.Add(1)
+	if lim.MaxConnections > 0 {
+		n += lv.remoteConns.Load()
+	}
 	if lim.MaxConnections > 0 && n > lim.MaxConnections && !lv.overConns.Load() && lv.overConns.CompareAndSwap(false, true) {
 		a.emit(Event{At: a.lastRecompute(), Level: lv.kind, Name: name, Limit: LimitMaxConnections,
 			Value: lim.MaxConnections, Measured: n, Over: true})
@@ -790,6 +797,9 @@ func (a *Admission) recomputeLevel(now time.Time, dt time.Duration, l link) {
 			Over: over, Enforced: enforced})
 	}
 	n := lv.conns.Load()
+	if !lim.EnforceConnections {
+		n += lv.remoteConns.Load() // a logged limit: the cluster's sum
+	}
 	over := lim.MaxConnections > 0 && n > lim.MaxConnections
 	if lv.overConns.Load() != over && lv.overConns.CompareAndSwap(!over, over) {
 		at(LimitMaxConnections, lim.MaxConnections, n, over, lim.EnforceConnections)
@@ -822,6 +832,10 @@ type LevelStat struct {
 	// LocalBandwidth is this instance's own window rate; RemoteBandwidth
 	// the other instances' as last set.
 	LocalBandwidth, RemoteBandwidth int64
+	// RemoteConns is the other instances' open connections as last set
+	// (SetRemoteConns), counted in the crossing events of a logged
+	// maxConnections.
+	RemoteConns int64
 	// BurstTokens is the bytes left in the burst bucket; meaningful only
 	// when Limits.BurstBytes and Limits.MaxBandwidth are set.
 	BurstTokens int64
@@ -859,7 +873,7 @@ func (lv *level) stat(name string, lim Limits, retired bool) LevelStat {
 	return LevelStat{
 		Level: lv.kind, Name: name, Limits: lim,
 		Conns: lv.conns.Load(), Bytes: lv.bytes.Load(), Bandwidth: lv.rate.Load(), BurstTokens: lv.tokens.Load(),
-		LocalBandwidth: lv.local.Load(), RemoteBandwidth: lv.remote.Load(),
+		LocalBandwidth: lv.local.Load(), RemoteBandwidth: lv.remote.Load(), RemoteConns: lv.remoteConns.Load(),
 		OverConns: lv.overConns.Load(), OverBandwidth: lv.overBW.Load(), OverBurst: lv.overBurst.Load(),
 		Retired: retired, Capacity: capOut(lv.capacity.Load()), ShareRefused: lv.shareRefused.Load(),
 	}
@@ -923,6 +937,27 @@ func (a *Admission) SetRemoteBandwidth(kind LevelKind, name string, bps int64) (
 	// Judged on the new sum at once, not a recompute interval later; the
 	// crossing is logged at the next Recompute.
 	lv.rate.Store(satAdd(lv.local.Load(), max(bps, 0)))
+	return true
+}
+
+// SetRemoteConns sets the other instances' open connections at one level
+// whose maxConnections is only logged (an enforced one is shared exactly
+// by SetCapacity): the crossing events, and so the log lines, then count
+// the cluster's sum, this instance's connections plus n. n < 0 counts as
+// 0. ok is false when the current config has no such level. Control plane
+// only.
+func (a *Admission) SetRemoteConns(kind LevelKind, name string, n int64) (ok bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	k := levelKey{kind, name}
+	if kind == LevelInstance {
+		k.name = ""
+	}
+	lv := a.levels[k]
+	if lv == nil {
+		return false
+	}
+	lv.remoteConns.Store(max(n, 0))
 	return true
 }
 

@@ -271,3 +271,45 @@ func TestSetRemoteBandwidth(t *testing.T) {
 	}
 	tk.Release()
 }
+
+// TestSetRemoteConns: a logged maxConnections counts the other instances'
+// connections in its crossing events (the log line), an enforced one does
+// not (its leases make it exact).
+func TestSetRemoteConns(t *testing.T) {
+	c, err := Compile(&Config{Services: []*VirtualServer{{
+		Name: "web", VIPs: []netip.Addr{netip.MustParseAddr("198.18.0.1")}, Ports: PortRange{80, 80},
+		Limits:  Limits{MaxConnections: 3},
+		Targets: []*Target{{Addr: netip.MustParseAddrPort("198.18.1.1:80"), Weight: 1}},
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := NewAdmission(c, 16)
+	vs := c.ServiceByName("web")
+	var t1, t2 Ticket
+	a.Admit(vs, &t1)
+	if !a.SetRemoteConns(LevelVirtualServer, "web", 2) || a.SetRemoteConns(LevelClass, "nope", 1) {
+		t.Fatal("SetRemoteConns: wrong ok")
+	}
+	if _, ok := a.Admit(vs, &t2); !ok {
+		t.Fatal("a logged limit refused")
+	}
+	select {
+	case e := <-a.Events():
+		if !e.Over || e.Measured != 4 || e.Enforced {
+			t.Errorf("event %+v, want over at 2 here + 2 elsewhere", e)
+		}
+	default:
+		t.Fatal("no event when the cluster's 4 crossed the logged 3")
+	}
+	if s := stat(t, a, LevelVirtualServer, "web"); s.RemoteConns != 2 || s.Conns != 2 {
+		t.Errorf("figures %+v", s)
+	}
+	t2.Release()
+	a.SetRemoteConns(LevelVirtualServer, "web", 0)
+	a.Recompute(time.Unix(1, 0), nil)
+	if e := <-a.Events(); e.Over || e.Measured != 1 {
+		t.Errorf("back under: %+v", e)
+	}
+	t1.Release()
+}

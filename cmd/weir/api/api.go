@@ -399,9 +399,12 @@ type Cluster struct {
 	// Bandwidth lists the levels with a maxBandwidth, judged on the
 	// cluster's rate. BandwidthRounds counts the round trips that shared
 	// it, BandwidthFallbacks those that took the fallback.
-	Bandwidth          []ClusterBandwidth `json:"bandwidth"`
-	BandwidthRounds    uint64             `json:"bandwidth_rounds"`
-	BandwidthFallbacks uint64             `json:"bandwidth_fallbacks"`
+	Bandwidth []ClusterBandwidth `json:"bandwidth"`
+	// Logged lists the levels whose maxConnections is only logged: not
+	// leased, but their log line counts the cluster's connections.
+	Logged             []ClusterLogged `json:"logged_connections"`
+	BandwidthRounds    uint64          `json:"bandwidth_rounds"`
+	BandwidthFallbacks uint64          `json:"bandwidth_fallbacks"`
 	// SampleRounds counts the exchanges of the targets' samples (one per
 	// sampling interval), SampleFallbacks those that failed (this instance
 	// then judged its own samples), SampleMembers the members summed in
@@ -410,6 +413,15 @@ type Cluster struct {
 	SampleFallbacks uint64 `json:"sample_fallbacks"`
 	SampleMembers   int    `json:"sample_members"`
 	SampleError     string `json:"sample_error,omitempty"`
+}
+
+// ClusterLogged is one level whose maxConnections is only logged: its
+// open connections here and cluster-wide as last shared.
+type ClusterLogged struct {
+	Level   string `json:"level"`
+	Name    string `json:"name"`
+	Local   int64  `json:"local"`
+	Cluster int64  `json:"cluster_wide"`
 }
 
 // ClusterBandwidth is one level's bandwidth, here and cluster-wide, in

@@ -308,6 +308,10 @@ func clusterStatus(c cluster.Status) *api.Cluster {
 		Members: []api.ClusterMember{}, Levels: []api.ClusterLevel{}, Bandwidth: []api.ClusterBandwidth{},
 		BandwidthRounds: c.BandwidthRounds, BandwidthFallbacks: c.BandwidthFallbacks,
 		SampleRounds: c.SampleRounds, SampleFallbacks: c.SampleFallbacks, SampleMembers: c.SampleMembers, SampleError: c.SampleError}
+	out.Logged = []api.ClusterLogged{}
+	for _, l := range c.Logged {
+		out.Logged = append(out.Logged, api.ClusterLogged{Level: l.Kind.String(), Name: l.Name, Local: l.Open, Cluster: l.Open + l.Others})
+	}
 	for _, b := range c.Bandwidth {
 		out.Bandwidth = append(out.Bandwidth, api.ClusterBandwidth{Level: b.Kind.String(), Name: b.Name, Max: b.Limit,
 			Enforced: b.Enforced, Local: b.Local, Cluster: b.Local + b.Others})

@@ -13,7 +13,7 @@ import (
 	"weir/policy"
 )
 
-// Bandwidth shared cluster-wide
+// Bandwidth shared cluster-wide, and the counts of logged limits
 //
 // Every level with a maxBandwidth (enforced or only logged) is judged on
 // the cluster's window rate: right after each local Recompute (the
@@ -30,6 +30,10 @@ import (
 // to use as much as this instance (rate × (members − 1): each instance
 // then gets limit ÷ members), failOpen takes it as 0, failClosed as
 // unlimited (an enforced level refuses).
+//
+// A maxConnections that is only logged is not leased: the same round
+// trip publishes each such level's open connections and reads the
+// others', so that its log line counts the cluster's connections.
 
 //go:embed bandwidth.lua
 var bandwidthSrc string
@@ -83,28 +87,46 @@ func (c *Cluster) bwKey(kind policy.LevelKind, name string) string {
 }
 
 // ShareBandwidth publishes this instance's window rate of every level
-// with a maxBandwidth and sets the others' in Admission: one round trip,
-// none when no level has a maxBandwidth. bandwidthLoop calls it; tests
-// call it directly.
+// with a maxBandwidth, and its open connections at every level whose
+// maxConnections is only logged, and sets the others' sums in Admission
+// (SetRemoteBandwidth, SetRemoteConns): one round trip, none when no level
+// has either. bandwidthLoop calls it after each recompute; tests call it
+// directly.
 func (c *Cluster) ShareBandwidth(ctx context.Context) {
 	c.bwMu.Lock()
 	defer c.bwMu.Unlock()
 	var lv []Bandwidth
+	type logged struct {
+		kind         policy.LevelKind
+		name         string
+		open, others int64
+	}
+	var lc []logged
 	for _, s := range c.o.Admission.Snapshot() {
-		if !s.Retired && s.Limits.MaxBandwidth > 0 {
+		if s.Retired {
+			continue
+		}
+		if s.Limits.MaxBandwidth > 0 {
 			lv = append(lv, Bandwidth{Kind: s.Level, Name: s.Name, Limit: s.Limits.MaxBandwidth,
 				Enforced: s.Limits.EnforceBandwidth, Local: s.LocalBandwidth})
 		}
+		if s.Limits.MaxConnections > 0 && !s.Limits.EnforceConnections {
+			lc = append(lc, logged{kind: s.Level, name: s.Name, open: s.Conns})
+		}
 	}
-	if len(lv) == 0 {
+	if len(lv)+len(lc) == 0 {
 		c.bw = nil
 		return
 	}
-	keys := make([]string, len(lv))
+	keys := make([]string, 0, len(lv)+len(lc))
 	args := []any{c.o.Config.Instance, c.ttl.Milliseconds()}
-	for i, l := range lv {
-		keys[i] = c.bwKey(l.Kind, l.Name)
+	for _, l := range lv {
+		keys = append(keys, c.bwKey(l.Kind, l.Name))
 		args = append(args, min(l.Local, maxLimit))
+	}
+	for _, l := range lc {
+		keys = append(keys, c.countKey(l.kind, l.name))
+		args = append(args, min(l.open, maxLimit))
 	}
 	c.mu.Lock()
 	if c.closed {
@@ -118,13 +140,13 @@ func (c *Cluster) ShareBandwidth(ctx context.Context) {
 	res, err := bandwidthScript.Run(rctx, c.rdb, keys, args...).Int64Slice()
 	cancel()
 	c.bwRounds.Add(1)
-	if err == nil && len(res) != len(lv) {
-		err = fmt.Errorf("cluster: bandwidth script answered %d values for %d levels", len(res), len(lv))
+	if err == nil && len(res) != len(keys) {
+		err = fmt.Errorf("cluster: bandwidth script answered %d values for %d levels", len(res), len(keys))
 	}
 	if err != nil {
 		c.bwFails++
 		if c.bwFails < 2 {
-			return // the others' last rates stand for one more interval
+			return // the others' last figures stand for one more interval
 		}
 		c.bwErrors.Add(1)
 		for i := range lv {
@@ -137,22 +159,58 @@ func (c *Cluster) ShareBandwidth(ctx context.Context) {
 				lv[i].Others = lv[i].Local * int64(max(members-1, 0))
 			}
 		}
+		for i := range lc {
+			// Only a log line depends on it: the others taken to hold as
+			// many as this instance.
+			lc[i].others = lc[i].open * int64(max(members-1, 0))
+		}
 	} else {
 		c.bwFails = 0
 		for i := range lv {
 			lv[i].Others = res[i]
 		}
+		for i := range lc {
+			lc[i].others = res[len(lv)+i]
+		}
 	}
 	for _, l := range lv {
 		c.o.Admission.SetRemoteBandwidth(l.Kind, l.Name, l.Others)
 	}
+	for _, l := range lc {
+		c.o.Admission.SetRemoteConns(l.kind, l.name, l.others)
+	}
 	c.bw = lv
+	c.logged = c.logged[:0]
+	for _, l := range lc {
+		c.logged = append(c.logged, LoggedConns{Kind: l.kind, Name: l.name, Open: l.open, Others: l.others})
+	}
 }
 
-// bandwidthStatus returns the levels' bandwidth as last shared, sorted.
-func (c *Cluster) bandwidthStatus() []Bandwidth {
+func (c *Cluster) countKey(kind policy.LevelKind, name string) string {
+	switch kind {
+	case policy.LevelInstance:
+		return c.prefix + "conns:instance"
+	case policy.LevelClass:
+		return c.prefix + "conns:class:" + name
+	}
+	return c.prefix + "conns:service:" + name
+}
+
+// LoggedConns is one level whose maxConnections is only logged: its open
+// connections here and at the other members as last read; the log line
+// says when their sum crosses the limit.
+type LoggedConns struct {
+	Kind         policy.LevelKind
+	Name         string
+	Open, Others int64
+}
+
+// bandwidthStatus returns the levels' bandwidth and logged connection
+// counts as last shared, sorted.
+func (c *Cluster) bandwidthStatus() ([]Bandwidth, []LoggedConns) {
 	c.bwMu.Lock()
 	defer c.bwMu.Unlock()
+	logged := slices.Clone(c.logged)
 	out := slices.Clone(c.bw)
 	slices.SortFunc(out, func(a, b Bandwidth) int {
 		if a.Kind != b.Kind {
@@ -160,5 +218,5 @@ func (c *Cluster) bandwidthStatus() []Bandwidth {
 		}
 		return strings.Compare(a.Name, b.Name)
 	})
-	return out
+	return out, logged
 }

@@ -128,3 +128,59 @@ func TestBandwidthClusterWide(t *testing.T) {
 		t.Errorf("b after Redis came back: %+v", st.Bandwidth)
 	}
 }
+
+// TestLoggedConnsClusterWide: a maxConnections that is only logged is not
+// leased (every connection admitted), but its log line counts the
+// cluster: 2 open on each of two instances cross a logged 3.
+func TestLoggedConnsClusterWide(t *testing.T) {
+	r := startRedis(t)
+	mk := func(id string) (*policy.Admission, *policy.Config, *Cluster) {
+		cfg, err := policy.Compile(&policy.Config{
+			Services: []*policy.VirtualServer{{
+				Name: "web", VIPs: []netip.Addr{netip.MustParseAddr("198.18.0.1")}, Ports: policy.PortRange{Lo: 80, Hi: 80},
+				Limits:  policy.Limits{MaxConnections: 3},
+				Targets: []*policy.Target{{Addr: netip.MustParseAddrPort("198.18.1.1:80"), Weight: 1}},
+			}},
+			Cluster: &policy.Cluster{Redis: r.Addr(), Name: "test", Instance: id, LeaseInterval: interval},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		adm := policy.NewAdmission(cfg, 16)
+		c, err := New(Options{Config: *cfg.Cluster, Admission: adm})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		c.Renew(context.Background())
+		return adm, cfg, c
+	}
+	aa, ca, a := mk("a")
+	ab, cb, b := mk("b")
+	tk := make([]policy.Ticket, 4)
+	for i := range 2 {
+		if _, ok := aa.Admit(ca.ServiceByName("web"), &tk[i]); !ok {
+			t.Fatal("a refused under a logged limit")
+		}
+		if _, ok := ab.Admit(cb.ServiceByName("web"), &tk[2+i]); !ok {
+			t.Fatal("b refused under a logged limit")
+		}
+	}
+	a.ShareBandwidth(context.Background())
+	b.ShareBandwidth(context.Background()) // b reads a's 2
+	ab.Recompute(time.Unix(1, 0), nil)
+	select {
+	case e := <-ab.Events():
+		if !e.Over || e.Measured != 4 {
+			t.Errorf("b's event %+v, want over at 4", e)
+		}
+	default:
+		t.Error("b logged nothing with 4 open over the cluster for a logged 3")
+	}
+	if st := b.Status(); len(st.Logged) != 1 || st.Logged[0].Open != 2 || st.Logged[0].Others != 2 {
+		t.Errorf("b's status %+v", st.Logged)
+	}
+	for i := range tk {
+		tk[i].Release()
+	}
+}

@@ -177,6 +177,7 @@ type Cluster struct {
 	bwErrors   atomic.Uint64 // bandwidth publications that took the fallback
 	bwMu       sync.Mutex    // guards the fields below; taken before mu
 	bw         []Bandwidth   // as last shared
+	logged     []LoggedConns // as last shared
 	bwFails    int           // publications failed in a row
 	bwKeys     []string      // the bandwidth hashes last written; by mu
 
@@ -245,6 +246,9 @@ type Status struct {
 	// Bandwidth lists the levels with a maxBandwidth, judged on the
 	// cluster's rate.
 	Bandwidth []Bandwidth
+	// Logged lists the levels whose maxConnections is only logged, with
+	// the cluster's count the log line uses.
+	Logged []LoggedConns
 	// SampleRounds counts the sample exchanges, SampleFallbacks those that
 	// failed (the instance judged its own samples), SampleMembers the
 	// members summed in the last one that worked.
@@ -725,11 +729,11 @@ func (c *Cluster) down(err error) {
 
 // Status returns the cluster as this instance last saw it.
 func (c *Cluster) Status() Status {
-	bw := c.bandwidthStatus()
+	bw, logged := c.bandwidthStatus()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	st := c.st
-	st.Bandwidth = bw
+	st.Bandwidth, st.Logged = bw, logged
 	st.BandwidthRounds, st.BandwidthFallbacks = c.bwRounds.Load(), c.bwErrors.Load()
 	st.SampleRounds, st.SampleFallbacks, st.SampleMembers, st.SampleError = c.sampleRounds.Load(), c.sampleFails.Load(), c.sampleMembers, c.sampleErr
 	st.Members = slices.Clone(c.st.Members)
@@ -774,7 +778,10 @@ func (c *Cluster) Close() error {
 	for _, l := range c.bw {
 		c.o.Admission.SetRemoteBandwidth(l.Kind, l.Name, 0)
 	}
-	c.bw = nil
+	for _, l := range c.logged {
+		c.o.Admission.SetRemoteConns(l.Kind, l.Name, 0)
+	}
+	c.bw, c.logged = nil, nil
 	c.bwMu.Unlock()
 	c.mu.Lock()
 	defer c.mu.Unlock()

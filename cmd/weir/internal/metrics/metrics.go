@@ -441,6 +441,15 @@ var Defs = []Def{
 			}
 		})},
 
+	{Name: "weir_cluster_logged_connections", Type: Gauge, Labels: []string{"level", "name", "scope"},
+		Help: "Open connections at a level whose maxConnections is only logged: scope cluster (every member's, as the log line counts them) and local.",
+		samples: perCluster(func(c *api.Cluster, emit emitter) {
+			for _, l := range c.Logged {
+				emit(float64(l.Cluster), l.Level, l.Name, "cluster")
+				emit(float64(l.Local), l.Level, l.Name, "local")
+			}
+		})},
+
 	// The control plane.
 	{Name: "weir_log_lines_dropped_total", Type: Counter,
 		Help:    "Log lines lost because the log writer could not keep up (stderr blocked or slow); lower the log level or fix the collector reading stderr.",

@@ -59,7 +59,8 @@ func populated(t *testing.T) (api.Status, map[string][]float64) {
 	st.TUN = &api.TUN{Name: "weir0"}
 	st.Cluster = &api.Cluster{Members: []api.ClusterMember{{ID: "a"}},
 		Levels:    []api.ClusterLevel{{Level: "virtual server", Name: "web"}, {Level: "target", Name: "a", Service: "web"}},
-		Bandwidth: []api.ClusterBandwidth{{Level: "instance", Name: "i"}}}
+		Bandwidth: []api.ClusterBandwidth{{Level: "instance", Name: "i"}},
+		Logged:    []api.ClusterLogged{{Level: "class", Name: "c"}}}
 	values := map[string][]float64{}
 	next := 1000.0
 	var fill func(path string, v reflect.Value)

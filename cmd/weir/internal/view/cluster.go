@@ -62,6 +62,14 @@ func writeCluster(w io.Writer, c *api.Cluster) {
 		}
 		tw.Flush()
 	}
+	if len(c.Logged) > 0 {
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "  LOGGED LIMIT\tNAME\tOPEN (CLUSTER)\tOPEN HERE")
+		for _, l := range c.Logged {
+			fmt.Fprintf(tw, "  %s\t%s\t%d\t%d\n", l.Level, l.Name, l.Cluster, l.Local)
+		}
+		tw.Flush()
+	}
 	fmt.Fprintf(w, "  target samples: %d members summed, %d exchanges, %d fallbacks", c.SampleMembers, c.SampleRounds, c.SampleFallbacks)
 	if c.SampleError != "" {
 		fmt.Fprintf(w, " (last error: %s)", c.SampleError)

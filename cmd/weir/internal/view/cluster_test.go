@@ -22,6 +22,7 @@ func TestWriteCluster(t *testing.T) {
 		Levels: []api.ClusterLevel{{Level: "virtual server", Name: "web", Limit: 10, Share: 3, Open: 2, Held: 9, Refused: 7},
 			{Level: "target", Name: "app1", Service: "web", Limit: 4, Share: 1, Open: 1, Held: 4}},
 		Bandwidth:    []api.ClusterBandwidth{{Level: "virtual server", Name: "web", Max: 2 << 20, Enforced: true, Local: 1000, Cluster: 3000}},
+		Logged:       []api.ClusterLogged{{Level: "class", Name: "gold", Local: 2, Cluster: 7}},
 		SampleRounds: 5, SampleMembers: 2, SampleFallbacks: 1,
 	}}
 	var b bytes.Buffer
@@ -36,6 +37,7 @@ func TestWriteCluster(t *testing.T) {
 		"virtual server  web       10   -", // held unknown while Redis is unreachable
 		"target          web/app1  4",
 		"SHARED BANDWIDTH", "2.9 KiB/s  1000 B/s",
+		"LOGGED LIMIT", "class         gold  7               2",
 		"target samples: 2 members summed, 5 exchanges, 1 fallbacks",
 	} {
 		if !strings.Contains(out, want) {
