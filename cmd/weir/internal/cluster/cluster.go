@@ -1,9 +1,18 @@
-// Package cluster shares the enforced connection limits of several weir
+// Package cluster shares the limits and measurements of several weir
 // instances through one Redis, so that the instances behind one ECMP router
-// enforce one set of limits: the sum of their open connections never
-// exceeds an enforced maxConnections of the instance, a class, a virtual
-// server or a target (WebSphere's MaxConnections, leased the same way and
-// enforced by the balancer's share, balancer.Balancer.SetCapacity).
+// enforce one set of limits and judge each target alike:
+//
+//   - connection limits, exactly (this file): the sum of their open
+//     connections never exceeds an enforced maxConnections of the
+//     instance, a class, a virtual server or a target (WebSphere's
+//     MaxConnections, leased the same way and enforced by the balancer's
+//     share, balancer.Balancer.SetCapacity);
+//   - bandwidth, one recompute interval behind, and the counts of logged
+//     connection limits (bandwidth.go);
+//   - the targets' samples and down-states, one sampling interval behind,
+//     so that every instance gives a target the same weight (samples.go).
+//
+// Each is one Lua script call per interval; none is on the admission path.
 //
 //	c, err := cluster.New(cluster.Options{Config: *cfg.Cluster, Admission: adm, Logf: log.Printf})
 //	go c.Loop(ctx)   // until ctx ends
