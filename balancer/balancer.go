@@ -46,6 +46,8 @@ type Balancer struct {
 	// policy action name.
 	eff    map[string]effWeight
 	levels map[string]map[string]effWeight
+	// defCap is the share a target gets when it joins (SetDefaultCapacity).
+	defCap int64
 }
 
 // effWeight is a balancing weight in hundredths of a WLM weight
@@ -58,7 +60,8 @@ type effWeight struct{ units, base int }
 // MaxAttempts within 1..MaxTried); the balancer does not repeat it. New
 // fails only on values that cannot have been compiled.
 func New(vs *policy.VirtualServer, s policy.BalancerSettings) (*Balancer, error) {
-	b := &Balancer{states: map[string]*targetState{}, eff: map[string]effWeight{}, levels: map[string]map[string]effWeight{}}
+	b := &Balancer{states: map[string]*targetState{}, eff: map[string]effWeight{}, levels: map[string]map[string]effWeight{},
+		defCap: noCapacity}
 	if err := b.Update(vs, s); err != nil {
 		return nil, err
 	}
@@ -93,7 +96,9 @@ func (b *Balancer) Update(vs *policy.VirtualServer, s policy.BalancerSettings) e
 	defer b.mu.Unlock()
 	for _, t := range vs.Targets {
 		if b.states[t.Name] == nil {
-			b.states[t.Name] = &targetState{name: t.Name}
+			st := &targetState{name: t.Name}
+			st.capacity.Store(b.defCap)
+			b.states[t.Name] = st
 		}
 		if e, ok := b.eff[t.Name]; ok && e.base != t.Weight {
 			delete(b.eff, t.Name)
@@ -128,6 +133,63 @@ func (b *Balancer) Update(vs *policy.VirtualServer, s policy.BalancerSettings) e
 	}
 	b.swap(vs, s)
 	return nil
+}
+
+// SetCapacity sets this instance's share of target's MaxConnections, for a
+// limit that several instances share (the cluster holds the slots): Pick
+// then passes the target over at min(MaxConnections, c) open connections
+// (SkippedAtShare). c < 0 removes the share; a target without
+// MaxConnections ignores it. It returns the target's open connections read
+// after the share took effect: no slot reserved before the call, under a
+// larger share, is missing from it, so max(c, open) bounds the connections
+// the target can hold here from now on. ok is false for an unknown target.
+func (b *Balancer) SetCapacity(target string, c int64) (open int64, ok bool) {
+	if c < 0 {
+		c = noCapacity
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	st := b.states[target]
+	if st == nil {
+		return 0, false
+	}
+	st.capacity.Store(c)
+	return st.open.Load(), true
+}
+
+// SetDefaultCapacity sets the share of every target, present and added by
+// a later Update, to c (< 0: none, the default). The cluster sets 0 before
+// it holds any slots, so that a target it holds no lease for takes no
+// connection at a MaxConnections.
+func (b *Balancer) SetDefaultCapacity(c int64) {
+	if c < 0 {
+		c = noCapacity
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.defCap = c
+	for _, st := range b.states {
+		st.capacity.Store(c)
+	}
+}
+
+// MarkDown marks target down until until, as a failed connect does (slow
+// start, if configured, ramps it from then), unless it is down longer
+// already: the cluster shares the down-state another instance saw. ok is
+// false for an unknown target.
+func (b *Balancer) MarkDown(target string, until time.Time) (ok bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	st := b.states[target]
+	if st == nil {
+		return false
+	}
+	u := until.UnixNano()
+	if u > st.downUntil.Load() {
+		st.upSince.Store(u)
+		st.downUntil.Store(u)
+	}
+	return true
 }
 
 // SetWeights sets the effective weights (the WLM weight cut by the QoS
@@ -359,8 +421,8 @@ func (t *table) lcLoad(i int, ns int64, tried *Tried, sk *skipSet) (open, w floa
 	}
 	e := &t.entries[i]
 	o := e.st.open.Load()
-	if e.max > 0 && o >= e.max {
-		sk.skip(e.st)
+	if lim := e.st.limit(e.max); e.max > 0 && o >= lim {
+		sk.skip(e.st, lim < e.max)
 		return 0, 0, false
 	}
 	return float64(o), float64(t.weightOf(i)) * float64(e.st.rampPermille(ns, t.slowStart)), true
@@ -467,18 +529,26 @@ func (t *table) pickAny(ns int64, start int, tried *Tried, sk *skipSet) int {
 	return -1
 }
 
-// skipSet is the set of targets one pick found at their limit; it lives on
-// the pick's stack. Beyond its capacity a target may be counted more than
-// once.
+// skipSet is the set of targets one pick found at their limit or share; it
+// lives on the pick's stack. Beyond its capacity a target may be counted
+// more than once.
 type skipSet struct {
 	st [MaxTried]*targetState
 	n  int
 }
 
-// skip counts st as skipped at its limit, once per pick.
-func (sk *skipSet) skip(st *targetState) {
+// skip counts st as skipped at its limit (or, share set, at its share of a
+// cluster-wide limit), once per pick.
+func (sk *skipSet) skip(st *targetState, share bool) {
+	count := func() {
+		if share {
+			st.skippedAtShare.Add(1)
+		} else {
+			st.skippedAtLimit.Add(1)
+		}
+	}
 	if sk == nil {
-		st.skippedAtLimit.Add(1)
+		count()
 		return
 	}
 	for _, s := range sk.st[:sk.n] {
@@ -490,7 +560,7 @@ func (sk *skipSet) skip(st *targetState) {
 		sk.st[sk.n] = st
 		sk.n++
 	}
-	st.skippedAtLimit.Add(1)
+	count()
 }
 
 // MaxTried is the most targets one connection can try: the size of Tried,

@@ -45,8 +45,12 @@ func (w Why) String() string {
 type Reason struct {
 	Target string
 	Why    Why
-	Open   int64     // open connections, for AtLimit
-	Max    int64     // MaxConnections, for AtLimit
+	Open   int64 // open connections, for AtLimit
+	Max    int64 // MaxConnections, for AtLimit
+	// Shared: AtLimit at this instance's share of a cluster-wide Max,
+	// Share slots, below Max.
+	Shared bool
+	Share  int64
 	Until  time.Time // end of the retry interval, for Down
 }
 
@@ -63,6 +67,16 @@ func (r Reason) write(sb *strings.Builder) {
 	sb.WriteString(" (")
 	switch r.Why {
 	case AtLimit:
+		if r.Shared {
+			// "at share 2/2 of cluster-wide limit 4"
+			sb.WriteString("at share ")
+			sb.WriteString(strconv.FormatInt(r.Open, 10))
+			sb.WriteByte('/')
+			sb.WriteString(strconv.FormatInt(r.Share, 10))
+			sb.WriteString(" of cluster-wide limit ")
+			sb.WriteString(strconv.FormatInt(r.Max, 10))
+			break
+		}
 		sb.WriteString("at limit ")
 		sb.WriteString(strconv.FormatInt(r.Open, 10))
 		sb.WriteByte('/')
@@ -169,6 +183,9 @@ func (t *table) refuse(now time.Time, tried *Tried, exhausted bool, sk *skipSet)
 				return r, true
 			}
 			r.Why, r.Open, r.Max = AtLimit, en.st.open.Load(), en.max
+			if lim := en.st.limit(en.max); lim < en.max {
+				r.Shared, r.Share = true, lim
+			}
 		}
 		return r, false
 	}

@@ -266,7 +266,7 @@ func TestSnapshot(t *testing.T) {
 	}
 	a, z := got.Targets[0], got.Targets[1]
 	want := TargetStatus{Name: "a", Addr: vs.Targets[0].Addr, Role: policy.RolePrimary, Weight: 4, Effective: 2, Exact: 2, SlowStart: 1,
-		Open: 1, Max: 2, Down: true, DownUntil: t0.Add(5 * time.Second), HealthUp: true, Picked: 2, Failed: 1}
+		Open: 1, Max: 2, Capacity: -1, Down: true, DownUntil: t0.Add(5 * time.Second), HealthUp: true, Picked: 2, Failed: 1}
 	if !reflect.DeepEqual(a, want) {
 		t.Errorf("a:\n%+v\nwant\n%+v", a, want)
 	}

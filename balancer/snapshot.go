@@ -36,6 +36,9 @@ type TargetStatus struct {
 	SlowStart float64
 	Open      int64 // open connections through this balancer
 	Max       int64 // MaxConnections; ≤ 0: no limit
+	// Capacity is this instance's share of a cluster-wide Max
+	// (SetCapacity), -1 when none is set.
+	Capacity int64
 	// Down is set while a failed connect keeps the target out, until
 	// DownUntil.
 	Down      bool
@@ -46,6 +49,10 @@ type TargetStatus struct {
 	// at MaxConnections (the WebSphere plug-in's "has reached maximum
 	// connections and is not selected" warning, as a counter).
 	SkippedAtLimit uint64
+	// SkippedAtShare counts picks that passed the target over at its share
+	// of a cluster-wide MaxConnections (Capacity), below Max: the demand the
+	// share did not meet.
+	SkippedAtShare uint64
 	Picked         uint64 // connections given to the target
 	Failed         uint64 // connects reported failed
 }
@@ -76,7 +83,9 @@ func (b *Balancer) Snapshot(now time.Time) Status {
 			Max:            e.max,
 			Down:           ns < du,
 			HealthUp:       !e.st.healthDown.Load(),
+			Capacity:       capOut(e.st.capacity.Load()),
 			SkippedAtLimit: e.st.skippedAtLimit.Load(),
+			SkippedAtShare: e.st.skippedAtShare.Load(),
 			Picked:         e.st.picked.Load(),
 			Failed:         e.st.failed.Load(),
 		}
@@ -92,4 +101,11 @@ func (b *Balancer) Snapshot(now time.Time) Status {
 		s.Targets[i] = ts
 	}
 	return s
+}
+
+func capOut(c int64) int64 {
+	if c == noCapacity {
+		return -1
+	}
+	return c
 }

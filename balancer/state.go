@@ -1,9 +1,13 @@
 package balancer
 
 import (
+	"math"
 	"sync"
 	"sync/atomic"
 )
+
+// noCapacity is a targetState's capacity when no share is set.
+const noCapacity = math.MaxInt64
 
 // targetState is the live state of one target. It is keyed by target name and
 // shared by every table that contains a target of that name, so connection
@@ -27,7 +31,16 @@ type targetState struct {
 	// start ramps its weight from there. 0: it never went down.
 	upSince atomic.Int64
 
+	// capacity is this instance's share of a MaxConnections that several
+	// instances share (SetCapacity), noCapacity when there is none. reserve
+	// raises open and then reads capacity again; SetCapacity stores it and
+	// then reads open: with sequentially consistent atomics one sees the
+	// other, so the count SetCapacity returns bounds every slot reserved
+	// under the old share.
+	capacity atomic.Int64
+
 	skippedAtLimit atomic.Uint64 // picks that found it at MaxConnections, once per pick
+	skippedAtShare atomic.Uint64 // picks that found it at its share, below MaxConnections
 	picked         atomic.Uint64 // connections reserved on it
 	failed         atomic.Uint64 // connects reported failed through Lease.Failed
 
@@ -36,8 +49,9 @@ type targetState struct {
 }
 
 // reserve takes one connection slot if the target is under max (≤ 0: no
-// limit). A target found at its limit is recorded in sk, which raises its
-// SkippedAtLimit counter once per pick.
+// limit) and under its share (capacity) of a cluster-wide max. A target
+// found at its limit or share is recorded in sk, which raises its
+// SkippedAtLimit or SkippedAtShare counter once per pick.
 func (s *targetState) reserve(max int64, sk *skipSet) bool {
 	if max <= 0 {
 		s.open.Add(1)
@@ -47,14 +61,35 @@ func (s *targetState) reserve(max int64, sk *skipSet) bool {
 	for {
 		n := s.open.Load()
 		if n >= max {
-			sk.skip(s)
+			sk.skip(s, false)
+			return false
+		}
+		c := s.capacity.Load()
+		if n >= c {
+			sk.skip(s, true)
 			return false
 		}
 		if s.open.CompareAndSwap(n, n+1) {
+			// A SetCapacity that shrank the share meanwhile either sees
+			// this slot or is seen here.
+			if now := s.capacity.Load(); now != c && n+1 > now {
+				s.open.Add(-1)
+				sk.skip(s, true)
+				return false
+			}
 			s.picked.Add(1)
 			return true
 		}
 	}
+}
+
+// limit is the connections the target may hold here: max (≤ 0: no
+// limit), or its share of it when one is set.
+func (s *targetState) limit(max int64) int64 {
+	if max <= 0 {
+		return max
+	}
+	return min(max, s.capacity.Load())
 }
 
 // down reports whether the target may not take connections at ns (Unix

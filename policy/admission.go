@@ -370,8 +370,16 @@ type level struct {
 
 	conns  atomic.Int64  // open connections, exact
 	bytes  atomic.Uint64 // running byte total
-	rate   atomic.Int64  // bytes per second, published by Recompute
+	rate   atomic.Int64  // bytes per second judged (local + remote), published by Recompute
 	tokens atomic.Int64  // burst bucket, published by Recompute
+	// local is this instance's own window rate, published by Recompute;
+	// remote is the other instances' (SetRemoteBandwidth), added to it
+	// at each Recompute: rate = local + remote.
+	local, remote atomic.Int64
+	// remoteConns is the other instances' open connections at a level
+	// whose maxConnections is only logged (SetRemoteConns): the log line
+	// says when the cluster's sum crosses it.
+	remoteConns atomic.Int64
 
 	overConns, overBW, overBurst atomic.Bool // the state the last event reported
 
@@ -641,6 +649,9 @@ func (a *Admission) admitAt(l *link) (Refusal, bool) {
 		}
 	}
 	n := lv.conns.Add(1)
+	if lim.MaxConnections > 0 {
+		n += lv.remoteConns.Load()
+	}
 	if lim.MaxConnections > 0 && n > lim.MaxConnections && !lv.overConns.Load() && lv.overConns.CompareAndSwap(false, true) {
 		a.emit(Event{At: a.lastRecompute(), Level: lv.kind, Name: name, Limit: LimitMaxConnections,
 			Value: lim.MaxConnections, Measured: n, Over: true})
@@ -733,15 +744,27 @@ func (a *Admission) Recompute(now time.Time, bytes ByteTotals) {
 	}
 	for _, lv := range a.order {
 		lv.win.Tick(now, lv.bytes.Load())
-		lv.rate.Store(lv.win.Rate())
+		local := lv.win.Rate()
+		lv.local.Store(local)
+		lv.rate.Store(satAdd(local, lv.remote.Load()))
 	}
+}
+
+// satAdd is a + b for rates ≥ 0, saturating instead of wrapping.
+func satAdd(a, b int64) int64 {
+	if s := a + b; s >= a {
+		return s
+	}
+	return math.MaxInt64
 }
 
 func (a *Admission) recomputeLevel(now time.Time, dt time.Duration, l link) {
 	lv, lim := l.lvl, l.lim
 	total := lv.bytes.Load()
 	lv.win.Tick(now, total)
-	rate := lv.win.Rate()
+	local := lv.win.Rate()
+	lv.local.Store(local)
+	rate := satAdd(local, lv.remote.Load())
 	lv.rate.Store(rate)
 	if lv.bucketOn {
 		hi, lo := bits.Mul64(uint64(lim.MaxBandwidth), uint64(dt))
@@ -774,6 +797,9 @@ func (a *Admission) recomputeLevel(now time.Time, dt time.Duration, l link) {
 			Over: over, Enforced: enforced})
 	}
 	n := lv.conns.Load()
+	if !lim.EnforceConnections {
+		n += lv.remoteConns.Load() // a logged limit: the cluster's sum
+	}
 	over := lim.MaxConnections > 0 && n > lim.MaxConnections
 	if lv.overConns.Load() != over && lv.overConns.CompareAndSwap(!over, over) {
 		at(LimitMaxConnections, lim.MaxConnections, n, over, lim.EnforceConnections)
@@ -799,8 +825,17 @@ type LevelStat struct {
 	// Bytes is the running total of bytes counted at the level.
 	Bytes uint64
 	// Bandwidth is the window's rate in bytes per second as of the last
-	// Recompute.
+	// Recompute, the one the limit is judged on: cluster-wide when the
+	// instances share their bandwidth (SetRemoteBandwidth), else
+	// LocalBandwidth.
 	Bandwidth int64
+	// LocalBandwidth is this instance's own window rate; RemoteBandwidth
+	// the other instances' as last set.
+	LocalBandwidth, RemoteBandwidth int64
+	// RemoteConns is the other instances' open connections as last set
+	// (SetRemoteConns), counted in the crossing events of a logged
+	// maxConnections.
+	RemoteConns int64
 	// BurstTokens is the bytes left in the burst bucket; meaningful only
 	// when Limits.BurstBytes and Limits.MaxBandwidth are set.
 	BurstTokens int64
@@ -838,6 +873,7 @@ func (lv *level) stat(name string, lim Limits, retired bool) LevelStat {
 	return LevelStat{
 		Level: lv.kind, Name: name, Limits: lim,
 		Conns: lv.conns.Load(), Bytes: lv.bytes.Load(), Bandwidth: lv.rate.Load(), BurstTokens: lv.tokens.Load(),
+		LocalBandwidth: lv.local.Load(), RemoteBandwidth: lv.remote.Load(), RemoteConns: lv.remoteConns.Load(),
 		OverConns: lv.overConns.Load(), OverBandwidth: lv.overBW.Load(), OverBurst: lv.overBurst.Load(),
 		Retired: retired, Capacity: capOut(lv.capacity.Load()), ShareRefused: lv.shareRefused.Load(),
 	}
@@ -876,6 +912,53 @@ func (a *Admission) SetCapacity(kind LevelKind, name string, c int64) (open int6
 	}
 	lv.capacity.Store(c)
 	return lv.conns.Load(), true
+}
+
+// SetRemoteBandwidth sets the other instances' bandwidth at one level, in
+// bytes per second over their metric windows (the cluster package sums
+// what they publish), for a level whose maxBandwidth several instances
+// share: from the next Recompute on, the level is judged (refused, or
+// logged) on its own window rate plus bps. bps < 0 counts as 0. The
+// instance level is found by kind alone. ok is false when the current
+// config has no such level. The burst bucket stays local. Control plane
+// only.
+func (a *Admission) SetRemoteBandwidth(kind LevelKind, name string, bps int64) (ok bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	k := levelKey{kind, name}
+	if kind == LevelInstance {
+		k.name = ""
+	}
+	lv := a.levels[k]
+	if lv == nil {
+		return false
+	}
+	lv.remote.Store(max(bps, 0))
+	// Judged on the new sum at once, not a recompute interval later; the
+	// crossing is logged at the next Recompute.
+	lv.rate.Store(satAdd(lv.local.Load(), max(bps, 0)))
+	return true
+}
+
+// SetRemoteConns sets the other instances' open connections at one level
+// whose maxConnections is only logged (an enforced one is shared exactly
+// by SetCapacity): the crossing events, and so the log lines, then count
+// the cluster's sum, this instance's connections plus n. n < 0 counts as
+// 0. ok is false when the current config has no such level. Control plane
+// only.
+func (a *Admission) SetRemoteConns(kind LevelKind, name string, n int64) (ok bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	k := levelKey{kind, name}
+	if kind == LevelInstance {
+		k.name = ""
+	}
+	lv := a.levels[k]
+	if lv == nil {
+		return false
+	}
+	lv.remoteConns.Store(max(n, 0))
+	return true
 }
 
 // SetDefaultCapacity sets the share of every level, present, retired and

@@ -220,3 +220,96 @@ func TestAdmitSharedAllocs(t *testing.T) {
 		t.Errorf("%v allocations per admit under a share", n)
 	}
 }
+
+// TestSetRemoteBandwidth: a level whose maxBandwidth is shared is judged
+// on its own window rate plus the others': Sun's example (5000 bytes at
+// t=1 s, window 30 s → 166 B/s) over a limit of 200 B/s is admitted alone
+// and refused once the others add 100 B/s; the figures are shown apart,
+// and the crossing is logged on the sum.
+func TestSetRemoteBandwidth(t *testing.T) {
+	c, err := Compile(&Config{
+		Instance: Instance{MetricInterval: 30 * time.Second, RecomputeInterval: 100 * time.Millisecond},
+		Services: []*VirtualServer{{
+			Name: "web", VIPs: []netip.Addr{netip.MustParseAddr("198.18.0.1")}, Ports: PortRange{80, 80},
+			Limits:  Limits{MaxBandwidth: 200, EnforceBandwidth: true},
+			Targets: []*Target{{Addr: netip.MustParseAddrPort("198.18.1.1:80"), Weight: 1}},
+		}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := NewAdmission(c, 16)
+	var b testBytes
+	t0 := time.Unix(1000, 0)
+	a.Recompute(t0, &b)
+	b.add("web", 5000)
+	a.Recompute(t0.Add(time.Second), &b)
+	vs := c.ServiceByName("web")
+	var tk Ticket
+	if r, ok := a.Admit(vs, &tk); !ok {
+		t.Fatalf("refused alone at 166 B/s: %v", r)
+	}
+	tk.Release()
+	if !a.SetRemoteBandwidth(LevelVirtualServer, "web", 100) || a.SetRemoteBandwidth(LevelVirtualServer, "nope", 1) {
+		t.Fatal("SetRemoteBandwidth: wrong ok")
+	}
+	a.Recompute(t0.Add(1100*time.Millisecond), &b)
+	r, ok := a.Admit(vs, &tk)
+	if ok || r.Limit != LimitMaxBandwidth || r.Measured != 266 {
+		t.Errorf("with 100 B/s elsewhere: %v %v, want refused at 266 B/s", ok, r)
+	}
+	if s := stat(t, a, LevelVirtualServer, "web"); s.Bandwidth != 266 || s.LocalBandwidth != 166 || s.RemoteBandwidth != 100 {
+		t.Errorf("figures %+v", s)
+	}
+	ev := <-a.Events()
+	if !ev.Over || ev.Measured != 266 {
+		t.Errorf("event %+v", ev)
+	}
+	a.SetRemoteBandwidth(LevelVirtualServer, "web", -5)
+	a.Recompute(t0.Add(1200*time.Millisecond), &b)
+	if _, ok := a.Admit(vs, &tk); !ok {
+		t.Error("refused after the others' bandwidth went")
+	}
+	tk.Release()
+}
+
+// TestSetRemoteConns: a logged maxConnections counts the other instances'
+// connections in its crossing events (the log line), an enforced one does
+// not (its leases make it exact).
+func TestSetRemoteConns(t *testing.T) {
+	c, err := Compile(&Config{Services: []*VirtualServer{{
+		Name: "web", VIPs: []netip.Addr{netip.MustParseAddr("198.18.0.1")}, Ports: PortRange{80, 80},
+		Limits:  Limits{MaxConnections: 3},
+		Targets: []*Target{{Addr: netip.MustParseAddrPort("198.18.1.1:80"), Weight: 1}},
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := NewAdmission(c, 16)
+	vs := c.ServiceByName("web")
+	var t1, t2 Ticket
+	a.Admit(vs, &t1)
+	if !a.SetRemoteConns(LevelVirtualServer, "web", 2) || a.SetRemoteConns(LevelClass, "nope", 1) {
+		t.Fatal("SetRemoteConns: wrong ok")
+	}
+	if _, ok := a.Admit(vs, &t2); !ok {
+		t.Fatal("a logged limit refused")
+	}
+	select {
+	case e := <-a.Events():
+		if !e.Over || e.Measured != 4 || e.Enforced {
+			t.Errorf("event %+v, want over at 2 here + 2 elsewhere", e)
+		}
+	default:
+		t.Fatal("no event when the cluster's 4 crossed the logged 3")
+	}
+	if s := stat(t, a, LevelVirtualServer, "web"); s.RemoteConns != 2 || s.Conns != 2 {
+		t.Errorf("figures %+v", s)
+	}
+	t2.Release()
+	a.SetRemoteConns(LevelVirtualServer, "web", 0)
+	a.Recompute(time.Unix(1, 0), nil)
+	if e := <-a.Events(); e.Over || e.Measured != 1 {
+		t.Errorf("back under: %+v", e)
+	}
+	t1.Release()
+}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
 	"weir/cmd/weir/api"
@@ -218,10 +219,6 @@ func runAppliance(ctx context.Context, stdout, stderr io.Writer, o runOptions) e
 	if err := preflight(); err != nil {
 		return err
 	}
-	var tunAddrs []netip.Prefix
-	for _, s := range o.tunAddrs {
-		tunAddrs = append(tunAddrs, netip.MustParsePrefix(s)) // checked by o.check
-	}
 	backs, backRoutes, err := backArm(cfg, o.backAddrs)
 	if err != nil {
 		return err
@@ -233,20 +230,11 @@ func runAppliance(ctx context.Context, stdout, stderr io.Writer, o runOptions) e
 	}
 	defer logs.Close()
 	log := logs.Logger
-	var access *obs.AccessLog
-	if o.accessLog != "" {
-		w := stdout
-		if o.accessLog != "-" {
-			f, err := os.OpenFile(o.accessLog, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-			if err != nil {
-				return fmt.Errorf("access log: %w", err)
-			}
-			defer f.Close()
-			w = f
-		}
-		access = obs.NewAccessLog(w, o.accessCLF)
-		defer access.Flush()
+	access, closeAccess, err := openAccessLog(o, stdout)
+	if err != nil {
+		return err
 	}
+	defer closeAccess()
 	// The ready file is created now, while weir may still write where it
 	// likes, and filled once it serves (perhaps as --user by then).
 	var ready *os.File
@@ -261,7 +249,6 @@ func runAppliance(ctx context.Context, stdout, stderr io.Writer, o runOptions) e
 	// use" stops weir before it touches the network.
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	var app *appliance.Appliance
 	src := &lateSource{}
 	rec := ui.NewRecorder(o.history)
 	o.admin.History = rec.History
@@ -269,42 +256,22 @@ func runAppliance(ctx context.Context, stdout, stderr io.Writer, o runOptions) e
 	if err != nil {
 		return err
 	}
-
-	offload, _ := tun.ParseOffload(o.offload) // checked by o.check
-	if o.capture != "" {
-		offload = tun.OffloadOff // the capture wrapper passes no super-packets
-	}
-	devs, err := tun.Open(tun.Options{Name: o.tunName, MTU: o.mtu, Queues: o.queues, Addrs: tunAddrs, Routes: append(tun.VIPRoutes(cfg), backRoutes...), Offload: offload})
+	front, err := openFront(o, cfg, backRoutes)
 	if err != nil {
 		srv.Shutdown(context.Background())
-		return fmt.Errorf("TUN %s: %w", o.tunName, err)
+		return err
 	}
-	fronts := make([]datapath.Device, len(devs))
-	for i, d := range devs {
-		fronts[i] = d
+	if front.capture != nil {
+		defer front.capture.Close() // once: a start that fails still flushes it
 	}
-	var capture *frontCapture
-	if o.capture != "" {
-		if capture, err = startCapture(o.capture, o.captureMax, fronts); err != nil {
-			for _, d := range devs {
-				d.Close()
-			}
-			srv.Shutdown(context.Background())
-			return err
-		}
-		defer capture.Close()
-		fronts = capture.fronts
-	}
-	app, err = appliance.New(appliance.Options{
+	app, err := appliance.New(appliance.Options{
 		Config: cfg, Source: o.config,
-		Front: fronts[0], FrontQueues: fronts[1:], Backs: backs,
+		Front: front.devices[0], FrontQueues: front.devices[1:], Backs: backs,
 		Log: &log, Access: access, Registerer: reg, LogDrops: logs.Dropped,
 		OnSample: rec.Record,
 	})
 	if err != nil {
-		for _, d := range fronts {
-			d.Close()
-		}
+		front.Close()
 		srv.Shutdown(context.Background())
 		return usageErr(err)
 	}
@@ -318,31 +285,23 @@ func runAppliance(ctx context.Context, stdout, stderr io.Writer, o runOptions) e
 
 	// Everything that needs privileges is set up: keep CAP_NET_ADMIN (the
 	// reloads' route changes) and drop the rest.
-	if err := dropPrivileges(drop); err != nil {
-		if drop != nil {
-			app.Close()
-			srv.Shutdown(context.Background())
-			return fmt.Errorf("--user %s: %w", o.user, err)
-		}
-		log.Warn().Err(err).Msg("capabilities not dropped: weir keeps every privilege it started with")
-	} else {
-		ev := log.Info().Str("capabilities", "cap_net_admin")
-		if drop != nil {
-			ev = ev.Str("user", o.user).Int("uid", drop.uid)
-		}
-		ev.Msg("privileges dropped")
+	if err := dropAndSay(&log, drop, o.user); err != nil {
+		app.Close()
+		srv.Shutdown(context.Background())
+		return err
 	}
 
 	reloader := appliance.NewReloader(app, o.config, config.Parser{}.Parse)
 	reloader.OnReload = func(cfg *policy.Config) {
-		if err := devs[0].SyncRoutes(append(tun.VIPRoutes(cfg), backRoutes...)); err != nil {
+		if err := front.tuns[0].SyncRoutes(append(tun.VIPRoutes(cfg), backRoutes...)); err != nil {
 			log.Error().Err(err).Msg("routing the new VIPs through the TUN failed")
 		}
 	}
 	hup := make(chan struct{}, 1)
 	stop := make(chan struct{})
 	go reloader.Loop(hup, stop)
-
+	// Signals are caught from here on: a SIGTERM sent as soon as the ready
+	// file is filled drains rather than kills.
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sigs)
@@ -350,9 +309,9 @@ func runAppliance(ctx context.Context, stdout, stderr io.Writer, o runOptions) e
 	for _, fam := range forwardingOff(backRoutes) {
 		log.Warn().Str("forwarding", fam).Msg("forwarding is off: the back arm's packets to via: netstack targets cannot leave this host (sysctl net.ipv4.ip_forward=1)")
 	}
-	ev := log.Info().Str("tun", o.tunName).Int("queues", len(devs)).Str("offload", o.offload).Bool("offload_active", devs[0].Offload()).Str("admin", srv.Addr()).
+	ev := log.Info().Str("tun", o.tunName).Int("queues", len(front.tuns)).Str("offload", o.offload).Bool("offload_active", front.tuns[0].Offload()).Str("admin", srv.Addr()).
 		Int("services", len(cfg.Services)).Str("config", o.config)
-	if capture != nil {
+	if front.capture != nil {
 		ev = ev.Str("capture", o.capture).Int64("capture_max", o.captureMax)
 	}
 	ev.Msg("weir running")
@@ -363,23 +322,14 @@ func runAppliance(ctx context.Context, stdout, stderr io.Writer, o runOptions) e
 		ready.Close()
 	}
 
-	for {
-		select {
-		case <-ctx.Done():
-		case s := <-sigs:
-			if s == syscall.SIGHUP {
-				log.Info().Msg("SIGHUP: reloading the configuration")
-				select {
-				case hup <- struct{}{}:
-				default:
-				}
-				continue
-			}
-			log.Info().Str("signal", s.String()).Dur("grace", o.grace).Int("open", app.OpenConnections()).Msg("draining")
-		}
-		break
-	}
+	waitForStop(ctx, &log, sigs, hup, app, o.grace)
 	close(stop)
+	return stopAppliance(&log, o, app, srv, front)
+}
+
+// stopAppliance drains the open connections for the grace period, stops
+// the admin API and closes the appliance and the capture.
+func stopAppliance(log *zerolog.Logger, o runOptions, app *appliance.Appliance, srv *admin.Server, front *frontEnd) error {
 	dctx, cancel := context.WithTimeout(context.Background(), o.grace)
 	left := app.Drain(dctx)
 	cancel()
@@ -389,14 +339,119 @@ func runAppliance(ctx context.Context, stdout, stderr io.Writer, o runOptions) e
 	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	srv.Shutdown(sctx)
 	cancel()
-	err = app.Close()
-	if capture != nil {
-		st := capture.Close()
+	err := app.Close()
+	if front.capture != nil {
+		st := front.capture.Close()
 		log.Info().Str("capture", o.capture).Uint64("packets", st.Recorded).Uint64("not_recorded", st.Missed).
 			Int64("bytes", st.Bytes).Msg("capture closed")
 	}
 	log.Info().Msg("weir stopped")
 	return err
+}
+
+// openAccessLog opens --access-log ("-": stdout); the returned func flushes
+// and closes it. Without --access-log there is none (nil) and close does
+// nothing.
+func openAccessLog(o runOptions, stdout io.Writer) (*obs.AccessLog, func(), error) {
+	if o.accessLog == "" {
+		return nil, func() {}, nil
+	}
+	w, closeFile := stdout, func() {}
+	if o.accessLog != "-" {
+		f, err := os.OpenFile(o.accessLog, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return nil, nil, fmt.Errorf("access log: %w", err)
+		}
+		w, closeFile = f, func() { f.Close() }
+	}
+	access := obs.NewAccessLog(w, o.accessCLF)
+	return access, func() { access.Flush(); closeFile() }, nil
+}
+
+// frontEnd is the appliance's front: the TUN queues, as datapath devices
+// (wrapped by the --capture recorder when there is one).
+type frontEnd struct {
+	tuns    []*tun.Device
+	devices []datapath.Device
+	capture *frontCapture // nil without --capture
+}
+
+// openFront opens the TUN with its VIP and back-arm routes and, with
+// --capture, starts recording what crosses it.
+func openFront(o runOptions, cfg *policy.Config, backRoutes []netip.Prefix) (*frontEnd, error) {
+	var addrs []netip.Prefix
+	for _, s := range o.tunAddrs {
+		addrs = append(addrs, netip.MustParsePrefix(s)) // checked by o.check
+	}
+	offload, _ := tun.ParseOffload(o.offload) // checked by o.check
+	if o.capture != "" {
+		offload = tun.OffloadOff // the capture wrapper passes no super-packets
+	}
+	devs, err := tun.Open(tun.Options{Name: o.tunName, MTU: o.mtu, Queues: o.queues, Addrs: addrs, Routes: append(tun.VIPRoutes(cfg), backRoutes...), Offload: offload})
+	if err != nil {
+		return nil, fmt.Errorf("TUN %s: %w", o.tunName, err)
+	}
+	fe := &frontEnd{tuns: devs, devices: make([]datapath.Device, len(devs))}
+	for i, d := range devs {
+		fe.devices[i] = d
+	}
+	if o.capture != "" {
+		if fe.capture, err = startCapture(o.capture, o.captureMax, fe.devices); err != nil {
+			fe.Close()
+			return nil, err
+		}
+		fe.devices = fe.capture.fronts
+	}
+	return fe, nil
+}
+
+// Close closes the front's devices; it is for a start that failed (once
+// the appliance runs, the appliance owns and closes them).
+func (fe *frontEnd) Close() {
+	for _, d := range fe.devices {
+		d.Close()
+	}
+}
+
+// dropAndSay drops the privileges weir no longer needs (to --user's
+// account with drop) and logs what it kept. Without --user a failure only
+// warns; with it, it is the error.
+func dropAndSay(log *zerolog.Logger, drop *dropPlan, user string) error {
+	if err := dropPrivileges(drop); err != nil {
+		if drop != nil {
+			return fmt.Errorf("--user %s: %w", user, err)
+		}
+		log.Warn().Err(err).Msg("capabilities not dropped: weir keeps every privilege it started with")
+		return nil
+	}
+	ev := log.Info().Str("capabilities", "cap_net_admin")
+	if drop != nil {
+		ev = ev.Str("user", user).Int("uid", drop.uid)
+	}
+	ev.Msg("privileges dropped")
+	return nil
+}
+
+// waitForStop serves signals until ctx ends or SIGTERM/SIGINT arrives:
+// SIGHUP asks the reloader (hup) for a reload and waiting goes on.
+func waitForStop(ctx context.Context, log *zerolog.Logger, sigs <-chan os.Signal, hup chan<- struct{}, app *appliance.Appliance, grace time.Duration) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case s := <-sigs:
+			if s == syscall.SIGHUP {
+				log.Info().Msg("SIGHUP: reloading the configuration")
+				select {
+				case hup <- struct{}{}:
+				default:
+				}
+				continue
+			}
+			log.Info().Str("signal", s.String()).Dur("grace", grace).Int("open", app.OpenConnections()).Msg("draining")
+			return
+		}
+	}
 }
 
 // lateSource lets the admin API listen before the appliance exists: until

@@ -99,7 +99,7 @@
 //	    timeout: 2s            # default interval/2; must be shorter than interval
 //	    rise: 2                # successes to mark up, 1..100, default 2
 //	    fall: 3                # failures to mark down, 1..100, default 3
-//	cluster:                   # optional: instances sharing their enforced connection limits through Redis
+//	cluster:                   # optional: instances sharing their limits and measurements through Redis
 //	  redis: 127.0.0.1:6379    # required: host:port or redis://[user:pass@]host:port/db (rediss:// for TLS)
 //	  name: edge               # required: instances with the same name share state
 //	  instance: weir-a         # this instance's id among the members; default the host name

@@ -412,8 +412,48 @@ type Cluster struct {
 	Renewals  uint64 `json:"renewals"`      // lease renewals sent (Redis round trips)
 	// Members are the live instances as the last renewal saw them.
 	Members []ClusterMember `json:"members"`
-	// Levels are the enforced connection limits shared cluster-wide.
+	// Levels are the enforced connection limits shared cluster-wide, then
+	// the targets' maxConnections.
 	Levels []ClusterLevel `json:"levels"`
+	// Bandwidth lists the levels with a maxBandwidth, judged on the
+	// cluster's rate. BandwidthRounds counts the round trips that shared
+	// it, BandwidthFallbacks those that took the fallback.
+	Bandwidth []ClusterBandwidth `json:"bandwidth"`
+	// Logged lists the levels whose maxConnections is only logged: not
+	// leased, but their log line counts the cluster's connections.
+	Logged             []ClusterLogged `json:"logged_connections"`
+	BandwidthRounds    uint64          `json:"bandwidth_rounds"`
+	BandwidthFallbacks uint64          `json:"bandwidth_fallbacks"`
+	// SampleRounds counts the exchanges of the targets' samples (one per
+	// sampling interval), SampleFallbacks those that failed (this instance
+	// then judged its own samples), SampleMembers the members summed in
+	// the last one that worked.
+	SampleRounds    uint64 `json:"sample_rounds"`
+	SampleFallbacks uint64 `json:"sample_fallbacks"`
+	SampleMembers   int    `json:"sample_members"`
+	SampleError     string `json:"sample_error,omitempty"`
+}
+
+// ClusterLogged is one level whose maxConnections is only logged: its
+// open connections here and cluster-wide as last shared.
+type ClusterLogged struct {
+	Level   string `json:"level"`
+	Name    string `json:"name"`
+	Local   int64  `json:"local"`
+	Cluster int64  `json:"cluster_wide"`
+}
+
+// ClusterBandwidth is one level's bandwidth, here and cluster-wide, in
+// bytes per second over the metric window.
+type ClusterBandwidth struct {
+	Level    string `json:"level"`
+	Name     string `json:"name"`
+	Max      int64  `json:"max_bandwidth"`
+	Enforced bool   `json:"enforced"`
+	Local    int64  `json:"local"`
+	// Cluster is Local plus the other members' rates as last read (or as
+	// the fallback supposes while Redis is unreachable).
+	Cluster int64 `json:"cluster_wide"`
 }
 
 // ClusterMember is one live instance.
@@ -424,11 +464,14 @@ type ClusterMember struct {
 	SeenSeconds float64 `json:"seen_seconds_ago"`
 }
 
-// ClusterLevel is one enforced level's figures, here and cluster-wide.
+// ClusterLevel is one enforced level's figures, here and cluster-wide, or
+// one target's maxConnections (Level "target").
 type ClusterLevel struct {
-	Level string `json:"level"` // "instance", "class" or "virtual server"
+	Level string `json:"level"` // "instance", "class", "virtual server" or "target"
 	Name  string `json:"name"`
-	Limit int64  `json:"max_connections"` // cluster-wide
+	// Service is a target's virtual server; empty for a level.
+	Service string `json:"service,omitempty"`
+	Limit   int64  `json:"max_connections"` // cluster-wide
 	// Share is the slots this instance holds: the connections it may open.
 	Share int64 `json:"share"`
 	Open  int64 `json:"open"` // open here

@@ -148,6 +148,7 @@ type Appliance struct {
 
 	clu       *cluster.Cluster // nil without a cluster section
 	cluCancel context.CancelFunc
+	cluDefCap int64 // the share a balancer built by a reload starts with; by balMu
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -255,7 +256,7 @@ func New(opts Options) (*Appliance, error) {
 	if cfg.Cluster != nil {
 		// Before the forwarder admits anything: cluster.New holds every
 		// enforced level at zero slots until the first lease (Start).
-		a.clu, err = cluster.New(cluster.Options{Config: *cfg.Cluster, Admission: a.adm,
+		a.clu, err = cluster.New(cluster.Options{Config: *cfg.Cluster, Admission: a.adm, Targets: clusterTargets{a},
 			Logf: func(f string, args ...any) { a.log.Warn().Msgf(f, args...) }})
 		if err != nil {
 			a.stack.Close()
@@ -429,6 +430,9 @@ func (a *Appliance) Reload(cfg *policy.Config) error {
 		b, err := balancer.New(vs, cfg.Balancer)
 		if err != nil {
 			return a.reloadFailed(fmt.Errorf("virtual server %s: %w", vs.Name, err))
+		}
+		if a.clu != nil {
+			b.SetDefaultCapacity(a.cluDefCap) // no slots until the cluster leases them
 		}
 		next[vs.Name] = b
 	}

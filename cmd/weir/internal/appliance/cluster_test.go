@@ -57,51 +57,23 @@ func TestClusterSharesLimit(t *testing.T) {
 			return lv.Share == 2
 		}, "idle shares never settled at 2 each")
 	}
-	results := make(chan bench.Result, len(labs))
-	for _, l := range labs {
-		go func() {
-			results <- bench.Load{Dial: l.Dial, Addr: "198.19.0.80:80", Clients: 5, Requests: 5, Duration: 30 * time.Second}.Run(context.Background())
-		}()
-	}
-	// Until the 10 requests are answered, the open ones never exceed 4 over
-	// both (each Status is read after the other's: a bound, not a snapshot).
-	var peak int64
-	testutil.Within(20*time.Second, func() bool {
-		var open, refused int64
+	// Clients that retry: the demand (10) stays above the limit, and the
+	// slots follow it.
+	peak, res := heldLoad(t, labs, hold, 5, 4, func() (open, refused int64) {
 		for _, l := range labs {
 			lv, _ := webLevel(l.App)
 			open += lv.Open
 			refused += int64(lv.Refused)
 		}
-		peak = max(peak, open)
-		return open >= 4 && refused > 0
+		return open, refused
 	})
-	for range 20 {
-		var open int64
-		for _, l := range labs {
-			lv, _ := webLevel(l.App)
-			open += lv.Open
-		}
-		peak = max(peak, open)
-		time.Sleep(10 * time.Millisecond)
-	}
-	close(hold)
-	var ok, refused int
-	reasons := map[string]int{}
-	for range labs {
-		res := <-results
-		ok += res.OK
-		refused += res.Refused503
-		for k, v := range res.Reasons {
-			reasons[k] += v
-		}
-	}
 	if peak > 4 {
 		t.Errorf("%d requests open over the two instances, limit 4", peak)
 	}
-	if ok < 4 || ok+refused != 10 {
-		t.Errorf("ok=%d refused=%d, want at least 4 served and the rest refused", ok, refused)
+	if res.OK < 4 || res.Refused503 == 0 {
+		t.Errorf("ok=%d refused=%d, want at least the 4 held served and some refused: %v", res.OK, res.Refused503, res.Reasons)
 	}
+	reasons := res.Reasons
 	shared := false
 	for k := range reasons {
 		shared = shared || strings.Contains(k, "share of the cluster-wide limit")
@@ -118,4 +90,132 @@ func TestClusterSharesLimit(t *testing.T) {
 	if err := labs[0].App.Reload(cfg); err == nil || !strings.Contains(err.Error(), "cluster section changed") {
 		t.Errorf("reload without the cluster section: %v", err)
 	}
+}
+
+// heldLoad runs clients that retry (503s included) on every lab while the
+// backends hold their requests, until open reports limit requests open
+// over the labs and some refused (the demand exceeds the limit and the
+// shares followed it), then 20 samples more; it returns the peak of open,
+// and the loads' results after hold closed and the held requests were
+// answered.
+func heldLoad(t *testing.T, labs []*lab.Lab, hold chan struct{}, clients int, limit int64, open func() (open, refused int64)) (int64, bench.Result) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	results := make(chan bench.Result, len(labs))
+	for _, l := range labs {
+		go func() {
+			results <- bench.Load{Dial: l.Dial, Addr: "198.19.0.80:80", Clients: clients, Duration: 30 * time.Second, Timeout: 25 * time.Second}.Run(ctx)
+		}()
+	}
+	// Each Status is read after the other's: a bound, not a snapshot.
+	var peak int64
+	reached := testutil.Within(20*time.Second, func() bool {
+		o, r := open()
+		peak = max(peak, o)
+		return o >= limit && r > 0
+	})
+	for range 20 {
+		o, _ := open()
+		peak = max(peak, o)
+		time.Sleep(10 * time.Millisecond)
+	}
+	close(hold)
+	time.Sleep(300 * time.Millisecond) // the held requests answered
+	cancel()
+	sum := bench.Result{Reasons: map[string]int{}}
+	for range labs {
+		res := <-results
+		sum.OK += res.OK
+		sum.Refused503 += res.Refused503
+		for k, v := range res.Reasons {
+			sum.Reasons[k] += v
+		}
+	}
+	if !reached {
+		t.Errorf("never %d requests open over the instances and some refused (peak %d)", limit, peak)
+	}
+	return peak, sum
+}
+
+func targetLevel(a *appliance.Appliance, name string) (api.ClusterLevel, bool) {
+	c := a.Status().Cluster
+	if c == nil {
+		return api.ClusterLevel{}, false
+	}
+	for _, l := range c.Levels {
+		if l.Level == "target" && l.Service == "web" && l.Name == name {
+			return l, true
+		}
+	}
+	return api.ClusterLevel{}, false
+}
+
+// TestClusterSharesTargetLimit: a target's maxConnections of 3 is one
+// limit for two appliances: with 4 held requests on each, 3 reach the
+// target over the two, the rest are refused with a page naming the share;
+// /status lists the target's lease; a reload that adds the target of a new
+// service leases it too (it starts at no slots, never at the whole limit).
+func TestClusterSharesTargetLimit(t *testing.T) {
+	r := clustertest.StartRedis(t)
+	hold := make(chan struct{})
+	var labs []*lab.Lab
+	for _, id := range []string{"a", "b"} {
+		cfg := labConfig([]int{1}, []int64{3})
+		cfg.Cluster = &policy.Cluster{Redis: r.Addr(), Name: "lab", Instance: id, LeaseInterval: 50 * time.Millisecond}
+		l := newLab(t, cfg, lab.Options{Backend: func(_ policy.TargetKey, b *bench.Backend) { b.Hold = hold }})
+		l.App.Start()
+		labs = append(labs, l)
+	}
+	for _, l := range labs {
+		testutil.Eventually(t, 5*time.Second, func() bool {
+			lv, ok := targetLevel(l.App, "t1")
+			c := l.App.Status().Cluster
+			return ok && lv.Limit == 3 && len(c.Members) == 2
+		}, "the target's lease never showed")
+	}
+	peak, res := heldLoad(t, labs, hold, 4, 3, func() (open, refused int64) {
+		for _, l := range labs {
+			for _, s := range l.App.Status().Services {
+				for _, tg := range s.Targets {
+					open += tg.Open
+				}
+				refused += int64(s.Refused)
+			}
+		}
+		return open, refused
+	})
+	if peak > 3 {
+		t.Errorf("%d connections open to t1 over the two instances, maxConnections 3", peak)
+	}
+	if res.OK < 3 || res.Refused503 == 0 {
+		t.Errorf("ok=%d refused=%d, want at least the 3 held served and some refused: %v", res.OK, res.Refused503, res.Reasons)
+	}
+	reasons := res.Reasons
+	shared := false
+	for k := range reasons {
+		shared = shared || strings.Contains(k, "of cluster-wide limit 3")
+	}
+	if !shared {
+		t.Errorf("no refusal names the target's share: %v", reasons)
+	}
+
+	// A reload adding a service whose target has a maxConnections.
+	cfg := labConfig([]int{1}, []int64{3})
+	cfg.Cluster = &policy.Cluster{Redis: r.Addr(), Name: "lab", Instance: "a", LeaseInterval: 50 * time.Millisecond}
+	api2 := *cfg.Services[0]
+	api2.Name, api2.Ports = "api", policy.PortRange{Lo: 81, Hi: 81}
+	api2.Targets = []*policy.Target{{Name: "u1", Addr: cfg.Services[0].Targets[0].Addr, Weight: 1, MaxConnections: 2, Via: policy.DialNetstack}}
+	cfg.Services = append(cfg.Services, &api2)
+	if err := labs[0].App.Reload(cfg); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 5*time.Second, func() bool {
+		for _, l := range labs[0].App.Status().Cluster.Levels {
+			if l.Level == "target" && l.Service == "api" && l.Name == "u1" && l.Limit == 2 && l.Share <= 2 {
+				return true
+			}
+		}
+		return false
+	}, "the new service's target never leased: %+v", labs[0].App.Status().Cluster.Levels)
 }

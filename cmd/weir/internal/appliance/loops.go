@@ -19,6 +19,9 @@ import (
 func (a *Appliance) recomputeLoop() {
 	a.every(func(c *policy.Config) time.Duration { return c.Instance.RecomputeInterval }, func() {
 		a.adm.Recompute(a.now(), a.engine)
+		if a.clu != nil {
+			a.clu.Recomputed() // publish the new rates, read the others' (never blocks)
+		}
 		a.drainEvents()
 		if a.opts.Access != nil {
 			a.opts.Access.Flush() // lines reach the file within a recompute interval
@@ -82,8 +85,12 @@ func (a *Appliance) SampleNow() []policy.Explanation {
 	cfg := a.cfg.Load()
 	s := a.fwd.Sample()
 	samples := samplesFrom(cfg, s, a.OpenByTarget())
+	judged := samples
+	if a.clu != nil {
+		judged = a.shareSamples(cfg, samples) // the cluster-wide sums
+	}
 	a.explMu.Lock()
-	expl := a.sampler.Sample(cfg, samples, a.expl[:0:0])
+	expl := a.sampler.Sample(cfg, judged, a.expl[:0:0])
 	a.expl, a.explAt = expl, a.now()
 	a.addSegments(&cfg.Monitor, samples)
 	a.explMu.Unlock()

@@ -319,13 +319,27 @@ func (a *Appliance) TargetFailures(k policy.TargetKey) uint64 {
 func clusterStatus(c cluster.Status) *api.Cluster {
 	out := &api.Cluster{Name: c.Name, Instance: c.Instance, Redis: c.Redis, Reachable: c.Reachable, Mode: c.Mode,
 		LastError: c.LastError, Outages: c.Outages, Renewals: c.Renewals,
-		Members: []api.ClusterMember{}, Levels: []api.ClusterLevel{}}
+		Members: []api.ClusterMember{}, Levels: []api.ClusterLevel{}, Bandwidth: []api.ClusterBandwidth{},
+		BandwidthRounds: c.BandwidthRounds, BandwidthFallbacks: c.BandwidthFallbacks,
+		SampleRounds: c.SampleRounds, SampleFallbacks: c.SampleFallbacks, SampleMembers: c.SampleMembers, SampleError: c.SampleError}
+	out.Logged = []api.ClusterLogged{}
+	for _, l := range c.Logged {
+		out.Logged = append(out.Logged, api.ClusterLogged{Level: l.Kind.String(), Name: l.Name, Local: l.Open, Cluster: l.Open + l.Others})
+	}
+	for _, b := range c.Bandwidth {
+		out.Bandwidth = append(out.Bandwidth, api.ClusterBandwidth{Level: b.Kind.String(), Name: b.Name, Max: b.Limit,
+			Enforced: b.Enforced, Local: b.Local, Cluster: b.Local + b.Others})
+	}
 	for _, m := range c.Members {
 		out.Members = append(out.Members, api.ClusterMember{ID: m.ID, Started: m.Started, SeenSeconds: m.Seen.Seconds()})
 	}
 	for _, l := range c.Levels {
-		out.Levels = append(out.Levels, api.ClusterLevel{Level: l.Kind.String(), Name: l.Name, Limit: l.Limit,
-			Share: l.Share, Open: l.Open, Held: l.Held, Refused: l.Refused})
+		cl := api.ClusterLevel{Level: l.Kind.String(), Name: l.Name, Limit: l.Limit,
+			Share: l.Share, Open: l.Open, Held: l.Held, Refused: l.Refused}
+		if l.Target != "" {
+			cl.Level, cl.Name, cl.Service = "target", l.Target, l.Name
+		}
+		out.Levels = append(out.Levels, cl)
 	}
 	return out
 }

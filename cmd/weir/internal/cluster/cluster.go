@@ -1,8 +1,18 @@
-// Package cluster shares the enforced connection limits of several weir
+// Package cluster shares the limits and measurements of several weir
 // instances through one Redis, so that the instances behind one ECMP router
-// enforce one set of limits: the sum of their open connections never
-// exceeds an enforced maxConnections of the instance, a class or a virtual
-// server.
+// enforce one set of limits and judge each target alike:
+//
+//   - connection limits, exactly (this file): the sum of their open
+//     connections never exceeds an enforced maxConnections of the
+//     instance, a class, a virtual server or a target (WebSphere's
+//     MaxConnections, leased the same way and enforced by the balancer's
+//     share, balancer.Balancer.SetCapacity);
+//   - bandwidth, one recompute interval behind, and the counts of logged
+//     connection limits (bandwidth.go);
+//   - the targets' samples and down-states, one sampling interval behind,
+//     so that every instance gives a target the same weight (samples.go).
+//
+// Each is one Lua script call per interval; none is on the admission path.
 //
 //	c, err := cluster.New(cluster.Options{Config: *cfg.Cluster, Admission: adm, Logf: log.Printf})
 //	go c.Loop(ctx)   // until ctx ends
@@ -122,11 +132,42 @@ type Options struct {
 	// Admission is the admission state whose enforced connection limits
 	// are shared.
 	Admission *policy.Admission
+	// Targets, when set, are the balancers' targets whose maxConnections
+	// are shared the same way.
+	Targets Targets
 	// Logf, when set, receives the state changes: Redis lost and back.
 	// Never called per connection.
 	Logf func(format string, args ...any)
 	// Started is reported to the other members; zero means time.Now().
 	Started time.Time
+}
+
+// Targets is the balancers' side of the leases: every target with a
+// maxConnections (WebSphere's MaxConnections is always enforced), whose
+// slots are leased like an enforced level's. The appliance implements it
+// over its balancers (balancer.Balancer.SetCapacity).
+type Targets interface {
+	// TargetLimits lists the targets with a maxConnections now.
+	TargetLimits() []TargetLimit
+	// SetTargetCapacity sets a target's share and returns its open
+	// connections read after the share took effect (see
+	// balancer.Balancer.SetCapacity); ok is false for an unknown target.
+	SetTargetCapacity(service, target string, c int64) (open int64, ok bool)
+	// SetDefaultTargetCapacity sets every target's share, present and
+	// future, to c (< 0: none).
+	SetDefaultTargetCapacity(c int64)
+}
+
+// TargetLimit is one target's limit and local state.
+type TargetLimit struct {
+	Service, Target string
+	// Max is the target's maxConnections, cluster-wide.
+	Max  int64
+	Open int64 // connections open to it here
+	// Refused counts the picks that passed it over at its share
+	// (balancer.TargetStatus.SkippedAtShare): the demand the share did not
+	// meet.
+	Refused uint64
 }
 
 // Cluster is one instance's membership and leases. Loop runs it; Status may
@@ -139,6 +180,19 @@ type Cluster struct {
 
 	outages atomic.Uint64
 	renews  atomic.Uint64 // Redis round trips made
+
+	recomputed chan struct{} // Recomputed's signal to bandwidthLoop
+	bwRounds   atomic.Uint64 // bandwidth round trips made
+	bwErrors   atomic.Uint64 // bandwidth publications that took the fallback
+	bwMu       sync.Mutex    // guards the fields below; taken before mu
+	bw         []Bandwidth   // as last shared
+	logged     []LoggedConns // as last shared
+	bwFails    int           // publications failed in a row
+	bwKeys     []string      // the bandwidth hashes last written; by mu
+
+	sampleRounds, sampleFails, sampleBad atomic.Uint64
+	sampleMembers                        int    // members summed in the last shared sample; by mu
+	sampleErr                            string // the last failed exchange's error; by mu
 
 	mu         sync.Mutex        // guards the fields below and Loop's state
 	levels     map[string]*lease // by Redis key
@@ -155,7 +209,8 @@ type Cluster struct {
 // lease is one enforced level's local lease.
 type lease struct {
 	kind    policy.LevelKind
-	name    string
+	name    string // the level's name; a target's service
+	target  string // a target's name; "" for a level
 	key     string
 	limit   int64
 	share   int64  // the capacity set in Admission
@@ -190,10 +245,25 @@ type Status struct {
 	LastError string
 	// Outages counts the times Redis became unreachable.
 	Outages uint64
-	// Renewals counts the round trips to Redis.
+	// Renewals counts the lease round trips to Redis.
 	Renewals uint64
-	Members  []Member
-	Levels   []Level
+	// BandwidthRounds counts the bandwidth round trips, BandwidthFallbacks
+	// those that took the fallback (two or more in a row failed).
+	BandwidthRounds, BandwidthFallbacks uint64
+	Members                             []Member
+	Levels                              []Level
+	// Bandwidth lists the levels with a maxBandwidth, judged on the
+	// cluster's rate.
+	Bandwidth []Bandwidth
+	// Logged lists the levels whose maxConnections is only logged, with
+	// the cluster's count the log line uses.
+	Logged []LoggedConns
+	// SampleRounds counts the sample exchanges, SampleFallbacks those that
+	// failed (the instance judged its own samples), SampleMembers the
+	// members summed in the last one that worked.
+	SampleRounds, SampleFallbacks uint64
+	SampleMembers                 int
+	SampleError                   string
 }
 
 // Member is one live instance as the last renewal saw it.
@@ -204,11 +274,13 @@ type Member struct {
 	Seen time.Duration
 }
 
-// Level is one enforced level's local and cluster-wide figures.
+// Level is one enforced level's local and cluster-wide figures, or one
+// target's (Target set; Name is then its virtual server).
 type Level struct {
-	Kind  policy.LevelKind
-	Name  string
-	Limit int64 // the enforced maxConnections, cluster-wide
+	Kind   policy.LevelKind
+	Name   string
+	Target string
+	Limit  int64 // the enforced maxConnections, cluster-wide
 	// Share is this instance's share: the connections it may hold.
 	Share int64
 	// Open is this instance's open connections at the level.
@@ -242,7 +314,7 @@ func New(o Options) (*Cluster, error) {
 	ro.WriteTimeout = cfg.LeaseInterval / 2
 	ro.MaxRetries = -1
 	ro.DialerRetries = 1 // Loop retries every renewal: no backoff inside one
-	ro.PoolSize = 2
+	ro.PoolSize = 4      // leases, bandwidth, samples: one each, and a spare
 	ro.DisableIdentity = true
 	// The client's own log lines (a failed dial, every time) would bypass
 	// the appliance's logger; the state changes are logged through Logf.
@@ -260,9 +332,14 @@ func New(o Options) (*Cluster, error) {
 		ttl:     policy.LeaseTTLFactor * cfg.LeaseInterval,
 		levels:  map[string]*lease{},
 		members: 1,
+
+		recomputed: make(chan struct{}, 1),
 	}
 	c.st = Status{Name: cfg.Name, Instance: cfg.Instance, Redis: redactRedis(cfg.Redis), Mode: "starting"}
 	o.Admission.SetDefaultCapacity(0)
+	if o.Targets != nil {
+		o.Targets.SetDefaultTargetCapacity(0)
+	}
 	return c, nil
 }
 
@@ -303,6 +380,12 @@ func (c *Cluster) Loop(ctx context.Context) {
 	// lease lifetime.
 	last := time.Now()
 	c.Renew(ctx)
+	bwDone := make(chan struct{})
+	go func() {
+		defer close(bwDone)
+		c.bandwidthLoop(ctx)
+	}()
+	defer func() { <-bwDone }()
 	for {
 		select {
 		case <-ctx.Done():
@@ -324,14 +407,14 @@ func (c *Cluster) wantsMore() bool {
 	if c.state != stateShared || c.inGrace() {
 		return false
 	}
-	for _, s := range c.o.Admission.Snapshot() {
-		l := c.levels[c.key(s.Level, s.Name)]
-		if l == nil || !enforced(s) {
+	for _, d := range c.demands() {
+		l := c.levels[d.key]
+		if l == nil {
 			continue
 		}
 		// Demand only: refusals, or a share filled by connections (an idle
 		// share of zero is not demand).
-		if (s.ShareRefused != l.refused || s.Conns > 0 && s.Conns >= l.share) && l.held < l.limit {
+		if (d.refused != l.refused || d.open > 0 && d.open >= l.share) && l.held < l.limit {
 			return true
 		}
 	}
@@ -340,6 +423,50 @@ func (c *Cluster) wantsMore() bool {
 
 func enforced(s policy.LevelStat) bool {
 	return !s.Retired && s.Limits.EnforceConnections && s.Limits.MaxConnections > 0
+}
+
+// demand is one shared limit's local state now: an enforced level's or a
+// target's.
+type demand struct {
+	key          string
+	kind         policy.LevelKind
+	name, target string
+	limit, open  int64
+	refused      uint64
+}
+
+// demands reads every shared limit's local state: the enforced levels of
+// Admission, then the targets with a maxConnections.
+func (c *Cluster) demands() []demand {
+	var out []demand
+	for _, s := range c.o.Admission.Snapshot() {
+		if enforced(s) {
+			out = append(out, demand{key: c.key(s.Level, s.Name), kind: s.Level, name: s.Name,
+				limit: s.Limits.MaxConnections, open: s.Conns, refused: s.ShareRefused})
+		}
+	}
+	if c.o.Targets != nil {
+		for _, t := range c.o.Targets.TargetLimits() {
+			if t.Max > 0 {
+				out = append(out, demand{key: c.prefix + "lease:target:" + t.Service + "/" + t.Target,
+					kind: policy.LevelVirtualServer, name: t.Service, target: t.Target,
+					limit: t.Max, open: t.Open, refused: t.Refused})
+			}
+		}
+	}
+	return out
+}
+
+// setCap sets a lease's share locally: in Admission, or in the target's
+// balancer. It returns the open connections read after the share took
+// effect.
+func (c *Cluster) setCap(l *lease, n int64) int64 {
+	if l.target != "" {
+		open, _ := c.o.Targets.SetTargetCapacity(l.name, l.target, n)
+		return open
+	}
+	open, _ := c.o.Admission.SetCapacity(l.kind, l.name, n)
+	return open
 }
 
 func (c *Cluster) key(kind policy.LevelKind, name string) string {
@@ -362,22 +489,17 @@ func (c *Cluster) Renew(ctx context.Context) {
 	if c.closed {
 		return
 	}
-	adm := c.o.Admission
 	seen := map[string]bool{}
-	for _, s := range adm.Snapshot() {
-		if !enforced(s) {
-			continue
-		}
-		k := c.key(s.Level, s.Name)
-		seen[k] = true
-		l := c.levels[k]
+	for _, d := range c.demands() {
+		seen[d.key] = true
+		l := c.levels[d.key]
 		if l == nil {
-			l = &lease{kind: s.Level, name: s.Name, key: k, refused: s.ShareRefused}
-			c.levels[k] = l
+			l = &lease{kind: d.kind, name: d.name, target: d.target, key: d.key, refused: d.refused}
+			c.levels[d.key] = l
 		}
 		l.gone = false
-		l.limit = min(s.Limits.MaxConnections, maxLimit)
-		l.open, l.refusedNow = s.Conns, s.ShareRefused
+		l.limit = min(d.limit, maxLimit)
+		l.open, l.refusedNow = d.open, d.refused
 	}
 	for k, l := range c.levels {
 		if !seen[k] {
@@ -418,7 +540,7 @@ func (c *Cluster) Renew(ctx context.Context) {
 	c.fails = 0
 	for k, l := range c.levels {
 		if l.gone {
-			adm.SetCapacity(l.kind, l.name, 0)
+			c.setCap(l, 0)
 			delete(c.levels, k)
 		}
 	}
@@ -503,7 +625,7 @@ func (c *Cluster) plan(l *lease, grace bool) (want, floor int64) {
 	case cur-need <= spare:
 		return cur, floor // keep: no churn for a connection or two
 	}
-	open, _ := c.o.Admission.SetCapacity(l.kind, l.name, need)
+	open := c.setCap(l, need)
 	l.share = need
 	return need, max(need, open)
 }
@@ -566,7 +688,7 @@ func (c *Cluster) apply(res []any, order []*lease) error {
 		if l.gone || grant == l.share {
 			continue
 		}
-		c.o.Admission.SetCapacity(l.kind, l.name, grant)
+		c.setCap(l, grant)
 		l.share = grant
 	}
 	return nil
@@ -590,7 +712,7 @@ func (c *Cluster) down(err error) {
 	c.st.Reachable, c.st.Mode, c.st.LastError = false, mode.String(), err.Error()
 	for k, l := range c.levels {
 		if l.gone {
-			c.o.Admission.SetCapacity(l.kind, l.name, 0)
+			c.setCap(l, 0)
 			delete(c.levels, k)
 			continue
 		}
@@ -607,7 +729,7 @@ func (c *Cluster) down(err error) {
 			capacity = -1 // the limit alone
 		}
 		if share != l.share {
-			c.o.Admission.SetCapacity(l.kind, l.name, capacity)
+			c.setCap(l, capacity)
 			l.share = share
 		}
 		l.held = 0
@@ -616,31 +738,41 @@ func (c *Cluster) down(err error) {
 
 // Status returns the cluster as this instance last saw it.
 func (c *Cluster) Status() Status {
+	bw, logged := c.bandwidthStatus()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	st := c.st
+	st.Bandwidth, st.Logged = bw, logged
+	st.BandwidthRounds, st.BandwidthFallbacks = c.bwRounds.Load(), c.bwErrors.Load()
+	st.SampleRounds, st.SampleFallbacks, st.SampleMembers, st.SampleError = c.sampleRounds.Load(), c.sampleFails.Load(), c.sampleMembers, c.sampleErr
 	st.Members = slices.Clone(c.st.Members)
 	st.Outages, st.Renewals = c.outages.Load(), c.renews.Load()
 	refused := map[string]uint64{}
 	open := map[string]int64{}
-	for _, s := range c.o.Admission.Snapshot() {
-		if enforced(s) {
-			k := c.key(s.Level, s.Name)
-			refused[k], open[k] = s.ShareRefused, s.Conns
-		}
+	for _, d := range c.demands() {
+		refused[d.key], open[d.key] = d.refused, d.open
 	}
 	for _, l := range c.levels {
 		if l.gone {
 			continue
 		}
-		st.Levels = append(st.Levels, Level{Kind: l.kind, Name: l.name, Limit: l.limit, Share: l.share,
+		st.Levels = append(st.Levels, Level{Kind: l.kind, Name: l.name, Target: l.target, Limit: l.limit, Share: l.share,
 			Open: open[l.key], Held: l.held, Refused: refused[l.key]})
 	}
 	slices.SortFunc(st.Levels, func(a, b Level) int {
+		if (a.Target != "") != (b.Target != "") {
+			if a.Target != "" {
+				return 1
+			}
+			return -1
+		}
 		if a.Kind != b.Kind {
 			return int(a.Kind) - int(b.Kind)
 		}
-		return strings.Compare(a.Name, b.Name)
+		if a.Name != b.Name {
+			return strings.Compare(a.Name, b.Name)
+		}
+		return strings.Compare(a.Target, b.Target)
 	})
 	return st
 }
@@ -651,6 +783,15 @@ func (c *Cluster) Status() Status {
 // Admission, whose limits then apply to this instance alone. Renew does
 // nothing afterwards. Call it after Loop has returned.
 func (c *Cluster) Close() error {
+	c.bwMu.Lock()
+	for _, l := range c.bw {
+		c.o.Admission.SetRemoteBandwidth(l.Kind, l.Name, 0)
+	}
+	for _, l := range c.logged {
+		c.o.Admission.SetRemoteConns(l.Kind, l.Name, 0)
+	}
+	c.bw, c.logged = nil, nil
+	c.bwMu.Unlock()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
@@ -661,9 +802,13 @@ func (c *Cluster) Close() error {
 	for _, l := range c.levels {
 		keys = append(keys, l.key)
 	}
+	keys = append(keys, c.bwKeys...)
 	ctx, cancel := context.WithTimeout(context.Background(), c.o.Config.LeaseInterval)
 	err := leaveScript.Run(ctx, c.rdb, keys, c.o.Config.Instance).Err()
 	cancel()
 	c.o.Admission.SetDefaultCapacity(-1)
+	if c.o.Targets != nil {
+		c.o.Targets.SetDefaultTargetCapacity(-1)
+	}
 	return errors.Join(err, c.rdb.Close())
 }

@@ -100,6 +100,27 @@ func drops(d []api.Drop, emit func(v float64, extra ...string)) {
 	}
 }
 
+func perCluster(f func(c *api.Cluster, emit emitter)) func(*api.Status, emitter) {
+	return func(st *api.Status, emit emitter) {
+		if st.Cluster != nil {
+			f(st.Cluster, emit)
+		}
+	}
+}
+
+func perClusterLevel(f func(l *api.ClusterLevel) float64) func(*api.Status, emitter) {
+	return perCluster(func(c *api.Cluster, emit emitter) {
+		for i := range c.Levels {
+			l := &c.Levels[i]
+			name := l.Name
+			if l.Service != "" {
+				name = l.Service + "/" + l.Name
+			}
+			emit(f(l), l.Level, name)
+		}
+	})
+}
+
 func bool01(b bool) float64 {
 	if b {
 		return 1
@@ -380,6 +401,69 @@ var Defs = []Def{
 				emit(float64(t.FromWeirErrors), t.Name, "from_weir")
 			}
 		}},
+
+	// The cluster (absent without a cluster section).
+	{Name: "weir_cluster_redis_reachable", Type: Gauge,
+		Help:    "1 while the last lease renewal reached Redis; 0 while the instance runs on its onRedisDown fallback (weir status shows the error).",
+		samples: perCluster(func(c *api.Cluster, emit emitter) { emit(bool01(c.Reachable)) })},
+	{Name: "weir_cluster_redis_outages_total", Type: Counter,
+		Help:    "Times Redis became unreachable (each logged once). Limits then follow onRedisDown until it answers.",
+		samples: perCluster(func(c *api.Cluster, emit emitter) { emit(float64(c.Outages)) })},
+	{Name: "weir_cluster_redis_round_trips_total", Type: Counter, Labels: []string{"kind"},
+		Help: "Round trips to Redis by kind: lease (membership and connection leases, one per lease interval and on demand), bandwidth (one per recompute interval while a level has a maxBandwidth), samples (one per sampling interval). See the README's cost of a cluster.",
+		samples: perCluster(func(c *api.Cluster, emit emitter) {
+			emit(float64(c.Renewals), "lease")
+			emit(float64(c.BandwidthRounds), "bandwidth")
+			emit(float64(c.SampleRounds), "samples")
+		})},
+	{Name: "weir_cluster_fallbacks_total", Type: Counter, Labels: []string{"kind"},
+		Help: "Bandwidth publications that took the onRedisDown fallback (two failed in a row), and sample exchanges that failed (the instance judged its own samples).",
+		samples: perCluster(func(c *api.Cluster, emit emitter) {
+			emit(float64(c.BandwidthFallbacks), "bandwidth")
+			emit(float64(c.SampleFallbacks), "samples")
+		})},
+	{Name: "weir_cluster_members", Type: Gauge,
+		Help:    "Live instances as the last renewal saw them; weir_cluster_sample_members those whose samples were summed in the last sampling interval.",
+		samples: perCluster(func(c *api.Cluster, emit emitter) { emit(float64(len(c.Members))) })},
+	{Name: "weir_cluster_sample_members", Type: Gauge,
+		Help:    "Members whose target samples the last sampling interval summed: every member judges the same sums.",
+		samples: perCluster(func(c *api.Cluster, emit emitter) { emit(float64(c.SampleMembers)) })},
+	{Name: "weir_cluster_member_seen_seconds", Type: Gauge, Labels: []string{"member"},
+		Help: "Seconds since each member last renewed; one above the lease lifetime (3 lease intervals) is gone at the next renewal.",
+		samples: perCluster(func(c *api.Cluster, emit emitter) {
+			for _, m := range c.Members {
+				emit(m.SeenSeconds, m.ID)
+			}
+		})},
+	{Name: "weir_cluster_limit_max", Type: Gauge, Labels: levelLabels,
+		Help:    "A shared connection limit, cluster-wide (level target: name is service/target).",
+		samples: perClusterLevel(func(l *api.ClusterLevel) float64 { return float64(l.Limit) })},
+	{Name: "weir_cluster_limit_share", Type: Gauge, Labels: levelLabels,
+		Help:    "The slots of a shared connection limit this instance holds: the connections it may open there now.",
+		samples: perClusterLevel(func(l *api.ClusterLevel) float64 { return float64(l.Share) })},
+	{Name: "weir_cluster_limit_held", Type: Gauge, Labels: levelLabels,
+		Help:    "The slots every member holds together at the last renewal: at least the cluster's open connections, at most weir_cluster_limit_max.",
+		samples: perClusterLevel(func(l *api.ClusterLevel) float64 { return float64(l.Held) })},
+	{Name: "weir_cluster_limit_refused_total", Type: Counter, Labels: levelLabels,
+		Help:    "Connections (or picks of a target) refused here because this instance's share was full below the cluster-wide limit; the share grows with the demand within a tenth of a lease interval.",
+		samples: perClusterLevel(func(l *api.ClusterLevel) float64 { return float64(l.Refused) })},
+	{Name: "weir_cluster_bandwidth_bytes_per_second", Type: Gauge, Labels: []string{"level", "name", "scope"},
+		Help: "A level's window rate judged against its maxBandwidth: scope cluster (every member's, one recompute interval behind) and local (this instance's).",
+		samples: perCluster(func(c *api.Cluster, emit emitter) {
+			for _, b := range c.Bandwidth {
+				emit(float64(b.Cluster), b.Level, b.Name, "cluster")
+				emit(float64(b.Local), b.Level, b.Name, "local")
+			}
+		})},
+
+	{Name: "weir_cluster_logged_connections", Type: Gauge, Labels: []string{"level", "name", "scope"},
+		Help: "Open connections at a level whose maxConnections is only logged: scope cluster (every member's, as the log line counts them) and local.",
+		samples: perCluster(func(c *api.Cluster, emit emitter) {
+			for _, l := range c.Logged {
+				emit(float64(l.Cluster), l.Level, l.Name, "cluster")
+				emit(float64(l.Local), l.Level, l.Name, "local")
+			}
+		})},
 
 	// The control plane.
 	{Name: "weir_log_lines_dropped_total", Type: Counter,

@@ -30,6 +30,8 @@ var notMetrics = map[string]string{
 	"Services.Targets.Down":              "weir_target_up",
 	"Services.Targets.HealthUp":          "weir_target_up",
 	"Draining":                           "/healthz answers 503 while draining",
+	"Cluster.Levels.Open":                "weir_level_connections and weir_target_connections_open give the open connections here",
+	"Cluster.Bandwidth.Max":              "weir_level_max_bandwidth_bytes_per_second",
 }
 
 // explained is the part of a target's weight explanation that is exported
@@ -57,6 +59,10 @@ func populated(t *testing.T) (api.Status, map[string][]float64) {
 	st.Services[0].Targets[0].Actions = []api.ActionLevel{{Action: "gold"}, {Action: "silver"}}
 	st.Services[0].Targets[0].Segments = &api.Segments{}
 	st.TUN = &api.TUN{Name: "weir0"}
+	st.Cluster = &api.Cluster{Members: []api.ClusterMember{{ID: "a"}},
+		Levels:    []api.ClusterLevel{{Level: "virtual server", Name: "web"}, {Level: "target", Name: "a", Service: "web"}},
+		Bandwidth: []api.ClusterBandwidth{{Level: "instance", Name: "i"}},
+		Logged:    []api.ClusterLogged{{Level: "class", Name: "c"}}}
 	values := map[string][]float64{}
 	next := 1000.0
 	var fill func(path string, v reflect.Value)

@@ -74,6 +74,7 @@ func writeTable(w io.Writer, st api.Status) {
 			limit(l.MaxBandwidth, l.EnforceBandwidth), state)
 	}
 	tw.Flush()
+	writeCluster(w, st.Cluster)
 
 	for _, s := range st.Services {
 		fmt.Fprintf(w, "\n%s (%s %s port %s, %s)", s.Name, s.Proto, strings.Join(s.VIPs, " "), s.Ports, s.Balancer)

@@ -3,6 +3,7 @@
 package clustertest
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"os/exec"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"weir/internal/netns"
 	"weir/internal/testutil"
 )
 
@@ -17,6 +19,8 @@ import (
 // persistence: Kill and Start model a Redis that dies and comes back empty.
 type Redis struct {
 	t    testing.TB
+	host string    // the address it binds
+	ns   *netns.NS // the namespace it runs in; nil: the test's own
 	port int
 	cmd  *exec.Cmd
 	log  *testutil.SyncBuffer
@@ -36,7 +40,22 @@ func StartRedis(t testing.TB) *Redis {
 	}
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
-	r := &Redis{t: t, port: port, log: &testutil.SyncBuffer{}}
+	return start(t, &Redis{t: t, host: "127.0.0.1", port: port, log: &testutil.SyncBuffer{}})
+}
+
+// StartRedisIn is StartRedis for a server inside ns on host:6379 (an
+// address of the namespace), for instances in other namespaces that reach
+// it through their routes.
+func StartRedisIn(t testing.TB, ns *netns.NS, host string) *Redis {
+	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Skip("redis-server not installed (scripts/deps.sh installs it): skipping the cluster tests against a real Redis")
+	}
+	return start(t, &Redis{t: t, host: host, ns: ns, port: 6379, log: &testutil.SyncBuffer{}})
+}
+
+func start(t testing.TB, r *Redis) *Redis {
+	t.Helper()
 	r.Start()
 	t.Cleanup(func() {
 		r.Kill()
@@ -48,20 +67,42 @@ func StartRedis(t testing.TB) *Redis {
 }
 
 // Addr is the server's host:port.
-func (r *Redis) Addr() string { return "127.0.0.1:" + strconv.Itoa(r.port) }
+func (r *Redis) Addr() string { return net.JoinHostPort(r.host, strconv.Itoa(r.port)) }
 
 // Start runs the server (again, empty) and waits until it answers PING.
 func (r *Redis) Start() {
 	r.t.Helper()
-	cmd := exec.Command("redis-server", "--port", strconv.Itoa(r.port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", r.t.TempDir(), "--loglevel", "warning")
+	args := []string{"--port", strconv.Itoa(r.port), "--bind", r.host,
+		"--save", "", "--appendonly", "no", "--dir", r.t.TempDir(), "--loglevel", "warning"}
+	if r.ns != nil {
+		// Clients in other namespaces connect from non-loopback addresses,
+		// which protected mode refuses without a password; the namespace
+		// is the test's own.
+		args = append(args, "--protected-mode", "no")
+	}
+	cmd := exec.Command("redis-server", args...)
 	cmd.Stdout, cmd.Stderr = r.log, r.log
-	if err := cmd.Start(); err != nil {
+	var err error
+	if r.ns != nil {
+		// The child inherits the namespace of the thread that forks it.
+		err = r.ns.Do(cmd.Start)
+	} else {
+		err = cmd.Start()
+	}
+	if err != nil {
 		r.t.Fatalf("redis-server: %v", err)
 	}
 	r.cmd = cmd
+	dial := func() (net.Conn, error) { return net.DialTimeout("tcp", r.Addr(), 100*time.Millisecond) }
+	if r.ns != nil {
+		dial = func() (net.Conn, error) {
+			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			defer cancel()
+			return r.ns.Dial(ctx, "tcp", r.Addr())
+		}
+	}
 	if !testutil.Within(10*time.Second, func() bool {
-		c, err := net.DialTimeout("tcp", r.Addr(), 100*time.Millisecond)
+		c, err := dial()
 		if err != nil {
 			return false
 		}
@@ -73,7 +114,7 @@ func (r *Redis) Start() {
 		return string(b[:n]) == "+PONG\r\n"
 	}) {
 		r.Kill()
-		r.t.Fatalf("redis-server on %s does not answer", r.Addr())
+		r.t.Fatalf("redis-server on %s does not answer; its log:\n%s", r.Addr(), r.log.String())
 	}
 }
 

@@ -1,0 +1,167 @@
+package cluster
+
+import (
+	"context"
+	"net/netip"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"weir/balancer"
+	"weir/internal/testutil"
+	"weir/policy"
+)
+
+// balTargets is cluster.Targets over one real balancer, as the appliance
+// implements it over its balancers.
+type balTargets struct {
+	service string
+	b       *balancer.Balancer
+}
+
+func (bt balTargets) TargetLimits() []TargetLimit {
+	var out []TargetLimit
+	for _, t := range bt.b.Snapshot(time.Now()).Targets {
+		if t.Max > 0 {
+			out = append(out, TargetLimit{Service: bt.service, Target: t.Name, Max: t.Max, Open: t.Open, Refused: t.SkippedAtShare})
+		}
+	}
+	return out
+}
+
+func (bt balTargets) SetTargetCapacity(service, target string, c int64) (int64, bool) {
+	if service != bt.service {
+		return 0, false
+	}
+	return bt.b.SetCapacity(target, c)
+}
+
+func (bt balTargets) SetDefaultTargetCapacity(c int64) { bt.b.SetDefaultCapacity(c) }
+
+// targetNode is an instance whose service "web" has no connection limit of
+// its own and one target "app" with maxConnections max, balanced by a
+// real balancer whose target slots the cluster leases.
+type targetNode struct {
+	id  string
+	b   *balancer.Balancer
+	c   *Cluster
+	adm *policy.Admission
+}
+
+func newTargetNode(t *testing.T, redisAddr, id string, max int64) *targetNode {
+	t.Helper()
+	cfg, err := policy.Compile(&policy.Config{
+		Services: []*policy.VirtualServer{{
+			Name: "web", VIPs: []netip.Addr{netip.MustParseAddr("198.18.0.1")}, Ports: policy.PortRange{Lo: 80, Hi: 80},
+			Targets: []*policy.Target{{Name: "app", Addr: netip.MustParseAddrPort("198.18.1.1:80"), Weight: 1, MaxConnections: max}},
+		}},
+		Cluster: &policy.Cluster{Redis: redisAddr, Name: "test", Instance: id, LeaseInterval: interval},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := balancer.New(cfg.Services[0], cfg.Balancer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &targetNode{id: id, b: b, adm: policy.NewAdmission(cfg, 0)}
+	n.c, err = New(Options{Config: *cfg.Cluster, Admission: n.adm, Targets: balTargets{"web", b}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		n.c.Loop(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		n.c.Close()
+	})
+	return n
+}
+
+func (n *targetNode) level() Level {
+	for _, l := range n.c.Status().Levels {
+		if l.Target == "app" {
+			return l
+		}
+	}
+	return Level{Share: -2}
+}
+
+// TestTargetLimitClusterWide: a target's maxConnections of 4 is leased
+// like a level's: three instances with 6 clients each picking it never
+// hold more than 4 connections to it together, and use them (4 at a
+// time); Status lists the target.
+func TestTargetLimitClusterWide(t *testing.T) {
+	r := startRedis(t)
+	var nodes []*targetNode
+	for _, id := range []string{"a", "b", "c"} {
+		nodes = append(nodes, newTargetNode(t, r.Addr(), id, 4))
+	}
+	var open, peak, picked atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, n := range nodes {
+		for g := range 6 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := uint64(0); ; i++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					l, err := n.b.Pick(time.Now(), i<<8|uint64(g))
+					if err != nil {
+						time.Sleep(time.Millisecond)
+						continue
+					}
+					picked.Add(1)
+					o := open.Add(1)
+					for p := peak.Load(); o > p && !peak.CompareAndSwap(p, o); p = peak.Load() {
+					}
+					time.Sleep(3 * time.Millisecond)
+					open.Add(-1)
+					l.Release()
+				}
+			}()
+		}
+	}
+	var atFour bool
+	testutil.WithinEvery(3*time.Second, time.Millisecond, func() bool {
+		atFour = atFour || open.Load() == 4
+		return false
+	})
+	close(stop)
+	wg.Wait()
+	if p := peak.Load(); p > 4 {
+		t.Errorf("%d connections open to the target over the cluster, maxConnections 4", p)
+	}
+	if !atFour {
+		t.Errorf("never 4 connections open to the target under demand (peak %d)", peak.Load())
+	}
+	for _, n := range nodes {
+		l := n.level()
+		if l.Name != "web" || l.Limit != 4 || l.Held > 4 || l.Share > 4 {
+			t.Errorf("%s: %+v", n.id, l)
+		}
+	}
+	var refusal string
+	for _, n := range nodes {
+		n.b.SetCapacity("app", 0)
+		if _, err := n.b.Pick(time.Now(), 1); err != nil {
+			refusal = err.Error()
+		}
+	}
+	if !strings.Contains(refusal, "of cluster-wide limit 4") {
+		t.Errorf("refusal %q does not name the share", refusal)
+	}
+	t.Logf("peak %d, %d picks in 3 s", peak.Load(), picked.Load())
+}
