@@ -272,3 +272,37 @@ func TestSmoke(t *testing.T) {
 		t.Errorf("processes left behind: %s", pids)
 	}
 }
+
+func TestParseAdminProfiles(t *testing.T) {
+	g, err := parseGoroutines([]byte("goroutine profile: total 20017\n1 @ 0x1\n"))
+	if err != nil || g != 20017 {
+		t.Errorf("parseGoroutines = %d, %v; want 20017", g, err)
+	}
+	if _, err := parseGoroutines([]byte("nonsense\n")); err == nil {
+		t.Error("parseGoroutines accepted a text without the total line")
+	}
+	heap := "heap profile: 1: 2 [3: 4] @ heap/1048576\n# runtime.MemStats\n# Alloc = 1\n# HeapInuse = 81920\n# Stack = 65536 / 65536\n"
+	m, err := parseMemStats([]byte(heap))
+	if err != nil || m.HeapInuse != 81920 || m.StackInuse != 65536 {
+		t.Errorf("parseMemStats = %+v, %v", m, err)
+	}
+	if _, err := parseMemStats([]byte("# HeapInuse = 1\n")); err == nil {
+		t.Error("parseMemStats accepted a profile without a Stack line")
+	}
+	if kb, err := statusKB("Name:\tweir\nVmRSS:\t  2048 kB\n", "VmRSS:"); err != nil || kb != 2048<<10 {
+		t.Errorf("statusKB = %d, %v", kb, err)
+	}
+}
+
+func TestSelectTests(t *testing.T) {
+	sel, err := selectTests("conn16-sc,stream1")
+	if err != nil || len(sel) != 2 || sel[0].ID != "stream1" || sel[1].ID != "conn16-sc" {
+		t.Errorf("selectTests = %v, %v; want stream1, conn16-sc in the matrix's order", sel, err)
+	}
+	if _, err := selectTests("stream9"); err == nil {
+		t.Error("selectTests accepted an unknown test")
+	}
+	if all, _ := selectTests(""); len(all) != len(tests) {
+		t.Errorf("selectTests(\"\") = %d tests, want all %d", len(all), len(tests))
+	}
+}
