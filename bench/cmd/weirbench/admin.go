@@ -133,13 +133,22 @@ func (a *admin) cpuProfile(ctx context.Context, secs int, file string) <-chan pr
 			ch <- r
 			return
 		}
-		if _, err := exec.LookPath("go"); err == nil {
-			out, err := exec.CommandContext(ctx, "go", "tool", "pprof", "-top", "-nodecount=30", file).Output()
-			if err == nil {
-				r.Top = string(out)
-			}
-		}
+		r.Top = pprofTop(ctx, file)
 		ch <- r
 	}()
 	return ch
+}
+
+// pprofTop is `go tool pprof -top` of a profile file, or "" without a Go
+// toolchain.
+func pprofTop(ctx context.Context, file string, flags ...string) string {
+	if _, err := exec.LookPath("go"); err != nil {
+		return ""
+	}
+	args := append([]string{"tool", "pprof", "-top", "-nodecount=30"}, flags...)
+	out, err := exec.CommandContext(ctx, "go", append(args, file)...).Output()
+	if err != nil {
+		return ""
+	}
+	return string(out)
 }

@@ -228,26 +228,32 @@ func runBench(ctx context.Context, o options, tests []testDef) (*report, error) 
 	if err := os.WriteFile(cfgPath, []byte(weirConfig()), 0o644); err != nil {
 		return nil, err
 	}
-	ready := filepath.Join(logDir, "weir.ready")
-	os.Remove(ready)
 	// --pprof: the harness reads weir's goroutines and heap (the idle
 	// measurement) and its CPU profile (-profile) there.
-	wargs := []string{o.Weir, "run", "-c", cfgPath, "--tun", weirTUN,
-		"--tun-addr", weirTUNAddr, "--admin", "127.0.0.1:0", "--ready-file", ready,
-		"--log-format", "json", "--log-level", "warn", "--grace", "1s", "--pprof"}
-	wargs = append(wargs, strings.Fields(o.WeirArgs)...)
-	weir, err := start(topo.router, "weir", nil, wargs...)
+	startWeir := func(name string) (*daemon, *admin, error) {
+		ready := filepath.Join(logDir, name+".ready")
+		os.Remove(ready)
+		wargs := []string{o.Weir, "run", "-c", cfgPath, "--tun", weirTUN,
+			"--tun-addr", weirTUNAddr, "--admin", "127.0.0.1:0", "--ready-file", ready,
+			"--log-format", "json", "--log-level", "warn", "--grace", "1s", "--pprof"}
+		wargs = append(wargs, strings.Fields(o.WeirArgs)...)
+		weir, err := start(topo.router, name, nil, wargs...)
+		if err != nil {
+			return nil, nil, err
+		}
+		if err := waitFor(ctx, 30*time.Second, weir, func() bool {
+			b, err := os.ReadFile(ready)
+			return err == nil && bytes.HasSuffix(b, []byte("\n"))
+		}); err != nil {
+			return nil, nil, fmt.Errorf("weir not ready: %w\n%s", err, weir.tail(4000))
+		}
+		b, _ := os.ReadFile(ready)
+		return weir, &admin{ns: topo.router, addr: strings.TrimSpace(string(b))}, nil
+	}
+	weir, weirAdmin, err := startWeir("weir")
 	if err != nil {
 		return nil, err
 	}
-	if err := waitFor(ctx, 30*time.Second, weir, func() bool {
-		b, err := os.ReadFile(ready)
-		return err == nil && bytes.HasSuffix(b, []byte("\n"))
-	}); err != nil {
-		return nil, fmt.Errorf("weir not ready: %w\n%s", err, weir.tail(4000))
-	}
-	adminB, _ := os.ReadFile(ready)
-	weirAdmin := &admin{ns: topo.router, addr: strings.TrimSpace(string(adminB))}
 	paths := []*path{
 		{Name: "kernel", Addr: serverAddr},
 		{Name: "weir", Addr: weirVIP, app: weir, admin: weirAdmin},
@@ -285,17 +291,6 @@ func runBench(ctx context.Context, o options, tests []testDef) (*report, error) 
 	for _, p := range paths {
 		rep.Paths = append(rep.Paths, p.Name)
 	}
-	// The idle measurement runs first, on a weir that has carried nothing
-	// yet but the probes: what N idle connections add to it.
-	if o.Idle > 0 {
-		fmt.Fprintf(os.Stderr, "idle: holding %d spliced connections through weir\n", o.Idle)
-		im, err := measureIdle(ctx, topo, self, logDir, weir, weirAdmin, o.Idle)
-		if err != nil {
-			return nil, fmt.Errorf("idle measurement: %w", err)
-		}
-		fmt.Fprintf(os.Stderr, "idle: %.1f KiB RSS, %.1f KiB heap+stacks, %.2f goroutines per connection\n", im.RSSKiBPerConn, im.GoKiBPerConn, im.GoroutinesPerConn)
-		rep.Idle = im
-	}
 	started := time.Now()
 	total := o.Reps * len(tests) * len(paths)
 	n := 0
@@ -332,6 +327,27 @@ func runBench(ctx context.Context, o options, tests []testDef) (*report, error) 
 				}
 			}
 		}
+	}
+	// The idle measurement runs last, on a weir of its own that has carried
+	// nothing but the probe: what N idle connections add to a fresh weir
+	// (memory the matrix left resident would hide some of it), and none of
+	// it in the matrix's peak RSS.
+	if o.Idle > 0 {
+		weir.stop(3 * time.Second)
+		iw, iadm, err := startWeir("weir-idle")
+		if err != nil {
+			return nil, err
+		}
+		if err := probe(ctx, topo, self, &path{Name: "weir", Addr: weirVIP}); err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(os.Stderr, "idle: holding %d spliced connections through a fresh weir\n", o.Idle)
+		im, err := measureIdle(ctx, topo, self, logDir, iw, iadm, o.Idle)
+		if err != nil {
+			return nil, fmt.Errorf("idle measurement: %w", err)
+		}
+		fmt.Fprintf(os.Stderr, "idle: %.1f KiB RSS, %.1f KiB heap+stacks, %.2f goroutines per connection\n", im.RSSKiBPerConn, im.GoKiBPerConn, im.GoroutinesPerConn)
+		rep.Idle = im
 	}
 	rep.summarize()
 	return rep, nil
@@ -398,8 +414,8 @@ func probe(ctx context.Context, topo *topology, self string, p *path) error {
 }
 
 // runOne runs test t on path p once, measuring p's appliance around it.
-func runOne(ctx context.Context, topo *topology, self string, o options, t testDef, p *path, rep int, logDir string) sample {
-	s := sample{Test: t.ID, Path: p.Name, Rep: rep}
+func runOne(ctx context.Context, topo *topology, self string, o options, t testDef, p *path, rep int, logDir string) (s sample) {
+	s = sample{Test: t.ID, Path: p.Name, Rep: rep}
 	if p.admin != nil && t.ID == o.Profile {
 		// The profile covers the run but its first and last half second
 		// (ramp-up and the connections in flight at the end).

@@ -18,6 +18,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -42,6 +43,10 @@ type idleResult struct {
 	GoroutinesPerConn float64 `json:"goroutines_per_conn"`
 	RSSBefore         int64   `json:"rss_before_bytes"`
 	RSSHeld           int64   `json:"rss_held_bytes"`
+	// HeapFile is weir's heap profile while the connections are held,
+	// HeapTop its `go tool pprof -top` (in-use space; empty without Go).
+	HeapFile string `json:"heap_file,omitempty"`
+	HeapTop  string `json:"heap_top,omitempty"`
 }
 
 // holdResult is `weirbench hold`'s line once its connections are open.
@@ -182,8 +187,13 @@ func measureIdle(ctx context.Context, topo *topology, self, logDir string, weir 
 	if err != nil {
 		return nil, err
 	}
+	heapFile := filepath.Join(logDir, "heap-idle.pprof")
+	var heapTop string
+	if b, err := adm.get(ctx, "/debug/pprof/heap", 30*time.Second); err == nil && os.WriteFile(heapFile, b, 0o644) == nil {
+		heapTop = pprofTop(ctx, heapFile, "-sample_index=inuse_space")
+	}
 	hold.stop(5 * time.Second)
-	// The matrix starts once weir has let the connections go.
+	// weir lets the connections go before the harness stops it.
 	_ = waitFor(ctx, 30*time.Second, weir, func() bool {
 		g, err := adm.goroutines(ctx)
 		return err == nil && g <= before.g+n/100+5
@@ -197,6 +207,7 @@ func measureIdle(ctx context.Context, topo *topology, self, logDir string, weir 
 		StackKiBPerConn:   per(before.mem.StackInuse, held.mem.StackInuse),
 		GoroutinesPerConn: float64(held.g-before.g) / float64(hr.Held),
 		RSSBefore:         before.rss, RSSHeld: held.rss,
+		HeapFile: heapFile, HeapTop: heapTop,
 	}, nil
 }
 

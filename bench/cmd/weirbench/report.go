@@ -279,6 +279,9 @@ func (r *report) markdown() string {
 		fmt.Fprintf(&b, "\nIdle spliced connections through weir (each carried one request and response, then silent): %d held (%d failed to open); "+
 			"per connection %.1f KiB RSS, %.1f KiB Go heap + stacks in use after a GC (%.1f heap, %.1f stacks), %.2f goroutines; RSS %s before, %s held\n",
 			im.Conns, im.Errors, im.RSSKiBPerConn, im.GoKiBPerConn, im.HeapKiBPerConn, im.StackKiBPerConn, im.GoroutinesPerConn, fmtMiB(im.RSSBefore), fmtMiB(im.RSSHeld))
+		if im.HeapTop != "" {
+			fmt.Fprintf(&b, "\nweir's heap while they are held (%s, in use)\n\n```\n%s```\n", im.HeapFile, im.HeapTop)
+		}
 	}
 	for _, p := range r.Profiles {
 		fmt.Fprintf(&b, "\nweir CPU profile, %s rep %d (%s)\n\n", p.Test, p.Rep, p.File)
