@@ -133,10 +133,10 @@ func (f *Forwarder) splice(req *ConnRequest, d Decision, sess Session, client *C
 
 	http := req.Service != nil && req.Service.Proto == policy.ProtoHTTP
 	done := make(chan struct{})
-	go func() {
+	f.workers.Go(func() {
 		defer close(done)
 		f.guard(c, func() { f.copyToClient(c, d, http) })
-	}()
+	})
 	f.guard(c, func() { f.copyHalf(c, target, client, &c.toTarget, t.FirstByte) })
 	<-done
 	if tm := c.fbTimer.Load(); tm != nil {
