@@ -146,9 +146,12 @@ func pprofTop(ctx context.Context, file string, flags ...string) string {
 		return ""
 	}
 	args := append([]string{"tool", "pprof", "-top", "-nodecount=30"}, flags...)
-	out, err := exec.CommandContext(ctx, "go", append(args, file)...).Output()
+	cmd := exec.CommandContext(ctx, "go", append(args, file)...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
 	if err != nil {
-		return ""
+		return fmt.Sprintf("go tool pprof: %v: %s\n", err, strings.TrimSpace(stderr.String()))
 	}
 	return string(out)
 }
