@@ -226,7 +226,7 @@ func TestSmoke(t *testing.T) {
 	out := filepath.Join(dir, "out")
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bench, "-weir", weir, "-out", out, "-reps", "1", "-iperf-time", "1s", "-conn-time", "300ms", "-pause", "0s",
+	cmd := exec.CommandContext(ctx, bench, "-weir", weir, "-out", out, "-reps", "1", "-iperf-time", "1s", "-conn-time", "300ms", "-pause", "0s", "-idle", "300", "-profile", "conn16",
 		"-peer-name", "weir2", "-peer-cmd", weir+` run -c `+peerCfg+` --tun "$BENCH_TUN" --admin 127.0.0.1:0 --log-level warn`)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	start := time.Now()
@@ -262,6 +262,16 @@ func TestSmoke(t *testing.T) {
 		if a.CPUSec <= 0 || a.PeakRSS <= 0 || a.CPUPerGB <= 0 {
 			t.Errorf("appliance %+v", a)
 		}
+	}
+	// The idle measurement: every connection held, each costing weir
+	// memory and its splice goroutines.
+	if im := rep.Idle; im == nil || im.Conns != 300 || im.Errors != 0 || im.GoKiBPerConn <= 0 || im.GoroutinesPerConn < 1 {
+		t.Errorf("idle measurement %+v", im)
+	}
+	if len(rep.Profiles) != 1 || rep.Profiles[0].Err != "" {
+		t.Errorf("profiles %+v", rep.Profiles)
+	} else if st, err := os.Stat(rep.Profiles[0].File); err != nil || st.Size() == 0 {
+		t.Errorf("profile file: %v", err)
 	}
 	md, err := os.ReadFile(filepath.Join(out, "bench-e2e.md"))
 	if err != nil || !strings.Contains(string(md), "| test | unit | kernel | weir | weir / kernel | weir2 | weir2 / kernel |") {
