@@ -23,7 +23,7 @@ func cpuTime() time.Duration {
 
 // benchRig is a client stack, weir (front and back arm) and a target, all in
 // memory (or the target on host loopback).
-func benchRig(b *testing.B, host bool, handle func(net.Conn)) (*rig, netip.AddrPort) {
+func benchRig(b testing.TB, host bool, handle func(net.Conn)) (*rig, netip.AddrPort) {
 	vs := &policy.VirtualServer{Name: "bench", VIPs: []netip.Addr{vipV4}, Ports: policy.PortRange{Lo: 80, Hi: 80}}
 	var target *policy.Target
 	var back *backArm

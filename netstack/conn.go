@@ -3,6 +3,7 @@ package netstack
 import (
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -52,6 +53,21 @@ type Conn struct {
 	*gonet.TCPConn
 	ep *tcp.Endpoint
 	wq *waiter.Queue
+	// readDeadline is the last read deadline set (nil or zero: none), for
+	// waitReadable; gonet keeps its own for Read.
+	readDeadline atomic.Pointer[time.Time]
+}
+
+// SetDeadline implements net.Conn.
+func (c *Conn) SetDeadline(t time.Time) error {
+	c.readDeadline.Store(&t)
+	return c.TCPConn.SetDeadline(t)
+}
+
+// SetReadDeadline implements net.Conn.
+func (c *Conn) SetReadDeadline(t time.Time) error {
+	c.readDeadline.Store(&t)
+	return c.TCPConn.SetReadDeadline(t)
 }
 
 var _ Leg = (*Conn)(nil)

@@ -398,6 +398,7 @@ type Forwarder struct {
 
 	nextID  atomic.Uint64
 	bufPool sync.Pool // *[]byte of BufferSize
+	workers warmPool  // serve and splice goroutines, reused (warm.go)
 
 	mu      sync.Mutex
 	closed  bool                                                      // protected by mu
@@ -447,6 +448,7 @@ func NewForwarder(s *Stack, opts ForwarderOptions) *Forwarder {
 		return &b
 	}
 	f.tw.init()
+	f.workers.init(defaultWarmIdle)
 	f.sampler.init(time.Now())
 	f.fwd = tcp.NewForwarder(s.s, 0, opts.MaxInFlight, f.handle)
 	s.s.SetTransportProtocolHandler(tcp.ProtocolNumber, f.fwd.HandlePacket)
@@ -515,6 +517,7 @@ func (f *Forwarder) Close() error {
 		c.abort()
 	}
 	f.wg.Wait()
+	f.workers.close()
 	f.s.setSYNHook(nil)
 	return nil
 }

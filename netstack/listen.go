@@ -148,12 +148,12 @@ func (f *Forwarder) accepted1(client *Conn, vip netip.AddrPort) {
 	f.wg.Add(1)
 	f.mu.Unlock()
 	f.pendingN.Add(1)
-	go func() {
+	f.workers.Go(func() {
 		defer f.wg.Done()
 		var req *ConnRequest
 		defer f.recoverConn(&req, client.reset)
 		f.serve(&req, client, vip)
-	}()
+	})
 }
 
 // closeListeners stops every listener and waits for the accept loops.

@@ -2,7 +2,7 @@ package netstack
 
 // Splice flow
 //
-//	client ──Read──► buffer (pooled, BufferSize) ──Write──► target   (this goroutine)
+//	client ──Read──► buffer (pooled, BufferSize; lent only while data waits) ──Write──► target   (this goroutine)
 //	client ◄─Write── buffer (pooled, BufferSize) ◄──Read─── target   (one more goroutine)
 //
 // EOF on one side is passed on as CloseWrite (FIN) to the other; the
@@ -133,10 +133,10 @@ func (f *Forwarder) splice(req *ConnRequest, d Decision, sess Session, client *C
 
 	http := req.Service != nil && req.Service.Proto == policy.ProtoHTTP
 	done := make(chan struct{})
-	go func() {
+	f.workers.Go(func() {
 		defer close(done)
 		f.guard(c, func() { f.copyToClient(c, d, http) })
-	}()
+	})
 	f.guard(c, func() { f.copyHalf(c, target, client, &c.toTarget, t.FirstByte) })
 	<-done
 	if tm := c.fbTimer.Load(); tm != nil {
@@ -228,12 +228,14 @@ func (f *Forwarder) copyToClient(c *connEntry, d Decision, http bool) {
 // the wait with its first byte. Once the timer has won, errors no longer
 // abort: copyToClient answers the client first.
 func (f *Forwarder) copyHalf(c *connEntry, dst, src Leg, n *atomic.Uint64, firstByte time.Duration) {
-	bp := f.bufPool.Get().(*[]byte)
-	defer f.bufPool.Put(bp)
-	buf := *bp
+	// The buffer is lent only while src has data waiting (bufpool.go).
+	var bp *[]byte
+	defer func() { f.returnBuffer(bp) }()
 	toClient := dst == Leg(c.client)
 	for {
 		hook("splice")
+		bp = f.lendBuffer(src, bp)
+		buf := *bp
 		nr, er := src.Read(buf)
 		if nr > 0 {
 			if toClient && !c.fb.CompareAndSwap(fbWaiting, fbSpoke) && c.fb.Load() == fbExpired {

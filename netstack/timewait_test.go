@@ -131,3 +131,38 @@ func TestTimeWaitTableEmpties(t *testing.T) {
 		return len(r.fwd.tw.m) == 0
 	}, "the TIME_WAIT table did not empty")
 }
+
+// TestTimeWaitBounded: with the default TIME_WAIT, the client legs weir
+// closed first are gone from the stack (and the table) within
+// DefaultTimeWait and a margin, so the server-closes-first load holds
+// rate × DefaultTimeWait endpoints, not the 30 s worth it used to.
+func TestTimeWaitBounded(t *testing.T) {
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := serveListener(l, func(c net.Conn) { c.Close() })
+	defer stop()
+	vs := &policy.VirtualServer{Name: "short", VIPs: []netip.Addr{vipV4}, Ports: policy.PortRange{Lo: 80, Hi: 80}}
+	adm := &testAdmitter{target: &policy.Target{Name: "t", Addr: l.Addr().(*net.TCPAddr).AddrPort()}}
+	r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: services(vs), Admitter: adm}})
+	const n = 50
+	for i := 0; i < n; i++ {
+		c := dial(t, r.client, netip.AddrPortFrom(vipV4, 80))
+		io.ReadAll(c)
+		c.Close()
+	}
+	testutil.Eventually(t, 10*time.Second, func() bool { return adm.nClosed.Load() == n }, "all connections ended")
+	ended := time.Now()
+	if k := len(r.weir.s.RegisteredEndpoints()); k == 0 {
+		t.Fatal("no client leg of weir's in TIME_WAIT")
+	}
+	// A fixed bound, not DefaultTimeWait: it is the memory budget.
+	testutil.Eventually(t, 4*time.Second, func() bool {
+		r.fwd.tw.mu.Lock()
+		tw := len(r.fwd.tw.m)
+		r.fwd.tw.mu.Unlock()
+		return tw == 0 && len(r.weir.s.RegisteredEndpoints()) == 0
+	}, "weir's stack still holds endpoints in TIME_WAIT")
+	t.Logf("%d TIME_WAIT legs gone %v after the last connection ended (DefaultTimeWait %v)", n, time.Since(ended).Round(10*time.Millisecond), DefaultTimeWait)
+}

@@ -93,7 +93,7 @@ func newRunCmd() *cobra.Command {
 	f.StringVarP(&o.config, "config", "c", "", "config `FILE` (YAML or Policy Agent); with --user it must stay readable by that user for reloads")
 	f.StringVar(&o.tunName, "tun", "weir0", "TUN interface `NAME`: 1 to 15 bytes, no '/', ':' or space")
 	f.IntVar(&o.mtu, "mtu", 1500, "TUN MTU in bytes (576..65535)")
-	f.IntVar(&o.queues, "queues", 1, "TUN queues, one datapath worker each (≥ 1)")
+	f.IntVar(&o.queues, "queues", tun.DefaultQueues(), "TUN queues, one datapath worker each (≥ 1; default one per two CPU cores, at most 8)")
 	f.StringSliceVar(&o.tunAddrs, "tun-addr", nil, "address `PREFIX` for the TUN interface (repeatable); the VIPs are routed through it either way")
 	f.StringVar(&o.admin.Addr, "admin", admin.DefaultAddr, "admin API `HOST:PORT`; a non-loopback address needs a token (--admin-token-file)")
 	f.StringVar(&o.tokenFile, "admin-token-file", "", "read the bearer token the admin API requires from `FILE` (default: $"+adminTokenEnv+" if set)")

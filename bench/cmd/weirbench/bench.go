@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -31,6 +32,10 @@ type options struct {
 	PeerCmd   string        // the peer appliance's command ("" means none)
 	PeerName  string        // its column's name
 	Note      string        // a line for the report's header (the machine's state)
+	Tests     string        // comma-separated test IDs to run ("" means all)
+	WeirArgs  string        // extra arguments for weir run, split on spaces
+	Profile   string        // a test ID whose weir runs are CPU-profiled ("" means none)
+	Idle      int           // idle spliced connections to hold and measure (0: none)
 }
 
 // testKind is what a test drives.
@@ -72,9 +77,10 @@ var tests = []testDef{
 
 // path is one way from the client to the server.
 type path struct {
-	Name string `json:"name"`
-	Addr string `json:"addr"` // what the client connects to
-	app  *daemon
+	Name  string `json:"name"`
+	Addr  string `json:"addr"` // what the client connects to
+	app   *daemon
+	admin *admin // weir's admin API; nil for the others
 }
 
 // sample is one run of one test on one path.
@@ -92,6 +98,8 @@ type sample struct {
 	CPUSec  float64 `json:"cpu_sec,omitempty"`
 	PeakRSS int64   `json:"peak_rss_bytes,omitempty"`
 	Err     string  `json:"error,omitempty"`
+	// Profile is the CPU profile taken during the run (-profile).
+	Profile *profileResult `json:"-"`
 }
 
 // preflightBench says why the harness cannot run here, if it cannot.
@@ -123,8 +131,22 @@ func benchMain(args []string) error {
 	fs.StringVar(&o.PeerCmd, "peer-cmd", os.Getenv("PEER_CMD"), "another TUN appliance's `command` (default $PEER_CMD)")
 	fs.StringVar(&o.PeerName, "peer-name", envOr("PEER_NAME", "peer"), "the peer's column `name` (default $PEER_NAME or peer)")
 	fs.StringVar(&o.Note, "note", "machine not quiet: shared with other developers; the figures are orientation", "a `line` for the report's header")
+	fs.StringVar(&o.Tests, "tests", "", "comma-separated test `ids` to run (default all: "+testIDs()+")")
+	fs.StringVar(&o.WeirArgs, "weir-args", "", "extra `args` for weir run (split on spaces), e.g. '--queues 2'")
+	fs.StringVar(&o.Profile, "profile", "", "CPU-profile weir during each run of test `id` (pprof files in the log dir, top in the report)")
+	fs.IntVar(&o.Idle, "idle", 10000, "idle spliced connections to hold through weir and measure per connection (0: skip)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	sel, err := selectTests(o.Tests)
+	if err != nil {
+		return err
+	}
+	if o.Profile != "" && !slices.ContainsFunc(sel, func(t testDef) bool { return t.ID == o.Profile }) {
+		return fmt.Errorf("-profile %q: not among the tests run", o.Profile)
+	}
+	if o.Idle < 0 || o.Idle > 15000 {
+		return errors.New("need 0 <= -idle <= 15000 (each end holds one descriptor per connection)")
 	}
 	if o.Reps < 1 || o.Reps > 20 || o.IperfTime < time.Second || o.IperfTime > 5*time.Minute ||
 		o.ConnTime <= 0 || o.ConnTime > 5*time.Minute {
@@ -135,7 +157,7 @@ func benchMain(args []string) error {
 	}
 	ctx, stop := signalContext()
 	defer stop()
-	rep, err := runBench(ctx, o)
+	rep, err := runBench(ctx, o, sel)
 	if err != nil {
 		return err
 	}
@@ -167,7 +189,7 @@ func envOr(k, def string) string {
 
 // runBench builds the topology, starts the servers and appliances, runs the
 // matrix and takes everything down again, also on error or ctx's end.
-func runBench(ctx context.Context, o options) (*report, error) {
+func runBench(ctx context.Context, o options, tests []testDef) (*report, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -206,23 +228,35 @@ func runBench(ctx context.Context, o options) (*report, error) {
 	if err := os.WriteFile(cfgPath, []byte(weirConfig()), 0o644); err != nil {
 		return nil, err
 	}
-	ready := filepath.Join(logDir, "weir.ready")
-	os.Remove(ready)
-	weir, err := start(topo.router, "weir", nil, o.Weir, "run", "-c", cfgPath, "--tun", weirTUN,
-		"--tun-addr", weirTUNAddr, "--admin", "127.0.0.1:0", "--ready-file", ready,
-		"--log-format", "json", "--log-level", "warn", "--grace", "1s")
+	// --pprof: the harness reads weir's goroutines and heap (the idle
+	// measurement) and its CPU profile (-profile) there.
+	startWeir := func(name string) (*daemon, *admin, error) {
+		ready := filepath.Join(logDir, name+".ready")
+		os.Remove(ready)
+		wargs := []string{o.Weir, "run", "-c", cfgPath, "--tun", weirTUN,
+			"--tun-addr", weirTUNAddr, "--admin", "127.0.0.1:0", "--ready-file", ready,
+			"--log-format", "json", "--log-level", "warn", "--grace", "1s", "--pprof"}
+		wargs = append(wargs, strings.Fields(o.WeirArgs)...)
+		weir, err := start(topo.router, name, nil, wargs...)
+		if err != nil {
+			return nil, nil, err
+		}
+		if err := waitFor(ctx, 30*time.Second, weir, func() bool {
+			b, err := os.ReadFile(ready)
+			return err == nil && bytes.HasSuffix(b, []byte("\n"))
+		}); err != nil {
+			return nil, nil, fmt.Errorf("weir not ready: %w\n%s", err, weir.tail(4000))
+		}
+		b, _ := os.ReadFile(ready)
+		return weir, &admin{ns: topo.router, addr: strings.TrimSpace(string(b))}, nil
+	}
+	weir, weirAdmin, err := startWeir("weir")
 	if err != nil {
 		return nil, err
 	}
-	if err := waitFor(ctx, 30*time.Second, weir, func() bool {
-		b, err := os.ReadFile(ready)
-		return err == nil && bytes.HasSuffix(b, []byte("\n"))
-	}); err != nil {
-		return nil, fmt.Errorf("weir not ready: %w\n%s", err, weir.tail(4000))
-	}
 	paths := []*path{
 		{Name: "kernel", Addr: serverAddr},
-		{Name: "weir", Addr: weirVIP, app: weir},
+		{Name: "weir", Addr: weirVIP, app: weir, admin: weirAdmin},
 	}
 
 	if o.PeerCmd != "" {
@@ -252,7 +286,7 @@ func runBench(ctx context.Context, o options) (*report, error) {
 	rep := &report{
 		Date: time.Now().UTC().Format(time.RFC3339), Machine: machine(), Note: o.Note,
 		Reps: o.Reps, IperfSec: int(o.IperfTime / time.Second), ConnSec: o.ConnTime.Seconds(),
-		Tests: tests,
+		Tests: tests, WeirArgs: o.WeirArgs,
 	}
 	for _, p := range paths {
 		rep.Paths = append(rep.Paths, p.Name)
@@ -272,7 +306,10 @@ func runBench(ctx context.Context, o options) (*report, error) {
 				}
 				n++
 				fmt.Fprintf(os.Stderr, "[%d/%d %s] rep %d  %-36s %-8s ", n, total, time.Since(started).Round(time.Second), r+1, t.Name, p.Name)
-				s := runOne(ctx, topo, self, o, t, p, r+1)
+				s := runOne(ctx, topo, self, o, t, p, r+1, logDir)
+				if s.Profile != nil {
+					rep.Profiles = append(rep.Profiles, *s.Profile)
+				}
 				rep.Samples = append(rep.Samples, s)
 				if s.Err != "" {
 					fmt.Fprintf(os.Stderr, "error: %s\n", s.Err)
@@ -290,6 +327,27 @@ func runBench(ctx context.Context, o options) (*report, error) {
 				}
 			}
 		}
+	}
+	// The idle measurement runs last, on a weir of its own that has carried
+	// nothing but the probe: what N idle connections add to a fresh weir
+	// (memory the matrix left resident would hide some of it), and none of
+	// it in the matrix's peak RSS.
+	if o.Idle > 0 {
+		weir.stop(3 * time.Second)
+		iw, iadm, err := startWeir("weir-idle")
+		if err != nil {
+			return nil, err
+		}
+		if err := probe(ctx, topo, self, &path{Name: "weir", Addr: weirVIP}); err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(os.Stderr, "idle: holding %d spliced connections through a fresh weir\n", o.Idle)
+		im, err := measureIdle(ctx, topo, self, logDir, iw, iadm, o.Idle)
+		if err != nil {
+			return nil, fmt.Errorf("idle measurement: %w", err)
+		}
+		fmt.Fprintf(os.Stderr, "idle: %.1f KiB RSS, %.1f KiB heap+stacks, %.2f goroutines per connection\n", im.RSSKiBPerConn, im.GoKiBPerConn, im.GoroutinesPerConn)
+		rep.Idle = im
 	}
 	rep.summarize()
 	return rep, nil
@@ -356,8 +414,19 @@ func probe(ctx context.Context, topo *topology, self string, p *path) error {
 }
 
 // runOne runs test t on path p once, measuring p's appliance around it.
-func runOne(ctx context.Context, topo *topology, self string, o options, t testDef, p *path, rep int) sample {
-	s := sample{Test: t.ID, Path: p.Name, Rep: rep}
+func runOne(ctx context.Context, topo *topology, self string, o options, t testDef, p *path, rep int, logDir string) (s sample) {
+	s = sample{Test: t.ID, Path: p.Name, Rep: rep}
+	if p.admin != nil && t.ID == o.Profile {
+		// The profile covers the run but its first and last half second
+		// (ramp-up and the connections in flight at the end).
+		secs := max(int(runLength(o, t).Seconds())-1, 1)
+		ch := p.admin.cpuProfile(ctx, secs, filepath.Join(logDir, fmt.Sprintf("cpu-%s-%s-%d.pprof", t.ID, p.Name, rep)))
+		defer func() {
+			pr := <-ch
+			pr.Test, pr.Rep = t.ID, rep
+			s.Profile = &pr
+		}()
+	}
 	var before usage
 	if p.app != nil {
 		resetPeak(p.app.pid())
@@ -389,6 +458,43 @@ func runOne(ctx context.Context, topo *topology, self string, o options, t testD
 		s.CPUSec, s.PeakRSS = after.CPUSec-before.CPUSec, after.PeakRSS
 	}
 	return s
+}
+
+// runLength is how long one run of t takes (the load's own time).
+func runLength(o options, t testDef) time.Duration {
+	if t.Kind == iperfTest {
+		return o.IperfTime
+	}
+	return o.ConnTime
+}
+
+// testIDs lists the tests' IDs for the -tests flag's help.
+func testIDs() string {
+	var ids []string
+	for _, t := range tests {
+		ids = append(ids, t.ID)
+	}
+	return strings.Join(ids, ",")
+}
+
+// selectTests is the -tests flag's selection, in the matrix's order.
+func selectTests(list string) ([]testDef, error) {
+	if list == "" {
+		return tests, nil
+	}
+	want := strings.Split(list, ",")
+	var out []testDef
+	for _, t := range tests {
+		if slices.Contains(want, t.ID) {
+			out = append(out, t)
+		}
+	}
+	for _, w := range want {
+		if !slices.ContainsFunc(tests, func(t testDef) bool { return t.ID == w }) {
+			return nil, fmt.Errorf("-tests: no test %q (have %s)", w, testIDs())
+		}
+	}
+	return out, nil
 }
 
 // iperf runs iperf3's client in the client namespace against addr.

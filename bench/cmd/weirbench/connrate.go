@@ -201,6 +201,12 @@ func rrConn(c net.Conn, resp []byte) {
 	if _, err := c.Write(resp); err != nil {
 		return
 	}
+	if req[0] == closeNever {
+		// Held idle (the idle measurement) until the client closes.
+		c.SetDeadline(time.Time{})
+		io.Copy(io.Discard, c)
+		return
+	}
 	if req[0] == closeClient {
 		// Wait for the client's FIN so that the client closes first.
 		io.Copy(io.Discard, c)

@@ -23,7 +23,8 @@
 // peer must connect each such connection to its original destination.
 //
 // `weirbench connrate` and `weirbench rrserver` are the load's two ends,
-// which the harness starts in the client and the server namespaces.
+// which the harness starts in the client and the server namespaces;
+// `weirbench hold` holds the idle connections of the idle measurement.
 package main
 
 import (
@@ -42,6 +43,8 @@ func main() {
 	switch {
 	case len(args) > 0 && args[0] == "connrate":
 		err = connRateMain(args[1:])
+	case len(args) > 0 && args[0] == "hold":
+		err = holdMain(args[1:])
 	case len(args) > 0 && args[0] == "rrserver":
 		err = rrServerMain(args[1:])
 	default:

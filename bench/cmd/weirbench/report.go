@@ -21,6 +21,12 @@ type report struct {
 	Summary  []summary `json:"summary"`
 	// Appliances are the resource figures of the paths that are processes.
 	Appliances []applianceSummary `json:"appliances"`
+	// WeirArgs are the extra arguments weir ran with (-weir-args).
+	WeirArgs string `json:"weir_args,omitempty"`
+	// Idle is the idle-connection measurement (nil with -idle 0).
+	Idle *idleResult `json:"idle,omitempty"`
+	// Profiles are weir's CPU profiles (-profile).
+	Profiles []profileResult `json:"profiles,omitempty"`
 }
 
 // stat is a median with its spread over the repetitions.
@@ -166,6 +172,9 @@ func (r *report) markdown() string {
 		"%d interleaved repetitions, iperf3 %d s, connection loads %gs each. "+
 		"Cells: median [min–max]; ratios are medians over the kernel's median.\n\n",
 		r.Reps, r.IperfSec, r.ConnSec)
+	if r.WeirArgs != "" {
+		fmt.Fprintf(&b, "weir ran with `%s`.\n\n", r.WeirArgs)
+	}
 
 	// Throughput and connection rate.
 	b.WriteString("| test | unit |")
@@ -264,6 +273,22 @@ func (r *report) markdown() string {
 				fmt.Fprintf(&b, " %s |", fmtMiB(r.cell(t.ID, a.Path).PeakRSS))
 			}
 			b.WriteString("\n")
+		}
+	}
+	if im := r.Idle; im != nil {
+		fmt.Fprintf(&b, "\nIdle spliced connections through weir (each carried one request and response, then silent): %d held (%d failed to open); "+
+			"per connection %.1f KiB RSS, %.1f KiB Go heap + stacks in use after a GC (%.1f heap, %.1f stacks), %.2f goroutines; RSS %s before, %s held\n",
+			im.Conns, im.Errors, im.RSSKiBPerConn, im.GoKiBPerConn, im.HeapKiBPerConn, im.StackKiBPerConn, im.GoroutinesPerConn, fmtMiB(im.RSSBefore), fmtMiB(im.RSSHeld))
+		if im.HeapTop != "" {
+			fmt.Fprintf(&b, "\nweir's heap while they are held (%s, in use)\n\n```\n%s```\n", im.HeapFile, im.HeapTop)
+		}
+	}
+	for _, p := range r.Profiles {
+		fmt.Fprintf(&b, "\nweir CPU profile, %s rep %d (%s)\n\n", p.Test, p.Rep, p.File)
+		if p.Err != "" {
+			fmt.Fprintf(&b, "error: %s\n", p.Err)
+		} else if p.Top != "" {
+			b.WriteString("```\n" + p.Top + "```\n")
 		}
 	}
 	var errs []string

@@ -226,7 +226,7 @@ func TestSmoke(t *testing.T) {
 	out := filepath.Join(dir, "out")
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bench, "-weir", weir, "-out", out, "-reps", "1", "-iperf-time", "1s", "-conn-time", "300ms", "-pause", "0s",
+	cmd := exec.CommandContext(ctx, bench, "-weir", weir, "-out", out, "-reps", "1", "-iperf-time", "1s", "-conn-time", "300ms", "-pause", "0s", "-idle", "300", "-profile", "conn16",
 		"-peer-name", "weir2", "-peer-cmd", weir+` run -c `+peerCfg+` --tun "$BENCH_TUN" --admin 127.0.0.1:0 --log-level warn`)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	start := time.Now()
@@ -263,6 +263,16 @@ func TestSmoke(t *testing.T) {
 			t.Errorf("appliance %+v", a)
 		}
 	}
+	// The idle measurement: every connection held, each costing weir
+	// memory and its splice goroutines.
+	if im := rep.Idle; im == nil || im.Conns != 300 || im.Errors != 0 || im.GoKiBPerConn <= 0 || im.GoroutinesPerConn < 1 {
+		t.Errorf("idle measurement %+v", im)
+	}
+	if len(rep.Profiles) != 1 || rep.Profiles[0].Err != "" {
+		t.Errorf("profiles %+v", rep.Profiles)
+	} else if st, err := os.Stat(rep.Profiles[0].File); err != nil || st.Size() == 0 {
+		t.Errorf("profile file: %v", err)
+	}
 	md, err := os.ReadFile(filepath.Join(out, "bench-e2e.md"))
 	if err != nil || !strings.Contains(string(md), "| test | unit | kernel | weir | weir / kernel | weir2 | weir2 / kernel |") {
 		t.Errorf("markdown (%v):\n%s", err, md)
@@ -270,5 +280,39 @@ func TestSmoke(t *testing.T) {
 	// Everything the harness started is gone with it.
 	if pids, _ := exec.Command("pgrep", "-f", dir).Output(); len(pids) > 0 {
 		t.Errorf("processes left behind: %s", pids)
+	}
+}
+
+func TestParseAdminProfiles(t *testing.T) {
+	g, err := parseGoroutines([]byte("goroutine profile: total 20017\n1 @ 0x1\n"))
+	if err != nil || g != 20017 {
+		t.Errorf("parseGoroutines = %d, %v; want 20017", g, err)
+	}
+	if _, err := parseGoroutines([]byte("nonsense\n")); err == nil {
+		t.Error("parseGoroutines accepted a text without the total line")
+	}
+	heap := "heap profile: 1: 2 [3: 4] @ heap/1048576\n# runtime.MemStats\n# Alloc = 1\n# HeapInuse = 81920\n# Stack = 65536 / 65536\n"
+	m, err := parseMemStats([]byte(heap))
+	if err != nil || m.HeapInuse != 81920 || m.StackInuse != 65536 {
+		t.Errorf("parseMemStats = %+v, %v", m, err)
+	}
+	if _, err := parseMemStats([]byte("# HeapInuse = 1\n")); err == nil {
+		t.Error("parseMemStats accepted a profile without a Stack line")
+	}
+	if kb, err := statusKB("Name:\tweir\nVmRSS:\t  2048 kB\n", "VmRSS:"); err != nil || kb != 2048<<10 {
+		t.Errorf("statusKB = %d, %v", kb, err)
+	}
+}
+
+func TestSelectTests(t *testing.T) {
+	sel, err := selectTests("conn16-sc,stream1")
+	if err != nil || len(sel) != 2 || sel[0].ID != "stream1" || sel[1].ID != "conn16-sc" {
+		t.Errorf("selectTests = %v, %v; want stream1, conn16-sc in the matrix's order", sel, err)
+	}
+	if _, err := selectTests("stream9"); err == nil {
+		t.Error("selectTests accepted an unknown test")
+	}
+	if all, _ := selectTests(""); len(all) != len(tests) {
+		t.Errorf("selectTests(\"\") = %d tests, want all %d", len(all), len(tests))
 	}
 }
