@@ -47,11 +47,61 @@ type delta struct {
 	bytes                       uint64 // both directions
 	from, to                    DirCounters
 	// waiting: data streamed for at least half the time since the last
-	// observation (see AggSample.Waiting), which is elapsed.
-	waiting bool
-	elapsed time.Duration
+	// observation, elapsed (see AggSample.Waiting); stream is that
+	// streaming time.
+	waiting         bool
+	elapsed, stream time.Duration
 	// rtoUnknown: the target leg does not count its RTO expiries.
 	rtoUnknown bool
+}
+
+// Streaming: what "data waiting" means.
+//
+// weir cannot see a target's send queue, nor (on a host-socket leg) its
+// own peer's, so it judges a backlog by how data arrives. Every read, in
+// either direction, ends a gap: the time since the connection's previous
+// read. The gap counts as streaming time (connEntry.streamNs) when the
+// read brought at least gap × StreamRate bytes, that is when the data came
+// at StreamRate or faster over the gap, and the gap is at most
+// StreamMaxGap. The rule looks at the bytes that ended a gap, not at the
+// gap alone, because a sender with a backlog on a throttled path is gappy
+// but moves a lot when it moves: eight connections sharing a capped link
+// get their data in turns a few hundred milliseconds apart, and a stall
+// after a loss ends with the retransmission and everything queued behind
+// it in one read, while a keystroke after the user paused, an echo, a
+// keep-alive or a screen refresh once a second brings a few bytes or a few
+// KB after a long pause. A fixed gap limit (250 ms before) judged the
+// first case idle and a fast typist (a byte every 200 ms) streaming.
+//
+// The sampler then counts a connection as waiting for an interval when its
+// streaming time is at least half of its time in the interval
+// (AggSample.Waiting), and reports that streaming time (WaitingTime): the
+// MinRate check without a MeanRate judges those connections by their rate
+// while their data was moving.
+//
+// Limits of the rule: a bulk transfer throttled below StreamRate is not
+// told from an interactive session and is never judged slow; a client too
+// slow to take the data stalls the target→client half in Write and counts
+// like a slow target.
+
+// StreamRate is the slowest delivery, in bytes per second (32 Kbit/s),
+// that still counts as a stream of data (see "Streaming" above): a read of
+// n bytes continues a stream when it came no more than n/StreamRate
+// seconds after the previous read. Far below any MinRate worth setting (the
+// seed's is 500 Kbit/s) and far above a typist's or a once-a-second status
+// screen's few hundred bytes per second.
+const StreamRate = 4000
+
+// StreamMaxGap is the longest gap that can count as streaming, however
+// much data ended it: longer than a few retransmission timeouts, a pause
+// is the application's, not the path's.
+const StreamMaxGap = 5 * time.Second
+
+// streamed reports whether a read of n bytes, gap nanoseconds after the
+// connection's previous read, continues a stream (see StreamRate). It runs
+// once per read in the splice.
+func streamed(gap int64, n int) bool {
+	return gap >= 0 && gap <= int64(StreamMaxGap) && int64(n)*int64(time.Second) >= gap*StreamRate
 }
 
 func sub(a, b uint64) uint64 {
@@ -89,18 +139,19 @@ type AggSample struct {
 	FromTarget, ToTarget DirCounters
 	// Waiting counts the connections that had data waiting to be sent
 	// during the interval, and WaitingBytes their payload bytes. A
-	// connection counts when data kept moving through it (reads no more
-	// than StreamGap apart) for at least half of its time in the interval:
-	// its sender had a backlog, so a low rate is the path's or the
-	// target's doing, not an idle application's. (The raw counter is the
-	// splice's streamNs; policy's MinRate check without a MeanRate judges
-	// these connections only.)
+	// connection counts when data kept streaming through it (see
+	// StreamRate) for at least half of its time in the interval: its
+	// sender had a backlog, so a low rate is the path's or the target's
+	// doing, not an idle or interactive application's. (The raw counter
+	// is the splice's streamNs; policy's MinRate check without a MeanRate
+	// judges these connections only.)
 	Waiting      int
 	WaitingBytes uint64
-	// WaitingTime is the sum of those connections' time in the interval
-	// (a connection that opened or closed in it counts its part only), so
-	// WaitingBytes/WaitingTime is their rate per connection, fair to a
-	// short one.
+	// WaitingTime is the sum of those connections' streaming time in the
+	// interval (the time data kept moving, stalls longer than StreamRate
+	// explains left out), so WaitingBytes/WaitingTime is their rate per
+	// connection while they had data waiting: fair to a connection that
+	// opened, closed or paused in the interval.
 	WaitingTime time.Duration
 	// TimeoutsUnknown counts the connections whose target leg cannot count
 	// RTO expiries (a host socket on a kernel before 6.7): Timeouts is then
@@ -118,7 +169,7 @@ func (a *AggSample) add(d delta) {
 	if d.waiting {
 		a.Waiting++
 		a.WaitingBytes += d.bytes
-		a.WaitingTime += d.elapsed
+		a.WaitingTime += d.stream
 	}
 	if d.rtoUnknown {
 		a.TimeoutsUnknown++
@@ -205,7 +256,8 @@ func (f *Forwarder) observe(c *connEntry, now time.Time) (cl, tg LegCounters, dt
 	}
 	stream := c.streamNs.Load()
 	if el := now.Sub(c.last.at); el > 0 {
-		dt.waiting, dt.elapsed = 2*(stream-c.last.stream) >= int64(el), el
+		dt.elapsed, dt.stream = el, time.Duration(stream-c.last.stream)
+		dt.waiting = 2*dt.stream >= el
 	}
 	dt.rtoUnknown = !tg.TimeoutsKnown
 	c.last = sampleState{at: now, client: cl, target: tg, toClient: toC, toTarget: toT, stream: stream, from: from, to: to}
