@@ -39,14 +39,6 @@ const (
 	fbExpired              // the first-byte timeout fired first
 )
 
-// StreamGap is the longest pause between two reads that still counts as
-// one stream of data: a sender with data waiting (a bulk transfer, even a
-// throttled one) delivers segment after segment with gaps well under it,
-// while an interactive session's keystrokes and an idle keep-alive leave
-// gaps far longer. 250 ms is above the inter-segment gap of a 50 Kbit/s
-// stream of full-size segments.
-const StreamGap = 250 * time.Millisecond
-
 // connEntry is one open, spliced connection in the forwarder's registry.
 type connEntry struct {
 	req    ConnRequest
@@ -59,9 +51,9 @@ type connEntry struct {
 	toClient atomic.Uint64 // bytes read from the target and written to the client
 	lastIO   atomic.Int64  // unix nanoseconds of the last byte moved
 	// streamNs is a raw counter: the nanoseconds during which data kept
-	// moving, in either direction, with gaps shorter than StreamGap; the
-	// sampler reads it to tell a connection whose sender had data waiting
-	// from an idle one (see AggSample.Waiting).
+	// streaming, in either direction (the gaps that streamed counts, see
+	// StreamRate); the sampler reads it to tell a connection whose sender
+	// had data waiting from an idle or interactive one (AggSample.Waiting).
 	streamNs atomic.Int64
 
 	closeOnce sync.Once
@@ -242,7 +234,7 @@ func (f *Forwarder) copyHalf(c *connEntry, dst, src Leg, n *atomic.Uint64, first
 				return
 			}
 			now := time.Now().UnixNano()
-			if gap := now - c.lastIO.Swap(now); gap >= 0 && gap < int64(StreamGap) {
+			if gap := now - c.lastIO.Swap(now); streamed(gap, nr) {
 				c.streamNs.Add(gap)
 			}
 			nw, ew := dst.Write(buf[:nr])
