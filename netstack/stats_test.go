@@ -2,7 +2,9 @@ package netstack
 
 import (
 	"io"
+	"net"
 	"net/netip"
+	"sync"
 	"testing"
 	"time"
 
@@ -93,8 +95,8 @@ func TestSampleDeltas(t *testing.T) {
 	}
 }
 
-// TestSampleWaiting: a connection whose data keeps coming (reads under
-// StreamGap apart for most of the interval) counts as having had data
+// TestSampleWaiting: a connection whose data keeps coming (1000 B every
+// 20 ms, well above StreamRate, for most of the interval) counts as having had data
 // waiting; an idle one that sent a few bytes once does not, so MinRate
 // without a MeanRate never calls an idle session slow.
 func TestSampleWaiting(t *testing.T) {
@@ -146,5 +148,260 @@ func TestSampleWaiting(t *testing.T) {
 	}
 	if tg := s.Targets[0]; tg.Waiting != 1 || tg.TimeoutsUnknown != 0 && tg.TimeoutsUnknown != 2 {
 		t.Errorf("target: %+v", tg)
+	}
+}
+
+// TestStreamed pins the streaming rule, one read at a time: a gap counts
+// when the read that ends it came at StreamRate (4000 B/s) or faster, and
+// never beyond StreamMaxGap.
+func TestStreamed(t *testing.T) {
+	ms := int64(time.Millisecond)
+	for _, tc := range []struct {
+		name string
+		gap  int64
+		n    int
+		want bool
+	}{
+		{"a full segment 50 ms after the last (231 Kbit/s)", 50 * ms, 1448, true},
+		{"a turn of a shared capped link: 9000 B after 300 ms", 300 * ms, 9000, true},
+		{"a loss recovered after 450 ms, the queue behind it in one read", 450 * ms, 20_000, true},
+		{"exactly StreamRate", 1000 * ms, StreamRate, true},
+		{"just below StreamRate", 1000 * ms, StreamRate - 1, false},
+		{"a fast typist's keystroke 200 ms after the last", 200 * ms, 1, false},
+		{"its echo 1 ms later", 1 * ms, 1, false},
+		{"a status screen of 1000 B every 500 ms", 500 * ms, 1000, false},
+		{"an idle session's first key after a minute", 60_000 * ms, 1, false},
+		{"a full buffer after a pause longer than StreamMaxGap", int64(StreamMaxGap) + 1, 1 << 20, false},
+		{"back to back", 0, 1, true},
+		{"a clock step backwards", -ms, 1000, false},
+	} {
+		if got := streamed(tc.gap, tc.n); got != tc.want {
+			t.Errorf("%s: streamed(%v, %d) = %v, want %v", tc.name, time.Duration(tc.gap), tc.n, got, tc.want)
+		}
+	}
+}
+
+// cappedLink is a target behind one rate-capped link that its connections
+// share: it serves them in turns, chunk bytes to one connection, then waits
+// the chunk's time at rate bytes/s before the next. With n connections each
+// gets chunk bytes every n·chunk/rate: gappy, but with data always waiting.
+func cappedLink(t *testing.T, rate, chunk int) (netip.AddrPort, func()) {
+	t.Helper()
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu    sync.Mutex
+		conns []net.Conn
+		wg    sync.WaitGroup
+	)
+	quit := make(chan struct{})
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		buf := make([]byte, chunk)
+		turn := time.Duration(chunk) * time.Second / time.Duration(rate)
+		for i := 0; ; i++ {
+			mu.Lock()
+			var c net.Conn
+			if len(conns) > 0 {
+				c = conns[i%len(conns)]
+			}
+			mu.Unlock()
+			if c != nil {
+				_ = c.SetWriteDeadline(time.Now().Add(time.Second))
+				_, _ = c.Write(buf)
+			}
+			select {
+			case <-quit:
+				return
+			case <-time.After(turn):
+			}
+		}
+	}()
+	return l.Addr().(*net.TCPAddr).AddrPort(), func() {
+		close(quit)
+		l.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	}
+}
+
+// verdict is policy's MinRate verdict on one target-action aggregate, as
+// the appliance asks for it (a MinRate without a MeanRate judges the
+// waiting connections by their streaming time).
+func verdict(a *policy.Action, ag AggSample, interval time.Duration) int {
+	tg := &policy.Target{Name: ag.Name, Weight: 1}
+	s := policy.TargetSample{Interval: interval, ActiveConns: int64(ag.Active), Bytes: ag.Bytes, Actions: []policy.ActionSample{{
+		Action: a, ActiveConns: int64(ag.Active), Bytes: ag.Bytes,
+		WaitingConns: int64(ag.Waiting), WaitingBytes: ag.WaitingBytes, WaitingTime: ag.WaitingTime,
+	}}}
+	e := policy.Explain(&policy.Monitor{}, tg, &s, nil)
+	if len(e.Levels) != 1 {
+		return -1
+	}
+	return e.Levels[0].MinRateFraction
+}
+
+// TestSampleWaitingCappedLink reproduces the lapse of the MinRate verdict
+// under contention: 8 gold connections (MinRate 500 Kbit/s, no MeanRate)
+// share a link capped at 1.92 Mbit/s, so each gets 9000 B every 300 ms
+// (240 Kbit/s): reads more than 250 ms apart, which the old fixed gap
+// limit judged idle (verdict 0). Every interval, all 8 must count as
+// waiting, at about their real rate, and the verdict must read 100.
+func TestSampleWaitingCappedLink(t *testing.T) {
+	const conns, perConn, chunk = 8, 30_000, 9000 // B/s each, B per turn
+	addr, stopLink := cappedLink(t, conns*perConn, chunk)
+	defer stopLink()
+	vs := &policy.VirtualServer{Name: "dl", VIPs: []netip.Addr{vipV4}, Ports: policy.PortRange{Lo: 80, Hi: 80}}
+	target := &policy.Target{Name: "a", Addr: addr}
+	gold := &policy.Action{Name: "gold", MinRate: 500}
+	adm := &testAdmitter{admit: func(r *ConnRequest) Decision {
+		return Decision{Verdict: Accept, Target: target, Action: gold}
+	}}
+	r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: services(vs), Admitter: adm}})
+	var wg sync.WaitGroup
+	defer wg.Wait() // after the connections close
+	for range conns {
+		c := dial(t, r.client, netip.AddrPortFrom(vipV4, 80))
+		defer c.Close()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _ = io.Copy(io.Discard, c)
+		}()
+	}
+	testutil.Eventually(t, 10*time.Second, func() bool { return r.fwd.Stats().Open == conns }, "all connections open")
+	time.Sleep(500 * time.Millisecond) // every connection past its first turn
+	r.fwd.Sample()
+	for i := range 3 {
+		time.Sleep(time.Second)
+		s := r.fwd.Sample()
+		interval := s.End.Sub(s.Start)
+		if len(s.TargetActions) != 1 {
+			t.Fatalf("interval %d: sample %+v", i, s)
+		}
+		g := s.TargetActions[0]
+		kbps := -1.0
+		if g.WaitingTime > 0 {
+			kbps = float64(g.WaitingBytes) * 8 / g.WaitingTime.Seconds() / 1000
+		}
+		t.Logf("interval %d (%v): %d active, %d waiting, %d B, %.0f Kbit/s per connection while streaming (noisy on a loaded host)",
+			i, interval.Round(time.Millisecond), g.Active, g.Waiting, g.WaitingBytes, kbps)
+		if g.Active != conns || g.Waiting != conns {
+			t.Errorf("interval %d: %d active, %d waiting; want all %d waiting", i, g.Active, g.Waiting, conns)
+		}
+		if f := verdict(gold, g, interval); f != 100 {
+			t.Errorf("interval %d: MinRate verdict %d, want 100 (about 240 Kbit/s each, MinRate 500)", i, f)
+		}
+	}
+}
+
+// TestSampleWaitingInteractive: sessions that are idle or interactive
+// never count as waiting, so the MinRate verdict stays 0 for them: an idle
+// one, a fast typist (a byte every 100 ms, echoed: gaps well under the old
+// 250 ms limit, which called it streaming and slow) and a status screen
+// the target redraws with 1000 B every 500 ms.
+func TestSampleWaitingInteractive(t *testing.T) {
+	echo, stopEcho := echoServer(t, "tcp4", "127.0.0.1:0")
+	defer stopEcho()
+	sl, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	quit := make(chan struct{})
+	stopScreen := serveListener(sl, func(c net.Conn) {
+		defer c.Close()
+		screen := make([]byte, 1000)
+		for {
+			if _, err := c.Write(screen); err != nil {
+				return
+			}
+			select {
+			case <-quit:
+				return
+			case <-time.After(500 * time.Millisecond):
+			}
+		}
+	})
+	defer stopScreen()
+	defer close(quit)
+	vs := &policy.VirtualServer{Name: "telnet", VIPs: []netip.Addr{vipV4}, Ports: policy.PortRange{Lo: 80, Hi: 82}}
+	acts := map[uint16]*policy.Action{
+		80: {Name: "idle", MinRate: 500}, 81: {Name: "typist", MinRate: 500}, 82: {Name: "screen", MinRate: 500},
+	}
+	adm := &testAdmitter{admit: func(r *ConnRequest) Decision {
+		tg := &policy.Target{Name: "echo", Addr: echo}
+		if r.VIP.Port() == 82 {
+			tg = &policy.Target{Name: "screen", Addr: sl.Addr().(*net.TCPAddr).AddrPort()}
+		}
+		return Decision{Verdict: Accept, Target: tg, Action: acts[r.VIP.Port()]}
+	}}
+	r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: services(vs), Admitter: adm}})
+	var wg sync.WaitGroup
+	defer wg.Wait() // after the connections close
+	idle := dial(t, r.client, netip.AddrPortFrom(vipV4, 80))
+	defer idle.Close()
+	typist := dial(t, r.client, netip.AddrPortFrom(vipV4, 81))
+	defer typist.Close()
+	screen := dial(t, r.client, netip.AddrPortFrom(vipV4, 82))
+	defer screen.Close()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_, _ = io.Copy(io.Discard, screen)
+	}()
+	testutil.Eventually(t, 10*time.Second, func() bool { return r.fwd.Stats().Open == 3 }, "all connections open")
+	r.fwd.Sample()
+	key := []byte{'x'}
+	for i := range 2 {
+		for range 10 { // 1 s of typing
+			if _, err := typist.Write(key); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := io.ReadFull(typist, key); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		s := r.fwd.Sample()
+		interval := s.End.Sub(s.Start)
+		seen := map[string]bool{}
+		for _, g := range s.TargetActions {
+			a := acts[80]
+			for _, x := range acts {
+				if x.Name == g.Action {
+					a = x
+				}
+			}
+			seen[g.Action] = true
+			t.Logf("interval %d: %s: %d B, %d waiting, streaming %v", i, g.Action, g.Bytes, g.Waiting, g.WaitingTime)
+			if g.Waiting != 0 {
+				t.Errorf("interval %d: %s counted as waiting: %+v", i, g.Action, g)
+			}
+			if f := verdict(a, g, interval); f != 0 {
+				t.Errorf("interval %d: %s reads MinRate verdict %d, want 0", i, g.Action, f)
+			}
+		}
+		if !seen["idle"] || !seen["typist"] || !seen["screen"] {
+			t.Errorf("interval %d: aggregates %+v, want idle, typist and screen", i, s.TargetActions)
+		}
 	}
 }

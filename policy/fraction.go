@@ -105,9 +105,12 @@ type ActionSample struct {
 	// session has nothing waiting and is not slow.
 	WaitingConns int64
 	WaitingBytes uint64
-	// WaitingTime is the sum of those flows' time in the interval (one
-	// that opened or closed in it counts its part); zero means each was
-	// open all of it. WaitingBytes/WaitingTime is their rate per flow.
+	// WaitingTime is the sum of those flows' streaming time in the
+	// interval: the time data kept moving through them (netstack's
+	// StreamRate rule), so one that opened, closed or stalled in the
+	// interval counts only its part. Zero means unknown: each counts the
+	// whole interval. WaitingBytes/WaitingTime is their rate per flow
+	// while they had data waiting.
 	WaitingTime time.Duration
 }
 
@@ -430,10 +433,13 @@ func ConnFraction(levels [3]int, conns, maxConns int64) int {
 // is no mean to say the service is busy, so the connections themselves must
 // say it: the caller passes only the flows that had data waiting to be sent
 // during the interval (ActionSample.WaitingConns, WaitingBytes; Explain
-// divides by WaitingTime, the time they were open, when it is known), and
-// the check trips when their average is below MinRate. An idle session has
-// nothing waiting and is never judged "slow"; a session whose sender had a
-// backlog and still moved less than MinRate is.
+// divides by WaitingTime, the time their data was moving, when it is
+// known), and the check trips when their average is below MinRate. An idle
+// or interactive session has nothing waiting and is never judged "slow"; a
+// session whose sender had a backlog and still moved less than MinRate is,
+// however gappy a shared, capped link makes its data (netstack judges
+// "waiting" by the bytes each read brings for the pause before it, not by
+// a fixed pause; see its StreamRate).
 func MinRateFraction(a *Action, conns int64, bytes uint64, interval time.Duration) int {
 	if a == nil || a.MinRate <= 0 || a.MeanRate < 0 || conns <= 0 || interval <= 0 {
 		return 0
@@ -453,8 +459,9 @@ func MinRateFraction(a *Action, conns int64, bytes uint64, interval time.Duratio
 func actionMinRate(as *ActionSample, interval time.Duration) int {
 	if as.Action != nil && as.Action.MeanRate == 0 {
 		if as.WaitingConns > 0 && as.WaitingTime > 0 {
-			// Per flow over the time each was open: a short transfer that
-			// closed early is judged by its own rate, not the interval's.
+			// Per flow over the time its data was moving: a short
+			// transfer that closed early, or paused, is judged by its own
+			// rate, not the interval's.
 			return MinRateFraction(as.Action, 1, as.WaitingBytes, as.WaitingTime)
 		}
 		return MinRateFraction(as.Action, as.WaitingConns, as.WaitingBytes, interval)
