@@ -660,3 +660,38 @@ func TestExplainLevels(t *testing.T) {
 		t.Errorf("fast telnetGold: %+v", e.Levels[0])
 	}
 }
+
+// TestMinRateStreamingTime: without a MeanRate the waiting flows are judged
+// by their rate while their data moved (WaitingTime is their streaming
+// time): 8 flows sharing a capped link at 240 Kbit/s each are slow however
+// gappy; a flow that streamed at 800 Kbit/s for half the interval and
+// paused the rest is not (over the whole interval it would read 400).
+func TestMinRateStreamingTime(t *testing.T) {
+	m := seedMonitor()
+	gold := &Action{Name: "gold", MinRate: 500}
+	tg := &Target{Name: "a", Weight: 1}
+	for _, tc := range []struct {
+		name    string
+		conns   int64
+		bytes   uint64
+		waiting time.Duration
+		want    int
+	}{
+		{"8 capped at 240 Kbit/s, streaming 0.9 s each", 8, 8 * msBytes(240, 900*time.Millisecond), 8 * 900 * time.Millisecond, 100},
+		{"800 Kbit/s for half the interval", 1, msBytes(800, 500*time.Millisecond), 500 * time.Millisecond, 0},
+		{"nothing waiting", 0, 0, 0, 0},
+	} {
+		s := TargetSample{Interval: time.Second, ActiveConns: 8, Actions: []ActionSample{{
+			Action: gold, ActiveConns: 8, Bytes: tc.bytes, WaitingConns: tc.conns, WaitingBytes: tc.bytes, WaitingTime: tc.waiting,
+		}}}
+		if e := Explain(&m, tg, &s, nil); e.Levels[0].MinRateFraction != tc.want {
+			t.Errorf("%s: MinRate verdict %d, want %d", tc.name, e.Levels[0].MinRateFraction, tc.want)
+		}
+	}
+}
+
+// msBytes returns the bytes that make rate Kbit/s over d, to the
+// millisecond (kbpsBytes counts whole seconds).
+func msBytes(rate int64, d time.Duration) uint64 {
+	return uint64(rate) * uint64(d/time.Millisecond) / 8
+}
