@@ -14,6 +14,7 @@ import (
 
 	"weir/bench"
 	"weir/cmd/weir/api"
+	"weir/internal/netns"
 	"weir/internal/testutil"
 )
 
@@ -28,50 +29,7 @@ func TestE2EMinRateTBF(t *testing.T) {
 	// slow answers from a namespace of its own behind a veth (weir's leg
 	// to it is a host socket), whose egress toward weir TBF caps; fast on
 	// weir's namespace's loopback.
-	back := testutil.NetNS(t)
-	if err := w.ns.Do(func() error {
-		if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "vq0"}, PeerName: "vq1"}); err != nil {
-			return err
-		}
-		l0, err := netlink.LinkByName("vq0")
-		if err != nil {
-			return err
-		}
-		l1, err := netlink.LinkByName("vq1")
-		if err != nil {
-			return err
-		}
-		if err := netlink.LinkSetNsFd(l1, back.FD()); err != nil {
-			return err
-		}
-		if err := netlink.AddrAdd(l0, &netlink.Addr{IPNet: mustCIDR(t, "198.18.3.1/24")}); err != nil {
-			return err
-		}
-		return netlink.LinkSetUp(l0)
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := back.Do(func() error {
-		l1, err := netlink.LinkByName("vq1")
-		if err != nil {
-			return err
-		}
-		if err := netlink.AddrAdd(l1, &netlink.Addr{IPNet: mustCIDR(t, "198.18.3.2/24")}); err != nil {
-			return err
-		}
-		return netlink.LinkSetUp(l1)
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := back.Do(func() error {
-		c := []string{"tc", "qdisc", "add", "dev", "vq1", "root", "tbf", "rate", "300kbit", "burst", "4kb", "latency", "2s"}
-		if out, err := exec.Command(c[0], c[1:]...).CombinedOutput(); err != nil {
-			return fmt.Errorf("%v: %v: %s", c, err, out)
-		}
-		return nil
-	}); err != nil {
-		t.Skipf("skipping: tc tbf needed: %v", err)
-	}
+	back := cappedNS(t, w, "300kbit")
 	serve := func(name string, ln net.Listener) {
 		be := &bench.Backend{Name: name, Body: 256 << 10}
 		go be.Serve(ln)
@@ -132,6 +90,119 @@ func TestE2EMinRateTBF(t *testing.T) {
 	if slow.DefaultFraction == 100 || slow.DefaultWeight != slow.BaseWeight {
 		t.Errorf("slow's default level cut too: %+v", *slow)
 	}
+}
+
+// TestE2EMinRateTBFContention: the verdict under contention. 8 gold
+// downloads (MinRate 500 Kbit/s, no MeanRate) share one TBF cap of
+// 1920 Kbit/s to the only target, about 240 Kbit/s each: their reads come
+// in turns, gappy, but their sender always has data waiting, so every
+// sample while the 8 run must read the gold level's MinRate verdict 100
+// (the lapse this pins: a fixed 250 ms gap limit judged them idle).
+func TestE2EMinRateTBFContention(t *testing.T) {
+	w := startWeir(t, "minrate-contention.yaml")
+	back := cappedNS(t, w, "1920kbit")
+	ln, err := back.Listen("tcp", "198.18.3.2:8092")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	be := &bench.Backend{Name: "slow", Body: 1 << 20} // ~35 s at 240 Kbit/s: outlasts the test
+	go be.Serve(ln)
+	t.Cleanup(func() { be.Close() })
+
+	const conns = 8
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan bench.Result, 1)
+	go func() {
+		done <- bench.Load{Dial: w.ns.Dial, Addr: "198.18.0.31:80", Clients: conns, Duration: 40 * time.Second, Timeout: 60 * time.Second}.Run(ctx)
+	}()
+	defer func() { cancel(); <-done }()
+
+	// Every sample from the first with the 8 running: 5 of them (10 s).
+	type seen struct {
+		at    time.Time
+		level api.ExplanationLevel
+		kbps  int64
+	}
+	var samples []seen
+	w.waitStatus(45*time.Second, "5 samples of slow's gold level with 8 connections", func(st api.Status) bool {
+		svc := statusService(st, "dl8")
+		if svc == nil || len(svc.Targets) != 1 || svc.Targets[0].Explanation == nil {
+			return false
+		}
+		e := svc.Targets[0].Explanation
+		if len(samples) > 0 && !st.SampledAt.After(samples[len(samples)-1].at) {
+			return false
+		}
+		for _, l := range e.Levels {
+			if l.Action == "gold" && (l.Conns == conns || len(samples) > 0) {
+				samples = append(samples, seen{at: st.SampledAt, level: l, kbps: e.ThroughputKbps})
+			}
+		}
+		return len(samples) >= 5
+	})
+	lapsed := 0
+	for i, s := range samples {
+		t.Logf("sample %d at %s: gold %+v, target %d Kbit/s (noisy on a loaded host)", i, s.at.Format("15:04:05.000"), s.level, s.kbps)
+		if s.level.Conns != conns || s.level.MinRateFraction != 100 {
+			lapsed++
+		}
+	}
+	if lapsed > 0 {
+		t.Errorf("%d of %d samples with the 8 capped gold downloads lapsed (want MinRate verdict 100 with 8 connections in every one)", lapsed, len(samples))
+	}
+}
+
+// cappedNS makes a namespace joined to weir's by a veth (198.18.3.1 on
+// weir's side, 198.18.3.2 on its own) whose egress toward weir a TBF caps
+// at rate; the test skips when tc cannot add the TBF.
+func cappedNS(t *testing.T, w *weirProc, rate string) *netns.NS {
+	t.Helper()
+	back := testutil.NetNS(t)
+	if err := w.ns.Do(func() error {
+		if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "vq0"}, PeerName: "vq1"}); err != nil {
+			return err
+		}
+		l0, err := netlink.LinkByName("vq0")
+		if err != nil {
+			return err
+		}
+		l1, err := netlink.LinkByName("vq1")
+		if err != nil {
+			return err
+		}
+		if err := netlink.LinkSetNsFd(l1, back.FD()); err != nil {
+			return err
+		}
+		if err := netlink.AddrAdd(l0, &netlink.Addr{IPNet: mustCIDR(t, "198.18.3.1/24")}); err != nil {
+			return err
+		}
+		return netlink.LinkSetUp(l0)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := back.Do(func() error {
+		l1, err := netlink.LinkByName("vq1")
+		if err != nil {
+			return err
+		}
+		if err := netlink.AddrAdd(l1, &netlink.Addr{IPNet: mustCIDR(t, "198.18.3.2/24")}); err != nil {
+			return err
+		}
+		return netlink.LinkSetUp(l1)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := back.Do(func() error {
+		c := []string{"tc", "qdisc", "add", "dev", "vq1", "root", "tbf", "rate", rate, "burst", "4kb", "latency", "2s"}
+		if out, err := exec.Command(c[0], c[1:]...).CombinedOutput(); err != nil {
+			return fmt.Errorf("%v: %v: %s", c, err, out)
+		}
+		return nil
+	}); err != nil {
+		t.Skipf("skipping: tc tbf needed: %v", err)
+	}
+	return back
 }
 
 func mustCIDR(t *testing.T, s string) *net.IPNet {
