@@ -51,8 +51,8 @@ type connEntry struct {
 	toClient atomic.Uint64 // bytes read from the target and written to the client
 	lastIO   atomic.Int64  // unix nanoseconds of the last byte moved
 	// streamNs is a raw counter: the nanoseconds during which data kept
-	// streaming, in either direction (the gaps that streamed counts, see
-	// StreamRate); the sampler reads it to tell a connection whose sender
+	// streaming, in either direction (what each half's streamMeter
+	// credits); the sampler reads it to tell a connection whose sender
 	// had data waiting from an idle or interactive one (AggSample.Waiting).
 	streamNs atomic.Int64
 
@@ -224,6 +224,7 @@ func (f *Forwarder) copyHalf(c *connEntry, dst, src Leg, n *atomic.Uint64, first
 	var bp *[]byte
 	defer func() { f.returnBuffer(bp) }()
 	toClient := dst == Leg(c.client)
+	var sm streamMeter // this half's reads, for streamNs
 	for {
 		hook("splice")
 		bp = f.lendBuffer(src, bp)
@@ -234,8 +235,8 @@ func (f *Forwarder) copyHalf(c *connEntry, dst, src Leg, n *atomic.Uint64, first
 				return
 			}
 			now := time.Now().UnixNano()
-			if gap := now - c.lastIO.Swap(now); streamed(gap, nr) {
-				c.streamNs.Add(gap)
+			if cr := sm.read(now, now-c.lastIO.Swap(now), nr); cr > 0 {
+				c.streamNs.Add(cr)
 			}
 			nw, ew := dst.Write(buf[:nr])
 			n.Add(uint64(nw))

@@ -60,18 +60,21 @@ type delta struct {
 // weir cannot see a target's send queue, nor (on a host-socket leg) its
 // own peer's, so it judges a backlog by how data arrives. Every read, in
 // either direction, ends a gap: the time since the connection's previous
-// read. The gap counts as streaming time (connEntry.streamNs) when the
-// read brought at least gap × StreamRate bytes, that is when the data came
-// at StreamRate or faster over the gap, and the gap is at most
-// StreamMaxGap. The rule looks at the bytes that ended a gap, not at the
-// gap alone, because a sender with a backlog on a throttled path is gappy
-// but moves a lot when it moves: eight connections sharing a capped link
-// get their data in turns a few hundred milliseconds apart, and a stall
-// after a loss ends with the retransmission and everything queued behind
-// it in one read, while a keystroke after the user paused, an echo, a
-// keep-alive or a screen refresh once a second brings a few bytes or a few
-// KB after a long pause. A fixed gap limit (250 ms before) judged the
-// first case idle and a fast typist (a byte every 200 ms) streaming.
+// read. Each splice half adds its gaps and bytes up into a span, and
+// credits the span's gaps as streaming time (connEntry.streamNs) as soon
+// as the span's bytes reach StreamRate over its gaps; a span still short of
+// that after StreamWindow of wall time is dropped, and so is a single gap
+// longer than StreamWindow. So data counts as streaming when it keeps
+// coming at StreamRate or faster on average over any stretch up to
+// StreamWindow, however gappy: a sender with a backlog on a throttled path
+// moves a lot over a second even when 8 connections sharing a capped link
+// get their segments in turns hundreds of milliseconds apart (the first
+// read after a pause carries one segment, those right after it the rest of
+// the turn), or a loss stalls it for a retransmission timeout; a keystroke
+// and its echo, a keep-alive or a screen redrawn once a second bring a few
+// bytes or a few KB per second. A fixed limit on one gap (250 ms before)
+// judged the first case idle and a fast typist (a byte every 200 ms)
+// streaming.
 //
 // The sampler then counts a connection as waiting for an interval when its
 // streaming time is at least half of its time in the interval
@@ -82,26 +85,53 @@ type delta struct {
 // Limits of the rule: a bulk transfer throttled below StreamRate is not
 // told from an interactive session and is never judged slow; a client too
 // slow to take the data stalls the target→client half in Write and counts
-// like a slow target.
+// like a slow target; a span is credited to the interval in which it
+// reached StreamRate, so a stall across a sampling boundary moves streaming
+// time into the next interval.
 
 // StreamRate is the slowest delivery, in bytes per second (32 Kbit/s),
-// that still counts as a stream of data (see "Streaming" above): a read of
-// n bytes continues a stream when it came no more than n/StreamRate
-// seconds after the previous read. Far below any MinRate worth setting (the
-// seed's is 500 Kbit/s) and far above a typist's or a once-a-second status
-// screen's few hundred bytes per second.
+// that still counts as a stream of data (see "Streaming" above). Far
+// below any MinRate worth setting (the seed's is 500 Kbit/s) and far above
+// a typist's or a once-a-second status screen's few hundred bytes per
+// second.
 const StreamRate = 4000
 
-// StreamMaxGap is the longest gap that can count as streaming, however
-// much data ended it: longer than a few retransmission timeouts, a pause
-// is the application's, not the path's.
-const StreamMaxGap = 5 * time.Second
+// StreamWindow is the longest stretch of wall time over which a splice
+// half averages its reads before it gives up on them (see "Streaming"):
+// longer than a retransmission timeout and a turn on a shared link, short
+// enough that a few keystrokes followed by a command's output are not one
+// stream.
+const StreamWindow = 2 * time.Second
 
-// streamed reports whether a read of n bytes, gap nanoseconds after the
-// connection's previous read, continues a stream (see StreamRate). It runs
-// once per read in the splice.
-func streamed(gap int64, n int) bool {
-	return gap >= 0 && gap <= int64(StreamMaxGap) && int64(n)*int64(time.Second) >= gap*StreamRate
+// streamMeter is one splice half's pending span of reads (see
+// "Streaming"). The zero value is ready; it is owned by the half's
+// goroutine.
+type streamMeter struct {
+	since   int64 // unix nanoseconds the pending span began
+	pending int64 // its gaps, nanoseconds
+	bytes   int64 // its bytes
+}
+
+// read takes a read of n bytes at now (unix nanoseconds), gap nanoseconds
+// after the connection's previous read, and returns the nanoseconds to
+// credit as streaming time, 0 while the span is short of StreamRate. It
+// runs once per read in the splice: no allocation, no lock.
+func (m *streamMeter) read(now, gap int64, n int) int64 {
+	if gap < 0 || gap > int64(StreamWindow) {
+		m.since, m.pending, m.bytes = now, 0, 0
+		return 0
+	}
+	if now-m.since > int64(StreamWindow) {
+		m.since, m.pending, m.bytes = now-gap, 0, 0
+	}
+	m.pending += gap
+	m.bytes += int64(n)
+	if m.bytes*int64(time.Second) < m.pending*StreamRate {
+		return 0
+	}
+	credit := m.pending
+	m.since, m.pending, m.bytes = now, 0, 0
+	return credit
 }
 
 func sub(a, b uint64) uint64 {
@@ -140,7 +170,7 @@ type AggSample struct {
 	// Waiting counts the connections that had data waiting to be sent
 	// during the interval, and WaitingBytes their payload bytes. A
 	// connection counts when data kept streaming through it (see
-	// StreamRate) for at least half of its time in the interval: its
+	// streamMeter) for at least half of its time in the interval: its
 	// sender had a backlog, so a low rate is the path's or the target's
 	// doing, not an idle or interactive application's. (The raw counter
 	// is the splice's streamNs; policy's MinRate check without a MeanRate
@@ -148,8 +178,7 @@ type AggSample struct {
 	Waiting      int
 	WaitingBytes uint64
 	// WaitingTime is the sum of those connections' streaming time in the
-	// interval (the time data kept moving, stalls longer than StreamRate
-	// explains left out), so WaitingBytes/WaitingTime is their rate per
+	// interval (the time data kept moving at StreamRate or faster), so WaitingBytes/WaitingTime is their rate per
 	// connection while they had data waiting: fair to a connection that
 	// opened, closed or paused in the interval.
 	WaitingTime time.Duration

@@ -151,39 +151,55 @@ func TestSampleWaiting(t *testing.T) {
 	}
 }
 
-// TestStreamed pins the streaming rule, one read at a time: a gap counts
-// when the read that ends it came at StreamRate (4000 B/s) or faster, and
-// never beyond StreamMaxGap.
-func TestStreamed(t *testing.T) {
-	ms := int64(time.Millisecond)
-	for _, tc := range []struct {
-		name string
-		gap  int64
-		n    int
-		want bool
-	}{
-		{"a full segment 50 ms after the last (231 Kbit/s)", 50 * ms, 1448, true},
-		{"a turn of a shared capped link: 9000 B after 300 ms", 300 * ms, 9000, true},
-		{"a loss recovered after 450 ms, the queue behind it in one read", 450 * ms, 20_000, true},
-		{"exactly StreamRate", 1000 * ms, StreamRate, true},
-		{"just below StreamRate", 1000 * ms, StreamRate - 1, false},
-		{"a fast typist's keystroke 200 ms after the last", 200 * ms, 1, false},
-		{"its echo 1 ms later", 1 * ms, 1, false},
-		{"a status screen of 1000 B every 500 ms", 500 * ms, 1000, false},
-		{"an idle session's first key after a minute", 60_000 * ms, 1, false},
-		{"a full buffer after a pause longer than StreamMaxGap", int64(StreamMaxGap) + 1, 1 << 20, false},
-		{"back to back", 0, 1, true},
-		{"a clock step backwards", -ms, 1000, false},
-	} {
-		if got := streamed(tc.gap, tc.n); got != tc.want {
-			t.Errorf("%s: streamed(%v, %d) = %v, want %v", tc.name, time.Duration(tc.gap), tc.n, got, tc.want)
+// TestStreamMeter pins the streaming rule on sequences of reads (gap in
+// ms since the previous read, bytes): the streaming time credited is the
+// gaps of spans that reached StreamRate (4000 B/s) within StreamWindow.
+func TestStreamMeter(t *testing.T) {
+	type rd struct {
+		gapMs int64
+		n     int
+	}
+	rep := func(k int, r ...rd) []rd {
+		var out []rd
+		for range k {
+			out = append(out, r...)
 		}
+		return out
+	}
+	for _, tc := range []struct {
+		name   string
+		reads  []rd
+		wantMs int64
+	}{
+		{"full segments every 50 ms (231 Kbit/s)", rep(20, rd{50, 1448}), 1000},
+		{"a turn on a shared capped link: one segment after 300 ms, the rest of the turn right after", rep(3, rd{300, 1448}, rd{1, 1448}, rd{1, 1448}, rd{1, 1448}), 909},
+		{"a 1.5 s stall after a loss, then the queue behind it", []rd{{50, 1448}, {1500, 1448}, {1, 32768}}, 1551},
+		{"a fast typist: a byte every 200 ms, each echoed 1 ms later", rep(10, rd{199, 1}, rd{1, 1}), 0},
+		{"a status screen of 1000 B every 500 ms", rep(8, rd{500, 1000}), 0},
+		{"a paste after a pause longer than StreamWindow", []rd{{int64(StreamWindow/time.Millisecond) + 1, 1 << 20}}, 0},
+		{"a few keystrokes, then a long quiet, then a big output", []rd{{100, 1}, {100, 1}, {2500, 1}, {1, 64 << 10}}, 1},
+	} {
+		var m streamMeter
+		now := int64(1e18)
+		var got int64
+		for _, r := range tc.reads {
+			gap := r.gapMs * int64(time.Millisecond)
+			now += gap
+			got += m.read(now, gap, r.n)
+		}
+		if got != tc.wantMs*int64(time.Millisecond) {
+			t.Errorf("%s: credited %v, want %v", tc.name, time.Duration(got), time.Duration(tc.wantMs)*time.Millisecond)
+		}
+	}
+	var m streamMeter
+	if m.read(100, -1, 1000) != 0 {
+		t.Error("a clock step backwards credited")
 	}
 }
 
 // cappedLink is a target behind one rate-capped link that its connections
-// share: it serves them in turns, chunk bytes to one connection, then waits
-// the chunk's time at rate bytes/s before the next. With n connections each
+// share: it serves them in turns, chunk bytes (at least 1448) to one
+// connection, then waits the chunk's time at rate bytes/s before the next. With n connections each
 // gets chunk bytes every n·chunk/rate: gappy, but with data always waiting.
 func cappedLink(t *testing.T, rate, chunk int) (netip.AddrPort, func()) {
 	t.Helper()
@@ -222,8 +238,13 @@ func cappedLink(t *testing.T, rate, chunk int) (netip.AddrPort, func()) {
 			}
 			mu.Unlock()
 			if c != nil {
+				// The turn's first segment arrives alone, the rest just
+				// after it, as from a link that serves one packet at a
+				// time: the read that ends the long gap is a small one.
 				_ = c.SetWriteDeadline(time.Now().Add(time.Second))
-				_, _ = c.Write(buf)
+				_, _ = c.Write(buf[:1448])
+				time.Sleep(5 * time.Millisecond)
+				_, _ = c.Write(buf[1448:])
 			}
 			select {
 			case <-quit:
