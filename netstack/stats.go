@@ -98,10 +98,11 @@ const StreamRate = 4000
 
 // StreamWindow is the longest stretch of wall time over which a splice
 // half averages its reads before it gives up on them (see "Streaming"):
-// longer than a retransmission timeout and a turn on a shared link, short
-// enough that a few keystrokes followed by a command's output are not one
-// stream.
-const StreamWindow = 2 * time.Second
+// longer than a turn on a shared link and than a retransmission timeout on
+// a path whose bottleneck queue holds 2 s (the 8-connection TBF e2e stalls
+// for more than 2 s after its queue overflows), short enough that a few
+// keystrokes followed by a command's output are rarely one stream.
+const StreamWindow = 5 * time.Second
 
 // streamMeter is one splice half's pending span of reads (see
 // "Streaming"). The zero value is ready; it is owned by the half's

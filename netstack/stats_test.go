@@ -175,9 +175,11 @@ func TestStreamMeter(t *testing.T) {
 		{"a turn on a shared capped link: one segment after 300 ms, the rest of the turn right after", rep(3, rd{300, 1448}, rd{1, 1448}, rd{1, 1448}, rd{1, 1448}), 909},
 		{"a 1.5 s stall after a loss, then the queue behind it", []rd{{50, 1448}, {1500, 1448}, {1, 32768}}, 1551},
 		{"a fast typist: a byte every 200 ms, each echoed 1 ms later", rep(10, rd{199, 1}, rd{1, 1}), 0},
-		{"a status screen of 1000 B every 500 ms", rep(8, rd{500, 1000}), 0},
+		{"a status screen of 1000 B every 500 ms", rep(20, rd{500, 1000}), 0},
+		{"a status screen of 3000 B every second", rep(10, rd{1000, 3000}), 0},
 		{"a paste after a pause longer than StreamWindow", []rd{{int64(StreamWindow/time.Millisecond) + 1, 1 << 20}}, 0},
-		{"a few keystrokes, then a long quiet, then a big output", []rd{{100, 1}, {100, 1}, {2500, 1}, {1, 64 << 10}}, 1},
+		{"a 3 s stall in a bufferbloated queue, then the queue behind it", []rd{{50, 1448}, {3000, 1448}, {1, 32768}}, 3051},
+		{"a few keystrokes, then a long quiet, then a big output", []rd{{100, 1}, {100, 1}, {5500, 1}, {1, 64 << 10}}, 1},
 	} {
 		var m streamMeter
 		now := int64(1e18)
