@@ -197,6 +197,10 @@ func TestStreamMeter(t *testing.T) {
 	if m.read(100, -1, 1000) != 0 {
 		t.Error("a clock step backwards credited")
 	}
+	now := int64(1e18)
+	if a := testing.AllocsPerRun(100, func() { now += 1e7; m.read(now, 1e7, 1448) }); a != 0 {
+		t.Errorf("read allocates %v times, want 0 (it runs once per read)", a)
+	}
 }
 
 // cappedLink is a target behind one rate-capped link that its connections

@@ -118,14 +118,15 @@ func TestE2EMinRateTBFContention(t *testing.T) {
 	}()
 	defer func() { cancel(); <-done }()
 
-	// Every sample from the first with the 8 running: 5 of them (10 s).
+	// Every sample from the first with the 8 running: 8 of them (16 s,
+	// well before the first download ends).
 	type seen struct {
 		at    time.Time
 		level api.ExplanationLevel
 		kbps  int64
 	}
 	var samples []seen
-	w.waitStatus(45*time.Second, "5 samples of slow's gold level with 8 connections", func(st api.Status) bool {
+	w.waitStatus(45*time.Second, "8 samples of slow's gold level with 8 connections", func(st api.Status) bool {
 		svc := statusService(st, "dl8")
 		if svc == nil || len(svc.Targets) != 1 || svc.Targets[0].Explanation == nil {
 			return false
@@ -139,7 +140,7 @@ func TestE2EMinRateTBFContention(t *testing.T) {
 				samples = append(samples, seen{at: st.SampledAt, level: l, kbps: e.ThroughputKbps})
 			}
 		}
-		return len(samples) >= 5
+		return len(samples) >= 8
 	})
 	lapsed := 0
 	for i, s := range samples {
