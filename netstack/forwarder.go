@@ -101,6 +101,20 @@ type ConnRequest struct {
 	Service *policy.VirtualServer // the virtual server found for VIP; never nil
 	// Attempt is 0 in Admit and counts the failed dials in DialFailed.
 	Attempt int
+
+	settle func() bool
+}
+
+// Settle is for an Admitter about to refuse the connection at a limit: it
+// releases the client's earlier connections that are finished as the client
+// sees them but whose release weir has not processed yet (see release.go),
+// waiting at most SettleWait, and reports whether any was released; if so,
+// the Admitter should check its limits again. Call it only from Admit.
+func (r *ConnRequest) Settle() bool {
+	if r.settle == nil {
+		return false
+	}
+	return r.settle()
 }
 
 // Verdict is an admission answer.
@@ -183,6 +197,21 @@ type Session interface {
 	// End reports how the connection ended. e is valid only during the
 	// call. It must not block.
 	End(e *End)
+}
+
+// Releaser is a Session that wants to hear when its connection is finished
+// as the client sees it, before End: the client has sent its FIN and weir
+// its own (or the connection was reset or aborted). What remains then is
+// weir's teardown (the target's side, final counters), which a client that
+// reconnects at once must not have to wait for: weir's appliance gives the
+// admission ticket and the target slot back in Released, so a sequential
+// client at maxConnections 1 is never refused. The forwarder calls Released
+// at most once per spliced connection, always before End and never at the
+// same time as another call of the Session; it may come from any of the
+// connection's goroutines (a copy half, the idle watchdog, Close) and must
+// not block.
+type Releaser interface {
+	Released()
 }
 
 // TargetFailer is a Session that also hears of a target that failed after
@@ -405,7 +434,8 @@ type Forwarder struct {
 	pending map[stack.TransportEndpointID]tcpip.NetworkProtocolNumber // protected by mu: handshakes in progress
 	wg      sync.WaitGroup                                            // handler goroutines
 
-	tw timeWaitTable
+	tw      timeWaitTable
+	closing closingSet // spliced connections waiting for the client's FIN (release.go)
 
 	draining  atomic.Bool // set by Drain
 	lmu       sync.Mutex
@@ -672,6 +702,9 @@ func (f *Forwarder) serve(reqp **ConnRequest, client *Conn, vip netip.AddrPort) 
 		}
 	}()
 	hook("admit")
+	since := f.closing.gen.Load()
+	f.closing.settle(req.Client.Addr(), 0, since)
+	req.settle = func() bool { return f.closing.settle(req.Client.Addr(), SettleWait, since) }
 	d, sess = f.opts.Admitter.Admit(req)
 	if d.Verdict == Accept && sess == nil {
 		f.noSession.Add(1)

@@ -552,7 +552,13 @@ func (a *Appliance) Admit(req *netstack.ConnRequest) (netstack.Decision, netstac
 		a.counters.refusedDraining.Add(1)
 		return netstack.Decision{Verdict: netstack.RefuseRST, Reason: "draining"}, s
 	}
-	if ref, ok := a.adm.Admit(vs, &s.ticket); !ok {
+	ref, ok := a.adm.Admit(vs, &s.ticket)
+	if !ok && req.Settle() {
+		// The client's previous connection was over for it, its release
+		// still on the way: check again.
+		ref, ok = a.adm.Admit(vs, &s.ticket)
+	}
+	if !ok {
 		a.counters.refusal(ref.Level.String(), ref.Limit.String())
 		a.warnEvery("refuse:"+vs.Name+":"+ref.Limit.String(), now, func(e *zerolog.Event) {
 			e.Str("service", vs.Name).Str("client", req.Client.String()).Msg("refused: " + ref.Error())
@@ -572,6 +578,9 @@ func (a *Appliance) Admit(req *netstack.ConnRequest) (netstack.Decision, netstac
 	s.hash = key.Hash()
 	s.flow = a.engine.Flow(req.Client, req.VIP, datapath.ProtoTCP)
 	lease, err := b.PickAction(now, s.hash, s.action(), &s.tried)
+	if err != nil && req.Settle() {
+		lease, err = b.PickAction(now, s.hash, s.action(), &s.tried)
+	}
 	if err != nil {
 		s.ticket.Release()
 		return a.noTarget(vs, req, err, now), s
@@ -688,12 +697,22 @@ func (s *session) TargetFailed(d netstack.Decision, err error) {
 	})
 }
 
-// End releases the connection's target slot and admission ticket and writes
-// its access-log line, whose outcome is the forwarder's account of the end.
-func (s *session) End(e *netstack.End) {
-	a := s.a
+// Released gives the target slot and the admission ticket back as soon as
+// the client is done with the connection (netstack.Releaser): a client that
+// reconnects at once finds them free, whatever weir's teardown still does.
+// The forwarder calls it before End and never concurrently with another
+// Session call, so the lease needs no lock.
+func (s *session) Released() {
 	s.lease.Release()
 	s.ticket.Release()
+}
+
+// End releases the connection's target slot and admission ticket (if
+// Released has not) and writes its access-log line, whose outcome is the
+// forwarder's account of the end.
+func (s *session) End(e *netstack.End) {
+	a := s.a
+	s.Released()
 	if s.counted {
 		s.counted = false
 		a.open.Add(-1)
