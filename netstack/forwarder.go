@@ -287,6 +287,11 @@ type End struct {
 	// Err is the handshake's error for the handshake outcomes, the dial's
 	// for an Aborted dial; nil otherwise.
 	Err error
+	// Request is set when the End is one http request's (an HTTPAdmitter's
+	// Session): Stats then has the connection's ID, client, VIP, service
+	// and target, and the request's bytes (TargetLeg.BytesSent the
+	// request's, ClientLeg.BytesSent the response's); no leg counters.
+	Request *RequestEnd
 }
 
 // Refusal is what a refused client was sent.
@@ -391,7 +396,7 @@ func (o ForwarderOptions) withDefaults() ForwarderOptions {
 
 // ForwarderStats are the forwarder's counters, totals since it was created.
 type ForwarderStats struct {
-	Accepted          uint64 // connections spliced to a target
+	Accepted          uint64 // connections spliced to a target; for http services, client connections admitted
 	RefusedRST        uint64 // refused with RST
 	Refused503        uint64 // answered with a 503 page
 	NoService         uint64 // SYNs to an address:port that is no virtual server (RST)
@@ -411,6 +416,16 @@ type ForwarderStats struct {
 	NoSession         uint64 // Accepts without a Session, refused with RST (an Admitter bug)
 	TimeWaitReopened  uint64 // SYNs that ended a TIME_WAIT on their 4-tuple and opened a new connection
 	UDPUnreachable    uint64 // UDP datagrams to no socket, answered with ICMP port unreachable
+	HTTPRequests      uint64 // http requests whose head was parsed (http virtual servers)
+	HTTPRefused       uint64 // of those, answered with the 503 page (also in Refused503)
+	HTTPHeaderTimeout uint64 // request heads not complete within HeaderTimeout (408)
+	HTTPHeaderTooBig  uint64 // request heads over MaxHeaderBytes (431)
+	HTTPBadRequest    uint64 // malformed heads, Content-Length with Transfer-Encoding (400)
+	HTTPRetried       uint64 // idempotent requests sent again on a fresh target connection after a pooled one failed
+	HTTPBadGateway    uint64 // requests whose target failed mid-exchange (502, or a cut response)
+	HTTPClients       int64  // http client connections open now
+	TargetConns       int64  // http target connections open now (in use or pooled)
+	TargetConnsIdle   int    // of those, idle in the pool
 	Open              int64  // connections open now (spliced)
 	Pending           int64  // connections between SYN (or accept) and splice now (handshake on the tcp.Forwarder path, admission, dial)
 }
@@ -453,6 +468,13 @@ type Forwarder struct {
 	dialFailed, hsTimedOut, hsFailed, idleClosed               atomic.Uint64
 	aborted, noSession, targetTimedOut, panics                 atomic.Uint64
 	open, pendingN                                             atomic.Int64
+
+	// http virtual servers (httpproxy.go, pool.go)
+	pool                                                                   pool
+	httpConns                                                              map[*Conn]struct{} // protected by mu: open http client connections
+	requests, requestsRefused, httpRetried                                 atomic.Uint64
+	httpHeaderTimedOut, httpHeaderTooLarge, httpBadRequest, httpBadGateway atomic.Uint64
+	httpClients, backends                                                  atomic.Int64
 }
 
 // NewForwarder installs a TCP forwarder on s: from now on every SYN that
@@ -511,6 +533,16 @@ func (f *Forwarder) Stats() ForwarderStats {
 		NoSession:         f.noSession.Load(),
 		TimeWaitReopened:  f.tw.reopened.Load(),
 		UDPUnreachable:    st.UDP.UnknownPortErrors.Value(),
+		HTTPRequests:      f.requests.Load(),
+		HTTPRefused:       f.requestsRefused.Load(),
+		HTTPHeaderTimeout: f.httpHeaderTimedOut.Load(),
+		HTTPHeaderTooBig:  f.httpHeaderTooLarge.Load(),
+		HTTPBadRequest:    f.httpBadRequest.Load(),
+		HTTPRetried:       f.httpRetried.Load(),
+		HTTPBadGateway:    f.httpBadGateway.Load(),
+		HTTPClients:       f.httpClients.Load(),
+		TargetConns:       f.backends.Load(),
+		TargetConnsIdle:   f.pool.idleCount(),
 		Open:              f.open.Load(),
 		Pending:           f.pendingN.Load(),
 	}
@@ -544,7 +576,13 @@ func (f *Forwarder) Close() error {
 		c.aborted.Store(true)
 		c.abort()
 	}
+	f.mu.Lock()
+	for c := range f.httpConns {
+		c.Close()
+	}
+	f.mu.Unlock()
 	f.wg.Wait()
+	f.pool.closeAll(f)
 	f.s.setSYNHook(nil)
 	return nil
 }
@@ -701,6 +739,10 @@ func (f *Forwarder) serve(reqp **ConnRequest, client *Conn, vip netip.AddrPort) 
 			panic(v)
 		}
 	}()
+	if ha, ok := f.opts.Admitter.(HTTPAdmitter); ok && req.Service.Proto == policy.ProtoHTTP {
+		f.serveHTTP(req, client, ha, t, pendingDone)
+		return
+	}
 	hook("admit")
 	since := f.closing.gen.Load()
 	f.closing.settle(req.Client.Addr(), 0, since)

@@ -131,7 +131,9 @@ func (c *connEntry) release() {
 		if c.closing != nil {
 			c.closing.remove(c)
 		}
-		close(c.released)
+		if c.released != nil { // nil for an http target connection
+			close(c.released)
+		}
 	})
 }
 

@@ -138,6 +138,8 @@ type Appliance struct {
 	segs   map[policy.TargetKey]*Segments // guarded by explMu; see segments.go
 
 	counters counters
+	reqs     requestStats // http requests (httpadmit.go)
+	clients  sync.Map     // service name → *atomic.Int64: open http client connections
 	skipMu   sync.Mutex
 	skipped  map[policy.TargetKey]uint64 // SkippedAtLimit already warned about
 	limiter  obs.Limiter
@@ -545,13 +547,19 @@ func (a *Appliance) connPanic(req *netstack.ConnRequest, v any, stack []byte) {
 // returns the connection's session, which holds what admission reserved and
 // hears how the connection ends.
 func (a *Appliance) Admit(req *netstack.ConnRequest) (netstack.Decision, netstack.Session) {
-	vs := req.Service
 	now := a.now()
 	s := &session{a: a, req: req, start: now}
 	if a.draining.Load() {
 		a.counters.refusedDraining.Add(1)
 		return netstack.Decision{Verdict: netstack.RefuseRST, Reason: "draining"}, s
 	}
+	return a.admit(req, s, now)
+}
+
+// admit runs the policy limits and the balancer for a connection (tcp) or
+// a request (http), whose session s is.
+func (a *Appliance) admit(req *netstack.ConnRequest, s *session, now time.Time) (netstack.Decision, netstack.Session) {
+	vs := req.Service
 	ref, ok := a.adm.Admit(vs, &s.ticket)
 	if !ok && req.Settle() {
 		// The client's previous connection was over for it, its release
@@ -588,6 +596,10 @@ func (a *Appliance) Admit(req *netstack.ConnRequest) (netstack.Decision, netstac
 	s.lease = lease
 	s.counted = true
 	a.open.Add(1)
+	if s.http != nil {
+		s.inflight = lease.Name()
+		a.reqs.begin(vs.Name, s.inflight)
+	}
 	return s.accept(), s
 }
 
@@ -607,6 +619,10 @@ type session struct {
 	// counted is set while the session is in Appliance.open: from an
 	// admitted pick to End.
 	counted bool
+	// http is the request of an http service's session (one per request,
+	// see httpadmit.go); nil for a tcp connection's.
+	http     *netstack.Request
+	inflight string // the target the request counts in flight at
 }
 
 // action is the policy action the datapath classified the connection into,
@@ -676,6 +692,11 @@ func (s *session) DialFailed(failed netstack.Decision, err error) netstack.Decis
 		lease, perr := b.PickAction(now, s.hash, s.action(), &s.tried)
 		if perr == nil {
 			s.lease = lease
+			if s.http != nil && s.counted {
+				a.reqs.end(vs.Name, s.inflight)
+				s.inflight = lease.Name()
+				a.reqs.begin(vs.Name, s.inflight)
+			}
 			return s.accept()
 		}
 		err = perr
@@ -716,6 +737,13 @@ func (s *session) End(e *netstack.End) {
 	if s.counted {
 		s.counted = false
 		a.open.Add(-1)
+		if s.http != nil {
+			a.reqs.end(s.req.Service.Name, s.inflight)
+		}
+	}
+	if e.Request != nil {
+		a.requestEnd(s, e)
+		return
 	}
 	if e.Decision.Verdict == netstack.Accept {
 		a.counters.closed.Add(1)
