@@ -745,7 +745,7 @@ func (f *Forwarder) serve(reqp **ConnRequest, client *Conn, vip netip.AddrPort) 
 	}
 	hook("admit")
 	since := f.closing.gen.Load()
-	f.closing.settle(req.Client.Addr(), 0, since)
+	f.closing.preSettle(req.Client.Addr())
 	req.settle = func() bool { return f.closing.settle(req.Client.Addr(), SettleWait, since) }
 	d, sess = f.opts.Admitter.Admit(req)
 	if d.Verdict == Accept && sess == nil {

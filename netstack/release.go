@@ -15,19 +15,25 @@ package netstack
 // queued when its next connection's handshake completes (the lab shows it
 // within 20 sequential connections).
 //
+// Worse, a client that closes as soon as it has the whole response (ab
+// does, by Content-Length) sends its FIN before weir's, and its next SYN
+// right after: weir may admit the next connection before the stack has even
+// processed that FIN.
+//
 // So the order is made certain where it matters, at the next admission:
-// a connection whose FIN weir has sent waits in the closing set under its
-// client's address. Before a new connection from that address is admitted,
-// those whose client leg already has the client's FIN are released; and an
-// Admitter about to refuse calls ConnRequest.Settle, which waits (at most
-// SettleWait) for the rest of that client's closing connections to see
-// their FIN, and admits again if any was released. Only a refusal waits,
-// and only for a client with a connection in that state. A client that
-// reconnects from another address (another host behind a NAT) was never
-// waiting for this connection's end and is not owed the order.
+// every spliced connection is in the closing set under its client's address
+// until it is released. Before a new connection from that address is
+// admitted, those that have both FINs (weir's sent, the client's in the
+// leg's TCP state) are released; and an Admitter about to refuse calls
+// ConnRequest.Settle, which waits (at most SettleWait) for the first of that
+// client's other connections to be released, and admits again if any was.
+// Only a refusal waits, and only a client with another connection open. A
+// client that reconnects from another address (another host behind a NAT)
+// was never waiting for this connection's end and is not owed the order.
 
 import (
 	"net/netip"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,8 +41,8 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 )
 
-// closingSet holds the spliced connections whose FIN weir has sent to the
-// client and whose client's FIN has not been seen yet, by client address.
+// closingSet holds the open spliced connections by client address, until
+// they are released.
 type closingSet struct {
 	mu sync.Mutex
 	m  map[netip.Addr]map[*connEntry]struct{} // protected by mu
@@ -80,51 +86,88 @@ func (s *closingSet) remove(c *connEntry) {
 	s.mu.Unlock()
 }
 
-// SettleWait bounds how long ConnRequest.Settle waits for the FINs of a
-// client's closing connections.
+// SettleWait bounds how long ConnRequest.Settle waits for one of the
+// client's open connections to finish.
 const SettleWait = 100 * time.Millisecond
 
-// settleRecent is how recent weir's FIN must be for Settle to wait for the
-// client's answer.
-const settleRecent = time.Second
-
-// settle releases the connections of client ip that are done: at once
-// those whose client leg has received the client's FIN, and, waiting up to
-// wait, the rest as their FIN is read. It reports whether any was released,
-// by it or by another goroutine since the set's gen was since.
+// settle releases the connections of client ip that are done (weir's FIN
+// sent, the client's in the leg's TCP state) and, with wait > 0 and none
+// done, waits up to wait for any other of them to be released. It reports
+// whether any of the set's connections was released since gen was since.
 func (s *closingSet) settle(ip netip.Addr, wait time.Duration, since uint64) bool {
 	s.mu.Lock()
 	var done, open []*connEntry
-	now := time.Now()
 	for c := range s.m[ip] {
-		switch {
-		case rcvClosed(c.client.state()):
+		if c.clientClosed.Load()&clientSndClosed != 0 && rcvClosed(c.client.state()) {
 			done = append(done, c)
-		case now.Sub(c.sndClosedAt) < settleRecent:
+		} else {
 			open = append(open, c)
 		}
-		// A client that has not answered weir's FIN for settleRecent
-		// is not reconnecting because of it: no refusal waits for it.
 	}
 	s.mu.Unlock()
 	for _, c := range done {
 		c.release() // removes c from the set
 	}
-	released := len(done) > 0 || s.gen.Load() != since
-	if len(open) == 0 || wait <= 0 {
-		return released
+	if s.gen.Load() != since || len(open) == 0 || wait <= 0 {
+		return s.gen.Load() != since
 	}
+	// Wait for the first of them: the one the client has finished with
+	// (its FIN still queued in the stack) is released as soon as the
+	// stack has processed it.
+	cases := make([]reflect.SelectCase, 0, len(open)+1)
 	t := time.NewTimer(wait)
 	defer t.Stop()
+	cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(t.C)})
 	for _, c := range open {
-		select {
-		case <-c.released:
-			released = true
-		case <-t.C:
-			return released
+		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(c.released)})
+	}
+	reflect.Select(cases)
+	return s.gen.Load() != since
+}
+
+// PreSettleWait bounds the wait before an admission for a client's
+// connections that are half way through their close.
+const PreSettleWait = 20 * time.Millisecond
+
+// closingRecent is how recent the first close must be for the wait before
+// admission: a connection half closed for longer is not closing because its
+// client is reconnecting.
+const closingRecent = time.Second
+
+// preSettle runs before each admission: it releases the client's finished
+// connections and waits (at most PreSettleWait) for those half way through
+// their close (one of the two FINs passed within closingRecent), whose other
+// FIN is in flight or queued in the stack. A client's previous connection
+// is then released before its next one is admitted, and a limit is not
+// even probed (a failed probe counts, in the balancer, as a refusal).
+func (s *closingSet) preSettle(ip netip.Addr) {
+	s.mu.Lock()
+	var done, closing []*connEntry
+	now := time.Now().UnixNano()
+	for c := range s.m[ip] {
+		switch bits := c.clientClosed.Load(); {
+		case bits&clientSndClosed != 0 && rcvClosed(c.client.state()):
+			done = append(done, c)
+		case bits != 0 && now-c.firstClose.Load() < int64(closingRecent):
+			closing = append(closing, c)
 		}
 	}
-	return released
+	s.mu.Unlock()
+	for _, c := range done {
+		c.release()
+	}
+	if len(closing) == 0 {
+		return
+	}
+	t := time.NewTimer(PreSettleWait)
+	defer t.Stop()
+	for _, c := range closing {
+		select {
+		case <-c.released:
+		case <-t.C:
+			return
+		}
+	}
 }
 
 // rcvClosed reports whether a connection in state st has received its

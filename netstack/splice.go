@@ -76,12 +76,12 @@ type connEntry struct {
 	// clientClosed holds clientRcvClosed and clientSndClosed; the half
 	// that sets the second calls release.
 	clientClosed atomic.Uint32
+	firstClose   atomic.Int64 // unix ns of the first of the two (see release.go)
 	releaseOnce  sync.Once
 	released     chan struct{} // closed when release has run
 	releaser     Releaser      // nil: the Session does not hear Released
 	closing      *closingSet   // the forwarder's; nil in tests of a bare entry
 	gone         bool          // protected by closing.mu: released, not to be added
-	sndClosedAt  time.Time     // protected by closing.mu (set before add): weir's FIN to the client
 	idle         atomic.Bool   // closed by the idle watchdog
 	aborted      atomic.Bool   // closed by Forwarder.Close
 	panicked     atomic.Value  // the first panic's value, if a half panicked
@@ -106,16 +106,12 @@ const (
 // clientDone records one client-side close; once both are done the
 // connection is finished as the client sees it and its slots are released.
 func (c *connEntry) clientDone(bit uint32) {
-	switch c.clientClosed.Or(bit) | bit {
-	case clientFinished:
+	old := c.clientClosed.Or(bit)
+	if old == 0 {
+		c.firstClose.Store(time.Now().UnixNano())
+	}
+	if old|bit == clientFinished {
 		c.release()
-	case clientSndClosed:
-		// The client's FIN is next: settle (release.go) sees it first
-		// if the client reconnects before this goroutine runs again.
-		if c.closing != nil {
-			c.sndClosedAt = time.Now()
-			c.closing.add(c)
-		}
 	}
 }
 
@@ -154,6 +150,7 @@ func (f *Forwarder) splice(req *ConnRequest, d Decision, sess Session, client *C
 	c.releaser, _ = sess.(Releaser)
 	c.released = make(chan struct{})
 	c.closing = &f.closing
+	c.closing.add(c)
 	c.lastIO.Store(c.start.UnixNano())
 	c.last.at = c.start
 	f.mu.Lock()
