@@ -76,12 +76,12 @@ func firstLine(b []byte) string {
 }
 
 // page503 renders the 503 response for a refusal, closing the connection.
-func page503(d Decision) []byte { return page503For(d, true) }
+func page503(d Decision) []byte { return page503For(d, "close") }
 
-// page503For renders the 503 response for a refusal; without close it
-// leaves a keep-alive connection open (an http request refused on its
-// own).
-func page503For(d Decision, close bool) []byte {
+// page503For renders the 503 response for a refusal with the Connection
+// field conn: "close", "keep-alive" (an HTTP/1.0 keep-alive connection that
+// stays open) or "" (an HTTP/1.1 one that stays open).
+func page503For(d Decision, conn string) []byte {
 	retry := d.RetryAfter
 	if retry <= 0 {
 		retry = DefaultRetryAfter
@@ -113,8 +113,8 @@ func page503For(d Decision, close bool) []byte {
 	b.WriteString("Retry-After: " + strconv.FormatInt(secs, 10) + "\r\n")
 	b.WriteString("X-Weir-Limit: " + sanitizeHeader(limit) + "=" + strconv.FormatInt(d.Value, 10) + "\r\n")
 	b.WriteString("Content-Length: " + strconv.Itoa(body.Len()) + "\r\n")
-	if close {
-		b.WriteString("Connection: close\r\n")
+	if conn != "" {
+		b.WriteString("Connection: " + conn + "\r\n")
 	}
 	b.WriteString("\r\n")
 	b.Write(body.Bytes())

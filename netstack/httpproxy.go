@@ -350,7 +350,7 @@ func (hc *httpConn) route(in *http.Request, r *Request) (keep bool) {
 		keep = !clientWantsClose && hc.dropBody(in)
 		before := hc.cw.n
 		_ = hc.client.SetWriteDeadline(time.Now().Add(hc.t.RequestRead))
-		_, err := hc.bw.Write(page503For(d, !keep))
+		_, err := hc.bw.Write(page503For(d, hc.connField(in, keep)))
 		if err == nil {
 			err = hc.bw.Flush()
 		}
@@ -366,6 +366,18 @@ func (hc *httpConn) route(in *http.Request, r *Request) (keep bool) {
 	keep, outcome, err := hc.exchange(in, &d, sess, re, clientWantsClose)
 	report(outcome, err)
 	return keep
+}
+
+// connField is the Connection field of a response weir writes itself:
+// close, or for an HTTP/1.0 keep-alive client keep-alive.
+func (hc *httpConn) connField(in *http.Request, keep bool) string {
+	switch {
+	case !keep:
+		return "close"
+	case in.ProtoMajor == 1 && in.ProtoMinor == 0:
+		return "keep-alive"
+	}
+	return ""
 }
 
 // dropBody reads and discards a refused request's body, up to drainLimit;
@@ -409,7 +421,7 @@ func (hc *httpConn) exchange(in *http.Request, d *Decision, sess Session, re *Re
 			f.requestsRefused.Add(1)
 			keep := !clientWantsClose && hc.dropBody(in)
 			before := hc.cw.n
-			if _, werr := hc.bw.Write(page503For(*d, !keep)); werr == nil && hc.bw.Flush() == nil {
+			if _, werr := hc.bw.Write(page503For(*d, hc.connField(in, keep))); werr == nil && hc.bw.Flush() == nil {
 				re.Status = http.StatusServiceUnavailable
 			} else {
 				keep = false
@@ -439,7 +451,7 @@ func (hc *httpConn) exchange(in *http.Request, d *Decision, sess Session, re *Re
 			fd := *d
 			fd.Verdict, fd.Limit, fd.Value, fd.Reason = Refuse503, "firstByte", 0, "the target sent no response in time"
 			before := hc.cw.n
-			if _, werr := hc.bw.Write(page503For(fd, true)); werr == nil && hc.bw.Flush() == nil {
+			if _, werr := hc.bw.Write(page503For(fd, "close")); werr == nil && hc.bw.Flush() == nil {
 				re.Status = http.StatusServiceUnavailable
 			}
 			re.ResponseBytes = hc.cw.n - before
