@@ -209,7 +209,8 @@ type Session interface {
 // at most once per spliced connection, always before End and never at the
 // same time as another call of the Session; it may come from any of the
 // connection's goroutines (a copy half, the idle watchdog, Close) and must
-// not block.
+// not block. An http request's Session hears it once the whole response is
+// buffered for the client, before its last bytes are sent.
 type Releaser interface {
 	Released()
 }

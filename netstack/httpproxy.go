@@ -25,9 +25,10 @@ package netstack
 //	                                                   End(Served)
 //	          a pooled connection the target had closed: an idempotent
 //	          request without a body is sent once more on a fresh one
-//	    End comes when the response has been written completely, before the
-//    next request is read and before the connection's FIN: a client that
-//    sends its next request, or reconnects, finds the slot free.
+//	    Released comes when the whole response is buffered for the client,
+//	    before its last bytes are sent (End with the counts right after):
+//	    a client that sends its next request, or reconnects, finds the
+//	    slot free.
 //	connection done ──► the client slot is released, then weir's FIN
 //
 // Parsing is net/http's (http.ReadRequest, http.ReadResponse on bufio
@@ -472,7 +473,7 @@ func (hc *httpConn) exchange(in *http.Request, d *Decision, sess Session, re *Re
 		return false, Served, err
 	}
 	bc.uses++
-	keep, backendOK := hc.respond(in, resp, re, clientWantsClose)
+	keep, backendOK := hc.respond(in, resp, re, clientWantsClose, sess)
 	if backendOK && !resp.Close && !f.draining.Load() {
 		f.pool.put(f, bc, hc.o.MaxIdlePerTarget, hc.o.BackendIdle)
 	} else {
@@ -711,7 +712,12 @@ func (b *bodyJoin) join(abandon bool) {
 
 // respond writes the response to the client. It returns whether the client
 // connection stays open and whether the target connection is reusable.
-func (hc *httpConn) respond(in *http.Request, resp *http.Response, re *RequestEnd, clientWantsClose bool) (keep, backendOK bool) {
+//
+// The request's slots are released (Releaser) once the whole response is in
+// the client writer's buffer and before its last bytes go out: a client that
+// sends its next request the moment it has the response, on another
+// connection too, finds them free. End follows with the final counts.
+func (hc *httpConn) respond(in *http.Request, resp *http.Response, re *RequestEnd, clientWantsClose bool, sess Session) (keep, backendOK bool) {
 	bj := resp.Body.(*bodyJoin)
 	removeHopByHop(resp.Header)
 	http10 := in.ProtoMajor == 1 && in.ProtoMinor == 0
@@ -733,6 +739,9 @@ func (hc *httpConn) respond(in *http.Request, resp *http.Response, re *RequestEn
 	before := hc.cw.n
 	_ = hc.client.SetWriteDeadline(time.Now().Add(hc.idle()))
 	err := resp.Write(hc.bw)
+	if r, ok := sess.(Releaser); ok && err == nil {
+		r.Released()
+	}
 	if err == nil {
 		err = hc.bw.Flush()
 	}
