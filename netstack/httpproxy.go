@@ -494,7 +494,8 @@ func (hc *httpConn) backend(d *Decision, sess Session, fresh bool) (*backendConn
 		k := poolKey{service: hc.req.Service.Name, target: targetName(*d), via: d.Target.Via, addr: d.Target.Addr.String()}
 		if !fresh && d.Dialer == nil {
 			if bc := f.pool.get(f, k, hc.o.BackendIdle); bc != nil {
-				bc.entry.d = *d
+				// Its entry keeps the decision it was dialed with (same
+				// service and target; the sampler reads it unlocked).
 				return bc, nil
 			}
 		}
@@ -722,6 +723,10 @@ func (hc *httpConn) respond(in *http.Request, resp *http.Response, re *RequestEn
 	removeHopByHop(resp.Header)
 	http10 := in.ProtoMajor == 1 && in.ProtoMinor == 0
 	keep = !clientWantsClose && !hc.f.draining.Load()
+	if resp.ContentLength < 0 && len(resp.TransferEncoding) == 0 && in.Method != http.MethodHead {
+		// A body the target ends by closing: so must weir.
+		keep = false
+	}
 	if http10 {
 		resp.Proto, resp.ProtoMajor, resp.ProtoMinor = "HTTP/1.0", 1, 0
 		if resp.ContentLength < 0 && in.Method != http.MethodHead {

@@ -81,7 +81,15 @@ func httpRig(t *testing.T, h http.Handler, o policy.HTTPOptions) (*rig, *testHTT
 }
 
 // echoHeaders answers with the request's method, body size and headers.
+// /raw answers with a body that only the close ends.
 var echoHeaders = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/raw" {
+		c, bw, _ := w.(http.Hijacker).Hijack()
+		bw.WriteString("HTTP/1.1 200 OK\r\n\r\nuntil the close")
+		bw.Flush()
+		c.Close()
+		return
+	}
 	n, _ := io.Copy(io.Discard, r.Body)
 	fmt.Fprintf(w, "%s %d\n", r.Method, n)
 	for k, v := range r.Header {
@@ -103,7 +111,10 @@ func TestHTTPProxy(t *testing.T) {
 		if err != nil {
 			t.Fatalf("response: %v", err)
 		}
-		b, _ := io.ReadAll(resp.Body)
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatalf("response body: %v", err)
+		}
 		return resp, string(b)
 	}
 
@@ -161,6 +172,15 @@ func TestHTTPProxy(t *testing.T) {
 			t.Errorf("HTTP/1.0 without keep-alive: connection not closed: %v", err)
 		}
 	})
+	t.Run("body ended by the target's close", func(t *testing.T) {
+		c, br := open()
+		defer c.Close()
+		io.WriteString(c, "GET /raw HTTP/1.1\r\nHost: x\r\n\r\n")
+		resp, body := read(br)
+		if resp.StatusCode != 200 || body != "until the close" {
+			t.Errorf("close-delimited body: %d %q", resp.StatusCode, body)
+		}
+	})
 	for _, tc := range []struct {
 		name, send string
 		status     int
@@ -196,7 +216,7 @@ func TestHTTPProxy(t *testing.T) {
 	if len(adm.bad) != 4 {
 		t.Errorf("BadRequest heard %v, want 4", adm.bad)
 	}
-	if len(adm.reqEnds) != 3+1+3 {
-		t.Errorf("%d request Ends, want 7 (one per admitted request)", len(adm.reqEnds))
+	if len(adm.reqEnds) != 3+1+3+1 {
+		t.Errorf("%d request Ends, want 8 (one per admitted request)", len(adm.reqEnds))
 	}
 }
