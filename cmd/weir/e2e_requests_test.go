@@ -321,3 +321,54 @@ func TestE2EKeepAliveOverLimitAndAccessLog(t *testing.T) {
 		}
 	}
 }
+
+// rps is the "Requests per second" ab reports.
+var abRPS = regexp.MustCompile(`(?m)^Requests per second:\s+([0-9.]+)`)
+
+// cpuSeconds is a process's user+system CPU time so far.
+func cpuSeconds(t *testing.T, pid int) float64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Fields after the command's closing parenthesis: utime is the 12th,
+	// stime the 13th (clock ticks, 100 a second on Linux).
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+	ut, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (ut + st) / 100
+}
+
+// TestE2EHTTPOverhead measures the per-request cost of weir's http proxy:
+// ab -k -c 8 against the backend directly and through weir, in the same
+// run, with weir's CPU seconds per request. It reports figures only (the
+// machine is shared and loaded); it fails only if weir drops requests.
+func TestE2EHTTPOverhead(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipping the overhead benchmark in -short mode")
+	}
+	w := startWeir(t, "requests.yaml")
+	w.backend("t1", "198.18.1.1:8081", 0)
+	w.backend("t2", "198.18.1.2:8082", 0)
+	const n = 20000
+	run := func(url string) (float64, abResult) {
+		r := w.ab("-k", "-c", "8", "-n", strconv.Itoa(n), url)
+		m := abRPS.FindStringSubmatch(r.out)
+		if m == nil || r.complete != n {
+			t.Fatalf("ab %s: %d complete\n%s", url, r.complete, r.out)
+		}
+		rps, _ := strconv.ParseFloat(m[1], 64)
+		return rps, r
+	}
+	direct, _ := run("http://198.18.1.1:8081/")
+	pid := w.pid()
+	cpu0 := cpuSeconds(t, pid)
+	via, r := run("http://198.18.0.33/")
+	cpu := cpuSeconds(t, pid) - cpu0
+	t.Logf("ab -k -c 8 -n %d: direct %.0f req/s, through weir %.0f req/s (%.0f %%); weir CPU %.2f s = %.1f µs per request (non-2xx %d)",
+		n, direct, via, 100*via/direct, cpu, cpu/n*1e6, r.non2xx)
+	if r.non2xx != 0 {
+		t.Errorf("%d non-2xx through weir (no limit was in reach)", r.non2xx)
+	}
+}
