@@ -15,13 +15,17 @@ package netstack
 //	          ──► handshake (Handshake timeout aborts it)  HandshakeTimedOut, HandshakeFailed
 //	          ──► serve
 //	serve (own goroutine, client established):
+//	    http virtual server and an HTTPAdmitter ──► serveHTTP (httpproxy.go):
+//	        admitted, routed and counted request by request
 //	    Admit ──► (Decision, Session)
 //	          ──► RefuseRST ──► RST                                   RefusedRST   End(RefusedReset)
 //	          ──► Refuse503 ──► 503 page ──► close                    Refused503   End(RefusedPage)
 //	          ──► Accept ──► dial target (Connect timeout); failed: Session.DialFailed
 //	                         answers (another Accept, until the tried-set refuses)
 //	                         ──► RST or 503                           DialFailed
-//	                     ──► splice client ⇄ target ──► End(Served | IdleClosed)
+//	                     ──► splice client ⇄ target ──► Released once the
+//	                         client has seen it finished (release.go)
+//	                         ──► End(Served | IdleClosed)
 //	                         target silent FirstByte after the client's first
 //	                         byte ──► TargetFailer.TargetFailed, 503 page or RST
 //	                                                                  End(TargetTimedOut)
