@@ -633,6 +633,11 @@ func (hc *httpConn) roundTrip(bc *backendConn, out *http.Request, re *RequestEnd
 			_ = resp.Header.Write(hc.bw)
 			hc.bw.WriteString("\r\n")
 			if err := hc.bw.Flush(); err != nil {
+				if bodyErr != nil {
+					_ = bc.leg.SetDeadline(time.Unix(1, 0))
+					_ = hc.client.SetReadDeadline(time.Unix(1, 0))
+					<-bodyErr
+				}
 				return nil, err
 			}
 			continue
