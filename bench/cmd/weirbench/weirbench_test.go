@@ -148,7 +148,7 @@ func TestConnRateLoopback(t *testing.T) {
 func TestSummaryAndMarkdown(t *testing.T) {
 	r := &report{Date: "2026-12-01T00:00:00Z", Machine: "m", Note: "machine not quiet", Reps: 3, IperfSec: 10, ConnSec: 10,
 		WeirEnv: "GOGC=50",
-		Paths: []string{"kernel", "weir"}, Tests: []testDef{tests[0], tests[4]}}
+		Paths:   []string{"kernel", "weir"}, Tests: []testDef{tests[0], tests[4]}}
 	for i, v := range []float64{30, 34, 32} {
 		r.Samples = append(r.Samples, sample{Test: "stream1", Path: "kernel", Rep: i + 1, Value: v, Bytes: 40e9})
 	}
