@@ -15,13 +15,17 @@ package netstack
 //	          ──► handshake (Handshake timeout aborts it)  HandshakeTimedOut, HandshakeFailed
 //	          ──► serve
 //	serve (own goroutine, client established):
+//	    http virtual server and an HTTPAdmitter ──► serveHTTP (httpproxy.go):
+//	        admitted, routed and counted request by request
 //	    Admit ──► (Decision, Session)
 //	          ──► RefuseRST ──► RST                                   RefusedRST   End(RefusedReset)
 //	          ──► Refuse503 ──► 503 page ──► close                    Refused503   End(RefusedPage)
 //	          ──► Accept ──► dial target (Connect timeout); failed: Session.DialFailed
 //	                         answers (another Accept, until the tried-set refuses)
 //	                         ──► RST or 503                           DialFailed
-//	                     ──► splice client ⇄ target ──► End(Served | IdleClosed)
+//	                     ──► splice client ⇄ target ──► Released once the
+//	                         client has seen it finished (release.go)
+//	                         ──► End(Served | IdleClosed)
 //	                         target silent FirstByte after the client's first
 //	                         byte ──► TargetFailer.TargetFailed, 503 page or RST
 //	                                                                  End(TargetTimedOut)
@@ -101,6 +105,20 @@ type ConnRequest struct {
 	Service *policy.VirtualServer // the virtual server found for VIP; never nil
 	// Attempt is 0 in Admit and counts the failed dials in DialFailed.
 	Attempt int
+
+	settle func() bool
+}
+
+// Settle is for an Admitter about to refuse the connection at a limit: it
+// releases the client's earlier connections that are finished as the client
+// sees them but whose release weir has not processed yet (see release.go),
+// waiting at most SettleWait, and reports whether any was released; if so,
+// the Admitter should check its limits again. Call it only from Admit.
+func (r *ConnRequest) Settle() bool {
+	if r.settle == nil {
+		return false
+	}
+	return r.settle()
 }
 
 // Verdict is an admission answer.
@@ -185,6 +203,22 @@ type Session interface {
 	End(e *End)
 }
 
+// Releaser is a Session that wants to hear when its connection is finished
+// as the client sees it, before End: the client has sent its FIN and weir
+// its own (or the connection was reset or aborted). What remains then is
+// weir's teardown (the target's side, final counters), which a client that
+// reconnects at once must not have to wait for: weir's appliance gives the
+// admission ticket and the target slot back in Released, so a sequential
+// client at maxConnections 1 is never refused. The forwarder calls Released
+// at most once per spliced connection, always before End and never at the
+// same time as another call of the Session; it may come from any of the
+// connection's goroutines (a copy half, the idle watchdog, Close) and must
+// not block. An http request's Session hears it once the whole response is
+// buffered for the client, before its last bytes are sent.
+type Releaser interface {
+	Released()
+}
+
 // TargetFailer is a Session that also hears of a target that failed after
 // its dial succeeded: it stayed silent past the first-byte timeout. The
 // forwarder calls TargetFailed before End, from the connection's goroutine.
@@ -258,6 +292,11 @@ type End struct {
 	// Err is the handshake's error for the handshake outcomes, the dial's
 	// for an Aborted dial; nil otherwise.
 	Err error
+	// Request is set when the End is one http request's (an HTTPAdmitter's
+	// Session): Stats then has the connection's ID, client, VIP, service
+	// and target, and the request's bytes (TargetLeg.BytesSent the
+	// request's, ClientLeg.BytesSent the response's); no leg counters.
+	Request *RequestEnd
 }
 
 // Refusal is what a refused client was sent.
@@ -362,7 +401,7 @@ func (o ForwarderOptions) withDefaults() ForwarderOptions {
 
 // ForwarderStats are the forwarder's counters, totals since it was created.
 type ForwarderStats struct {
-	Accepted          uint64 // connections spliced to a target
+	Accepted          uint64 // connections spliced to a target; for http services, client connections admitted
 	RefusedRST        uint64 // refused with RST
 	Refused503        uint64 // answered with a 503 page
 	NoService         uint64 // SYNs to an address:port that is no virtual server (RST)
@@ -382,6 +421,16 @@ type ForwarderStats struct {
 	NoSession         uint64 // Accepts without a Session, refused with RST (an Admitter bug)
 	TimeWaitReopened  uint64 // SYNs that ended a TIME_WAIT on their 4-tuple and opened a new connection
 	UDPUnreachable    uint64 // UDP datagrams to no socket, answered with ICMP port unreachable
+	HTTPRequests      uint64 // http requests whose head was parsed (http virtual servers)
+	HTTPRefused       uint64 // of those, answered with the 503 page (also in Refused503)
+	HTTPHeaderTimeout uint64 // request heads not complete within HeaderTimeout (408)
+	HTTPHeaderTooBig  uint64 // request heads over MaxHeaderBytes (431)
+	HTTPBadRequest    uint64 // malformed heads, Content-Length with Transfer-Encoding (400)
+	HTTPRetried       uint64 // idempotent requests sent again on a fresh target connection after a pooled one failed
+	HTTPBadGateway    uint64 // requests whose target failed mid-exchange (502, or a cut response)
+	HTTPClients       int64  // http client connections open now
+	TargetConns       int64  // http target connections open now (in use or pooled)
+	TargetConnsIdle   int    // of those, idle in the pool
 	Open              int64  // connections open now (spliced)
 	Pending           int64  // connections between SYN (or accept) and splice now (handshake on the tcp.Forwarder path, admission, dial)
 }
@@ -406,7 +455,8 @@ type Forwarder struct {
 	pending map[stack.TransportEndpointID]tcpip.NetworkProtocolNumber // protected by mu: handshakes in progress
 	wg      sync.WaitGroup                                            // handler goroutines
 
-	tw timeWaitTable
+	tw      timeWaitTable
+	closing closingSet // spliced connections waiting for the client's FIN (release.go)
 
 	draining  atomic.Bool // set by Drain
 	lmu       sync.Mutex
@@ -424,6 +474,13 @@ type Forwarder struct {
 	dialFailed, hsTimedOut, hsFailed, idleClosed               atomic.Uint64
 	aborted, noSession, targetTimedOut, panics                 atomic.Uint64
 	open, pendingN                                             atomic.Int64
+
+	// http virtual servers (httpproxy.go, pool.go)
+	pool                                                                   pool
+	httpConns                                                              map[*Conn]struct{} // protected by mu: open http client connections
+	requests, requestsRefused, httpRetried                                 atomic.Uint64
+	httpHeaderTimedOut, httpHeaderTooLarge, httpBadRequest, httpBadGateway atomic.Uint64
+	httpClients, backends                                                  atomic.Int64
 }
 
 // NewForwarder installs a TCP forwarder on s: from now on every SYN that
@@ -483,6 +540,16 @@ func (f *Forwarder) Stats() ForwarderStats {
 		NoSession:         f.noSession.Load(),
 		TimeWaitReopened:  f.tw.reopened.Load(),
 		UDPUnreachable:    st.UDP.UnknownPortErrors.Value(),
+		HTTPRequests:      f.requests.Load(),
+		HTTPRefused:       f.requestsRefused.Load(),
+		HTTPHeaderTimeout: f.httpHeaderTimedOut.Load(),
+		HTTPHeaderTooBig:  f.httpHeaderTooLarge.Load(),
+		HTTPBadRequest:    f.httpBadRequest.Load(),
+		HTTPRetried:       f.httpRetried.Load(),
+		HTTPBadGateway:    f.httpBadGateway.Load(),
+		HTTPClients:       f.httpClients.Load(),
+		TargetConns:       f.backends.Load(),
+		TargetConnsIdle:   f.pool.idleCount(),
 		Open:              f.open.Load(),
 		Pending:           f.pendingN.Load(),
 	}
@@ -516,7 +583,13 @@ func (f *Forwarder) Close() error {
 		c.aborted.Store(true)
 		c.abort()
 	}
+	f.mu.Lock()
+	for c := range f.httpConns {
+		c.Close()
+	}
+	f.mu.Unlock()
 	f.wg.Wait()
+	f.pool.closeAll(f)
 	f.workers.close()
 	f.s.setSYNHook(nil)
 	return nil
@@ -674,7 +747,14 @@ func (f *Forwarder) serve(reqp **ConnRequest, client *Conn, vip netip.AddrPort) 
 			panic(v)
 		}
 	}()
+	if ha, ok := f.opts.Admitter.(HTTPAdmitter); ok && req.Service.Proto == policy.ProtoHTTP {
+		f.serveHTTP(req, client, ha, t, pendingDone)
+		return
+	}
 	hook("admit")
+	since := f.closing.gen.Load()
+	f.closing.preSettle(req.Client.Addr())
+	req.settle = func() bool { return f.closing.settle(req.Client.Addr(), SettleWait, since) }
 	d, sess = f.opts.Admitter.Admit(req)
 	if d.Verdict == Accept && sess == nil {
 		f.noSession.Add(1)

@@ -75,8 +75,13 @@ func firstLine(b []byte) string {
 	return string(out)
 }
 
-// page503 renders the 503 response for a refusal.
-func page503(d Decision) []byte {
+// page503 renders the 503 response for a refusal, closing the connection.
+func page503(d Decision) []byte { return page503For(d, "close") }
+
+// page503For renders the 503 response for a refusal with the Connection
+// field conn: "close", "keep-alive" (an HTTP/1.0 keep-alive connection that
+// stays open) or "" (an HTTP/1.1 one that stays open).
+func page503For(d Decision, conn string) []byte {
 	retry := d.RetryAfter
 	if retry <= 0 {
 		retry = DefaultRetryAfter
@@ -108,7 +113,10 @@ func page503(d Decision) []byte {
 	b.WriteString("Retry-After: " + strconv.FormatInt(secs, 10) + "\r\n")
 	b.WriteString("X-Weir-Limit: " + sanitizeHeader(limit) + "=" + strconv.FormatInt(d.Value, 10) + "\r\n")
 	b.WriteString("Content-Length: " + strconv.Itoa(body.Len()) + "\r\n")
-	b.WriteString("Connection: close\r\n\r\n")
+	if conn != "" {
+		b.WriteString("Connection: " + conn + "\r\n")
+	}
+	b.WriteString("\r\n")
 	b.Write(body.Bytes())
 	return b.Bytes()
 }

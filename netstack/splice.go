@@ -18,6 +18,14 @@ package netstack
 // TargetFailed. fb orders the race of the two: whoever moves it from
 // fbWaiting wins.
 //
+// Finished as the client sees it: the connection is over for the client
+// once it has sent its FIN (or reset) and weir has sent it weir's FIN; the
+// splice may still have work to do (the target's FIN, final counters,
+// teardown), but a client that reconnects at once must not find its slot
+// taken. So the half that completes the second of the two client-side closes
+// calls Releaser.Released right then (an error or an abort counts as both),
+// before it does anything else; End follows after the teardown.
+//
 // A panic in either half is recovered there: it ends this connection
 // (Outcome Panicked), not the process.
 
@@ -57,9 +65,18 @@ type connEntry struct {
 	streamNs atomic.Int64
 
 	closeOnce sync.Once
-	idle      atomic.Bool  // closed by the idle watchdog
-	aborted   atomic.Bool  // closed by Forwarder.Close
-	panicked  atomic.Value // the first panic's value, if a half panicked
+	// clientClosed holds clientRcvClosed and clientSndClosed; the half
+	// that sets the second calls release.
+	clientClosed atomic.Uint32
+	firstClose   atomic.Int64 // unix ns of the first of the two (see release.go)
+	releaseOnce  sync.Once
+	released     chan struct{} // closed when release has run
+	releaser     Releaser      // nil: the Session does not hear Released
+	closing      *closingSet   // the forwarder's; nil in tests of a bare entry
+	gone         bool          // protected by closing.mu: released, not to be added
+	idle         atomic.Bool   // closed by the idle watchdog
+	aborted      atomic.Bool   // closed by Forwarder.Close
+	panicked     atomic.Value  // the first panic's value, if a half panicked
 
 	fb      atomic.Int32 // fbWaiting, fbSpoke or fbExpired
 	fbArmed atomic.Bool  // the first-byte timer was started
@@ -71,8 +88,47 @@ type connEntry struct {
 	local, remote netip.AddrPort // the target leg's addresses, once read (gVisor legs)
 }
 
-// abort closes both legs at once, which ends both copy directions.
+// The client-side closes of a connEntry's clientClosed.
+const (
+	clientRcvClosed uint32 = 1 << iota // the client's FIN (or an error) was read
+	clientSndClosed                    // weir's FIN was sent to the client
+	clientFinished  = clientRcvClosed | clientSndClosed
+)
+
+// clientDone records one client-side close; once both are done the
+// connection is finished as the client sees it and its slots are released.
+func (c *connEntry) clientDone(bit uint32) {
+	old := c.clientClosed.Or(bit)
+	if old == 0 {
+		c.firstClose.Store(time.Now().UnixNano())
+	}
+	if old|bit == clientFinished {
+		c.release()
+	}
+}
+
+// release tells the Session, once, that the client is done with the
+// connection. A second caller waits until the first call has returned, so
+// End (which calls it first) always follows Released.
+func (c *connEntry) release() {
+	c.releaseOnce.Do(func() {
+		if c.releaser != nil {
+			c.releaser.Released()
+		}
+		// Only now: a settle that finds c in the set waits for this.
+		if c.closing != nil {
+			c.closing.remove(c)
+		}
+		if c.released != nil { // nil for an http target connection
+			close(c.released)
+		}
+	})
+}
+
+// abort closes both legs at once, which ends both copy directions; the
+// client is done with the connection from here on.
 func (c *connEntry) abort() {
+	c.release() // before the client can see the close
 	c.closeOnce.Do(func() {
 		c.client.Close()
 		c.target.Close()
@@ -83,6 +139,10 @@ func (c *connEntry) abort() {
 // reports the connection's End to sess. It runs in the handler goroutine.
 func (f *Forwarder) splice(req *ConnRequest, d Decision, sess Session, client *Conn, target Leg, t policy.Timeouts) {
 	c := &connEntry{req: *req, d: d, start: time.Now(), client: client, target: target}
+	c.releaser, _ = sess.(Releaser)
+	c.released = make(chan struct{})
+	c.closing = &f.closing
+	c.closing.add(c)
 	c.lastIO.Store(c.start.UnixNano())
 	c.last.at = c.start
 	f.mu.Lock()
@@ -144,6 +204,7 @@ func (f *Forwarder) splice(req *ConnRequest, d Decision, sess Session, client *C
 		f.idleClosed.Add(1)
 	}
 
+	c.release() // a path that set neither close bit (the first-byte 503)
 	final := f.finish(c)
 	// The client leg is closed after our FIN and the client's: if the target
 	// closed first, weir closed first, and the leg now waits in TIME_WAIT.
@@ -205,6 +266,7 @@ func (f *Forwarder) copyToClient(c *connEntry, d Decision, http bool) {
 		d.Limit, d.Value, d.Reason = "firstByte", 0, "the target sent no response in time"
 		_ = c.client.SetWriteDeadline(time.Now().Add(DefaultRequestTimeout))
 		if _, err := c.client.Write(page503(d)); err == nil {
+			c.clientDone(clientSndClosed)
 			_ = c.client.CloseWrite()
 		}
 	} else {
@@ -258,6 +320,14 @@ func (f *Forwarder) copyHalf(c *connEntry, dst, src Leg, n *atomic.Uint64, first
 			return
 		}
 		if er == io.EOF {
+			// Released comes before the FIN that may finish the
+			// connection for the client: before weir's FIN to the client,
+			// and on the client's FIN before it is passed on.
+			if toClient {
+				c.clientDone(clientSndClosed)
+			} else {
+				c.clientDone(clientRcvClosed)
+			}
 			if dst.CloseWrite() != nil {
 				c.abort()
 			}

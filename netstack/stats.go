@@ -300,6 +300,10 @@ func (f *Forwarder) finish(c *connEntry) ConnStats {
 	now := time.Now()
 	f.sampleMu.Lock()
 	prev := c.last
+	if c.finished { // an http target connection Close aborted first
+		f.sampleMu.Unlock()
+		return c.stats(c.last.client, c.last.target, prev, now)
+	}
 	cl, tg, dt := f.observe(c, now)
 	c.finished = true
 	svc, tn := serviceName(c), targetName(c.d)

@@ -81,9 +81,15 @@ func TestSampleDeltas(t *testing.T) {
 			t.Errorf("bronze's MinRate fraction %d, want 0", f)
 		}
 	}
+	// The two listeners (ports 80 and 81) accept concurrently: which
+	// connection got the lower ID is not fixed, so find them by action.
 	conns := r.fwd.Conns()
-	if len(conns) != 2 || conns[0].Action != "gold" || conns[1].Action != "bronze" || conns[0].ClientLeg.BytesSent != 40_000 {
-		t.Errorf("Conns %+v", conns)
+	if len(conns) != 2 || conns[0].ID >= conns[1].ID {
+		t.Fatalf("Conns %+v: want two, by ID", conns)
+	}
+	actions := map[string]ConnStats{conns[0].Action: conns[0], conns[1].Action: conns[1]}
+	if g, ok := actions["gold"]; !ok || actions["bronze"].Action != "bronze" || g.ClientLeg.BytesSent != 40_000 {
+		t.Errorf("Conns %+v: want one gold (40000 B sent) and one bronze", conns)
 	}
 	// A connection that closes in an interval still reports its last deltas.
 	echo(c1, 5000)

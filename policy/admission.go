@@ -242,6 +242,14 @@ type levelKey struct {
 	name string
 }
 
+// keyOf is a level's key: the instance level is found by kind alone.
+func keyOf(kind LevelKind, name string) levelKey {
+	if kind == LevelInstance {
+		name = ""
+	}
+	return levelKey{kind, name}
+}
+
 // admState is one applied configuration: immutable once stored.
 type admState struct {
 	byVS   map[*VirtualServer]*chain
@@ -433,10 +441,7 @@ func (a *Admission) Apply(cfg *Config) {
 	mi, ri := cfg.Instance.MetricInterval, cfg.Instance.RecomputeInterval
 	fresh := make(map[levelKey]*level, len(a.levels))
 	get := func(kind LevelKind, name string) *level {
-		k := levelKey{kind, name}
-		if kind == LevelInstance {
-			k.name = ""
-		}
+		k := keyOf(kind, name)
 		lv := fresh[k]
 		if lv == nil {
 			lv = a.levels[k]
@@ -902,11 +907,7 @@ func (a *Admission) SetCapacity(kind LevelKind, name string, c int64) (open int6
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	k := levelKey{kind, name}
-	if kind == LevelInstance {
-		k.name = ""
-	}
-	lv := a.levels[k]
+	lv := a.levels[keyOf(kind, name)]
 	if lv == nil {
 		return 0, false
 	}
@@ -925,11 +926,7 @@ func (a *Admission) SetCapacity(kind LevelKind, name string, c int64) (open int6
 func (a *Admission) SetRemoteBandwidth(kind LevelKind, name string, bps int64) (ok bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	k := levelKey{kind, name}
-	if kind == LevelInstance {
-		k.name = ""
-	}
-	lv := a.levels[k]
+	lv := a.levels[keyOf(kind, name)]
 	if lv == nil {
 		return false
 	}
@@ -949,11 +946,7 @@ func (a *Admission) SetRemoteBandwidth(kind LevelKind, name string, bps int64) (
 func (a *Admission) SetRemoteConns(kind LevelKind, name string, n int64) (ok bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	k := levelKey{kind, name}
-	if kind == LevelInstance {
-		k.name = ""
-	}
-	lv := a.levels[k]
+	lv := a.levels[keyOf(kind, name)]
 	if lv == nil {
 		return false
 	}

@@ -293,6 +293,8 @@ type VirtualServer struct {
 	// Timeouts of this virtual server's connections; zero fields take the
 	// instance's (see Timeouts).
 	Timeouts Timeouts
+	// HTTP tunes request handling; used only when Proto is ProtoHTTP.
+	HTTP HTTPOptions
 	// Targets in configured order: primaries first in the order given, then
 	// backups in the order they are to be tried.
 	Targets []*Target
@@ -642,6 +644,7 @@ func Compile(c *Config) (*Config, error) {
 		}
 		names[vs.Name] = true
 		vs.Timeouts.resolve(c.Instance.Timeouts, bad, "virtual server "+strconv.Quote(vs.Name))
+		vs.HTTP.resolve(bad, "virtual server "+strconv.Quote(vs.Name))
 		if vs.Ports.Lo == 0 || vs.Ports.Hi < vs.Ports.Lo {
 			bad("virtual server %q: bad port range %v", vs.Name, vs.Ports)
 		}

@@ -10,7 +10,8 @@ set -euo pipefail
 # (packaging/deb_test.go: the unit verified, postinst in a throwaway root),
 # chromium (the status page test loads /ui in a headless browser),
 # redis-server (cmd/weir/internal/cluster: each test starts its own on a
-# loopback port, without persistence).
+# loopback port, without persistence), ab (apache2-utils: the http request
+# tests in cmd/weir/e2e_requests_test.go run ApacheBench in their namespace).
 need_apt=()
 command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)
 command -v iperf3 >/dev/null 2>&1 || need_apt+=(iperf3)
@@ -19,6 +20,7 @@ command -v tcpdump >/dev/null 2>&1 || need_apt+=(tcpdump)
 command -v systemd-analyze >/dev/null 2>&1 || need_apt+=(systemd)
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
+command -v ab >/dev/null 2>&1 || need_apt+=(apache2-utils)
 if [ ${#need_apt[@]} -gt 0 ]; then
 	if [ "$(id -u)" = 0 ]; then
 		echo "deps: installing ${need_apt[*]}"

@@ -54,7 +54,8 @@ type runOptions struct {
 	captureMax int64
 	history    int
 	offload    string
-	backAddrs  []string // see backarm.go
+	backAddrs  []string    // see backarm.go
+	memLimit   memoryLimit // see memory.go
 }
 
 func newRunCmd() *cobra.Command {
@@ -113,6 +114,10 @@ func newRunCmd() *cobra.Command {
 	o.captureMax = defaultCaptureMax
 	f.Var(byteSize{&o.captureMax}, "capture-max", "stop recording once the capture holds this many `BYTES` (suffixes kB, MB, GB, KiB, MiB, GiB)")
 	f.StringVar(&o.offload, "offload", "auto", "TUN segmentation offload: on (64 KiB TCP segments through the datapath and the stack), off (one packet per read), auto (on when the kernel allows it)")
+	o.memLimit = memoryLimit{auto: true}
+	f.Var(&o.memLimit, "memory-limit", "soft limit on the Go runtime's memory: the GC works harder as it nears it (auto: "+
+		strconv.Itoa(int(autoLimitFraction*100))+" % of the cgroup's memory limit, none without one; none; or `BYTES` like 512MiB); $GOMEMLIMIT wins. "+
+		"The GC target is GOGC="+strconv.Itoa(defaultGOGC)+" unless $GOGC is set")
 	addBackFlags(f, &o)
 	return cmd
 }
@@ -205,6 +210,8 @@ func preflight() error {
 // runAppliance runs weir until ctx ends or a signal stops it. Its errors
 // are runtime failures (exit 2) except where marked as config errors.
 func runAppliance(ctx context.Context, stdout, stderr io.Writer, o runOptions) error {
+	mem := decideMemory(o.memLimit, os.Getenv, cgroupMemoryLimit())
+	applyMemory(mem)
 	cfg, err := config.Load(o.config)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
@@ -310,7 +317,8 @@ func runAppliance(ctx context.Context, stdout, stderr io.Writer, o runOptions) e
 		log.Warn().Str("forwarding", fam).Msg("forwarding is off: the back arm's packets to via: netstack targets cannot leave this host (sysctl net.ipv4.ip_forward=1)")
 	}
 	ev := log.Info().Str("tun", o.tunName).Int("queues", len(front.tuns)).Str("offload", o.offload).Bool("offload_active", front.tuns[0].Offload()).Str("admin", srv.Addr()).
-		Int("services", len(cfg.Services)).Str("config", o.config)
+		Int("services", len(cfg.Services)).Str("config", o.config).
+		Int("gogc", mem.GOGC).Str("gogc_from", mem.GOGCFrom).Str("memory_limit", mem.limitText()).Str("memory_limit_from", mem.LimitFrom)
 	if front.capture != nil {
 		ev = ev.Str("capture", o.capture).Int64("capture_max", o.captureMax)
 	}

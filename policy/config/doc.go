@@ -55,6 +55,7 @@
 //	    protocol: http         # tcp (default: refuse with RST) or http (refuse with a 503 page)
 //	    limits: LIMITS
 //	    timeouts: TIMEOUTS     # overrides the instance's, field by field
+//	    http: HTTP             # protocol http only: request handling
 //	    targets:               # required, at least one
 //	      - name: member05     # default: the address; unique within the service
 //	        address: 198.18.1.5:9080 # required: IP:port ([fd00::5]:9080), no host names; an IP alone (or port 0) keeps the client's port
@@ -128,6 +129,18 @@
 //	idle: 5m                   # no byte either way closes the connection; "off" or a duration
 //	requestRead: 2s            # reading a refused HTTP request's head before the 503 page
 //	inFlightPerVIP: 128        # half-open handshakes per VIP and port, 1..65535; beyond: SYN cookies
+//
+// HTTP tunes an http service, which weir proxies request by request: each
+// request head is parsed, admitted (limits count requests in flight) and
+// routed on its own, and target connections are pooled:
+//
+//	headerTimeout: 10s         # one request head, from its first byte; exceeded: 408
+//	maxHeaderBytes: 32KiB      # one request head; exceeded: 431
+//	keepAliveIdle: 60s         # a client connection with no request in flight
+//	maxClients: 10000          # open client connections of the service (apart from the request limits); over: 503
+//	backendIdle: 30s           # a pooled target connection unused
+//	maxIdlePerTarget: 32       # pooled target connections per target
+//	forwarded: x-forwarded-for # or forwarded (RFC 7239), both, none
 //
 // noServices exists for reloads: weir run refuses a reload that would remove
 // every service (a file caught empty or half-written, an editor's truncate)

@@ -395,6 +395,37 @@ func (p *yparser) limits(l *policy.Limits, v *yaml.Node) {
 	}
 }
 
+// httpOptions parses a service's http mapping; defaults and range checks
+// are policy.Compile's.
+func (p *yparser) httpOptions(o *policy.HTTPOptions, v *yaml.Node) {
+	dur := func(dst *time.Duration) func(k, v *yaml.Node) {
+		return func(k, v *yaml.Node) {
+			if d, ok := p.positive(k, v); ok {
+				*dst = d
+			}
+		}
+	}
+	p.mapping(v, "http", []field{
+		{name: "headerTimeout", fn: dur(&o.HeaderTimeout)},
+		{name: "maxHeaderBytes", fn: func(k, v *yaml.Node) {
+			n, _ := parse(p, k, v, "a size in bytes", parseBytes)
+			if n < 256 || n > 1<<20 {
+				p.errf(v, "maxHeaderBytes: %d is out of range 256..1MiB", n)
+				return
+			}
+			o.MaxHeaderBytes = int(n)
+		}},
+		{name: "keepAliveIdle", fn: dur(&o.KeepAliveIdle)},
+		{name: "maxClients", fn: func(k, v *yaml.Node) { o.MaxClients, _ = p.int(k, v, 1, 1<<40) }},
+		{name: "backendIdle", fn: dur(&o.BackendIdle)},
+		{name: "maxIdlePerTarget", fn: func(k, v *yaml.Node) {
+			n, _ := p.int(k, v, 1, 1<<20)
+			o.MaxIdlePerTarget = int(n)
+		}},
+		{name: "forwarded", fn: func(k, v *yaml.Node) { o.Forwarded, _ = parse(p, k, v, "a forwarded mode", policy.ParseForwarded) }},
+	})
+}
+
 // timeouts parses a timeouts mapping (instance defaults or one service's).
 // Defaults and range checks are policy.Compile's; firstByte and idle also
 // take "off", kept as a negative duration.
@@ -520,6 +551,7 @@ func (p *yparser) service(n *yaml.Node) {
 		{name: "protocol", fn: func(k, v *yaml.Node) { vs.Proto, _ = parse(p, k, v, "tcp or http", policy.ParseServiceProto) }},
 		{name: "limits", fn: func(_, v *yaml.Node) { p.limits(&vs.Limits, v) }},
 		{name: "timeouts", fn: func(_, v *yaml.Node) { p.timeouts(&vs.Timeouts, v) }},
+		{name: "http", fn: func(_, v *yaml.Node) { p.httpOptions(&vs.HTTP, v) }},
 		{name: "targets", required: true, fn: func(k, v *yaml.Node) {
 			p.seq(k, v, func(item *yaml.Node) {
 				t, at := p.target(item)

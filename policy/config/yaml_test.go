@@ -26,6 +26,32 @@ func TestParseYAMLGood(t *testing.T) {
 				t.Errorf("defaults not applied: %+v", c.Instance)
 			}
 		}},
+		{"http options and their defaults", `
+services:
+  - name: web
+    vips: [198.19.0.80]
+    port: 80
+    protocol: http
+    http: {headerTimeout: 3s, maxHeaderBytes: 8KiB, maxClients: 500, forwarded: both}
+    targets: [{address: 127.0.0.1:8080}]
+  - name: plain
+    vips: [198.19.0.81]
+    port: 80
+    protocol: http
+    targets: [{address: 127.0.0.1:8080}]
+`, func(t *testing.T, c *policy.Config) {
+			got := c.Services[0].HTTP
+			want := policy.HTTPOptions{HeaderTimeout: 3 * time.Second, MaxHeaderBytes: 8 << 10, KeepAliveIdle: policy.DefaultKeepAliveIdle,
+				MaxClients: 500, BackendIdle: policy.DefaultBackendIdle, MaxIdlePerTarget: policy.DefaultMaxIdlePerTarget, Forwarded: policy.ForwardBoth}
+			if got != want {
+				t.Errorf("http %+v, want %+v", got, want)
+			}
+			def := policy.HTTPOptions{HeaderTimeout: policy.DefaultHeaderTimeout, MaxHeaderBytes: policy.DefaultMaxHeaderBytes, KeepAliveIdle: policy.DefaultKeepAliveIdle,
+				MaxClients: policy.DefaultMaxClients, BackendIdle: policy.DefaultBackendIdle, MaxIdlePerTarget: policy.DefaultMaxIdlePerTarget}
+			if c.Services[1].HTTP != def {
+				t.Errorf("http defaults %+v, want %+v", c.Services[1].HTTP, def)
+			}
+		}},
 		{"timeouts: instance defaults, a service's override, off", `
 instance:
   timeouts: {connect: 1s, firstByte: off, idle: 10m, handshake: 2s, requestRead: 1s, inFlightPerVIP: 32}

@@ -34,6 +34,7 @@ type options struct {
 	Note      string        // a line for the report's header (the machine's state)
 	Tests     string        // comma-separated test IDs to run ("" means all)
 	WeirArgs  string        // extra arguments for weir run, split on spaces
+	WeirEnv   string        // extra NAME=VALUE environment for weir run, split on spaces
 	Profile   string        // a test ID whose weir runs are CPU-profiled ("" means none)
 	Idle      int           // idle spliced connections to hold and measure (0: none)
 }
@@ -133,6 +134,7 @@ func benchMain(args []string) error {
 	fs.StringVar(&o.Note, "note", "machine not quiet: shared with other developers; the figures are orientation", "a `line` for the report's header")
 	fs.StringVar(&o.Tests, "tests", "", "comma-separated test `ids` to run (default all: "+testIDs()+")")
 	fs.StringVar(&o.WeirArgs, "weir-args", "", "extra `args` for weir run (split on spaces), e.g. '--queues 2'")
+	fs.StringVar(&o.WeirEnv, "weir-env", "", "extra `NAME=VALUE` environment for weir run (split on spaces), e.g. 'GOGC=50 GOMEMLIMIT=64MiB'")
 	fs.StringVar(&o.Profile, "profile", "", "CPU-profile weir during each run of test `id` (pprof files in the log dir, top in the report)")
 	fs.IntVar(&o.Idle, "idle", 10000, "idle spliced connections to hold through weir and measure per connection (0: skip)")
 	if err := fs.Parse(args); err != nil {
@@ -151,6 +153,11 @@ func benchMain(args []string) error {
 	if o.Reps < 1 || o.Reps > 20 || o.IperfTime < time.Second || o.IperfTime > 5*time.Minute ||
 		o.ConnTime <= 0 || o.ConnTime > 5*time.Minute {
 		return errors.New("need 1 <= -reps <= 20, 1s <= -iperf-time <= 5m, 0 < -conn-time <= 5m")
+	}
+	for _, kv := range strings.Fields(o.WeirEnv) {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+			return fmt.Errorf("-weir-env %q: want NAME=VALUE", kv)
+		}
 	}
 	if err := preflightBench(o); err != nil {
 		return err
@@ -237,7 +244,7 @@ func runBench(ctx context.Context, o options, tests []testDef) (*report, error) 
 			"--tun-addr", weirTUNAddr, "--admin", "127.0.0.1:0", "--ready-file", ready,
 			"--log-format", "json", "--log-level", "warn", "--grace", "1s", "--pprof"}
 		wargs = append(wargs, strings.Fields(o.WeirArgs)...)
-		weir, err := start(topo.router, name, nil, wargs...)
+		weir, err := start(topo.router, name, strings.Fields(o.WeirEnv), wargs...)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -286,7 +293,7 @@ func runBench(ctx context.Context, o options, tests []testDef) (*report, error) 
 	rep := &report{
 		Date: time.Now().UTC().Format(time.RFC3339), Machine: machine(), Note: o.Note,
 		Reps: o.Reps, IperfSec: int(o.IperfTime / time.Second), ConnSec: o.ConnTime.Seconds(),
-		Tests: tests, WeirArgs: o.WeirArgs,
+		Tests: tests, WeirArgs: o.WeirArgs, WeirEnv: o.WeirEnv,
 	}
 	for _, p := range paths {
 		rep.Paths = append(rep.Paths, p.Name)

@@ -192,6 +192,11 @@ func measureIdle(ctx context.Context, topo *topology, self, logDir string, weir 
 	if b, err := adm.get(ctx, "/debug/pprof/heap", 30*time.Second); err == nil && os.WriteFile(heapFile, b, 0o644) == nil {
 		heapTop = pprofTop(ctx, heapFile, "-sample_index=inuse_space")
 	}
+	// Where the held connections' goroutines wait (their stacks are most
+	// of an idle connection's cost): grouped by stack, largest groups first.
+	if b, err := adm.get(ctx, "/debug/pprof/goroutine?debug=1", 30*time.Second); err == nil {
+		_ = os.WriteFile(filepath.Join(logDir, "goroutines-idle.txt"), b, 0o644)
+	}
 	hold.stop(5 * time.Second)
 	// weir lets the connections go before the harness stops it.
 	_ = waitFor(ctx, 30*time.Second, weir, func() bool {

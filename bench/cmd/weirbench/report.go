@@ -23,6 +23,8 @@ type report struct {
 	Appliances []applianceSummary `json:"appliances"`
 	// WeirArgs are the extra arguments weir ran with (-weir-args).
 	WeirArgs string `json:"weir_args,omitempty"`
+	// WeirEnv is the extra environment weir ran with (-weir-env).
+	WeirEnv string `json:"weir_env,omitempty"`
 	// Idle is the idle-connection measurement (nil with -idle 0).
 	Idle *idleResult `json:"idle,omitempty"`
 	// Profiles are weir's CPU profiles (-profile).
@@ -174,6 +176,9 @@ func (r *report) markdown() string {
 		r.Reps, r.IperfSec, r.ConnSec)
 	if r.WeirArgs != "" {
 		fmt.Fprintf(&b, "weir ran with `%s`.\n\n", r.WeirArgs)
+	}
+	if r.WeirEnv != "" {
+		fmt.Fprintf(&b, "weir's extra environment: `%s`.\n\n", r.WeirEnv)
 	}
 
 	// Throughput and connection rate.

@@ -147,7 +147,8 @@ func TestConnRateLoopback(t *testing.T) {
 // and per connection, and the tables that show them.
 func TestSummaryAndMarkdown(t *testing.T) {
 	r := &report{Date: "2026-12-01T00:00:00Z", Machine: "m", Note: "machine not quiet", Reps: 3, IperfSec: 10, ConnSec: 10,
-		Paths: []string{"kernel", "weir"}, Tests: []testDef{tests[0], tests[4]}}
+		WeirEnv: "GOGC=50",
+		Paths:   []string{"kernel", "weir"}, Tests: []testDef{tests[0], tests[4]}}
 	for i, v := range []float64{30, 34, 32} {
 		r.Samples = append(r.Samples, sample{Test: "stream1", Path: "kernel", Rep: i + 1, Value: v, Bytes: 40e9})
 	}
@@ -190,6 +191,7 @@ func TestSummaryAndMarkdown(t *testing.T) {
 		"| peak RSS (largest of any run) | 3 MiB |",
 		"conn16 on weir, rep 2: connrate: exit status 1",
 		"machine not quiet",
+		"weir's extra environment: `GOGC=50`.",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("markdown lacks %q:\n%s", want, md)
@@ -314,5 +316,14 @@ func TestSelectTests(t *testing.T) {
 	}
 	if all, _ := selectTests(""); len(all) != len(tests) {
 		t.Errorf("selectTests(\"\") = %d tests, want all %d", len(all), len(tests))
+	}
+}
+
+func TestWeirEnvFlag(t *testing.T) {
+	for _, bad := range []string{"GOGC", "=50", "GOGC=50 junk"} {
+		err := benchMain([]string{"-weir-env", bad})
+		if err == nil || !strings.Contains(err.Error(), "-weir-env") || !strings.Contains(err.Error(), "want NAME=VALUE") {
+			t.Errorf("-weir-env %q: %v, want a NAME=VALUE error", bad, err)
+		}
 	}
 }

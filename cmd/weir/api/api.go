@@ -45,6 +45,46 @@ type Status struct {
 	Control   Control   `json:"control"`
 	// Cluster is the scale-out state; absent without a cluster section.
 	Cluster *Cluster `json:"cluster,omitempty"`
+	// HTTP is the request-level state of http services.
+	HTTP HTTP `json:"http"`
+}
+
+// HTTP counts the requests of http services: each request is admitted and
+// routed on its own, from its parsed head to its last response byte.
+type HTTP struct {
+	// Requests counts finished requests by service, target ("" for a
+	// request no target served: refused, or bad) and status code, sorted.
+	Requests []RequestCount `json:"requests"`
+	// InFlight is the requests admitted and not yet answered, by service
+	// and target (the plug-in's pendingConnections), sorted.
+	InFlight []RequestsInFlight `json:"in_flight"`
+	// Durations are the request durations per service, head parsed to
+	// response written.
+	Durations []RequestDurations `json:"durations"`
+}
+
+// RequestCount is a count of finished requests.
+type RequestCount struct {
+	Service string `json:"service"`
+	Target  string `json:"target"`
+	Code    string `json:"code"`
+	Count   uint64 `json:"count"`
+}
+
+// RequestsInFlight is the requests pending at one target now.
+type RequestsInFlight struct {
+	Service  string `json:"service"`
+	Target   string `json:"target"`
+	InFlight int64  `json:"in_flight"`
+}
+
+// RequestDurations is a histogram of request durations, seconds.
+type RequestDurations struct {
+	Service    string    `json:"service"`
+	Bounds     []float64 `json:"bounds"`     // upper bounds, seconds
+	Cumulative []uint64  `json:"cumulative"` // requests at or under each bound
+	Count      uint64    `json:"count"`
+	Sum        float64   `json:"sum"` // seconds
 }
 
 // ReloadError is a rejected configuration.
@@ -79,6 +119,10 @@ type Service struct {
 	Refused  uint64   `json:"refused_no_target"`
 	Balancer string   `json:"algorithm"`
 	Targets  []Target `json:"targets"`
+	// Clients is the open client connections of an http service now and
+	// MaxClients their bound (apart from the request limits).
+	Clients    int64 `json:"clients,omitempty"`
+	MaxClients int64 `json:"max_clients,omitempty"`
 }
 
 // Target is one target's balancer state and its last weight explanation.
@@ -300,6 +344,20 @@ type Forwarder struct {
 	Listeners         int    `json:"listeners"`        // VIP and port pairs with a listener now
 	TargetTimedOut    uint64 `json:"target_timed_out"` // targets silent past the first-byte timeout (marked down)
 	Panics            uint64 `json:"panics"`           // panics recovered in connection goroutines
+	// http services: request heads parsed; refused with the 503 page;
+	// refused before admission (408 head too slow, 431 head too big, 400
+	// malformed or Content-Length with Transfer-Encoding); sent again on a
+	// fresh target connection; cut by a failing target (502).
+	HTTPRequests      uint64 `json:"http_requests"`
+	HTTPRefused       uint64 `json:"http_refused"`
+	HTTPHeaderTimeout uint64 `json:"http_header_timeout"`
+	HTTPHeaderTooBig  uint64 `json:"http_header_too_big"`
+	HTTPBadRequest    uint64 `json:"http_bad_request"`
+	HTTPRetried       uint64 `json:"http_retried"`
+	HTTPBadGateway    uint64 `json:"http_bad_gateway"`
+	HTTPClients       int64  `json:"http_clients"`      // http client connections open now
+	TargetConns       int64  `json:"target_conns"`      // http target connections open now
+	TargetConnsIdle   int    `json:"target_conns_idle"` // of those, pooled
 }
 
 // NIC is one interface of the stack and the transport below it.

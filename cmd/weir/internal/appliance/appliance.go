@@ -142,6 +142,8 @@ type Appliance struct {
 	actionFr map[string]map[string]map[string]int
 
 	counters counters
+	reqs     requestStats // http requests (httpadmit.go)
+	clients  sync.Map     // service name → *atomic.Int64: open http client connections
 	skipMu   sync.Mutex
 	skipped  map[policy.TargetKey]uint64 // SkippedAtLimit already warned about
 	limiter  obs.Limiter
@@ -553,14 +555,26 @@ func (a *Appliance) connPanic(req *netstack.ConnRequest, v any, stack []byte) {
 // returns the connection's session, which holds what admission reserved and
 // hears how the connection ends.
 func (a *Appliance) Admit(req *netstack.ConnRequest) (netstack.Decision, netstack.Session) {
-	vs := req.Service
 	now := a.now()
 	s := &session{a: a, req: req, start: now}
 	if a.draining.Load() {
 		a.counters.refusedDraining.Add(1)
 		return netstack.Decision{Verdict: netstack.RefuseRST, Reason: "draining"}, s
 	}
-	if ref, ok := a.adm.Admit(vs, &s.ticket); !ok {
+	return a.admit(req, s, now)
+}
+
+// admit runs the policy limits and the balancer for a connection (tcp) or
+// a request (http), whose session s is.
+func (a *Appliance) admit(req *netstack.ConnRequest, s *session, now time.Time) (netstack.Decision, netstack.Session) {
+	vs := req.Service
+	ref, ok := a.adm.Admit(vs, &s.ticket)
+	if !ok && req.Settle() {
+		// The client's previous connection was over for it, its release
+		// still on the way: check again.
+		ref, ok = a.adm.Admit(vs, &s.ticket)
+	}
+	if !ok {
 		a.counters.refusal(ref.Level.String(), ref.Limit.String())
 		a.warnEvery("refuse:"+vs.Name+":"+ref.Limit.String(), now, func(e *zerolog.Event) {
 			e.Str("service", vs.Name).Str("client", req.Client.String()).Msg("refused: " + ref.Error())
@@ -580,6 +594,9 @@ func (a *Appliance) Admit(req *netstack.ConnRequest) (netstack.Decision, netstac
 	s.hash = key.Hash()
 	s.flow = a.engine.Flow(req.Client, req.VIP, datapath.ProtoTCP)
 	lease, err := b.PickAction(now, s.hash, s.action(), &s.tried)
+	if err != nil && req.Settle() {
+		lease, err = b.PickAction(now, s.hash, s.action(), &s.tried)
+	}
 	if err != nil {
 		s.ticket.Release()
 		return a.noTarget(vs, req, err, now), s
@@ -587,6 +604,10 @@ func (a *Appliance) Admit(req *netstack.ConnRequest) (netstack.Decision, netstac
 	s.lease = lease
 	s.counted = true
 	a.open.Add(1)
+	if s.http != nil {
+		s.inflight = lease.Name()
+		a.reqs.begin(vs.Name, s.inflight)
+	}
 	return s.accept(), s
 }
 
@@ -606,6 +627,10 @@ type session struct {
 	// counted is set while the session is in Appliance.open: from an
 	// admitted pick to End.
 	counted bool
+	// http is the request of an http service's session (one per request,
+	// see httpadmit.go); nil for a tcp connection's.
+	http     *netstack.Request
+	inflight string // the target the request counts in flight at
 }
 
 // action is the policy action the datapath classified the connection into,
@@ -675,6 +700,11 @@ func (s *session) DialFailed(failed netstack.Decision, err error) netstack.Decis
 		lease, perr := b.PickAction(now, s.hash, s.action(), &s.tried)
 		if perr == nil {
 			s.lease = lease
+			if s.http != nil && s.counted {
+				a.reqs.end(vs.Name, s.inflight)
+				s.inflight = lease.Name()
+				a.reqs.begin(vs.Name, s.inflight)
+			}
 			return s.accept()
 		}
 		err = perr
@@ -696,15 +726,32 @@ func (s *session) TargetFailed(d netstack.Decision, err error) {
 	})
 }
 
-// End releases the connection's target slot and admission ticket and writes
-// its access-log line, whose outcome is the forwarder's account of the end.
-func (s *session) End(e *netstack.End) {
-	a := s.a
+// Released gives the target slot and the admission ticket back as soon as
+// the client is done with the connection (netstack.Releaser): a client that
+// reconnects at once finds them free, whatever weir's teardown still does.
+// The forwarder calls it before End and never concurrently with another
+// Session call, so the lease needs no lock.
+func (s *session) Released() {
 	s.lease.Release()
 	s.ticket.Release()
+}
+
+// End releases the connection's target slot and admission ticket (if
+// Released has not) and writes its access-log line, whose outcome is the
+// forwarder's account of the end.
+func (s *session) End(e *netstack.End) {
+	a := s.a
+	s.Released()
 	if s.counted {
 		s.counted = false
 		a.open.Add(-1)
+		if s.http != nil {
+			a.reqs.end(s.req.Service.Name, s.inflight)
+		}
+	}
+	if e.Request != nil {
+		a.requestEnd(s, e)
+		return
 	}
 	if e.Decision.Verdict == netstack.Accept {
 		a.counters.closed.Add(1)

@@ -131,6 +131,9 @@ func (a *Appliance) Status() api.Status {
 		if vs.Class != nil {
 			s.Class = vs.Class.Name
 		}
+		if vs.Proto == policy.ProtoHTTP {
+			s.Clients, s.MaxClients = a.clientCount(vs.Name).Load(), vs.HTTP.MaxClients
+		}
 		for _, v := range vs.VIPs {
 			s.VIPs = append(s.VIPs, v.String())
 		}
@@ -148,6 +151,7 @@ func (a *Appliance) Status() api.Status {
 		}
 		st.Services = append(st.Services, s)
 	}
+	st.HTTP.Requests, st.HTTP.InFlight, st.HTTP.Durations = a.reqs.status()
 	return st
 }
 
@@ -221,6 +225,9 @@ func forwarderStatus(s netstack.ForwarderStats) api.Forwarder {
 		IdleClosed: s.IdleClosed, TimeWaitReopened: s.TimeWaitReopened, Aborted: s.Aborted, NoSession: s.NoSession,
 		SYNCookiesSent: s.SYNCookiesSent, SYNCookiesValid: s.SYNCookiesValid, SYNCookiesInvalid: s.SYNCookiesInvalid,
 		Listeners: s.Listeners, TargetTimedOut: s.TargetTimedOut, Panics: s.Panics,
+		HTTPRequests: s.HTTPRequests, HTTPRefused: s.HTTPRefused, HTTPHeaderTimeout: s.HTTPHeaderTimeout,
+		HTTPHeaderTooBig: s.HTTPHeaderTooBig, HTTPBadRequest: s.HTTPBadRequest, HTTPRetried: s.HTTPRetried,
+		HTTPBadGateway: s.HTTPBadGateway, HTTPClients: s.HTTPClients, TargetConns: s.TargetConns, TargetConnsIdle: s.TargetConnsIdle,
 	}
 }
 

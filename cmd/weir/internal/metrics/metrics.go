@@ -19,12 +19,16 @@ type Type uint8
 const (
 	Gauge Type = iota
 	Counter
+	Histogram
 )
 
 // String is the type as the README and the exposition format name it.
 func (t Type) String() string {
-	if t == Counter {
+	switch t {
+	case Counter:
 		return "counter"
+	case Histogram:
+		return "histogram"
 	}
 	return "gauge"
 }
@@ -41,6 +45,9 @@ type Def struct {
 	// samples emits the metric's samples from st, label values in Labels'
 	// order.
 	samples func(st *api.Status, emit func(v float64, labels ...string))
+	// histograms emits a Histogram's samples instead: count, sum and the
+	// cumulative count per upper bound.
+	histograms func(st *api.Status, emit func(count uint64, sum float64, buckets map[float64]uint64, labels ...string))
 }
 
 // emitter is the function a Def's samples calls per sample.
@@ -357,6 +364,75 @@ var Defs = []Def{
 		Help:    "Panics recovered in a connection's goroutines; each closed its connection only and was logged with its stack. Any: a weir bug, report it with the log.",
 		samples: one(func(st *api.Status) float64 { return float64(st.Forwarder.Panics) })},
 
+	// HTTP requests (services with protocol http, proxied request by request).
+	{Name: "weir_requests_total", Type: Counter, Labels: []string{"service", "target", "code"},
+		Help: "Finished http requests by the status weir sent the client; target is empty for a request no target served (refused with 503, or 400/408/431 before admission).",
+		samples: func(st *api.Status, emit emitter) {
+			for _, r := range st.HTTP.Requests {
+				emit(float64(r.Count), r.Service, r.Target, r.Code)
+			}
+		}},
+	{Name: "weir_requests_in_flight", Type: Gauge, Labels: targetLabels,
+		Help: "Http requests admitted and not yet answered completely, per target: what maxConnections counts for an http service (the plug-in's pendingConnections).",
+		samples: func(st *api.Status, emit emitter) {
+			for _, r := range st.HTTP.InFlight {
+				emit(float64(r.InFlight), r.Service, r.Target)
+			}
+		}},
+	{Name: "weir_request_duration_seconds", Type: Histogram, Labels: []string{"service"},
+		Help: "Http request durations, from the parsed head to the last response byte written. A rising tail with flat weights: the targets are slow, not the network.",
+		histograms: func(st *api.Status, emit func(uint64, float64, map[float64]uint64, ...string)) {
+			for _, h := range st.HTTP.Durations {
+				b := make(map[float64]uint64, len(h.Bounds))
+				for i, ub := range h.Bounds {
+					if i < len(h.Cumulative) {
+						b[ub] = h.Cumulative[i]
+					}
+				}
+				emit(h.Count, h.Sum, b, h.Service)
+			}
+		}},
+	{Name: "weir_http_client_connections", Type: Gauge, Labels: []string{"service", "kind"},
+		Help: "Open client connections of an http service (kind open) and their bound maxClients (kind max); they hold no request slot while idle. At the max, new clients get the 503 page naming maxClients.",
+		samples: func(st *api.Status, emit emitter) {
+			for _, s := range st.Services {
+				if s.MaxClients > 0 {
+					emit(float64(s.Clients), s.Name, "open")
+					emit(float64(s.MaxClients), s.Name, "max")
+				}
+			}
+		}},
+	{Name: "weir_http_requests_parsed_total", Type: Counter,
+		Help:    "Http request heads parsed (every request that reached admission).",
+		samples: one(func(st *api.Status) float64 { return float64(st.Forwarder.HTTPRequests) })},
+	{Name: "weir_http_requests_refused_total", Type: Counter,
+		Help:    "Http requests answered with the 503 page (a limit, or no target could serve); weir_refusals_total says which.",
+		samples: one(func(st *api.Status) float64 { return float64(st.Forwarder.HTTPRefused) })},
+	{Name: "weir_http_header_timeouts_total", Type: Counter,
+		Help:    "Http request heads not complete within http.headerTimeout, answered 408 and closed (slowloris clients end here).",
+		samples: one(func(st *api.Status) float64 { return float64(st.Forwarder.HTTPHeaderTimeout) })},
+	{Name: "weir_http_header_too_big_total", Type: Counter,
+		Help:    "Http request heads larger than http.maxHeaderBytes, answered 431 and closed.",
+		samples: one(func(st *api.Status) float64 { return float64(st.Forwarder.HTTPHeaderTooBig) })},
+	{Name: "weir_http_malformed_total", Type: Counter,
+		Help:    "Http requests answered 400 and closed: a malformed head, or Content-Length together with Transfer-Encoding (request smuggling).",
+		samples: one(func(st *api.Status) float64 { return float64(st.Forwarder.HTTPBadRequest) })},
+	{Name: "weir_http_requests_retried_total", Type: Counter,
+		Help:    "Idempotent http requests sent again on a fresh target connection because the pooled one had been closed by the target. Many: lower backendIdle below the targets' keep-alive timeout.",
+		samples: one(func(st *api.Status) float64 { return float64(st.Forwarder.HTTPRetried) })},
+	{Name: "weir_http_bad_gateway_total", Type: Counter,
+		Help:    "Http requests whose target failed in mid-exchange (502 to the client, or a cut response).",
+		samples: one(func(st *api.Status) float64 { return float64(st.Forwarder.HTTPBadGateway) })},
+	{Name: "weir_http_target_connections", Type: Gauge,
+		Help:    "Target connections of http services open now, in use or pooled.",
+		samples: one(func(st *api.Status) float64 { return float64(st.Forwarder.TargetConns) })},
+	{Name: "weir_http_target_connections_idle", Type: Gauge,
+		Help:    "Target connections of http services idle in the pool now (at most http.maxIdlePerTarget per target).",
+		samples: one(func(st *api.Status) float64 { return float64(st.Forwarder.TargetConnsIdle) })},
+	{Name: "weir_http_clients", Type: Gauge,
+		Help:    "Client connections of all http services open now; weir_http_client_connections splits them by service.",
+		samples: one(func(st *api.Status) float64 { return float64(st.Forwarder.HTTPClients) })},
+
 	// NICs and transports.
 	{Name: "weir_nic_packets_total", Type: Counter, Labels: []string{"nic", "direction"},
 		Help: "Packets through each stack interface: rx handed to the stack, tx written to the transport.",
@@ -503,6 +579,12 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		vt := prometheus.GaugeValue
 		if d.Type == Counter {
 			vt = prometheus.CounterValue
+		}
+		if d.Type == Histogram {
+			d.histograms(&st, func(count uint64, sum float64, buckets map[float64]uint64, labels ...string) {
+				ch <- prometheus.MustNewConstHistogram(desc, count, sum, buckets, labels...)
+			})
+			continue
 		}
 		d.samples(&st, func(v float64, labels ...string) {
 			ch <- prometheus.MustNewConstMetric(desc, vt, v, labels...)

@@ -32,6 +32,7 @@ var notMetrics = map[string]string{
 	"Draining":                           "/healthz answers 503 while draining",
 	"Cluster.Levels.Open":                "weir_level_connections and weir_target_connections_open give the open connections here",
 	"Cluster.Bandwidth.Max":              "weir_level_max_bandwidth_bytes_per_second",
+	"HTTP.Durations.Bounds":              "the histogram's le labels",
 }
 
 // explained is the part of a target's weight explanation that is exported
@@ -63,6 +64,11 @@ func populated(t *testing.T) (api.Status, map[string][]float64) {
 		Levels:    []api.ClusterLevel{{Level: "virtual server", Name: "web"}, {Level: "target", Name: "a", Service: "web"}},
 		Bandwidth: []api.ClusterBandwidth{{Level: "instance", Name: "i"}},
 		Logged:    []api.ClusterLogged{{Level: "class", Name: "c"}}}
+	st.HTTP = api.HTTP{
+		Requests:  []api.RequestCount{{Service: "web", Target: "a", Code: "200"}, {Service: "web", Code: "503"}},
+		InFlight:  []api.RequestsInFlight{{Service: "web", Target: "a"}},
+		Durations: []api.RequestDurations{{Service: "web", Bounds: make([]float64, 2), Cumulative: make([]uint64, 2)}},
+	}
 	values := map[string][]float64{}
 	next := 1000.0
 	var fill func(path string, v reflect.Value)
@@ -133,6 +139,20 @@ func value(m *dto.Metric) float64 {
 	return m.GetGauge().GetValue()
 }
 
+// numbers returns every number a sample carries: its value, or a
+// histogram's count, sum and bucket counts.
+func numbers(m *dto.Metric) []float64 {
+	h := m.GetHistogram()
+	if h == nil {
+		return []float64{value(m)}
+	}
+	out := []float64{float64(h.GetSampleCount()), h.GetSampleSum()}
+	for _, b := range h.Bucket {
+		out = append(out, float64(b.GetCumulativeCount()))
+	}
+	return out
+}
+
 // TestEveryFactIsExported fails when a numeric fact of the status document
 // (a new drop counter, say) has no metric and no entry in notMetrics, and
 // when a metric family yields no sample from a full document.
@@ -142,7 +162,9 @@ func TestEveryFactIsExported(t *testing.T) {
 	exported := map[float64]bool{}
 	for _, f := range fams {
 		for _, m := range f.Metric {
-			exported[value(m)] = true
+			for _, v := range numbers(m) {
+				exported[v] = true
+			}
 		}
 	}
 	for _, d := range Defs {
@@ -261,8 +283,8 @@ func TestDefsAreWellFormed(t *testing.T) {
 				t.Errorf("%s: label %q", d.Name, l)
 			}
 		}
-		if d.samples == nil {
-			t.Errorf("%s: no samples", d.Name)
+		if (d.samples == nil) != (d.Type == Histogram) || (d.histograms == nil) != (d.Type != Histogram) {
+			t.Errorf("%s: no samples, or samples of the wrong kind", d.Name)
 		}
 	}
 }

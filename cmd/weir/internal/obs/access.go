@@ -82,9 +82,12 @@ func (a *AccessLog) Flush() error {
 }
 
 // CLF formats r in Common Log Format: host ident user [time] "request" status
-// bytes. A plain TCP connection's request is "TCP <vip> <target>" and its
-// status its outcome's HTTP-like code (200 served, 503 refused, 408 a
-// handshake the client did not complete, 500 aborted).
+// bytes, then two fields of weir's own, the target ("-" when none served it)
+// and the duration in microseconds (Apache's %D), which CLF readers that
+// stop after the bytes ignore. A plain TCP connection's request is
+// "TCP <vip> <target>" and its status its outcome's HTTP-like code (200
+// served, 503 refused, 408 a handshake the client did not complete, 500
+// aborted).
 func CLF(r AccessRecord) string {
 	host := r.Client
 	if h, _, ok := cutPort(host); ok {
@@ -105,8 +108,8 @@ func CLF(r AccessRecord) string {
 			status = 500
 		}
 	}
-	return fmt.Sprintf("%s - - [%s] %q %d %s", host, r.Start.Format("02/Jan/2006:15:04:05 -0700"),
-		req, status, strconv.FormatUint(r.BytesOut, 10))
+	return fmt.Sprintf("%s - - [%s] %q %d %s %q %d", host, r.Start.Format("02/Jan/2006:15:04:05 -0700"),
+		req, status, strconv.FormatUint(r.BytesOut, 10), orDash(r.Target), r.Duration.Microseconds())
 }
 
 func cutPort(hostport string) (host, port string, ok bool) {

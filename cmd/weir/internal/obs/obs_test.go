@@ -64,12 +64,15 @@ func TestLimiter(t *testing.T) {
 func TestAccessLog(t *testing.T) {
 	start := time.Date(2005, 5, 11, 7, 26, 23, 0, time.FixedZone("", -5*3600))
 	rec := AccessRecord{Start: start, Client: "198.18.0.2:40000", VIP: "198.18.1.1:80", Service: "web",
-		Outcome: "503", Reason: "all targets at limit", RequestLine: "GET /wlm/BeenThere HTTP/1.1", Status: 503, BytesOut: 431}
-	if got, want := CLF(rec), `198.18.0.2 - - [11/May/2005:07:26:23 -0500] "GET /wlm/BeenThere HTTP/1.1" 503 431`; got != want {
+		Outcome: "503", Reason: "all targets at limit", RequestLine: "GET /wlm/BeenThere HTTP/1.1", Status: 503, BytesOut: 431,
+		Duration: 1500 * time.Microsecond}
+	// The seed's Example 18-7 line, then the target (none: refused) and the
+	// duration in microseconds.
+	if got, want := CLF(rec), `198.18.0.2 - - [11/May/2005:07:26:23 -0500] "GET /wlm/BeenThere HTTP/1.1" 503 431 "-" 1500`; got != want {
 		t.Errorf("CLF:\n got %s\nwant %s", got, want)
 	}
 	tcp := AccessRecord{Start: start, Client: "[fd00::2]:5000", VIP: "[fd00::1]:23", Target: "t1", Outcome: "ok", BytesOut: 10}
-	if got := CLF(tcp); !strings.HasPrefix(got, `fd00::2 - - [`) || !strings.Contains(got, `"TCP [fd00::1]:23 t1" 200 10`) {
+	if got := CLF(tcp); !strings.HasPrefix(got, `fd00::2 - - [`) || !strings.HasSuffix(got, `"TCP [fd00::1]:23 t1" 200 10 "t1" 0`) {
 		t.Errorf("CLF tcp: %s", got)
 	}
 	var buf bytes.Buffer

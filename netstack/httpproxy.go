@@ -1,0 +1,810 @@
+package netstack
+
+// HTTP request flow (virtual servers with protocol http, when the Admitter
+// is an HTTPAdmitter)
+//
+//	client established ──► AdmitClient (the service's client-connection
+//	    bound, apart from the request limits) ──► refused: 503 page, close
+//	loop, one request at a time:
+//	    wait for the first byte (KeepAliveIdle; no request slot held)
+//	    read the head (HeaderTimeout, MaxHeaderBytes)
+//	          too slow ──► 408, close           HTTPHeaderTimedOut  BadRequest
+//	          too big  ──► 431, close           HTTPHeaderTooLarge  BadRequest
+//	          malformed, or Content-Length with Transfer-Encoding
+//	                   ──► 400, close           HTTPBadRequest      BadRequest
+//	    AdmitRequest ──► (Decision, Session): the request counts from here
+//	          refused ──► 503 page naming the limit, on this connection,
+//	                      which stays open (the request's body is read and
+//	                      dropped, up to drainLimit)   End(RefusedPage)
+//	          Accept ──► pooled target connection or a dial (DialFailed as
+//	                      for a splice) ──► request written (hop-by-hop
+//	                      headers dropped, X-Forwarded-For / Forwarded added,
+//	                      the body streamed, chunked too) ──► response
+//	                      (1xx relayed, Expect: 100-continue answered by
+//	                      the target) ──► written to the client
+//	                                                   End(Served)
+//	          a pooled connection the target had closed: an idempotent
+//	          request without a body is sent once more on a fresh one
+//	    Released comes when the whole response is buffered for the client,
+//	    before its last bytes are sent (End with the counts right after):
+//	    a client that sends its next request, or reconnects, finds the
+//	    slot free.
+//	connection done ──► the client slot is released, then weir's FIN
+//
+// Parsing is net/http's (http.ReadRequest, http.ReadResponse on bufio
+// readers; Request.Write, Response.Write stream the bodies). What net/http
+// does not do for a proxy is here: the head's size and time bounds checked on
+// the buffered bytes before ReadRequest sees them (so the request line is
+// known for the 408/431 line too), the smuggling check on the raw head
+// (Go drops a Content-Length that comes with chunked instead of refusing),
+// hop-by-hop headers, and HTTP/1.0 keep-alive.
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"weir/policy"
+)
+
+// HTTPAdmitter is an Admitter that admits the requests of http virtual
+// servers one by one. For such a service the forwarder calls AdmitClient
+// once per client connection and AdmitRequest once per request head; Admit
+// is not called. Both are called from the connection's goroutine.
+type HTTPAdmitter interface {
+	Admitter
+	// AdmitClient admits a client connection: an Accept (Target unused)
+	// lets it send requests, and release is called exactly once when the
+	// connection is over (before weir's FIN). A refusal is answered as in
+	// Admit (the 503 page, or RST) and release may be nil.
+	AdmitClient(req *ConnRequest) (d Decision, release func())
+	// AdmitRequest decides about one request whose head was parsed, and
+	// returns its Session, as Admit does for a connection: the request is
+	// counted until that Session's End, which comes when its response has
+	// been written completely (End.Request is set).
+	AdmitRequest(req *ConnRequest, r *Request) (Decision, Session)
+	// BadRequest hears of a request refused before admission (400, 408,
+	// 431): e is valid only during the call.
+	BadRequest(req *ConnRequest, e *RequestEnd)
+}
+
+// Request is one parsed request head, for AdmitRequest.
+type Request struct {
+	Seq    int    // 1 for the connection's first request
+	Method string // as sent
+	Line   string // the request line, printable ASCII (see firstLine)
+	Host   string
+	// Header is the head as parsed, hop-by-hop fields included. Read only.
+	Header http.Header
+	Start  time.Time // when the head was parsed
+}
+
+// RequestEnd is how one request ended: in End.Request, or BadRequest's.
+type RequestEnd struct {
+	Seq  int
+	Line string // request line; "" when none was read
+	// Status is the status sent to the client (0: none could be sent).
+	Status int
+	// RequestBytes and ResponseBytes are the bytes of the request sent to
+	// the target and of the response written to the client, heads
+	// included.
+	RequestBytes, ResponseBytes int64
+	Start                       time.Time // head parsed (or first byte, for BadRequest)
+	Duration                    time.Duration
+	// Reused says the request went over a pooled target connection;
+	// Retried that a pooled one failed and a fresh one carried it.
+	Reused, Retried bool
+}
+
+// Errors a RequestEnd's connection may end with, in End.Err.
+var (
+	ErrHeaderTimeout   = errors.New("netstack: request head not received within the header timeout")
+	ErrHeaderTooLarge  = errors.New("netstack: request head larger than maxHeaderBytes")
+	ErrSmuggling       = errors.New("netstack: request has both Content-Length and Transfer-Encoding")
+	errForwarderClosed = errors.New("netstack: forwarder closed")
+)
+
+// httpConn is one client connection of an http virtual server.
+type httpConn struct {
+	f      *Forwarder
+	req    *ConnRequest
+	ha     HTTPAdmitter
+	client *Conn
+	br     *bufio.Reader
+	bw     *bufio.Writer
+	cw     countWriter // under bw: counts the bytes written to the client
+	t      policy.Timeouts
+	o      policy.HTTPOptions
+	seq    int
+}
+
+// serveHTTP runs an http client connection in serve's goroutine.
+func (f *Forwarder) serveHTTP(req *ConnRequest, client *Conn, ha HTTPAdmitter, t policy.Timeouts, pendingDone func()) {
+	o := req.Service.HTTP
+	if o.MaxHeaderBytes <= 0 { // a VirtualServer not compiled
+		o.MaxHeaderBytes = policy.DefaultMaxHeaderBytes
+	}
+	if o.HeaderTimeout <= 0 {
+		o.HeaderTimeout = policy.DefaultHeaderTimeout
+	}
+	if o.KeepAliveIdle <= 0 {
+		o.KeepAliveIdle = policy.DefaultKeepAliveIdle
+	}
+	if o.BackendIdle <= 0 {
+		o.BackendIdle = policy.DefaultBackendIdle
+	}
+	if o.MaxIdlePerTarget <= 0 {
+		o.MaxIdlePerTarget = policy.DefaultMaxIdlePerTarget
+	}
+	d, release := ha.AdmitClient(req)
+	pendingDone()
+	if d.Verdict != Accept {
+		if d.Verdict == Refuse503 {
+			f.refused503.Add(1)
+			f.serve503(client, d, t.RequestRead)
+		} else {
+			f.refusedRST.Add(1)
+			client.reset()
+		}
+		if release != nil {
+			release()
+		}
+		return
+	}
+	f.accepted.Add(1) // for an http service: client connections admitted
+	f.httpClients.Add(1)
+	defer f.httpClients.Add(-1)
+	hc := &httpConn{f: f, req: req, ha: ha, client: client, t: t, o: o}
+	hc.cw.w = client
+	// The reader's buffer holds a whole head: the bounds are checked on
+	// it before net/http parses it.
+	hc.br = bufio.NewReaderSize(client, o.MaxHeaderBytes+1)
+	hc.bw = bufio.NewWriterSize(&hc.cw, 16<<10)
+	f.trackHTTP(client, true)
+	defer f.trackHTTP(client, false)
+	for hc.one() {
+	}
+	// The client's slot goes back before weir's FIN, as a tcp
+	// connection's does (release.go).
+	if release != nil {
+		release()
+	}
+	_ = client.CloseWrite()
+	_ = client.SetReadDeadline(time.Now().Add(t.RequestRead))
+	_, _ = io.CopyN(io.Discard, hc.br, drainLimit)
+	client.Close()
+}
+
+// one serves one request; it reports whether the connection stays open for
+// another.
+func (hc *httpConn) one() bool {
+	f := hc.f
+	if f.draining.Load() || f.ctx.Err() != nil {
+		return false
+	}
+	// Idle: no request slot is held while waiting.
+	_ = hc.client.SetReadDeadline(time.Now().Add(hc.o.KeepAliveIdle))
+	if _, err := hc.br.Peek(1); err != nil {
+		return false
+	}
+	start := time.Now()
+	hc.seq++
+	_ = hc.client.SetReadDeadline(start.Add(hc.o.HeaderTimeout))
+	head, herr := hc.peekHead()
+	if herr != nil {
+		status := http.StatusBadRequest
+		switch {
+		case errors.Is(herr, ErrHeaderTooLarge):
+			status = http.StatusRequestHeaderFieldsTooLarge
+			f.httpHeaderTooLarge.Add(1)
+		case isTimeout(herr):
+			status = http.StatusRequestTimeout
+			f.httpHeaderTimedOut.Add(1)
+		default:
+			if hc.br.Buffered() == 0 {
+				return false // the client closed before a whole head
+			}
+			f.httpBadRequest.Add(1)
+		}
+		hc.badRequest(firstLine(head), status, start)
+		return false
+	}
+	line := firstLine(head)
+	if conflictingLength(head) {
+		f.httpBadRequest.Add(1)
+		hc.badRequest(line, http.StatusBadRequest, start)
+		return false
+	}
+	in, err := http.ReadRequest(hc.br)
+	if err != nil {
+		f.httpBadRequest.Add(1)
+		hc.badRequest(line, http.StatusBadRequest, start)
+		return false
+	}
+	_ = hc.client.SetReadDeadline(time.Time{})
+	r := &Request{Seq: hc.seq, Method: in.Method, Line: line, Host: in.Host, Header: in.Header, Start: time.Now()}
+	f.requests.Add(1)
+	return hc.route(in, r)
+}
+
+// peekHead waits until the buffer holds a whole request head (up to the
+// blank line) and returns it, unconsumed. A head that does not fit
+// MaxHeaderBytes is ErrHeaderTooLarge; a deadline is a timeout error.
+func (hc *httpConn) peekHead() ([]byte, error) {
+	limit := hc.o.MaxHeaderBytes
+	from := 0
+	for {
+		n := hc.br.Buffered()
+		b, _ := hc.br.Peek(n)
+		if i := headEnd(b, from); i >= 0 {
+			return b[:i], nil
+		}
+		if n >= limit {
+			return b, ErrHeaderTooLarge
+		}
+		from = max(0, n-3)
+		if _, err := hc.br.Peek(n + 1); err != nil {
+			b, _ := hc.br.Peek(hc.br.Buffered())
+			return b, err
+		}
+	}
+}
+
+// headEnd returns the length of the head in b (through its blank line), or
+// -1; it searches from from.
+func headEnd(b []byte, from int) int {
+	for i := from; i < len(b); i++ {
+		if b[i] != '\n' {
+			continue
+		}
+		if i+1 < len(b) && b[i+1] == '\n' {
+			return i + 2
+		}
+		if i+2 < len(b) && b[i+1] == '\r' && b[i+2] == '\n' {
+			return i + 3
+		}
+	}
+	return -1
+}
+
+// conflictingLength reports a head with both Content-Length and
+// Transfer-Encoding: the two framings a front and a back end may read
+// differently (request smuggling, RFC 9112 §6.1). net/http would quietly
+// prefer chunked.
+func conflictingLength(head []byte) bool {
+	var cl, te bool
+	for _, l := range bytes.Split(head, []byte("\n")) {
+		i := bytes.IndexByte(l, ':')
+		if i <= 0 {
+			continue
+		}
+		name := string(bytes.TrimSpace(l[:i]))
+		cl = cl || strings.EqualFold(name, "Content-Length")
+		te = te || strings.EqualFold(name, "Transfer-Encoding")
+	}
+	return cl && te
+}
+
+// badRequest answers a request refused before admission and closes.
+func (hc *httpConn) badRequest(line string, status int, start time.Time) {
+	text := http.StatusText(status)
+	body := strconv.Itoa(status) + " " + text + "\n"
+	before := hc.cw.n
+	_ = hc.client.SetWriteDeadline(time.Now().Add(hc.t.RequestRead))
+	fmt.Fprintf(hc.bw, "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", status, text, len(body), body)
+	sent := status
+	if hc.bw.Flush() != nil {
+		sent = 0
+	}
+	hc.ha.BadRequest(hc.req, &RequestEnd{Seq: hc.seq, Line: line, Status: sent, ResponseBytes: hc.cw.n - before, Start: start, Duration: time.Since(start)})
+}
+
+// route admits a parsed request and serves it; it reports whether the
+// connection stays open.
+func (hc *httpConn) route(in *http.Request, r *Request) (keep bool) {
+	f := hc.f
+	clientWantsClose := in.Close || (in.ProtoMajor == 1 && in.ProtoMinor == 0 && !hasToken(in.Header, "Connection", "keep-alive"))
+	var (
+		d    Decision
+		sess Session
+	)
+	re := &RequestEnd{Seq: r.Seq, Line: r.Line, Start: r.Start}
+	end := End{Request: re, Stats: ConnStats{ID: hc.req.ID, Client: hc.req.Client, VIP: hc.req.VIP, Service: hc.req.Service.Name, Start: r.Start}}
+	ended := false
+	report := func(o Outcome, err error) {
+		if sess == nil || ended {
+			return
+		}
+		ended = true
+		re.Duration = time.Since(r.Start)
+		end.Outcome, end.Decision, end.Err, end.Dials = o, d, err, hc.req.Attempt
+		end.Stats.Target = targetName(d)
+		end.Stats.TargetLeg.BytesSent = uint64(re.RequestBytes)
+		end.Stats.ClientLeg.BytesSent = uint64(re.ResponseBytes)
+		sess.End(&end)
+	}
+	defer func() {
+		if v := recover(); v != nil {
+			func() {
+				defer func() { _ = recover() }()
+				report(Panicked, fmt.Errorf("panic: %v", v))
+			}()
+			panic(v)
+		}
+	}()
+	hc.req.Attempt = 0
+	d, sess = hc.ha.AdmitRequest(hc.req, r)
+	if d.Verdict == Accept && sess == nil {
+		f.noSession.Add(1)
+		d = Decision{Verdict: Refuse503, Reason: "accepted without a session"}
+	}
+	if d.Verdict != Accept {
+		f.refused503.Add(1)
+		f.requestsRefused.Add(1)
+		keep = !clientWantsClose && hc.dropBody(in)
+		before := hc.cw.n
+		_ = hc.client.SetWriteDeadline(time.Now().Add(hc.t.RequestRead))
+		_, err := hc.bw.Write(page503For(d, hc.connField(in, keep)))
+		if err == nil {
+			err = hc.bw.Flush()
+		}
+		_ = hc.client.SetWriteDeadline(time.Time{})
+		re.ResponseBytes = hc.cw.n - before
+		if err == nil {
+			re.Status = http.StatusServiceUnavailable
+		}
+		end.Refusal = Refusal{Status: re.Status, RequestLine: r.Line, Bytes: int(re.ResponseBytes)}
+		report(RefusedPage, nil)
+		return keep && err == nil
+	}
+	keep, outcome, err := hc.exchange(in, &d, sess, re, clientWantsClose)
+	report(outcome, err)
+	return keep
+}
+
+// connField is the Connection field of a response weir writes itself:
+// close, or for an HTTP/1.0 keep-alive client keep-alive.
+func (hc *httpConn) connField(in *http.Request, keep bool) string {
+	switch {
+	case !keep:
+		return "close"
+	case in.ProtoMajor == 1 && in.ProtoMinor == 0:
+		return "keep-alive"
+	}
+	return ""
+}
+
+// dropBody reads and discards a refused request's body, up to drainLimit;
+// it reports whether the connection can carry another request.
+func (hc *httpConn) dropBody(in *http.Request) bool {
+	if in.Body == nil || in.Body == http.NoBody {
+		return true
+	}
+	_ = hc.client.SetReadDeadline(time.Now().Add(hc.t.RequestRead))
+	defer hc.client.SetReadDeadline(time.Time{})
+	n, err := io.CopyN(io.Discard, in.Body, drainLimit+1)
+	return n <= drainLimit && errors.Is(err, io.EOF)
+}
+
+// exchange sends an admitted request to its target and its response to the
+// client. It returns whether the client connection stays open, the outcome
+// and its error.
+func (hc *httpConn) exchange(in *http.Request, d *Decision, sess Session, re *RequestEnd, clientWantsClose bool) (bool, Outcome, error) {
+	f := hc.f
+	out := hc.outbound(in)
+	idempotent := out.Body == nil || out.Body == http.NoBody
+	switch in.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace, http.MethodPut, http.MethodDelete:
+	default:
+		idempotent = false
+	}
+	var (
+		bc   *backendConn
+		resp *http.Response
+		err  error
+	)
+	for attempt := 0; ; attempt++ {
+		bc, err = hc.backend(d, sess, attempt > 0)
+		if err != nil {
+			if f.ctx.Err() != nil {
+				f.aborted.Add(1)
+				return false, Aborted, err
+			}
+			// Every target failed: the Session refused.
+			f.refused503.Add(1)
+			f.requestsRefused.Add(1)
+			keep := !clientWantsClose && hc.dropBody(in)
+			before := hc.cw.n
+			if _, werr := hc.bw.Write(page503For(*d, hc.connField(in, keep))); werr == nil && hc.bw.Flush() == nil {
+				re.Status = http.StatusServiceUnavailable
+			} else {
+				keep = false
+			}
+			re.ResponseBytes = hc.cw.n - before
+			return keep, RefusedPage, nil
+		}
+		re.Reused = bc.uses > 0
+		resp, err = hc.roundTrip(bc, out, re)
+		if err == nil {
+			break
+		}
+		reused := bc.uses > 0
+		f.closeBackend(bc)
+		if reused && idempotent && attempt == 0 && !errors.Is(err, ErrFirstByteTimeout) {
+			// The target closed the pooled connection: once more on a
+			// fresh one.
+			f.httpRetried.Add(1)
+			re.Retried = true
+			continue
+		}
+		if errors.Is(err, ErrFirstByteTimeout) {
+			f.targetTimedOut.Add(1)
+			if tf, ok := sess.(TargetFailer); ok {
+				tf.TargetFailed(*d, err)
+			}
+			fd := *d
+			fd.Verdict, fd.Limit, fd.Value, fd.Reason = Refuse503, "firstByte", 0, "the target sent no response in time"
+			before := hc.cw.n
+			if _, werr := hc.bw.Write(page503For(fd, "close")); werr == nil && hc.bw.Flush() == nil {
+				re.Status = http.StatusServiceUnavailable
+			}
+			re.ResponseBytes = hc.cw.n - before
+			return false, TargetTimedOut, err
+		}
+		// The target failed mid-request: nothing sane can follow on this
+		// connection.
+		before := hc.cw.n
+		if re.ResponseBytes == 0 {
+			body := "502 Bad Gateway\n"
+			fmt.Fprintf(hc.bw, "HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(body), body)
+			if hc.bw.Flush() == nil {
+				re.Status = http.StatusBadGateway
+			}
+			re.ResponseBytes = hc.cw.n - before
+		}
+		f.httpBadGateway.Add(1)
+		return false, Served, err
+	}
+	bc.uses++
+	keep, backendOK := hc.respond(in, resp, re, clientWantsClose, sess)
+	if backendOK && !resp.Close && !f.draining.Load() {
+		f.pool.put(f, bc, hc.o.MaxIdlePerTarget, hc.o.BackendIdle)
+	} else {
+		f.closeBackend(bc)
+	}
+	return keep, Served, nil
+}
+
+// backend returns a connection to d's target: a pooled one unless fresh,
+// else a dial; a failed dial asks the Session for another target, as for a
+// splice.
+func (hc *httpConn) backend(d *Decision, sess Session, fresh bool) (*backendConn, error) {
+	f := hc.f
+	for d.Verdict == Accept {
+		if d.Target == nil {
+			return nil, errors.New("netstack: accept decision without a target")
+		}
+		k := poolKey{service: hc.req.Service.Name, target: targetName(*d), via: d.Target.Via, addr: d.Target.Addr.String()}
+		if !fresh && d.Dialer == nil {
+			if bc := f.pool.get(f, k, hc.o.BackendIdle); bc != nil {
+				// Its entry keeps the decision it was dialed with (same
+				// service and target; the sampler reads it unlocked).
+				return bc, nil
+			}
+		}
+		bc, err := f.dialBackend(hc.req, *d, hc.client, k, hc.t.Connect)
+		if err == nil {
+			return bc, nil
+		}
+		if f.ctx.Err() != nil {
+			return nil, err
+		}
+		f.dialFailed.Add(1)
+		hc.req.Attempt++
+		*d = sess.DialFailed(*d, err)
+	}
+	return nil, errors.New("netstack: no target could be dialed")
+}
+
+// outbound builds the request sent to the target: hop-by-hop fields
+// removed, the client named in X-Forwarded-For or Forwarded.
+func (hc *httpConn) outbound(in *http.Request) *http.Request {
+	out := new(http.Request)
+	*out = *in
+	out.Header = in.Header.Clone()
+	removeHopByHop(out.Header)
+	out.Close = false
+	out.Proto, out.ProtoMajor, out.ProtoMinor = "HTTP/1.1", 1, 1
+	if _, ok := out.Header["User-Agent"]; !ok {
+		// Request.Write adds Go's own when there is none.
+		out.Header["User-Agent"] = []string{""}
+	}
+	client := hc.req.Client.Addr().Unmap().String()
+	mode := hc.o.Forwarded
+	if mode == policy.ForwardXFF || mode == policy.ForwardBoth {
+		if prior := out.Header.Values("X-Forwarded-For"); len(prior) > 0 {
+			out.Header.Set("X-Forwarded-For", strings.Join(prior, ", ")+", "+client)
+		} else {
+			out.Header.Set("X-Forwarded-For", client)
+		}
+	}
+	if mode == policy.ForwardRFC7239 || mode == policy.ForwardBoth {
+		node := client
+		if hc.req.Client.Addr().Unmap().Is6() {
+			node = `"[` + client + `]"`
+		}
+		v := "for=" + node
+		if prior := out.Header.Values("Forwarded"); len(prior) > 0 {
+			v = strings.Join(prior, ", ") + ", " + v
+		}
+		out.Header.Set("Forwarded", v)
+	}
+	return out
+}
+
+// hopByHop are the fields that concern one connection only (RFC 9110
+// §7.6.1), never forwarded.
+var hopByHop = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+
+// removeHopByHop drops the hop-by-hop fields and those Connection names.
+func removeHopByHop(h http.Header) {
+	for _, v := range h.Values("Connection") {
+		for _, name := range strings.Split(v, ",") {
+			if name = strings.TrimSpace(name); name != "" {
+				h.Del(name)
+			}
+		}
+	}
+	for _, name := range hopByHop {
+		h.Del(name)
+	}
+}
+
+// hasToken reports whether the comma-separated field name holds token.
+func hasToken(h http.Header, name, token string) bool {
+	for _, v := range h.Values(name) {
+		for _, t := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(t), token) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// roundTrip writes out to bc and reads the response head, relaying 1xx
+// answers (100 Continue) to the client. A request body is written by a
+// goroutine of its own, so that a client waiting for 100 Continue, or a
+// target that answers before the body is in, cannot stall the exchange.
+func (hc *httpConn) roundTrip(bc *backendConn, out *http.Request, re *RequestEnd) (*http.Response, error) {
+	before := bc.entry.toTarget.Load()
+	_ = bc.leg.SetWriteDeadline(time.Now().Add(hc.idle()))
+	hasBody := out.Body != nil && out.Body != http.NoBody
+	var bodyErr chan error
+	if !hasBody {
+		if err := out.Write(bc.bw); err != nil {
+			return nil, err
+		}
+		if err := bc.bw.Flush(); err != nil {
+			return nil, err
+		}
+	} else {
+		bodyErr = make(chan error, 1)
+		go func() {
+			err := out.Write(bc.bw)
+			if err == nil {
+				err = bc.bw.Flush()
+			}
+			bodyErr <- err
+		}()
+	}
+	wait := hc.t.FirstByte
+	if wait <= 0 {
+		wait = hc.idle()
+	}
+	_ = bc.leg.SetReadDeadline(time.Now().Add(wait))
+	for {
+		resp, err := http.ReadResponse(bc.br, out)
+		if err != nil {
+			if bodyErr != nil {
+				// Unblock and wait for the body writer before the leg
+				// is closed.
+				_ = bc.leg.SetDeadline(time.Unix(1, 0))
+				_ = hc.client.SetReadDeadline(time.Unix(1, 0))
+				<-bodyErr
+			}
+			re.RequestBytes = int64(bc.entry.toTarget.Load() - before)
+			if isTimeout(err) && hc.t.FirstByte > 0 {
+				return nil, ErrFirstByteTimeout
+			}
+			return nil, err
+		}
+		if resp.StatusCode >= 100 && resp.StatusCode < 200 && resp.StatusCode != http.StatusSwitchingProtocols {
+			// 100 Continue and the like: relay, then the real answer.
+			fmt.Fprintf(hc.bw, "HTTP/1.1 %s\r\n", resp.Status)
+			removeHopByHop(resp.Header)
+			_ = resp.Header.Write(hc.bw)
+			hc.bw.WriteString("\r\n")
+			if err := hc.bw.Flush(); err != nil {
+				if bodyErr != nil {
+					_ = bc.leg.SetDeadline(time.Unix(1, 0))
+					_ = hc.client.SetReadDeadline(time.Unix(1, 0))
+					<-bodyErr
+				}
+				return nil, err
+			}
+			continue
+		}
+		resp.Body = &bodyJoin{ReadCloser: resp.Body, bodyErr: bodyErr, bc: bc, hc: hc, re: re, before: before}
+		_ = bc.leg.SetReadDeadline(time.Time{})
+		return resp, nil
+	}
+}
+
+// idle is the per-read and per-write bound on a request in flight.
+func (hc *httpConn) idle() time.Duration {
+	if hc.t.Idle > 0 {
+		return hc.t.Idle
+	}
+	return policy.DefaultIdleTimeout
+}
+
+// bodyJoin is a response body that, once read to its end, waits for the
+// request body writer (its error decides whether the target connection is
+// reusable) and notes the request's size. Each read renews the target
+// leg's idle deadline.
+type bodyJoin struct {
+	io.ReadCloser
+	bodyErr chan error
+	bc      *backendConn
+	hc      *httpConn
+	re      *RequestEnd
+	before  uint64
+	joined  bool
+	err     error
+}
+
+func (b *bodyJoin) Read(p []byte) (int, error) {
+	_ = b.bc.leg.SetReadDeadline(time.Now().Add(b.hc.idle()))
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF {
+		b.join(false)
+	}
+	return n, err
+}
+
+// join waits for the request body (at once when abandon: the response
+// ended the exchange early) and records the request's bytes.
+func (b *bodyJoin) join(abandon bool) {
+	if b.joined {
+		return
+	}
+	b.joined = true
+	if b.bodyErr != nil {
+		select {
+		case b.err = <-b.bodyErr:
+		default:
+			if abandon {
+				_ = b.bc.leg.SetDeadline(time.Unix(1, 0))
+				_ = b.hc.client.SetReadDeadline(time.Unix(1, 0))
+				b.err = errors.New("request body abandoned")
+				<-b.bodyErr
+			} else {
+				// The response is complete but the request body is
+				// still going: a target may answer first; the body
+				// still has to reach it (or fail).
+				t := time.NewTimer(b.hc.t.RequestRead)
+				select {
+				case b.err = <-b.bodyErr:
+					t.Stop()
+				case <-t.C:
+					_ = b.bc.leg.SetDeadline(time.Unix(1, 0))
+					_ = b.hc.client.SetReadDeadline(time.Unix(1, 0))
+					b.err = errors.New("request body not sent in time")
+					<-b.bodyErr
+				}
+			}
+		}
+	}
+	b.re.RequestBytes = int64(b.bc.entry.toTarget.Load() - b.before)
+}
+
+// respond writes the response to the client. It returns whether the client
+// connection stays open and whether the target connection is reusable.
+//
+// The request's slots are released (Releaser) once the whole response is in
+// the client writer's buffer and before its last bytes go out: a client that
+// sends its next request the moment it has the response, on another
+// connection too, finds them free. End follows with the final counts.
+func (hc *httpConn) respond(in *http.Request, resp *http.Response, re *RequestEnd, clientWantsClose bool, sess Session) (keep, backendOK bool) {
+	bj := resp.Body.(*bodyJoin)
+	removeHopByHop(resp.Header)
+	http10 := in.ProtoMajor == 1 && in.ProtoMinor == 0
+	keep = !clientWantsClose && !hc.f.draining.Load()
+	if resp.ContentLength < 0 && len(resp.TransferEncoding) == 0 && in.Method != http.MethodHead {
+		// A body the target ends by closing: so must weir.
+		keep = false
+	}
+	if http10 {
+		resp.Proto, resp.ProtoMajor, resp.ProtoMinor = "HTTP/1.0", 1, 0
+		if resp.ContentLength < 0 && in.Method != http.MethodHead {
+			// No chunked framing for 1.0: the close ends the body.
+			resp.TransferEncoding = nil
+			keep = false
+		}
+		if keep {
+			resp.Header.Set("Connection", "keep-alive")
+		}
+	} else {
+		resp.Proto, resp.ProtoMajor, resp.ProtoMinor = "HTTP/1.1", 1, 1
+	}
+	resp.Close = !keep
+	before := hc.cw.n
+	_ = hc.client.SetWriteDeadline(time.Now().Add(hc.idle()))
+	err := resp.Write(hc.bw)
+	if r, ok := sess.(Releaser); ok && err == nil {
+		r.Released()
+	}
+	if err == nil {
+		err = hc.bw.Flush()
+	}
+	_ = hc.client.SetWriteDeadline(time.Time{})
+	re.ResponseBytes = hc.cw.n - before
+	if err == nil {
+		re.Status = resp.StatusCode
+	}
+	// Response.Write has read the body to its end unless something failed.
+	bj.join(err != nil)
+	resp.Body.Close()
+	backendOK = err == nil && bj.err == nil
+	if bj.err != nil {
+		// The request body did not get through: the client's stream is
+		// at an unknown point.
+		keep = false
+	}
+	return keep && err == nil, backendOK
+}
+
+// countWriter counts the bytes written through it; used only from the
+// connection's goroutine (and the body writer's, which never writes here).
+type countWriter struct {
+	w net.Conn
+	n int64
+}
+
+func (c *countWriter) Write(b []byte) (int, error) {
+	n, err := c.w.Write(b)
+	c.n += int64(n)
+	return n, err
+}
+
+// isTimeout reports a deadline error.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// trackHTTP registers an http client connection for Close (which must end
+// its goroutine) while it is open.
+func (f *Forwarder) trackHTTP(c *Conn, open bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if open {
+		if f.httpConns == nil {
+			f.httpConns = make(map[*Conn]struct{})
+		}
+		f.httpConns[c] = struct{}{}
+		if f.closed {
+			c.Close()
+		}
+		return
+	}
+	delete(f.httpConns, c)
+}
