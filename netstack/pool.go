@@ -209,13 +209,16 @@ func (f *Forwarder) closeBackend(bc *backendConn) {
 type meteredLeg struct {
 	Leg
 	e *connEntry
+	// rd and wr meter each direction's reads for streamNs, as each splice
+	// half does (see streamMeter); one reader and one writer at a time.
+	rd, wr streamMeter
 }
 
 func (m *meteredLeg) Read(b []byte) (int, error) {
 	n, err := m.Leg.Read(b)
 	if n > 0 {
 		m.e.toClient.Add(uint64(n))
-		m.moved()
+		m.moved(&m.rd, n)
 	}
 	return n, err
 }
@@ -224,14 +227,14 @@ func (m *meteredLeg) Write(b []byte) (int, error) {
 	n, err := m.Leg.Write(b)
 	if n > 0 {
 		m.e.toTarget.Add(uint64(n))
-		m.moved()
+		m.moved(&m.wr, n)
 	}
 	return n, err
 }
 
-func (m *meteredLeg) moved() {
+func (m *meteredLeg) moved(sm *streamMeter, n int) {
 	now := time.Now().UnixNano()
-	if gap := now - m.e.lastIO.Swap(now); gap >= 0 && gap < int64(StreamGap) {
-		m.e.streamNs.Add(gap)
+	if cr := sm.read(now, now-m.e.lastIO.Swap(now), n); cr > 0 {
+		m.e.streamNs.Add(cr)
 	}
 }
