@@ -106,42 +106,59 @@ func TestE2EMinRateTBFContention(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ln.Close() })
-	be := &bench.Backend{Name: "slow", Body: 1 << 20} // ~35 s at 240 Kbit/s: outlasts the test
+	be := &bench.Backend{Name: "slow", Body: 2 << 20} // ~70 s at 240 Kbit/s: none ends within the test
 	go be.Serve(ln)
 	t.Cleanup(func() { be.Close() })
 
 	const conns = 8
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan bench.Result, 1)
+	start := time.Now()
 	go func() {
-		done <- bench.Load{Dial: w.ns.Dial, Addr: "198.18.0.31:80", Clients: conns, Duration: 40 * time.Second, Timeout: 60 * time.Second}.Run(ctx)
+		done <- bench.Load{Dial: w.ns.Dial, Addr: "198.18.0.31:80", Clients: conns, Duration: 32 * time.Second, Timeout: 60 * time.Second}.Run(ctx)
 	}()
 	defer func() { cancel(); <-done }()
 
-	// Every sample from the first with the 8 running: 8 of them (16 s,
-	// well before the first download ends).
+	// The first seconds are the 8 slow starts overflowing the TBF queue
+	// together: connections stall in retransmission timeouts (1 s, then
+	// 2 s) with their data still at the target, which weir cannot see, so
+	// a sample there may lapse (README: the streaming rule's limits; once
+	// in 8 CI runs). From warmUp on, the queue is in its steady sharing
+	// and every sample must hold the verdict: 6 in a row (12 s).
+	const warmUp = 10 * time.Second
 	type seen struct {
 		at    time.Time
 		level api.ExplanationLevel
 		kbps  int64
 	}
-	var samples []seen
-	w.waitStatus(45*time.Second, "8 samples of slow's gold level with 8 connections", func(st api.Status) bool {
+	var early, samples []seen
+	var lastAt time.Time
+	w.waitStatus(32*time.Second, "6 samples of slow's gold level with 8 connections after the warm-up", func(st api.Status) bool {
 		svc := statusService(st, "dl8")
 		if svc == nil || len(svc.Targets) != 1 || svc.Targets[0].Explanation == nil {
 			return false
 		}
 		e := svc.Targets[0].Explanation
-		if len(samples) > 0 && !st.SampledAt.After(samples[len(samples)-1].at) {
+		if !st.SampledAt.After(lastAt) {
 			return false
 		}
+		lastAt = st.SampledAt
 		for _, l := range e.Levels {
-			if l.Action == "gold" && (l.Conns == conns || len(samples) > 0) {
-				samples = append(samples, seen{at: st.SampledAt, level: l, kbps: e.ThroughputKbps})
+			if l.Action != "gold" {
+				continue
+			}
+			s := seen{at: st.SampledAt, level: l, kbps: e.ThroughputKbps}
+			if st.SampledAt.Sub(start) < warmUp {
+				early = append(early, s)
+			} else {
+				samples = append(samples, s)
 			}
 		}
-		return len(samples) >= 8
+		return len(samples) >= 6
 	})
+	for i, s := range early {
+		t.Logf("warm-up sample %d at %s: gold %+v, target %d Kbit/s", i, s.at.Format("15:04:05.000"), s.level, s.kbps)
+	}
 	lapsed := 0
 	for i, s := range samples {
 		t.Logf("sample %d at %s: gold %+v, target %d Kbit/s (noisy on a loaded host)", i, s.at.Format("15:04:05.000"), s.level, s.kbps)
@@ -150,7 +167,7 @@ func TestE2EMinRateTBFContention(t *testing.T) {
 		}
 	}
 	if lapsed > 0 {
-		t.Errorf("%d of %d samples with the 8 capped gold downloads lapsed (want MinRate verdict 100 with 8 connections in every one)", lapsed, len(samples))
+		t.Errorf("%d of %d samples with the 8 capped gold downloads lapsed after the warm-up (want MinRate verdict 100 with 8 connections in every one)", lapsed, len(samples))
 	}
 }
 
