@@ -76,16 +76,6 @@ func (c *Cluster) bandwidthLoop(ctx context.Context) {
 	}
 }
 
-func (c *Cluster) bwKey(kind policy.LevelKind, name string) string {
-	switch kind {
-	case policy.LevelInstance:
-		return c.prefix + "bw:instance"
-	case policy.LevelClass:
-		return c.prefix + "bw:class:" + name
-	}
-	return c.prefix + "bw:service:" + name
-}
-
 // ShareBandwidth publishes this instance's window rate of every level
 // with a maxBandwidth, and its open connections at every level whose
 // maxConnections is only logged, and sets the others' sums in Admission
@@ -121,7 +111,7 @@ func (c *Cluster) ShareBandwidth(ctx context.Context) {
 	keys := make([]string, 0, len(lv)+len(lc))
 	args := []any{c.o.Config.Instance, c.ttl.Milliseconds()}
 	for _, l := range lv {
-		keys = append(keys, c.bwKey(l.Kind, l.Name))
+		keys = append(keys, c.levelKey("bw", l.Kind, l.Name))
 		args = append(args, min(l.Local, maxLimit))
 	}
 	for _, l := range lc {

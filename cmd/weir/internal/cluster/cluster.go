@@ -441,7 +441,7 @@ func (c *Cluster) demands() []demand {
 	var out []demand
 	for _, s := range c.o.Admission.Snapshot() {
 		if enforced(s) {
-			out = append(out, demand{key: c.key(s.Level, s.Name), kind: s.Level, name: s.Name,
+			out = append(out, demand{key: c.levelKey("lease", s.Level, s.Name), kind: s.Level, name: s.Name,
 				limit: s.Limits.MaxConnections, open: s.Conns, refused: s.ShareRefused})
 		}
 	}
@@ -469,14 +469,16 @@ func (c *Cluster) setCap(l *lease, n int64) int64 {
 	return open
 }
 
-func (c *Cluster) key(kind policy.LevelKind, name string) string {
+// levelKey is the Redis key of what the cluster shares about one level:
+// what is "lease" (the slots) or "bw" (the published rates).
+func (c *Cluster) levelKey(what string, kind policy.LevelKind, name string) string {
 	switch kind {
 	case policy.LevelInstance:
-		return c.prefix + "lease:instance"
+		return c.prefix + what + ":instance"
 	case policy.LevelClass:
-		return c.prefix + "lease:class:" + name
+		return c.prefix + what + ":class:" + name
 	}
-	return c.prefix + "lease:service:" + name
+	return c.prefix + what + ":service:" + name
 }
 
 // Renew makes one renewal: the membership and every enforced level's lease

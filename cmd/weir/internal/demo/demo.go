@@ -373,8 +373,34 @@ func (d *demo) lossShift(ctx context.Context, loss float64, c lossCase) Result {
 	_, _, s1 := show("clean", before, s0)
 
 	drop(loss)
+	// The strongest cut while the loss lasts, not only the last interval's:
+	// a connect that times out under the loss rests carol for the retry
+	// interval, and an interval she sat out reads no loss.
+	stop, peaked := make(chan struct{}), make(chan policy.Explanation, 1)
+	go func() {
+		var best policy.Explanation
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				peaked <- best
+				return
+			case <-t.C:
+				if e, ok := d.lab.App.Explanation(carol); ok && e.LossFraction > best.LossFraction {
+					best = e
+				}
+			}
+		}
+	}()
 	during := d.watch(ctx, c.service, c.load(4*time.Second))
-	eLoss, pct, s2 := show("with loss", during, s1)
+	close(stop)
+	eLast, pct, s2 := show("with loss", during, s1)
+	eLoss := <-peaked
+	if eLoss.LossFraction == 0 {
+		eLoss = eLast
+	}
+	fmt.Fprintf(d.out, "   %-12s loss %s → fraction %d%%, weight %d → %d\n", "strongest", view.Tenths(eLoss.LossRatio), eLoss.LossFraction, eLoss.BaseWeight, eLoss.Weight)
 	st := f.Stats()
 	dropped := st.Write.Dropped
 	if c.download {
