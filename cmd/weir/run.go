@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -56,6 +57,7 @@ type runOptions struct {
 	offload    string
 	backAddrs  []string    // see backarm.go
 	memLimit   memoryLimit // see memory.go
+	procs      procsFlag   // see procs.go
 }
 
 func newRunCmd() *cobra.Command {
@@ -118,6 +120,7 @@ func newRunCmd() *cobra.Command {
 	f.Var(&o.memLimit, "memory-limit", "soft limit on the Go runtime's memory: the GC works harder as it nears it (auto: "+
 		strconv.Itoa(int(autoLimitFraction*100))+" % of the cgroup's memory limit, none without one; none; or `BYTES` like 512MiB); $GOMEMLIMIT wins. "+
 		"The GC target is GOGC="+strconv.Itoa(defaultGOGC)+" unless $GOGC is set")
+	f.Var(&o.procs, "procs", "CPUs weir's Go code uses at once (GOMAXPROCS): auto (half the CPUs, at least 1: the kernel's side of every packet weir moves runs on the others) or a `COUNT`; $GOMAXPROCS wins")
 	addBackFlags(f, &o)
 	return cmd
 }
@@ -212,6 +215,8 @@ func preflight() error {
 func runAppliance(ctx context.Context, stdout, stderr io.Writer, o runOptions) error {
 	mem := decideMemory(o.memLimit, os.Getenv, cgroupMemoryLimit())
 	applyMemory(mem)
+	procs := decideProcs(o.procs, os.Getenv, runtime.GOMAXPROCS(0))
+	applyProcs(procs)
 	cfg, err := config.Load(o.config)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
@@ -318,7 +323,8 @@ func runAppliance(ctx context.Context, stdout, stderr io.Writer, o runOptions) e
 	}
 	ev := log.Info().Str("tun", o.tunName).Int("queues", len(front.tuns)).Str("offload", o.offload).Bool("offload_active", front.tuns[0].Offload()).Str("admin", srv.Addr()).
 		Int("services", len(cfg.Services)).Str("config", o.config).
-		Int("gogc", mem.GOGC).Str("gogc_from", mem.GOGCFrom).Str("memory_limit", mem.limitText()).Str("memory_limit_from", mem.LimitFrom)
+		Int("gogc", mem.GOGC).Str("gogc_from", mem.GOGCFrom).Str("memory_limit", mem.limitText()).Str("memory_limit_from", mem.LimitFrom).
+		Int("gomaxprocs", procs.N).Str("gomaxprocs_from", procs.From)
 	if front.capture != nil {
 		ev = ev.Str("capture", o.capture).Int64("capture_max", o.captureMax)
 	}
