@@ -41,7 +41,10 @@ func testTimeWaitReuse(t *testing.T, n int, client, vipAddr netip.Addr) {
 	adm := &testAdmitter{target: &policy.Target{Name: "t", Addr: l.Addr().(*net.TCPAddr).AddrPort()}}
 	// The VIP has a listener, as in weir (the appliance listens on every
 	// service's VIPs).
-	r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: services(vs), Admitter: adm}, listen: []*policy.VirtualServer{vs}})
+	// TIME_WAIT outlasts a round through the ports however slow the
+	// machine: every reuse of a port must meet its TIME_WAIT.
+	r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: services(vs), Admitter: adm}, listen: []*policy.VirtualServer{vs},
+		stack: Options{TimeWait: 30 * time.Second}})
 
 	vip := netip.AddrPortFrom(vipAddr, 80)
 	start := time.Now()
@@ -158,7 +161,7 @@ func TestTimeWaitBounded(t *testing.T) {
 		t.Fatal("no client leg of weir's in TIME_WAIT")
 	}
 	// A fixed bound, not DefaultTimeWait: it is the memory budget.
-	testutil.Eventually(t, 4*time.Second, func() bool {
+	testutil.Eventually(t, 2*time.Second, func() bool {
 		r.fwd.tw.mu.Lock()
 		tw := len(r.fwd.tw.m)
 		r.fwd.tw.mu.Unlock()
