@@ -6,14 +6,22 @@ package netstack
 // BufferSize bytes (32 KiB) per direction for every idle connection: 64 KiB
 // of the 88 KiB an idle spliced connection cost. So a half takes its
 // buffer from the pool only once its source has something to read (data,
-// EOF or an error: waitReadable), and gives it back whenever the source
-// has nothing left, before it waits again. A bulk transfer keeps its
-// buffer (the source stays readable between reads); an idle connection
-// holds none.
+// EOF or an error), and gives it back whenever the source has nothing
+// left, before it waits again. A bulk transfer keeps its buffer (the
+// source stays readable between reads); an idle connection holds none.
+//
+// A gVisor leg tells without a syscall whether it has data (readableLeg).
+// A host socket reads in a RawConn.Read callback (lendingLeg): the buffer
+// is taken just before the read(2) and given back if it finds nothing, so
+// the read itself is the test. A one-byte MSG_PEEK before each read cost
+// four extra syscalls per short connection.
 
 import (
+	"io"
+	"net"
+	"os"
+	"sync"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 	"gvisor.dev/gvisor/pkg/waiter"
@@ -61,7 +69,6 @@ func (f *Forwarder) returnBuffer(bp *[]byte) {
 
 var (
 	_ readableLeg = (*Conn)(nil)
-	_ readableLeg = (*HostConn)(nil)
 )
 
 // readable implements readableLeg: the endpoint has received data or is
@@ -95,34 +102,69 @@ func (c *Conn) waitReadable() {
 	}
 }
 
-// readable implements readableLeg with a non-blocking one-byte peek.
-func (c *HostConn) readable() bool {
-	rc, err := c.TCPConn.SyscallConn()
+// lendingLeg is a Leg that reads into a buffer from a pool it takes only
+// once data (or EOF, or an error) is there to read.
+type lendingLeg interface {
+	// readLent reads like Read into *bp, or, with bp nil, into a buffer
+	// from pool taken for the read; while the source has nothing to read
+	// it holds no buffer (bp goes back to pool). It returns the buffer it
+	// holds: not nil when n > 0.
+	readLent(pool *sync.Pool, bp *[]byte) (_ *[]byte, n int, err error)
+}
+
+var _ lendingLeg = (*HostConn)(nil)
+
+// readLent implements lendingLeg: the runtime's poller waits (read
+// deadline included) while read(2) finds nothing.
+func (c *HostConn) readLent(pool *sync.Pool, bp *[]byte) (*[]byte, int, error) {
+	rc, err := c.raw()
 	if err != nil {
-		return true // Read fails at once
+		return bp, 0, err
 	}
-	ready := true
-	if cerr := rc.Control(func(fd uintptr) { ready = peekReady(fd) }); cerr != nil {
+	r := &c.lent
+	if r.fn == nil {
+		r.fn = r.read // a method value, made once, not per read
+	}
+	r.pool, r.bp, r.n, r.err = pool, bp, 0, nil
+	err = rc.Read(r.fn)
+	bp, r.bp, r.pool = r.bp, nil, nil
+	switch {
+	case err != nil: // closed, or the read deadline
+		return bp, 0, &net.OpError{Op: "read", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
+	case r.err != nil:
+		return bp, 0, &net.OpError{Op: "read", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError("read", r.err)}
+	case r.n == 0:
+		return bp, 0, io.EOF
+	}
+	return bp, r.n, nil
+}
+
+// lentRead is a HostConn's state for its one reader's readLent.
+type lentRead struct {
+	pool *sync.Pool
+	bp   *[]byte
+	n    int
+	err  error
+	fn   func(fd uintptr) bool // read, as a method value
+}
+
+// read is the RawConn.Read callback: false makes the poller wait for
+// readability and call it again.
+func (r *lentRead) read(fd uintptr) bool {
+	if r.bp == nil {
+		r.bp = r.pool.Get().(*[]byte)
+	}
+	for {
+		n, err := unix.Read(int(fd), *r.bp)
+		switch err {
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			r.pool.Put(r.bp)
+			r.bp = nil
+			return false
+		}
+		r.n, r.err = max(n, 0), err
 		return true
 	}
-	return ready
-}
-
-// waitReadable implements readableLeg: the runtime's poller waits (read
-// deadline included) until the one-byte peek finds data, EOF or an error.
-func (c *HostConn) waitReadable() {
-	rc, err := c.TCPConn.SyscallConn()
-	if err != nil {
-		return
-	}
-	_ = rc.Read(peekReady)
-}
-
-// peekReady reports whether a read on fd would not block (a RawConn.Read
-// callback: false makes the poller wait for readability and call again).
-func peekReady(fd uintptr) bool {
-	var b [1]byte
-	// The raw call: unix.Recvfrom would allocate for its []byte and address.
-	_, _, errno := unix.Syscall6(unix.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b[0])), 1, unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
-	return errno != unix.EAGAIN && errno != unix.EINTR
 }

@@ -1,17 +1,19 @@
 package netstack
 
 import (
+	"errors"
 	"io"
 	"net"
 	"runtime"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
 
-// TestReadableLegs pins readable and waitReadable on both kinds of leg: a
-// gVisor Conn (the client's end through weir) and a HostConn (loopback):
-// not readable while the peer is silent, woken by data, readable at EOF,
-// woken by the read deadline and by Close.
+// TestReadableLegs pins readable and waitReadable on a gVisor Conn (the
+// client's end through weir): not readable while the peer is silent, woken
+// by data, readable at EOF, woken by the read deadline.
 func TestReadableLegs(t *testing.T) {
 	type pair struct {
 		leg interface {
@@ -25,20 +27,7 @@ func TestReadableLegs(t *testing.T) {
 		r, vip := benchRig(t, true, func(c net.Conn) { peer <- c; io.Copy(io.Discard, c) })
 		return pair{leg: dial(t, r.client, vip), peer: peer}
 	}
-	hostPair := func(t *testing.T) pair {
-		l, err := net.Listen("tcp4", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		peer := make(chan net.Conn, 1)
-		t.Cleanup(serveListener(l, func(c net.Conn) { peer <- c; io.Copy(io.Discard, c) }))
-		tc, err := net.DialTCP("tcp4", nil, l.Addr().(*net.TCPAddr))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return pair{leg: &HostConn{TCPConn: tc}, peer: peer}
-	}
-	for name, mk := range map[string]func(*testing.T) pair{"gvisor": gvisorPair, "host": hostPair} {
+	for name, mk := range map[string]func(*testing.T) pair{"gvisor": gvisorPair} {
 		t.Run(name, func(t *testing.T) {
 			p := mk(t)
 			defer p.leg.Close()
@@ -82,6 +71,100 @@ func TestReadableLegs(t *testing.T) {
 				t.Fatal("not readable at EOF")
 			}
 		})
+	}
+}
+
+// TestHostConnReadLent pins readLent on a HostConn (loopback): it holds no
+// buffer while the peer is silent, reads into the one it takes once data
+// comes, keeps a given buffer only while data is waiting, and ends its wait
+// at the read deadline (an error), at EOF and at Close.
+func TestHostConnReadLent(t *testing.T) {
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	peers := make(chan net.Conn, 2)
+	t.Cleanup(serveListener(l, func(c net.Conn) { peers <- c; io.Copy(io.Discard, c) }))
+	open := func() (*HostConn, net.Conn) {
+		tc, err := net.DialTCP("tcp4", nil, l.Addr().(*net.TCPAddr))
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case p := <-peers:
+			return &HostConn{TCPConn: tc}, p
+		case <-time.After(10 * time.Second):
+			t.Fatal("no peer connection")
+		}
+		return nil, nil
+	}
+	var gets atomic.Int64
+	pool := &sync.Pool{New: func() any { gets.Add(1); b := make([]byte, 8); return &b }}
+	type result struct {
+		bp  *[]byte
+		n   int
+		err error
+	}
+	read := func(c *HostConn, bp *[]byte) <-chan result {
+		ch := make(chan result, 1)
+		go func() { bp, n, err := c.readLent(pool, bp); ch <- result{bp, n, err} }()
+		return ch
+	}
+	wait := func(ch <-chan result, what string) result {
+		t.Helper()
+		select {
+		case r := <-ch:
+			return r
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: readLent still blocked", what)
+		}
+		return result{}
+	}
+
+	c, peer := open()
+	defer c.Close()
+	ch := read(c, nil)
+	select {
+	case r := <-ch:
+		t.Fatalf("readLent returned with nothing to read: %+v", r)
+	case <-time.After(50 * time.Millisecond):
+	}
+	peer.Write([]byte("abc"))
+	r := wait(ch, "data")
+	if r.n != 3 || r.err != nil || r.bp == nil || string((*r.bp)[:3]) != "abc" {
+		t.Fatalf("readLent = %d, %v, buffer %v", r.n, r.err, r.bp)
+	}
+	// Data waiting: the buffer given is the buffer used.
+	peer.Write([]byte("d"))
+	time.Sleep(20 * time.Millisecond)
+	if r2 := wait(read(c, r.bp), "more data"); r2.n != 1 || r2.bp != r.bp {
+		t.Fatalf("with data waiting: %d bytes into %p, want 1 into the given %p", r2.n, r2.bp, r.bp)
+	}
+	// Nothing waiting: the buffer goes back while readLent waits, and the
+	// read deadline ends the wait with a timeout.
+	c.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	r3 := wait(read(c, r.bp), "the read deadline")
+	var ne net.Error
+	if r3.bp != nil || r3.n != 0 || !errors.As(r3.err, &ne) || !ne.Timeout() {
+		t.Fatalf("past the read deadline: buffer %v, %d, %v; want none, 0, a timeout", r3.bp, r3.n, r3.err)
+	}
+	c.SetReadDeadline(time.Time{})
+	// EOF.
+	peer.Close()
+	if r4 := wait(read(c, nil), "EOF"); r4.n != 0 || r4.err != io.EOF {
+		t.Fatalf("at EOF: %d, %v", r4.n, r4.err)
+	}
+
+	// Close ends a wait.
+	c2, _ := open()
+	ch = read(c2, nil)
+	time.Sleep(20 * time.Millisecond)
+	c2.Close()
+	if r5 := wait(ch, "Close"); r5.err == nil || r5.bp != nil {
+		t.Fatalf("after Close: %v, buffer %v", r5.err, r5.bp)
+	}
+	if n := gets.Load(); n > 4 {
+		t.Errorf("%d buffers made for 4 reads that found data", n)
 	}
 }
 

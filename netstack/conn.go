@@ -3,6 +3,7 @@ package netstack
 import (
 	"net"
 	"sync"
+	"syscall"
 	"sync/atomic"
 	"time"
 
@@ -111,6 +112,17 @@ type HostConn struct {
 
 	mu   sync.Mutex
 	last LegCounters // protected by mu: the last TCP_INFO read
+
+	rawOnce sync.Once
+	rc      syscall.RawConn
+	rcErr   error
+	lent    lentRead // the splice's reader's (bufpool.go)
+}
+
+// raw returns the socket's RawConn, made once.
+func (c *HostConn) raw() (syscall.RawConn, error) {
+	c.rawOnce.Do(func() { c.rc, c.rcErr = c.TCPConn.SyscallConn() })
+	return c.rc, c.rcErr
 }
 
 var _ Leg = (*HostConn)(nil)
@@ -121,7 +133,7 @@ var _ Leg = (*HostConn)(nil)
 func (c *HostConn) Counters() LegCounters {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	rc, err := c.TCPConn.SyscallConn()
+	rc, err := c.raw()
 	if err != nil {
 		return c.last
 	}

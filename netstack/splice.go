@@ -287,12 +287,19 @@ func (f *Forwarder) copyHalf(c *connEntry, dst, src Leg, n *atomic.Uint64, first
 	defer func() { f.returnBuffer(bp) }()
 	toClient := dst == Leg(c.client)
 	var sm streamMeter // this half's reads, for streamNs
+	ls, lending := src.(lendingLeg)
 	for {
 		hook("splice")
-		bp = f.lendBuffer(src, bp)
-		buf := *bp
-		nr, er := src.Read(buf)
+		var nr int
+		var er error
+		if lending {
+			bp, nr, er = ls.readLent(&f.bufPool, bp)
+		} else {
+			bp = f.lendBuffer(src, bp)
+			nr, er = src.Read(*bp)
+		}
 		if nr > 0 {
+			buf := *bp
 			if toClient && !c.fb.CompareAndSwap(fbWaiting, fbSpoke) && c.fb.Load() == fbExpired {
 				return
 			}
