@@ -3,8 +3,8 @@ package netstack
 import (
 	"net"
 	"sync"
-	"syscall"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
