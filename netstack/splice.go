@@ -135,8 +135,9 @@ func (c *connEntry) abort() {
 	})
 }
 
-// splice copies between client and target until both directions end, then
-// reports the connection's End to sess. It runs in the handler goroutine.
+// splice starts copying between client and target; once both directions
+// have ended, endSplice reports the connection's End to sess. It returns at
+// once: the copying runs on two goroutines of its own.
 func (f *Forwarder) splice(req *ConnRequest, d Decision, sess Session, client *Conn, target Leg, t policy.Timeouts) {
 	c := &connEntry{req: *req, d: d, start: time.Now(), client: client, target: target}
 	c.releaser, _ = sess.(Releaser)
@@ -183,27 +184,51 @@ func (f *Forwarder) splice(req *ConnRequest, d Decision, sess Session, client *C
 		wdMu.Unlock()
 	}
 
+	// Each half runs on a goroutine of its own, and the one that ends last
+	// finishes the connection; the goroutine that served the handshake goes
+	// back to the pool. An idle connection so parks two shallow goroutines
+	// whose stacks the runtime can halve down to 4 KiB, where a half run
+	// on the serving goroutine parked under serve's and splice's frames
+	// (~4 KiB in use: its stack could not drop below 8 KiB). Close waits
+	// for the finish through f.wg.
 	http := req.Service != nil && req.Service.Proto == policy.ProtoHTTP
-	done := make(chan struct{})
+	f.wg.Add(1)
+	var left atomic.Int32
+	left.Store(2)
+	halfDone := func() {
+		if left.Add(-1) != 0 {
+			return
+		}
+		defer f.wg.Done()
+		reqp := &c.req
+		defer f.recoverConn(&reqp, c.abort)
+		if tm := c.fbTimer.Load(); tm != nil {
+			tm.Stop()
+		}
+		wdMu.Lock()
+		wdStopped = true
+		if watchdog != nil {
+			watchdog.Stop()
+		}
+		wdMu.Unlock()
+		f.endSplice(c, sess, req.Attempt)
+	}
 	f.workers.Go(func() {
-		defer close(done)
+		defer halfDone()
 		f.guard(c, func() { f.copyToClient(c, d, http) })
 	})
-	f.guard(c, func() { f.copyHalf(c, target, client, &c.toTarget, t.FirstByte) })
-	<-done
-	if tm := c.fbTimer.Load(); tm != nil {
-		tm.Stop()
-	}
-	wdMu.Lock()
-	wdStopped = true
-	if watchdog != nil {
-		watchdog.Stop()
-	}
-	wdMu.Unlock()
+	f.workers.Go(func() {
+		defer halfDone()
+		f.guard(c, func() { f.copyHalf(c, target, client, &c.toTarget, t.FirstByte) })
+	})
+}
+
+// endSplice finishes a spliced connection once both halves have ended: its
+// final counters, TIME_WAIT tracking, and the session's End.
+func (f *Forwarder) endSplice(c *connEntry, sess Session, dials int) {
 	if c.idle.Load() {
 		f.idleClosed.Add(1)
 	}
-
 	c.release() // a path that set neither close bit (the first-byte 503)
 	final := f.finish(c)
 	// The client leg is closed after our FIN and the client's: if the target
@@ -211,7 +236,7 @@ func (f *Forwarder) splice(req *ConnRequest, d Decision, sess Session, client *C
 	f.tw.track(c.client)
 	c.abort()
 	f.open.Add(-1)
-	e := End{Outcome: Served, Decision: c.d, Stats: final, Dials: req.Attempt}
+	e := End{Outcome: Served, Decision: c.d, Stats: final, Dials: dials}
 	switch {
 	case c.panicked.Load() != nil:
 		e.Outcome = Panicked
