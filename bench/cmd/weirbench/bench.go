@@ -30,6 +30,7 @@ type options struct {
 	ConnTime  time.Duration // per connection-rate run
 	Pause     time.Duration // between runs, for TIME_WAIT and queues to settle
 	PeerCmd   string        // the peer appliance's command ("" means none)
+	KProxy    bool          // also measure the kernel-socket proxy (kproxy.go)
 	PeerName  string        // its column's name
 	Note      string        // a line for the report's header (the machine's state)
 	Tests     string        // comma-separated test IDs to run ("" means all)
@@ -130,6 +131,7 @@ func benchMain(args []string) error {
 	fs.DurationVar(&o.ConnTime, "conn-time", 10*time.Second, "per connection-rate run")
 	fs.DurationVar(&o.Pause, "pause", time.Second, "pause between runs")
 	fs.StringVar(&o.PeerCmd, "peer-cmd", os.Getenv("PEER_CMD"), "another TUN appliance's `command` (default $PEER_CMD)")
+	fs.BoolVar(&o.KProxy, "kproxy", false, "also measure a kernel-socket TCP proxy in the router (a yardstick: what terminating each connection costs without a TUN or a userspace stack)")
 	fs.StringVar(&o.PeerName, "peer-name", envOr("PEER_NAME", "peer"), "the peer's column `name` (default $PEER_NAME or peer)")
 	fs.StringVar(&o.Note, "note", "machine not quiet: shared with other developers; the figures are orientation", "a `line` for the report's header")
 	fs.StringVar(&o.Tests, "tests", "", "comma-separated test `ids` to run (default all: "+testIDs()+")")
@@ -280,6 +282,15 @@ func runBench(ctx context.Context, o options, tests []testDef) (*report, error) 
 			return nil, err
 		}
 		paths = append(paths, &path{Name: o.PeerName, Addr: serverPeerIP, app: peer})
+	}
+
+	if o.KProxy {
+		kp, err := start(topo.router, "kproxy", nil, self, "kproxy", "-listen", routerCAddr, "-to", serverAddr,
+			"-ports", strconv.Itoa(iperfPort)+","+strconv.Itoa(rrPort))
+		if err != nil {
+			return nil, err
+		}
+		paths = append(paths, &path{Name: "kproxy", Addr: routerCAddr, app: kp})
 	}
 
 	// Every path must carry a connection before anything is measured: a

@@ -24,7 +24,8 @@
 //
 // `weirbench connrate` and `weirbench rrserver` are the load's two ends,
 // which the harness starts in the client and the server namespaces;
-// `weirbench hold` holds the idle connections of the idle measurement.
+// `weirbench hold` holds the idle connections of the idle measurement;
+// `weirbench kproxy` is the kernel-socket proxy of -kproxy (kproxy.go).
 package main
 
 import (
@@ -47,6 +48,8 @@ func main() {
 		err = holdMain(args[1:])
 	case len(args) > 0 && args[0] == "rrserver":
 		err = rrServerMain(args[1:])
+	case len(args) > 0 && args[0] == "kproxy":
+		err = kproxyMain(args[1:])
 	default:
 		err = benchMain(args)
 	}

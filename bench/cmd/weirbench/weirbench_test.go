@@ -228,7 +228,7 @@ func TestSmoke(t *testing.T) {
 	out := filepath.Join(dir, "out")
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bench, "-weir", weir, "-out", out, "-reps", "1", "-iperf-time", "1s", "-conn-time", "300ms", "-pause", "0s", "-idle", "300", "-profile", "conn16",
+	cmd := exec.CommandContext(ctx, bench, "-weir", weir, "-out", out, "-reps", "1", "-iperf-time", "1s", "-conn-time", "300ms", "-pause", "0s", "-idle", "300", "-profile", "conn16", "-kproxy",
 		"-peer-name", "weir2", "-peer-cmd", weir+` run -c `+peerCfg+` --tun "$BENCH_TUN" --admin 127.0.0.1:0 --log-level warn`)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	start := time.Now()
@@ -246,7 +246,7 @@ func TestSmoke(t *testing.T) {
 	if err := json.Unmarshal(js, &rep); err != nil {
 		t.Fatal(err)
 	}
-	if want := len(tests) * 3; len(rep.Samples) != want {
+	if want := len(tests) * 4; len(rep.Samples) != want { // kernel, weir, weir2, kproxy
 		t.Fatalf("%d samples, want %d", len(rep.Samples), want)
 	}
 	for _, s := range rep.Samples {
@@ -276,7 +276,7 @@ func TestSmoke(t *testing.T) {
 		t.Errorf("profile file: %v", err)
 	}
 	md, err := os.ReadFile(filepath.Join(out, "bench-e2e.md"))
-	if err != nil || !strings.Contains(string(md), "| test | unit | kernel | weir | weir / kernel | weir2 | weir2 / kernel |") {
+	if err != nil || !strings.Contains(string(md), "| test | unit | kernel | weir | weir / kernel | weir2 | weir2 / kernel | kproxy | kproxy / kernel |") {
 		t.Errorf("markdown (%v):\n%s", err, md)
 	}
 	// Everything the harness started is gone with it.
