@@ -2,8 +2,8 @@ package netstack
 
 // Warm goroutines
 //
-// Every proxied connection runs on two goroutines (serve, then the splice's
-// second half), and each used to be new: it started on a small stack and
+// Every proxied connection runs on three goroutines (serve, then one per
+// splice half), and each used to be new: it started on a small stack and
 // grew it, copying, as the connection went deep into gVisor's send path
 // and the host dialer (runtime.newstack was 6 % of weir's CPU at 3 000
 // connections/s). A warmPool keeps up to maxIdle finished goroutines
@@ -30,9 +30,9 @@ type warmPool struct {
 	spawned atomic.Int64   // goroutines started, for tests
 }
 
-// defaultWarmIdle bounds the parked goroutines: two per connection in
-// setup for a few dozen concurrent new connections. A parked one costs its
-// (shrinking) stack.
+// defaultWarmIdle bounds the parked goroutines: up to three per
+// connection in setup for a few dozen concurrent new connections. A parked
+// one costs its (shrinking) stack.
 const defaultWarmIdle = 64
 
 func (p *warmPool) init(maxIdle int) {
