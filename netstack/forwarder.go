@@ -453,7 +453,7 @@ type Forwarder struct {
 	closed  bool                                                      // protected by mu
 	conns   map[uint64]*connEntry                                     // protected by mu: open connections
 	pending map[stack.TransportEndpointID]tcpip.NetworkProtocolNumber // protected by mu: handshakes in progress
-	wg      sync.WaitGroup                                            // handler goroutines
+	wg      sync.WaitGroup                                            // handler goroutines and the splices they start
 
 	tw      timeWaitTable
 	closing closingSet // spliced connections waiting for the client's FIN (release.go)
