@@ -252,8 +252,8 @@ func clusterLevel(st api.Status, level, name string) (api.ClusterLevel, bool) {
 	return api.ClusterLevel{}, false
 }
 
-// openSampler polls every instance's /status every 100 ms and keeps the
-// sum of the web service's open connections over the three.
+// openSampler polls every instance's /status every 100 ms, all three at
+// once, and keeps the sum of the web service's open connections over them.
 type openSampler struct {
 	mu   sync.Mutex
 	sums []int64
@@ -274,19 +274,33 @@ func (rg *ecmpRig) sampleOpen(procs []*weirproc.Proc) *openSampler {
 				return
 			case <-tk.C:
 			}
+			// The three are read at once: read one after the other, a slot
+			// that moved from one instance to the next between the reads
+			// counted twice (a loaded machine stretched the reads enough
+			// to see 12 of 10).
 			var sum int64
 			per := make([]int64, len(procs))
-			ok := true
+			errs := make([]error, len(procs))
+			var wg sync.WaitGroup
 			for i, p := range procs {
-				st, err := rg.status(p)
-				if err != nil {
-					ok = false
-					break
-				}
-				if l := statusLevel(st, "virtual server", "web"); l != nil {
-					per[i] = l.Connections
-					sum += l.Connections
-				}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					st, err := rg.status(p)
+					if err != nil {
+						errs[i] = err
+						return
+					}
+					if l := statusLevel(st, "virtual server", "web"); l != nil {
+						per[i] = l.Connections
+					}
+				}()
+			}
+			wg.Wait()
+			ok := true
+			for i := range procs {
+				ok = ok && errs[i] == nil
+				sum += per[i]
 			}
 			if ok {
 				s.mu.Lock()
