@@ -104,24 +104,33 @@ func isPortInUse(err error) bool {
 	return errors.As(err, &e) && e.msg == "port is in use"
 }
 
-// TestTimeWaitTableEmpties: legs weir closed first leave the TIME_WAIT table
-// when TIME_WAIT ends, so the table does not grow without bound.
-func TestTimeWaitTableEmpties(t *testing.T) {
+// closedFirst runs n connections through a rig (with TIME_WAIT tw, zero
+// for the default) whose target closes first, so that weir closes each
+// client leg first, and returns once all of them have ended.
+func closedFirst(t *testing.T, tw time.Duration, n int) *rig {
+	t.Helper()
 	l, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	stop := serveListener(l, func(c net.Conn) { c.Close() })
-	defer stop()
+	t.Cleanup(stop)
 	vs := &policy.VirtualServer{Name: "short", VIPs: []netip.Addr{vipV4}, Ports: policy.PortRange{Lo: 80, Hi: 80}}
 	adm := &testAdmitter{target: &policy.Target{Name: "t", Addr: l.Addr().(*net.TCPAddr).AddrPort()}}
-	r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: services(vs), Admitter: adm}, stack: Options{TimeWait: 200 * time.Millisecond}})
-	for i := 0; i < 20; i++ {
+	r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: services(vs), Admitter: adm}, stack: Options{TimeWait: tw}})
+	for range n {
 		c := dial(t, r.client, netip.AddrPortFrom(vipV4, 80))
 		io.ReadAll(c)
 		c.Close()
 	}
-	testutil.Eventually(t, 10*time.Second, func() bool { return adm.nClosed.Load() == 20 }, "adm.nClosed.Load() == 20")
+	testutil.Eventually(t, 10*time.Second, func() bool { return adm.nClosed.Load() == int64(n) }, "all connections ended")
+	return r
+}
+
+// TestTimeWaitTableEmpties: legs weir closed first leave the TIME_WAIT table
+// when TIME_WAIT ends, so the table does not grow without bound.
+func TestTimeWaitTableEmpties(t *testing.T) {
+	r := closedFirst(t, 200*time.Millisecond, 20)
 	r.fwd.tw.mu.Lock()
 	n := len(r.fwd.tw.m)
 	r.fwd.tw.mu.Unlock()
@@ -140,22 +149,8 @@ func TestTimeWaitTableEmpties(t *testing.T) {
 // DefaultTimeWait and a margin, so the server-closes-first load holds
 // rate × DefaultTimeWait endpoints, not the 30 s worth it used to.
 func TestTimeWaitBounded(t *testing.T) {
-	l, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	stop := serveListener(l, func(c net.Conn) { c.Close() })
-	defer stop()
-	vs := &policy.VirtualServer{Name: "short", VIPs: []netip.Addr{vipV4}, Ports: policy.PortRange{Lo: 80, Hi: 80}}
-	adm := &testAdmitter{target: &policy.Target{Name: "t", Addr: l.Addr().(*net.TCPAddr).AddrPort()}}
-	r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: services(vs), Admitter: adm}})
 	const n = 50
-	for i := 0; i < n; i++ {
-		c := dial(t, r.client, netip.AddrPortFrom(vipV4, 80))
-		io.ReadAll(c)
-		c.Close()
-	}
-	testutil.Eventually(t, 10*time.Second, func() bool { return adm.nClosed.Load() == n }, "all connections ended")
+	r := closedFirst(t, 0, n)
 	ended := time.Now()
 	if k := len(r.weir.s.RegisteredEndpoints()); k == 0 {
 		t.Fatal("no client leg of weir's in TIME_WAIT")
