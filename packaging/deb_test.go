@@ -303,18 +303,22 @@ func buildAndInstall(t *testing.T) *builtDeb {
 
 	// Every file with its mode and owner.
 	want := map[string]string{
-		"./usr/bin/weir":                                  "-rwxr-xr-x",
-		"./usr/lib/systemd/system/weir@.service":          "-rw-r--r--",
-		"./usr/lib/sysusers.d/weir.conf":                  "-rw-r--r--",
-		"./usr/lib/modules-load.d/weir.conf":              "-rw-r--r--",
-		"./etc/weir/":                                     "drwxr-xr-x",
-		"./etc/weir/example.yaml":                         "-rw-r--r--",
-		"./usr/share/man/man1/weir.1.gz":                  "-rw-r--r--",
-		"./usr/share/man/man1/weir-run.1.gz":              "-rw-r--r--",
-		"./usr/share/bash-completion/completions/weir":    "-rw-r--r--",
-		"./usr/share/zsh/vendor-completions/_weir":        "-rw-r--r--",
-		"./usr/share/fish/vendor_completions.d/weir.fish": "-rw-r--r--",
-		"./usr/share/doc/weir/README.md":                  "-rw-r--r--",
+		"./usr/bin/weir":                                     "-rwxr-xr-x",
+		"./usr/lib/systemd/system/weir@.service":             "-rw-r--r--",
+		"./usr/lib/sysusers.d/weir.conf":                     "-rw-r--r--",
+		"./usr/lib/modules-load.d/weir.conf":                 "-rw-r--r--",
+		"./etc/weir/":                                        "drwxr-xr-x",
+		"./etc/weir/example.yaml":                            "-rw-r--r--",
+		"./usr/share/man/man1/weir.1.gz":                     "-rw-r--r--",
+		"./usr/share/man/man1/weir-run.1.gz":                 "-rw-r--r--",
+		"./usr/share/bash-completion/completions/weir":       "-rw-r--r--",
+		"./usr/share/zsh/vendor-completions/_weir":           "-rw-r--r--",
+		"./usr/share/fish/vendor_completions.d/weir.fish":    "-rw-r--r--",
+		"./usr/share/doc/weir/README.md":                     "-rw-r--r--",
+		"./usr/share/doc/weir/SECURITY.md":                   "-rw-r--r--",
+		"./usr/share/doc/weir/docs/configuration.md":         "-rw-r--r--",
+		"./usr/share/doc/weir/docs/operations.md":            "-rw-r--r--",
+		"./usr/share/doc/weir/docs/bench/2026-12-01-1217.md": "-rw-r--r--",
 	}
 	sc := bufio.NewScanner(strings.NewReader(run(t, "dpkg-deb", "--contents", d.path)))
 	for sc.Scan() {

@@ -2,9 +2,7 @@ package policy
 
 import (
 	"net/netip"
-	"os"
 	"runtime"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -950,23 +948,6 @@ func TestReloadMovesClassConcurrent(t *testing.T) {
 	for _, s := range adm.Snapshot() {
 		if s.Conns != 0 {
 			t.Errorf("%v %s: %d open after every release", s.Level, s.Name, s.Conns)
-		}
-	}
-}
-
-// TestReadmeLogLines: the README's log-line examples are what the control
-// plane writes ("qos: " + Event.String()).
-func TestReadmeLogLines(t *testing.T) {
-	b, err := os.ReadFile("../README.md")
-	if err != nil {
-		t.Skip("no README:", err)
-	}
-	for _, e := range []Event{
-		{Level: LevelVirtualServer, Name: "web", Limit: LimitMaxConnections, Value: 2, Measured: 3, Over: true},
-		{Level: LevelVirtualServer, Name: "web", Limit: LimitMaxConnections, Value: 2, Measured: 2},
-	} {
-		if line := "`qos: " + e.String() + "`"; !strings.Contains(string(b), line) {
-			t.Errorf("README lacks the log line the code writes: %s", line)
 		}
 	}
 }

@@ -2,8 +2,8 @@
 // metric is written once, in Defs: its name, type, labels, help and the fact
 // of api.Status it reads. The collector reads one status document per
 // scrape, so /status, `weir status` and /metrics cannot disagree, and
-// nothing on the datapath or the admission path touches Prometheus. The
-// README's metrics table is generated from Defs.
+// nothing on the datapath or the admission path touches Prometheus. The table
+// of metrics in docs/operations.md is generated from Defs.
 package metrics
 
 import (
@@ -22,7 +22,7 @@ const (
 	Histogram
 )
 
-// String is the type as the README and the exposition format name it.
+// String is the type as docs/operations.md and the exposition format name it.
 func (t Type) String() string {
 	switch t {
 	case Counter:
@@ -141,7 +141,7 @@ var (
 	actionLabels = []string{"service", "target", "action"}
 )
 
-// Defs is every metric weir exports, in the README's order.
+// Defs is every metric weir exports, in the order of docs/operations.md's table.
 var Defs = []Def{
 	// Connections.
 	{Name: "weir_connections_open", Type: Gauge,
@@ -486,7 +486,7 @@ var Defs = []Def{
 		Help:    "Times Redis became unreachable (each logged once). Limits then follow onRedisDown until it answers.",
 		samples: perCluster(func(c *api.Cluster, emit emitter) { emit(float64(c.Outages)) })},
 	{Name: "weir_cluster_redis_round_trips_total", Type: Counter, Labels: []string{"kind"},
-		Help: "Round trips to Redis by kind: lease (membership and connection leases, one per lease interval and on demand), bandwidth (one per recompute interval while a level has a maxBandwidth), samples (one per sampling interval). See the README's cost of a cluster.",
+		Help: "Round trips to Redis by kind: lease (membership and connection leases, one per lease interval and on demand), bandwidth (one per recompute interval while a level has a maxBandwidth), samples (one per sampling interval). See docs/cluster.md, Cost.",
 		samples: perCluster(func(c *api.Cluster, emit emitter) {
 			emit(float64(c.Renewals), "lease")
 			emit(float64(c.BandwidthRounds), "bandwidth")

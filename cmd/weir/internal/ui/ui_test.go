@@ -40,9 +40,9 @@ func TestRecorderIsBounded(t *testing.T) {
 	if want := 5*8 + 5*TargetSampleBytes + 5*LevelSampleBytes + 5*RefusalSampleBytes; r.Bytes() != want {
 		t.Errorf("Bytes() = %d, want %d", r.Bytes(), want)
 	}
-	// README.md's Admin API section states these.
+	// docs/operations.md's Admin API section states these.
 	if TargetSampleBytes != 36 || LevelSampleBytes != 32 || RefusalSampleBytes != 16 {
-		t.Errorf("a sample costs %d (target), %d (level), %d (refusal) bytes: README.md says 36, 32, 16",
+		t.Errorf("a sample costs %d (target), %d (level), %d (refusal) bytes: docs/operations.md says 36, 32, 16",
 			TargetSampleBytes, LevelSampleBytes, RefusalSampleBytes)
 	}
 	if NewRecorder(0).Capacity() != DefaultSamples {
