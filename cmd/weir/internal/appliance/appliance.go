@@ -94,7 +94,7 @@ type BackArm struct {
 	Name string // for errors and stats; "" means back<i>
 	// Device is the arm's transport; nil means the front device: the arm's
 	// packets leave through it and its replies come back on the front NIC
-	// (see backarm.go), as `weir run` does with its one TUN.
+	// (datapath.EgressOnly), as `weir run` does with its one TUN.
 	Device datapath.Device
 	// Addrs are the arm's own addresses with their prefixes; the prefixes
 	// route the targets inside them through this arm.
@@ -235,7 +235,9 @@ func New(opts Options) (*Appliance, error) {
 		}
 		var dev datapath.Device
 		if arm.Device == nil {
-			dev = newEgressOnly(a.engine.Attach(opts.Front, 0))
+			// The arm's packets leave through the front device and its
+			// replies come back on the front NIC (promiscuous).
+			dev = datapath.NewEgressOnly(a.engine.Attach(opts.Front, 0))
 		} else {
 			dev = a.engine.Attach(arm.Device, 1+len(opts.FrontQueues)+i)
 		}
@@ -274,6 +276,18 @@ func New(opts Options) (*Appliance, error) {
 		}
 	}
 	return a, nil
+}
+
+// backPrefixes are the back arms' own addresses, each as a host prefix: the
+// engine measures the TCP flows whose weir end is one of them.
+func backPrefixes(arms []BackArm) []netip.Prefix {
+	var out []netip.Prefix
+	for _, arm := range arms {
+		for _, p := range arm.Addrs {
+			out = append(out, netip.PrefixFrom(p.Addr().Unmap(), p.Addr().Unmap().BitLen()))
+		}
+	}
+	return out
 }
 
 func (a *Appliance) service(addr netip.Addr, port uint16) *policy.VirtualServer {
