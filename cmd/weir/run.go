@@ -303,7 +303,7 @@ func runAppliance(ctx context.Context, stdout, stderr io.Writer, o runOptions) e
 		return err
 	}
 
-	reloader := appliance.NewReloader(app, o.config, config.Parser{}.Parse)
+	reloader := NewReloader(app, o.config, config.Parser{}.Parse)
 	reloader.OnReload = func(cfg *policy.Config) {
 		if err := front.tuns[0].SyncRoutes(append(tun.VIPRoutes(cfg), backRoutes...)); err != nil {
 			log.Error().Err(err).Msg("routing the new VIPs through the TUN failed")
