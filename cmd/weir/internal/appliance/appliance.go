@@ -29,13 +29,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"weir/balancer"
 	"weir/cmd/weir/api"
 	"weir/cmd/weir/internal/cluster"
-	"weir/cmd/weir/internal/metrics"
 	"weir/cmd/weir/internal/obs"
 	"weir/datapath"
 	"weir/netstack"
@@ -73,8 +71,6 @@ type Options struct {
 	// per connection.
 	Log    *zerolog.Logger
 	Access *obs.AccessLog
-	// Registerer receives weir's metrics; nil means none are registered.
-	Registerer prometheus.Registerer
 	// LogDrops, when set, counts the main log's lines lost because its
 	// writer could not keep up (obs.Logs.Dropped), for /status and metrics.
 	LogDrops func() uint64
@@ -269,12 +265,6 @@ func New(opts Options) (*Appliance, error) {
 	}
 	a.fwd = netstack.NewForwarder(a.stack, fo)
 	a.listen(cfg)
-	if opts.Registerer != nil {
-		if err := opts.Registerer.Register(metrics.NewCollector(a.Status)); err != nil {
-			a.Close()
-			return nil, fmt.Errorf("metrics: %w", err)
-		}
-	}
 	return a, nil
 }
 

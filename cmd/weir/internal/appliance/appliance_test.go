@@ -253,7 +253,8 @@ func TestReloadKeepsCountersAndConnections(t *testing.T) {
 
 func TestMetricsScrape(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	l := newLab(t, labConfig([]int{1}, nil), lab.Options{Appliance: appliance.Options{Registerer: reg}})
+	l := newLab(t, labConfig([]int{1}, nil), lab.Options{})
+	reg.MustRegister(metrics.NewCollector(l.App.Status))
 	bench.Load{Dial: l.Dial, Addr: "198.19.0.80:80", Clients: 1, Requests: 3}.Run(context.Background())
 	waitClosed(t, l.App)
 	l.App.SampleNow()
