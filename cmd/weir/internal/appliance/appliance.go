@@ -35,6 +35,7 @@ import (
 	"weir/cmd/weir/api"
 	"weir/cmd/weir/internal/cluster"
 	"weir/cmd/weir/internal/obs"
+	"weir/cmd/weir/internal/status"
 	"weir/datapath"
 	"weir/netstack"
 	"weir/policy"
@@ -120,7 +121,7 @@ type Appliance struct {
 	stack  *netstack.Stack
 	front  *netstack.NIC
 	backs  []*netstack.NIC
-	nics   []NICStats // every NIC, front ones first, with its device (Stats empty)
+	nics   []nicEntry // every NIC, front ones first, with its device
 	fwd    *netstack.Forwarder
 
 	checkMu  sync.Mutex                    // guards checks
@@ -205,7 +206,7 @@ func New(opts Options) (*Appliance, error) {
 		a.stack.Close()
 		return nil, err
 	}
-	a.nics = append(a.nics, NICStats{Name: "front", nic: a.front, dev: opts.Front})
+	a.nics = append(a.nics, nicEntry{name: "front", nic: a.front, dev: opts.Front})
 	for i, q := range opts.FrontQueues {
 		name := fmt.Sprintf("front%d", i+1)
 		nic, err := a.stack.AddNIC(a.engine.Attach(q, i+1), netstack.NICOptions{Name: name, Promiscuous: true})
@@ -213,7 +214,7 @@ func New(opts Options) (*Appliance, error) {
 			a.stack.Close()
 			return nil, fmt.Errorf("front queue %d: %w", i+1, err)
 		}
-		a.nics = append(a.nics, NICStats{Name: name, nic: nic, dev: q})
+		a.nics = append(a.nics, nicEntry{name: name, nic: nic, dev: q})
 	}
 	fo := opts.Forwarder
 	fo.Services = a.service
@@ -243,7 +244,7 @@ func New(opts Options) (*Appliance, error) {
 			return nil, fmt.Errorf("back arm %s: %w", name, err)
 		}
 		a.backs = append(a.backs, nic)
-		a.nics = append(a.nics, NICStats{Name: name, Back: true, nic: nic, dev: arm.Device})
+		a.nics = append(a.nics, nicEntry{name: name, back: true, nic: nic, dev: arm.Device})
 		if arm.Device == nil {
 			// An arm through the front device shares the front NIC's
 			// default route: its dials name their NIC.
@@ -297,52 +298,26 @@ func (a *Appliance) DatapathStats() datapath.EngineStats { return a.engine.Stats
 // StackStats returns the counters of weir's own TCP/IP stack now.
 func (a *Appliance) StackStats() netstack.StackStats { return a.stack.Stats() }
 
-// RawStats are the raw counters of the appliance's parts at one moment:
-// every counted drop of the datapath, the flow table, the stack, its NICs
-// and their devices, the forwarder and the admission is in one of them.
-// They are totals since New; the metrics table and /status export them.
-type RawStats struct {
-	Datapath  datapath.EngineStats
-	Flows     datapath.FlowTableStats // Refused: flows the full table did not cache
-	Stack     netstack.StackStats
-	Forwarder netstack.ForwarderStats
-	// NICs are the front NIC, the further front queues' and the back
-	// arms', in that order.
-	NICs []NICStats
-	// AdmissionEventsDropped counts limit crossings the admission's event
-	// buffer had no room for (their log lines are lost; the state in
-	// /status is not).
-	AdmissionEventsDropped uint64
-}
-
-// NICStats are one NIC's counters: the link's between stack and device
-// (DroppedQueueFull: egress packets the full write queue dropped), and the
-// device's own when it counts (a datapath.StatsReporter: a memory pair, a
-// TUN that reports).
-type NICStats struct {
-	Name string
-	Back bool // a back arm, not a front NIC
-	Link netstack.LinkStats
-	// Device holds the device's counters when HasDevice is set.
-	Device    datapath.DeviceStats
-	HasDevice bool
-
-	nic *netstack.NIC
-	dev datapath.Device
+// nicEntry is one of the appliance's NICs with its device, for RawStats.
+type nicEntry struct {
+	name string
+	back bool // a back arm, not a front NIC
+	nic  *netstack.NIC
+	dev  datapath.Device // nil for a back arm through the front device
 }
 
 // RawStats returns the raw counters of every part now.
-func (a *Appliance) RawStats() RawStats {
-	st := RawStats{
+func (a *Appliance) RawStats() status.RawStats {
+	st := status.RawStats{
 		Datapath:               a.engine.Stats(),
 		Flows:                  a.engine.Flows().Stats(),
 		Stack:                  a.stack.Stats(),
 		Forwarder:              a.fwd.Stats(),
 		AdmissionEventsDropped: a.adm.DroppedEvents(),
-		NICs:                   make([]NICStats, len(a.nics)),
+		NICs:                   make([]status.NICStats, len(a.nics)),
 	}
 	for i, n := range a.nics {
-		st.NICs[i] = NICStats{Name: n.Name, Back: n.Back, Link: n.nic.Stats()}
+		st.NICs[i] = status.NICStats{Name: n.name, Back: n.back, Link: n.nic.Stats()}
 		if r, ok := n.dev.(datapath.StatsReporter); ok {
 			st.NICs[i].Device, st.NICs[i].HasDevice = r.Stats(), true
 		}

@@ -1,4 +1,4 @@
-package appliance
+package status
 
 import (
 	"reflect"
@@ -9,39 +9,12 @@ import (
 	"weir/datapath"
 )
 
-// TestRefusalsSorted: /status lists refusals by level then limit whatever
-// the order they happened in (the map they are counted in has none), with
-// draining refusals as instance/draining.
-func TestRefusalsSorted(t *testing.T) {
-	var c counters
-	for _, k := range [][2]string{
-		{"virtual server", "maxConnections"}, {"balancer", "targets"}, {"class", "maxBandwidth"},
-		{"virtual server", "burst"}, {"instance", "maxConnections"}, {"class", "maxBandwidth"}, {"balancer", "targets"},
-	} {
-		c.refusal(k[0], k[1])
-	}
-	c.refusedDraining.Add(4)
-	want := []api.Refusal{
-		{Level: "balancer", Limit: "targets", Count: 2},
-		{Level: "class", Limit: "maxBandwidth", Count: 2},
-		{Level: "instance", Limit: "draining", Count: 4},
-		{Level: "instance", Limit: "maxConnections", Count: 1},
-		{Level: "virtual server", Limit: "burst", Count: 1},
-		{Level: "virtual server", Limit: "maxConnections", Count: 1},
-	}
-	for i := 0; i < 20; i++ { // map order varies from call to call
-		if got := c.refusalList(); !reflect.DeepEqual(got, want) {
-			t.Fatalf("refusals\n got %v\nwant %v", got, want)
-		}
-	}
-}
-
 // rawNotInStatus are the raw counters the status document leaves out, each
 // with the fact that already carries it (one fact, one number).
 var rawNotInStatus = map[string]string{
 	"Forwarder.RefusedRST":      "Refusals: RST or 503 follows the service's protocol",
 	"Forwarder.Refused503":      "Refusals: RST or 503 follows the service's protocol",
-	"Forwarder.DroppedInFlight": "Stack.SYNsDroppedInFlight (set from it in Status)",
+	"Forwarder.DroppedInFlight": "Stack.SYNsDroppedInFlight (set from it in Parts)",
 	"Stack.TCPForwardDropFull":  "a part of Stack.SYNsDroppedInFlight",
 	"Forwarder.UDPUnreachable":  "Stack.UDPNoSocket, the same gVisor counter",
 	"Forwarder.DialFailed":      "Target.Failed and DialFailures",
@@ -89,10 +62,11 @@ func TestEveryRawCounterInStatus(t *testing.T) {
 		F api.Forwarder
 		N []api.NIC
 		C uint64
-	}{D: datapathStatus(raw.Datapath, raw.Flows), S: stackStatus(raw.Stack), F: forwarderStatus(raw.Forwarder), C: raw.AdmissionEventsDropped}
-	for _, n := range raw.NICs {
-		doc.N = append(doc.N, nicStatus(n))
-	}
+	}{}
+	// Through Parts, as the appliance builds the document.
+	var st api.Status
+	Parts(&st, raw, nil)
+	doc.D, doc.S, doc.F, doc.N, doc.C = st.Datapath, st.Stack, st.Forwarder, st.NICs, st.Control.DroppedEvents
 	shown := map[float64]bool{}
 	var collect func(v reflect.Value)
 	collect = func(v reflect.Value) {
