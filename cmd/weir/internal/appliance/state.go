@@ -2,57 +2,12 @@ package appliance
 
 import (
 	"errors"
-	"sort"
-	"sync"
-	"sync/atomic"
 
 	"weir/cmd/weir/api"
 	"weir/cmd/weir/internal/status"
 	"weir/datapath"
 	"weir/policy"
 )
-
-// counters are the appliance's own totals since start.
-type counters struct {
-	closed          atomic.Uint64
-	dialFailures    atomic.Uint64
-	refusedDraining atomic.Uint64
-	reloads         atomic.Uint64
-	reloadFailures  atomic.Uint64
-
-	mu       sync.Mutex
-	refusals map[[2]string]uint64 // {level, limit} → count
-}
-
-func (c *counters) refusal(level, limit string) {
-	c.mu.Lock()
-	if c.refusals == nil {
-		c.refusals = map[[2]string]uint64{}
-	}
-	c.refusals[[2]string{level, limit}]++
-	c.mu.Unlock()
-}
-
-// refusalList is the refusal counts sorted by level then limit, with the
-// draining refusals as level "instance", limit "draining".
-func (c *counters) refusalList() []api.Refusal {
-	c.mu.Lock()
-	out := make([]api.Refusal, 0, len(c.refusals)+1)
-	for k, v := range c.refusals {
-		out = append(out, api.Refusal{Level: k[0], Limit: k[1], Count: v})
-	}
-	c.mu.Unlock()
-	if n := c.refusedDraining.Load(); n > 0 {
-		out = append(out, api.Refusal{Level: policy.LevelInstance.String(), Limit: "draining", Count: n})
-	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Level != out[j].Level {
-			return out[i].Level < out[j].Level
-		}
-		return out[i].Limit < out[j].Limit
-	})
-	return out
-}
 
 // reloadError is a rejected configuration, as /status shows it.
 type reloadError = api.ReloadError
@@ -68,13 +23,13 @@ func (a *Appliance) Status() api.Status {
 		Generation:     a.gen.Load(),
 		LoadedAt:       *a.loadedAt.Load(),
 		ReloadError:    a.reloadErr.Load(),
-		Reloads:        a.counters.reloads.Load(),
-		ReloadFailures: a.counters.reloadFailures.Load(),
-		Draining:       a.draining.Load(),
+		Reloads:        a.reloads.Load(),
+		ReloadFailures: a.reloadFailures.Load(),
+		Draining:       a.admit.Draining(),
 		Open:           a.OpenConnections(),
-		Closed:         a.counters.closed.Load(),
-		DialFailures:   a.counters.dialFailures.Load(),
-		Refusals:       a.counters.refusalList(),
+		Closed:         a.admit.Closed(),
+		DialFailures:   a.admit.DialFailures(),
+		Refusals:       a.admit.Refusals(),
 	}
 	devs := make([]datapath.Device, len(a.nics))
 	for i, n := range a.nics {
@@ -103,7 +58,7 @@ func (a *Appliance) Status() api.Status {
 			s.Class = vs.Class.Name
 		}
 		if vs.Proto == policy.ProtoHTTP {
-			s.Clients, s.MaxClients = a.clientCount(vs.Name).Load(), vs.HTTP.MaxClients
+			s.Clients, s.MaxClients = a.admit.Clients(vs.Name), vs.HTTP.MaxClients
 		}
 		for _, v := range vs.VIPs {
 			s.VIPs = append(s.VIPs, v.String())
@@ -122,7 +77,7 @@ func (a *Appliance) Status() api.Status {
 		}
 		st.Services = append(st.Services, s)
 	}
-	st.HTTP.Requests, st.HTTP.InFlight, st.HTTP.Durations = a.reqs.status()
+	st.HTTP.Requests, st.HTTP.InFlight, st.HTTP.Durations = a.admit.Requests()
 	return st
 }
 
@@ -143,7 +98,7 @@ func (a *Appliance) Connections() []api.Connection {
 
 // Healthy is nil while the appliance serves, an error while it drains.
 func (a *Appliance) Healthy() error {
-	if a.draining.Load() {
+	if a.admit.Draining() {
 		return errors.New("draining")
 	}
 	return nil
