@@ -243,7 +243,7 @@ type session struct {
 	// admitted pick to End.
 	counted bool
 	// http is the request of an http service's session (one per request,
-	// see httpadmit.go); nil for a tcp connection's.
+	// see http.go); nil for a tcp connection's.
 	http     *netstack.Request
 	inflight string // the target the request counts in flight at
 }

@@ -1,7 +1,7 @@
 // Package appliance wires weir's parts into one running product:
 //
 //	front Device ──► datapath.Engine (flow: service, action) ──► netstack.Stack (front NIC)
-//	   ──► Forwarder ──► Admit: policy.Admission (limits) ──► balancer.PickExcept
+//	   ──► Forwarder ──► admit.Admitter: policy.Admission (limits) ──► balancer.PickAction
 //	   ──► a session per connection ──► dial (host socket | back NIC)
 //	       DialFailed: the next pick, until the tried-set refuses
 //	   ──► splice ──► End: release the slot and ticket, write the access line
@@ -10,8 +10,9 @@
 // RecomputeInterval: the meters' byte totals → admission bandwidth windows,
 // limit events → the error log) and the sampling loop (every SamplingInterval: per-target
 // TCP measurements → policy weight fractions → balancer weights, STATS
-// lines). It serves its state to the admin API and Prometheus, and reloads a
-// new configuration without dropping a connection or losing a counter.
+// lines). It serves its state (Status, built by package status) to the
+// admin API and Prometheus, and reloads a new compiled configuration
+// without dropping a connection or losing a counter.
 //
 // The appliance is the control plane: it logs, it reads the clock, it may
 // allocate per connection. It never does per-packet work; that is the
