@@ -3,6 +3,7 @@ package appliance
 import (
 	"errors"
 
+	"weir/balancer"
 	"weir/cmd/weir/api"
 	"weir/cmd/weir/internal/status"
 	"weir/datapath"
@@ -48,35 +49,13 @@ func (a *Appliance) Status() api.Status {
 	st.SampledAt = a.explAt
 	actionFr := a.actionFr
 	a.explMu.Unlock()
-	byKey := map[policy.TargetKey]*policy.Explanation{}
-	for i := range expl {
-		byKey[policy.TargetKey{Service: expl[i].Service, Target: expl[i].Target}] = &expl[i]
-	}
-	for _, vs := range cfg.Services {
-		s := api.Service{Name: vs.Name, Proto: vs.Proto.String(), Ports: vs.Ports.String(), Balancer: cfg.Balancer.Algorithm.String()}
-		if vs.Class != nil {
-			s.Class = vs.Class.Name
-		}
-		if vs.Proto == policy.ProtoHTTP {
-			s.Clients, s.MaxClients = a.admit.Clients(vs.Name), vs.HTTP.MaxClients
-		}
-		for _, v := range vs.VIPs {
-			s.VIPs = append(s.VIPs, v.String())
-		}
-		if b := a.balancer(vs.Name); b != nil {
-			bs := b.Snapshot(now)
-			s.Refused = bs.Refused
-			for _, t := range bs.Targets {
-				k := policy.TargetKey{Service: vs.Name, Target: t.Name}
-				tg := status.Target(t, byKey[k], actionFr[vs.Name])
-				if sg, ok := a.SegmentsOf(k); ok {
-					tg.Segments = &sg
-				}
-				s.Targets = append(s.Targets, tg)
+	st.Services = status.Services(cfg, status.Sampled{Explanations: expl, ActionFractions: actionFr, Segments: a.SegmentsOf},
+		func(service string) (balancer.Status, bool) {
+			if b := a.balancer(service); b != nil {
+				return b.Snapshot(now), true
 			}
-		}
-		st.Services = append(st.Services, s)
-	}
+			return balancer.Status{}, false
+		}, a.admit.Clients)
 	st.HTTP.Requests, st.HTTP.InFlight, st.HTTP.Durations = a.admit.Requests()
 	return st
 }

@@ -96,6 +96,57 @@ func Levels(snap []policy.LevelStat) []api.Level {
 	return out
 }
 
+// Sampled is the sampling loop's last result, as Services reads it.
+type Sampled struct {
+	// Explanations are the last interval's, one per target.
+	Explanations []policy.Explanation
+	// ActionFractions are the fractions of the action levels last given
+	// to the balancers: service → action → target → percent.
+	ActionFractions map[string]map[string]map[string]int
+	// Segments returns a target's per-direction totals, false before its
+	// first sample; nil means none.
+	Segments func(policy.TargetKey) (api.Segments, bool)
+}
+
+// Services lists cfg's virtual servers in file order with their targets:
+// snapshot returns a service's balancer state (false when a reload removed
+// it), clients the open client connections of an http service.
+func Services(cfg *policy.Config, sm Sampled, snapshot func(service string) (balancer.Status, bool), clients func(service string) int64) []api.Service {
+	byKey := map[policy.TargetKey]*policy.Explanation{}
+	for i := range sm.Explanations {
+		e := &sm.Explanations[i]
+		byKey[policy.TargetKey{Service: e.Service, Target: e.Target}] = e
+	}
+	var out []api.Service
+	for _, vs := range cfg.Services {
+		s := api.Service{Name: vs.Name, Proto: vs.Proto.String(), Ports: vs.Ports.String(), Balancer: cfg.Balancer.Algorithm.String()}
+		if vs.Class != nil {
+			s.Class = vs.Class.Name
+		}
+		if vs.Proto == policy.ProtoHTTP {
+			s.Clients, s.MaxClients = clients(vs.Name), vs.HTTP.MaxClients
+		}
+		for _, v := range vs.VIPs {
+			s.VIPs = append(s.VIPs, v.String())
+		}
+		if bs, ok := snapshot(vs.Name); ok {
+			s.Refused = bs.Refused
+			for _, t := range bs.Targets {
+				k := policy.TargetKey{Service: vs.Name, Target: t.Name}
+				tg := Target(t, byKey[k], sm.ActionFractions[vs.Name])
+				if sm.Segments != nil {
+					if sg, ok := sm.Segments(k); ok {
+						tg.Segments = &sg
+					}
+				}
+				s.Targets = append(s.Targets, tg)
+			}
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
 // Target is one target's status: its balancer state t, its last
 // explanation e (nil before the first sample) and the fractions of its
 // service's action levels fr (action → target → percent), as
