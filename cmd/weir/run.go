@@ -23,6 +23,7 @@ import (
 	"weir/cmd/weir/api"
 	"weir/cmd/weir/internal/admin"
 	"weir/cmd/weir/internal/appliance"
+	"weir/cmd/weir/internal/metrics"
 	"weir/cmd/weir/internal/obs"
 	"weir/cmd/weir/internal/ui"
 	"weir/datapath"
@@ -279,7 +280,7 @@ func runAppliance(ctx context.Context, stdout, stderr io.Writer, o runOptions) e
 	app, err := appliance.New(appliance.Options{
 		Config: cfg, Source: o.config,
 		Front: front.devices[0], FrontQueues: front.devices[1:], Backs: backs,
-		Log: &log, Access: access, Registerer: reg, LogDrops: logs.Dropped,
+		Log: &log, Access: access, LogDrops: logs.Dropped,
 		OnSample: rec.Record,
 	})
 	if err != nil {
@@ -287,6 +288,9 @@ func runAppliance(ctx context.Context, stdout, stderr io.Writer, o runOptions) e
 		srv.Shutdown(context.Background())
 		return usageErr(err)
 	}
+	// weir's own metrics beside the Go and process ones, once there is a
+	// status to read them from.
+	reg.MustRegister(metrics.NewCollector(app.Status))
 	src.set(app)
 	app.Start()
 	go func() {
@@ -303,7 +307,7 @@ func runAppliance(ctx context.Context, stdout, stderr io.Writer, o runOptions) e
 		return err
 	}
 
-	reloader := appliance.NewReloader(app, o.config, config.Parser{}.Parse)
+	reloader := NewReloader(app, o.config, config.Parser{}.Parse)
 	reloader.OnReload = func(cfg *policy.Config) {
 		if err := front.tuns[0].SyncRoutes(append(tun.VIPRoutes(cfg), backRoutes...)); err != nil {
 			log.Error().Err(err).Msg("routing the new VIPs through the TUN failed")

@@ -25,7 +25,7 @@ import (
 // weight, what the balancer holds) beside its uncut default level, and the
 // STATS line of each target names them.
 func TestActionLevelsInStatusAndStats(t *testing.T) {
-	cfg := labConfig([]int{1, 1}, nil)
+	cfg := lab.WebConfig([]int{1, 1}, nil)
 	cfg.Actions[0].MaxConnections = 2
 	var logBuf testutil.SyncBuffer
 	log := zerolog.New(&logBuf)

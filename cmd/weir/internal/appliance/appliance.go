@@ -1,7 +1,7 @@
 // Package appliance wires weir's parts into one running product:
 //
 //	front Device ──► datapath.Engine (flow: service, action) ──► netstack.Stack (front NIC)
-//	   ──► Forwarder ──► Admit: policy.Admission (limits) ──► balancer.PickExcept
+//	   ──► Forwarder ──► admit.Admitter: policy.Admission (limits) ──► balancer.PickAction
 //	   ──► a session per connection ──► dial (host socket | back NIC)
 //	       DialFailed: the next pick, until the tried-set refuses
 //	   ──► splice ──► End: release the slot and ticket, write the access line
@@ -10,8 +10,9 @@
 // RecomputeInterval: the meters' byte totals → admission bandwidth windows,
 // limit events → the error log) and the sampling loop (every SamplingInterval: per-target
 // TCP measurements → policy weight fractions → balancer weights, STATS
-// lines). It serves its state to the admin API and Prometheus, and reloads a
-// new configuration without dropping a connection or losing a counter.
+// lines). It serves its state (Status, built by package status) to the
+// admin API and Prometheus, and reloads a new compiled configuration
+// without dropping a connection or losing a counter.
 //
 // The appliance is the control plane: it logs, it reads the clock, it may
 // allocate per connection. It never does per-packet work; that is the
@@ -29,14 +30,14 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"weir/balancer"
 	"weir/cmd/weir/api"
+	"weir/cmd/weir/internal/admit"
 	"weir/cmd/weir/internal/cluster"
-	"weir/cmd/weir/internal/metrics"
 	"weir/cmd/weir/internal/obs"
+	"weir/cmd/weir/internal/status"
 	"weir/datapath"
 	"weir/netstack"
 	"weir/policy"
@@ -73,8 +74,6 @@ type Options struct {
 	// per connection.
 	Log    *zerolog.Logger
 	Access *obs.AccessLog
-	// Registerer receives weir's metrics; nil means none are registered.
-	Registerer prometheus.Registerer
 	// LogDrops, when set, counts the main log's lines lost because its
 	// writer could not keep up (obs.Logs.Dropped), for /status and metrics.
 	LogDrops func() uint64
@@ -94,7 +93,7 @@ type BackArm struct {
 	Name string // for errors and stats; "" means back<i>
 	// Device is the arm's transport; nil means the front device: the arm's
 	// packets leave through it and its replies come back on the front NIC
-	// (see backarm.go), as `weir run` does with its one TUN.
+	// (datapath.EgressOnly), as `weir run` does with its one TUN.
 	Device datapath.Device
 	// Addrs are the arm's own addresses with their prefixes; the prefixes
 	// route the targets inside them through this arm.
@@ -124,13 +123,11 @@ type Appliance struct {
 	stack  *netstack.Stack
 	front  *netstack.NIC
 	backs  []*netstack.NIC
-	nics   []NICStats // every NIC, front ones first, with its device (Stats empty)
+	nics   []nicEntry // every NIC, front ones first, with its device
 	fwd    *netstack.Forwarder
 
-	checkMu  sync.Mutex                    // guards checks
-	checks   map[string]context.CancelFunc // health checker per service, while running
-	open     atomic.Int64                  // sessions that hold a target slot and have not ended
-	draining atomic.Bool
+	checkMu sync.Mutex                    // guards checks
+	checks  map[string]context.CancelFunc // health checker per service, while running
 
 	explMu sync.Mutex
 	expl   []policy.Explanation // last sampling interval's, by service then target
@@ -141,12 +138,11 @@ type Appliance struct {
 	// /status; guarded by explMu.
 	actionFr map[string]map[string]map[string]int
 
-	counters counters
-	reqs     requestStats // http requests (httpadmit.go)
-	clients  sync.Map     // service name → *atomic.Int64: open http client connections
-	skipMu   sync.Mutex
-	skipped  map[policy.TargetKey]uint64 // SkippedAtLimit already warned about
-	limiter  obs.Limiter
+	admit          *admit.Admitter // connections and requests (package admit)
+	reloads        atomic.Uint64
+	reloadFailures atomic.Uint64
+	skipMu         sync.Mutex
+	skipped        map[policy.TargetKey]uint64 // SkippedAtLimit already warned about
 
 	clu       *cluster.Cluster // nil without a cluster section
 	cluCancel context.CancelFunc
@@ -209,7 +205,7 @@ func New(opts Options) (*Appliance, error) {
 		a.stack.Close()
 		return nil, err
 	}
-	a.nics = append(a.nics, NICStats{Name: "front", nic: a.front, dev: opts.Front})
+	a.nics = append(a.nics, nicEntry{name: "front", nic: a.front, dev: opts.Front})
 	for i, q := range opts.FrontQueues {
 		name := fmt.Sprintf("front%d", i+1)
 		nic, err := a.stack.AddNIC(a.engine.Attach(q, i+1), netstack.NICOptions{Name: name, Promiscuous: true})
@@ -217,11 +213,13 @@ func New(opts Options) (*Appliance, error) {
 			a.stack.Close()
 			return nil, fmt.Errorf("front queue %d: %w", i+1, err)
 		}
-		a.nics = append(a.nics, NICStats{Name: name, nic: nic, dev: q})
+		a.nics = append(a.nics, nicEntry{name: name, nic: nic, dev: q})
 	}
 	fo := opts.Forwarder
 	fo.Services = a.service
-	fo.Admitter = a
+	a.admit = admit.New(admit.Options{Admission: a.adm, Balancer: a.balancer, Flows: a.engine,
+		Log: &a.log, Access: opts.Access, Now: a.now})
+	fo.Admitter = a.admit
 	fo.Segments = a.engine.Segments
 	viaFront := false
 	for i, arm := range opts.Backs {
@@ -235,7 +233,9 @@ func New(opts Options) (*Appliance, error) {
 		}
 		var dev datapath.Device
 		if arm.Device == nil {
-			dev = newEgressOnly(a.engine.Attach(opts.Front, 0))
+			// The arm's packets leave through the front device and its
+			// replies come back on the front NIC (promiscuous).
+			dev = datapath.NewEgressOnly(a.engine.Attach(opts.Front, 0))
 		} else {
 			dev = a.engine.Attach(arm.Device, 1+len(opts.FrontQueues)+i)
 		}
@@ -245,7 +245,7 @@ func New(opts Options) (*Appliance, error) {
 			return nil, fmt.Errorf("back arm %s: %w", name, err)
 		}
 		a.backs = append(a.backs, nic)
-		a.nics = append(a.nics, NICStats{Name: name, Back: true, nic: nic, dev: arm.Device})
+		a.nics = append(a.nics, nicEntry{name: name, back: true, nic: nic, dev: arm.Device})
 		if arm.Device == nil {
 			// An arm through the front device shares the front NIC's
 			// default route: its dials name their NIC.
@@ -267,13 +267,19 @@ func New(opts Options) (*Appliance, error) {
 	}
 	a.fwd = netstack.NewForwarder(a.stack, fo)
 	a.listen(cfg)
-	if opts.Registerer != nil {
-		if err := opts.Registerer.Register(metrics.NewCollector(a.Status)); err != nil {
-			a.Close()
-			return nil, fmt.Errorf("metrics: %w", err)
+	return a, nil
+}
+
+// backPrefixes are the back arms' own addresses, each as a host prefix: the
+// engine measures the TCP flows whose weir end is one of them.
+func backPrefixes(arms []BackArm) []netip.Prefix {
+	var out []netip.Prefix
+	for _, arm := range arms {
+		for _, p := range arm.Addrs {
+			out = append(out, netip.PrefixFrom(p.Addr().Unmap(), p.Addr().Unmap().BitLen()))
 		}
 	}
-	return a, nil
+	return out
 }
 
 func (a *Appliance) service(addr netip.Addr, port uint16) *policy.VirtualServer {
@@ -293,52 +299,26 @@ func (a *Appliance) DatapathStats() datapath.EngineStats { return a.engine.Stats
 // StackStats returns the counters of weir's own TCP/IP stack now.
 func (a *Appliance) StackStats() netstack.StackStats { return a.stack.Stats() }
 
-// RawStats are the raw counters of the appliance's parts at one moment:
-// every counted drop of the datapath, the flow table, the stack, its NICs
-// and their devices, the forwarder and the admission is in one of them.
-// They are totals since New; the metrics table and /status export them.
-type RawStats struct {
-	Datapath  datapath.EngineStats
-	Flows     datapath.FlowTableStats // Refused: flows the full table did not cache
-	Stack     netstack.StackStats
-	Forwarder netstack.ForwarderStats
-	// NICs are the front NIC, the further front queues' and the back
-	// arms', in that order.
-	NICs []NICStats
-	// AdmissionEventsDropped counts limit crossings the admission's event
-	// buffer had no room for (their log lines are lost; the state in
-	// /status is not).
-	AdmissionEventsDropped uint64
-}
-
-// NICStats are one NIC's counters: the link's between stack and device
-// (DroppedQueueFull: egress packets the full write queue dropped), and the
-// device's own when it counts (a datapath.StatsReporter: a memory pair, a
-// TUN that reports).
-type NICStats struct {
-	Name string
-	Back bool // a back arm, not a front NIC
-	Link netstack.LinkStats
-	// Device holds the device's counters when HasDevice is set.
-	Device    datapath.DeviceStats
-	HasDevice bool
-
-	nic *netstack.NIC
-	dev datapath.Device
+// nicEntry is one of the appliance's NICs with its device, for RawStats.
+type nicEntry struct {
+	name string
+	back bool // a back arm, not a front NIC
+	nic  *netstack.NIC
+	dev  datapath.Device // nil for a back arm through the front device
 }
 
 // RawStats returns the raw counters of every part now.
-func (a *Appliance) RawStats() RawStats {
-	st := RawStats{
+func (a *Appliance) RawStats() status.RawStats {
+	st := status.RawStats{
 		Datapath:               a.engine.Stats(),
 		Flows:                  a.engine.Flows().Stats(),
 		Stack:                  a.stack.Stats(),
 		Forwarder:              a.fwd.Stats(),
 		AdmissionEventsDropped: a.adm.DroppedEvents(),
-		NICs:                   make([]NICStats, len(a.nics)),
+		NICs:                   make([]status.NICStats, len(a.nics)),
 	}
 	for i, n := range a.nics {
-		st.NICs[i] = NICStats{Name: n.Name, Back: n.Back, Link: n.nic.Stats()}
+		st.NICs[i] = status.NICStats{Name: n.name, Back: n.back, Link: n.nic.Stats()}
 		if r, ok := n.dev.(datapath.StatsReporter); ok {
 			st.NICs[i].Device, st.NICs[i].HasDevice = r.Stats(), true
 		}
@@ -457,14 +437,14 @@ func (a *Appliance) Reload(cfg *policy.Config) error {
 	a.syncCheckers()
 	a.listen(cfg)
 	a.monitorOff(cfg)
-	a.counters.reloads.Add(1)
+	a.reloads.Add(1)
 	a.log.Info().Int64("generation", a.gen.Load()).Int("services", len(cfg.Services)).Msg("configuration reloaded")
 	return nil
 }
 
 func (a *Appliance) reloadFailed(err error) error {
 	a.reloadErr.Store(&reloadError{At: a.now(), Err: err.Error()})
-	a.counters.reloadFailures.Add(1)
+	a.reloadFailures.Add(1)
 	a.log.Error().Err(err).Msg("configuration rejected; the previous one keeps running")
 	return err
 }
@@ -477,7 +457,7 @@ func (a *Appliance) ReloadFailed(err error) { a.reloadFailed(err) }
 // until the open ones have closed or ctx ends, whichever is first. It returns
 // the number of connections still open.
 func (a *Appliance) Drain(ctx context.Context) int {
-	a.draining.Store(true)
+	a.admit.Drain()
 	a.fwd.Drain() // new SYNs get RST, before any SYN-ACK
 	t := time.NewTicker(50 * time.Millisecond)
 	defer t.Stop()
@@ -496,7 +476,7 @@ func (a *Appliance) Drain(ctx context.Context) int {
 
 // OpenConnections is the number of admitted connections not yet ended: a
 // counter the sessions keep, not a scan.
-func (a *Appliance) OpenConnections() int { return int(a.open.Load()) }
+func (a *Appliance) OpenConnections() int { return a.admit.Open() }
 
 // Close stops the loops, the forwarder (closing open connections) and the
 // stack.
@@ -548,256 +528,6 @@ func (a *Appliance) connPanic(req *netstack.ConnRequest, v any, stack []byte) {
 		}
 	}
 	ev.Msg("panic in a connection; that connection was closed")
-}
-
-// Admit is the netstack admission hook: policy limits first (virtual server,
-// class chain, instance), then the balancer. It runs once the client's handshake has completed, and
-// returns the connection's session, which holds what admission reserved and
-// hears how the connection ends.
-func (a *Appliance) Admit(req *netstack.ConnRequest) (netstack.Decision, netstack.Session) {
-	now := a.now()
-	s := &session{a: a, req: req, start: now}
-	if a.draining.Load() {
-		a.counters.refusedDraining.Add(1)
-		return netstack.Decision{Verdict: netstack.RefuseRST, Reason: "draining"}, s
-	}
-	return a.admit(req, s, now)
-}
-
-// admit runs the policy limits and the balancer for a connection (tcp) or
-// a request (http), whose session s is.
-func (a *Appliance) admit(req *netstack.ConnRequest, s *session, now time.Time) (netstack.Decision, netstack.Session) {
-	vs := req.Service
-	ref, ok := a.adm.Admit(vs, &s.ticket)
-	if !ok && req.Settle() {
-		// The client's previous connection was over for it, its release
-		// still on the way: check again.
-		ref, ok = a.adm.Admit(vs, &s.ticket)
-	}
-	if !ok {
-		a.counters.refusal(ref.Level.String(), ref.Limit.String())
-		a.warnEvery("refuse:"+vs.Name+":"+ref.Limit.String(), now, func(e *zerolog.Event) {
-			e.Str("service", vs.Name).Str("client", req.Client.String()).Msg("refused: " + ref.Error())
-		})
-		return refuse(vs, ref.Limit.String(), ref.Value, ref.Error()), s
-	}
-	b := a.balancer(vs.Name)
-	if b == nil { // reloaded away between lookup and admission
-		s.ticket.Release()
-		return netstack.Decision{Verdict: netstack.RefuseRST, Reason: "virtual server " + vs.Name + " removed"}, s
-	}
-	// The datapath classified the connection when its SYN passed: its flow
-	// holds the service's action, and binding it to the target makes the
-	// target's meters count it. Its key's hash is the flow hash Maglev
-	// needs (the same on every instance: see datapath.FlowKey.Hash).
-	key := datapath.NewFlowKey(req.Client, req.VIP, datapath.ProtoTCP)
-	s.hash = key.Hash()
-	s.flow = a.engine.Flow(req.Client, req.VIP, datapath.ProtoTCP)
-	lease, err := b.PickAction(now, s.hash, s.action(), &s.tried)
-	if err != nil && req.Settle() {
-		lease, err = b.PickAction(now, s.hash, s.action(), &s.tried)
-	}
-	if err != nil {
-		s.ticket.Release()
-		return a.noTarget(vs, req, err, now), s
-	}
-	s.lease = lease
-	s.counted = true
-	a.open.Add(1)
-	if s.http != nil {
-		s.inflight = lease.Name()
-		a.reqs.begin(vs.Name, s.inflight)
-	}
-	return s.accept(), s
-}
-
-// session is one connection's netstack.Session: what admission reserved for
-// it (an admission ticket, a balancer lease and the targets it tried), the
-// datapath flow it arrived on. The forwarder calls it from the connection's
-// goroutine only, so its fields need no lock.
-type session struct {
-	a      *Appliance
-	req    *netstack.ConnRequest
-	start  time.Time
-	flow   *datapath.Flow // nil when the flow table refused the flow
-	hash   uint64         // the flow key's hash, for Maglev
-	ticket policy.Ticket
-	lease  balancer.Lease
-	tried  balancer.Tried
-	// counted is set while the session is in Appliance.open: from an
-	// admitted pick to End.
-	counted bool
-	// http is the request of an http service's session (one per request,
-	// see httpadmit.go); nil for a tcp connection's.
-	http     *netstack.Request
-	inflight string // the target the request counts in flight at
-}
-
-// action is the policy action the datapath classified the connection into,
-// nil for none: the balancer picks on that service level's weights.
-func (s *session) action() *policy.Action {
-	if s.flow == nil {
-		return nil
-	}
-	return s.flow.Action
-}
-
-// accept answers with the session's lease and binds the datapath flow to
-// the lease's target.
-func (s *session) accept() netstack.Decision {
-	d := netstack.Decision{Verdict: netstack.Accept, Target: keepPort(s.lease.Target(), s.req.VIP.Port())}
-	if f := s.flow; f != nil {
-		d.Action = f.Action
-		// The target's index in the meters' config: -1 when the lease
-		// comes from another config than the meters' (a reload between
-		// the two), and a flow of an older generation is reclassified on
-		// its next packet; neither is bound, rather than bound wrong.
-		m := s.a.engine.Meters()
-		if id := m.Config().TargetIndex(s.lease.Target()); id >= 0 && uint64(f.Gen) == s.a.engine.Generation() {
-			f.Bind(id)
-		}
-	}
-	return d
-}
-
-// refuse answers a refusal the way the service speaks: an http service gets
-// the 503 page naming the limit, a tcp one RST.
-func refuse(vs *policy.VirtualServer, limit string, value int64, reason string) netstack.Decision {
-	v := netstack.RefuseRST
-	if vs.Proto == policy.ProtoHTTP {
-		v = netstack.Refuse503
-	}
-	return netstack.Decision{Verdict: v, Limit: limit, Value: value, Reason: reason}
-}
-
-func (a *Appliance) noTarget(vs *policy.VirtualServer, req *netstack.ConnRequest, err error, now time.Time) netstack.Decision {
-	a.counters.refusal("balancer", "targets")
-	var value int64
-	var nte *balancer.NoTargetError
-	if errors.As(err, &nte) {
-		value = int64(len(nte.Reasons) + nte.More)
-	}
-	a.errorEvery("notarget:"+vs.Name, now, func(e *zerolog.Event) {
-		e.Str("service", vs.Name).Str("client", req.Client.String()).Msg("no target can serve: " + err.Error())
-	})
-	return refuse(vs, "targets", value, err.Error())
-}
-
-// DialFailed marks the failed target down for the retry interval and asks
-// the balancer for another, excluding those tried; the tried-set's
-// MaxAttempts is the only bound, so a target is marked down only when it
-// was dialed and failed.
-func (s *session) DialFailed(failed netstack.Decision, err error) netstack.Decision {
-	a, req, vs := s.a, s.req, s.req.Service
-	now := a.now()
-	name := s.lease.Name()
-	s.lease.Failed(now)
-	a.counters.dialFailures.Add(1)
-	a.warnEvery("dial:"+vs.Name+":"+name, now, func(e *zerolog.Event) {
-		e.Str("service", vs.Name).Str("target", name).Err(err).Msg("target connect failed; marked down for the retry interval")
-	})
-	if b := a.balancer(vs.Name); b != nil {
-		lease, perr := b.PickAction(now, s.hash, s.action(), &s.tried)
-		if perr == nil {
-			s.lease = lease
-			if s.http != nil && s.counted {
-				a.reqs.end(vs.Name, s.inflight)
-				s.inflight = lease.Name()
-				a.reqs.begin(vs.Name, s.inflight)
-			}
-			return s.accept()
-		}
-		err = perr
-	}
-	s.ticket.Release() // refused: the admission slot is free now
-	return a.noTarget(vs, req, err, now)
-}
-
-// TargetFailed marks a target that went silent after its dial succeeded
-// (the first-byte timeout) down for the retry interval, as a failed dial
-// is: passive health.
-func (s *session) TargetFailed(d netstack.Decision, err error) {
-	a, vs := s.a, s.req.Service
-	now := a.now()
-	name := s.lease.Name()
-	s.lease.Failed(now) // weir_forwarder_target_timed_out_total counts it
-	a.warnEvery("firstbyte:"+vs.Name+":"+name, now, func(e *zerolog.Event) {
-		e.Str("service", vs.Name).Str("target", name).Err(err).Msg("target sent nothing in time; marked down for the retry interval")
-	})
-}
-
-// Released gives the target slot and the admission ticket back as soon as
-// the client is done with the connection (netstack.Releaser): a client that
-// reconnects at once finds them free, whatever weir's teardown still does.
-// The forwarder calls it before End and never concurrently with another
-// Session call, so the lease needs no lock.
-func (s *session) Released() {
-	s.lease.Release()
-	s.ticket.Release()
-}
-
-// End releases the connection's target slot and admission ticket (if
-// Released has not) and writes its access-log line, whose outcome is the
-// forwarder's account of the end.
-func (s *session) End(e *netstack.End) {
-	a := s.a
-	s.Released()
-	if s.counted {
-		s.counted = false
-		a.open.Add(-1)
-		if s.http != nil {
-			a.reqs.end(s.req.Service.Name, s.inflight)
-		}
-	}
-	if e.Request != nil {
-		a.requestEnd(s, e)
-		return
-	}
-	if e.Decision.Verdict == netstack.Accept {
-		a.counters.closed.Add(1)
-	}
-	if a.opts.Access == nil {
-		return
-	}
-	req := s.req
-	r := obs.AccessRecord{
-		Start: s.start, Client: req.Client.String(), VIP: req.VIP.String(), Service: req.Service.Name,
-		Target: e.Stats.Target, BytesIn: e.Stats.TargetLeg.BytesSent, BytesOut: e.Stats.ClientLeg.BytesSent,
-		Duration: a.now().Sub(s.start), Outcome: e.Outcome.String(), Reason: e.Decision.Reason,
-	}
-	switch e.Outcome {
-	case netstack.RefusedReset, netstack.RefusedPage:
-		// For an http service the request line and 503 with the page's
-		// size, as the WebSphere plug-in's web server logs it.
-		r.Target, r.BytesIn = "", 0
-		r.BytesOut = uint64(e.Refusal.Bytes)
-		r.RequestLine, r.Status = e.Refusal.RequestLine, e.Refusal.Status
-	case netstack.HandshakeFailed, netstack.HandshakeTimedOut, netstack.Aborted, netstack.TargetTimedOut, netstack.Panicked:
-		if e.Err != nil {
-			r.Reason = e.Err.Error()
-		}
-	}
-	a.opts.Access.Log(r)
-}
-
-// warnEvery and errorEvery write a line at most once per second per key,
-// saying how many were held back since.
-func (a *Appliance) warnEvery(key string, now time.Time, f func(*zerolog.Event)) {
-	a.logEvery(zerolog.WarnLevel, key, now, f)
-}
-
-func (a *Appliance) errorEvery(key string, now time.Time, f func(*zerolog.Event)) {
-	a.logEvery(zerolog.ErrorLevel, key, now, f)
-}
-
-func (a *Appliance) logEvery(level zerolog.Level, key string, now time.Time, f func(*zerolog.Event)) {
-	if ok, n := a.limiter.Allow(key, now); ok {
-		e := a.log.WithLevel(level)
-		if n > 0 {
-			e = e.Uint64("suppressed", n)
-		}
-		f(e)
-	}
 }
 
 // sortedServices returns the names of cfg's services in file order.

@@ -37,7 +37,7 @@ func TestClusterSharesLimit(t *testing.T) {
 	hold := make(chan struct{})
 	var labs []*lab.Lab
 	for _, id := range []string{"a", "b"} {
-		cfg := labConfig([]int{1}, nil)
+		cfg := lab.WebConfig([]int{1}, nil)
 		cfg.Services[0].Limits = policy.Limits{MaxConnections: 4, EnforceConnections: true}
 		cfg.Cluster = &policy.Cluster{Redis: r.Addr(), Name: "lab", Instance: id, LeaseInterval: 50 * time.Millisecond}
 		l := newLab(t, cfg, lab.Options{Backend: func(_ policy.TargetKey, b *bench.Backend) { b.Hold = hold }})
@@ -86,7 +86,7 @@ func TestClusterSharesLimit(t *testing.T) {
 		t.Errorf("status %+v", st)
 	}
 	// A reload may not change the cluster section.
-	cfg := labConfig([]int{1}, nil)
+	cfg := lab.WebConfig([]int{1}, nil)
 	if err := labs[0].App.Reload(cfg); err == nil || !strings.Contains(err.Error(), "cluster section changed") {
 		t.Errorf("reload without the cluster section: %v", err)
 	}
@@ -161,7 +161,7 @@ func TestClusterSharesTargetLimit(t *testing.T) {
 	hold := make(chan struct{})
 	var labs []*lab.Lab
 	for _, id := range []string{"a", "b"} {
-		cfg := labConfig([]int{1}, []int64{3})
+		cfg := lab.WebConfig([]int{1}, []int64{3})
 		cfg.Cluster = &policy.Cluster{Redis: r.Addr(), Name: "lab", Instance: id, LeaseInterval: 50 * time.Millisecond}
 		l := newLab(t, cfg, lab.Options{Backend: func(_ policy.TargetKey, b *bench.Backend) { b.Hold = hold }})
 		l.App.Start()
@@ -201,7 +201,7 @@ func TestClusterSharesTargetLimit(t *testing.T) {
 	}
 
 	// A reload adding a service whose target has a maxConnections.
-	cfg := labConfig([]int{1}, []int64{3})
+	cfg := lab.WebConfig([]int{1}, []int64{3})
 	cfg.Cluster = &policy.Cluster{Redis: r.Addr(), Name: "lab", Instance: "a", LeaseInterval: 50 * time.Millisecond}
 	api2 := *cfg.Services[0]
 	api2.Name, api2.Ports = "api", policy.PortRange{Lo: 81, Hi: 81}

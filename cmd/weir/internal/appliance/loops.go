@@ -288,7 +288,7 @@ func (a *Appliance) logStats(expl []policy.Explanation) {
 			Uint64("to_target_segs", sg.ToTarget.DataSegments).Uint64("to_target_retrans", sg.ToTarget.Retransmitted).
 			Uint64("to_target_timeouts", sg.ToTarget.Timeouts).Str("to_target_source", sg.ToTarget.Source).
 			Int64("open", e.ActiveConns).Int64("max", e.MaxConns).
-			Int64("pending_requests", a.reqs.pending(e.Service, e.Target)).
+			Int64("pending_requests", a.admit.Pending(e.Service, e.Target)).
 			Int("loss_fr", e.LossFraction).Int("timeout_fr", e.TimeoutFraction).
 			Int("default_fr", e.DefaultFraction).Int("action_fr", e.ActionFraction).
 			Int("fraction", e.Fraction).Str("winner", e.Winner.String()).

@@ -15,7 +15,7 @@ import (
 // puts the balancer back on the configured weights at once; before, the
 // last cut weights stayed for good (no sample applied weights any more).
 func TestMonitorOffReloadRestoresWeights(t *testing.T) {
-	cfg := labConfig([]int{10, 10}, nil)
+	cfg := lab.WebConfig([]int{10, 10}, nil)
 	cfg.Monitor.Direction = policy.ToTarget // the loss is on uploads: weir's segments
 	l := newLab(t, cfg, lab.Options{})
 	l.Faults[policy.TargetKey{Service: "web", Target: "t2"}].SetRates(fault.Rates{Drop: 0.05}, fault.Rates{})
@@ -36,7 +36,7 @@ func TestMonitorOffReloadRestoresWeights(t *testing.T) {
 	if eff, base := effective(); eff >= base {
 		t.Fatalf("lossy t2 not cut: effective %d of %d", eff, base)
 	}
-	off := labConfig([]int{10, 10}, nil)
+	off := lab.WebConfig([]int{10, 10}, nil)
 	off.Monitor.Enabled = false
 	if err := l.App.Reload(off); err != nil {
 		t.Fatal(err)

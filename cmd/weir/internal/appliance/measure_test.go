@@ -28,7 +28,7 @@ func TestDownloadLossFromTarget(t *testing.T) {
 		{"scope policy without rules", policy.ScopePolicy, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := labConfig([]int{10, 10}, nil)
+			cfg := lab.WebConfig([]int{10, 10}, nil)
 			cfg.Monitor.Scope = tc.scope
 			if !tc.rules {
 				cfg.Rules = nil

@@ -18,6 +18,7 @@ import (
 	"weir/cmd/weir/internal/admin"
 	"weir/cmd/weir/internal/appliance"
 	"weir/cmd/weir/internal/lab"
+	"weir/cmd/weir/internal/metrics"
 	"weir/cmd/weir/internal/ui"
 	"weir/cmd/weir/internal/view"
 	"weir/datapath"
@@ -90,7 +91,6 @@ func Run(ctx context.Context, o Options) ([]Result, error) {
 	if o.UI != "" {
 		rec = ui.NewRecorder(o.History)
 		ao.OnSample = rec.Record
-		ao.Registerer = prometheus.NewRegistry()
 	}
 	l, err := lab.New(cfg, lab.Options{
 		Front:     o.Front,
@@ -112,7 +112,9 @@ func Run(ctx context.Context, o Options) ([]Result, error) {
 	app := l.App
 	app.Start()
 	if rec != nil {
-		stop, err := servePage(o, app, rec, ao.Registerer.(*prometheus.Registry))
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(metrics.NewCollector(app.Status))
+		stop, err := servePage(o, app, rec, reg)
 		if err != nil {
 			return nil, err
 		}

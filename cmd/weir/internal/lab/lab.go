@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"time"
 
 	"weir/bench"
 	"weir/cmd/weir/internal/appliance"
@@ -212,4 +213,36 @@ func (l *Lab) Close() error {
 	}
 	l.wg.Wait()
 	return errors.Join(errs...)
+}
+
+// WebConfig is a config with one http service "web" on 198.19.0.80:80 whose
+// targets are named t1.. with the given weights and maxConnections (nil:
+// none), a rule putting its replies under action gold, and the monitor on
+// with an hour's sampling interval (tests sample with SampleNow).
+func WebConfig(weights []int, maxConns []int64) *policy.Config {
+	vs := &policy.VirtualServer{
+		Name:  "web",
+		VIPs:  []netip.Addr{netip.MustParseAddr("198.19.0.80"), netip.MustParseAddr("fd00::80")},
+		Ports: policy.PortRange{Lo: 80, Hi: 80},
+		Proto: policy.ProtoHTTP,
+	}
+	for i, w := range weights {
+		t := &policy.Target{
+			Name:   "t" + string(rune('1'+i)),
+			Addr:   netip.AddrPortFrom(netip.AddrFrom4([4]byte{198, 19, 1, byte(10 + i)}), 8080),
+			Weight: w,
+			Via:    policy.DialNetstack,
+		}
+		if maxConns != nil {
+			t.MaxConnections = maxConns[i]
+		}
+		vs.Targets = append(vs.Targets, t)
+	}
+	act := &policy.Action{Name: "gold", OutgoingTOS: 0xA0, SetTOS: true}
+	return &policy.Config{
+		Services: []*policy.VirtualServer{vs},
+		Actions:  []*policy.Action{act},
+		Rules:    []*policy.Rule{{Name: "web", ProtoLo: 6, ProtoHi: 6, SrcPort: policy.PortRange{Lo: 80, Hi: 80}, Action: act}},
+		Monitor:  policy.Monitor{Enabled: true, SamplingInterval: time.Hour},
+	}
 }

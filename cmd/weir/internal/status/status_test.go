@@ -1,47 +1,22 @@
-package appliance
+package status
 
 import (
 	"reflect"
 	"strings"
 	"testing"
 
+	"weir/balancer"
 	"weir/cmd/weir/api"
 	"weir/datapath"
+	"weir/policy"
 )
-
-// TestRefusalsSorted: /status lists refusals by level then limit whatever
-// the order they happened in (the map they are counted in has none), with
-// draining refusals as instance/draining.
-func TestRefusalsSorted(t *testing.T) {
-	var c counters
-	for _, k := range [][2]string{
-		{"virtual server", "maxConnections"}, {"balancer", "targets"}, {"class", "maxBandwidth"},
-		{"virtual server", "burst"}, {"instance", "maxConnections"}, {"class", "maxBandwidth"}, {"balancer", "targets"},
-	} {
-		c.refusal(k[0], k[1])
-	}
-	c.refusedDraining.Add(4)
-	want := []api.Refusal{
-		{Level: "balancer", Limit: "targets", Count: 2},
-		{Level: "class", Limit: "maxBandwidth", Count: 2},
-		{Level: "instance", Limit: "draining", Count: 4},
-		{Level: "instance", Limit: "maxConnections", Count: 1},
-		{Level: "virtual server", Limit: "burst", Count: 1},
-		{Level: "virtual server", Limit: "maxConnections", Count: 1},
-	}
-	for i := 0; i < 20; i++ { // map order varies from call to call
-		if got := c.refusalList(); !reflect.DeepEqual(got, want) {
-			t.Fatalf("refusals\n got %v\nwant %v", got, want)
-		}
-	}
-}
 
 // rawNotInStatus are the raw counters the status document leaves out, each
 // with the fact that already carries it (one fact, one number).
 var rawNotInStatus = map[string]string{
 	"Forwarder.RefusedRST":      "Refusals: RST or 503 follows the service's protocol",
 	"Forwarder.Refused503":      "Refusals: RST or 503 follows the service's protocol",
-	"Forwarder.DroppedInFlight": "Stack.SYNsDroppedInFlight (set from it in Status)",
+	"Forwarder.DroppedInFlight": "Stack.SYNsDroppedInFlight (set from it in Parts)",
 	"Stack.TCPForwardDropFull":  "a part of Stack.SYNsDroppedInFlight",
 	"Forwarder.UDPUnreachable":  "Stack.UDPNoSocket, the same gVisor counter",
 	"Forwarder.DialFailed":      "Target.Failed and DialFailures",
@@ -89,10 +64,11 @@ func TestEveryRawCounterInStatus(t *testing.T) {
 		F api.Forwarder
 		N []api.NIC
 		C uint64
-	}{D: datapathStatus(raw.Datapath, raw.Flows), S: stackStatus(raw.Stack), F: forwarderStatus(raw.Forwarder), C: raw.AdmissionEventsDropped}
-	for _, n := range raw.NICs {
-		doc.N = append(doc.N, nicStatus(n))
-	}
+	}{}
+	// Through Parts, as the appliance builds the document.
+	var st api.Status
+	Parts(&st, raw, nil)
+	doc.D, doc.S, doc.F, doc.N, doc.C = st.Datapath, st.Stack, st.Forwarder, st.NICs, st.Control.DroppedEvents
 	shown := map[float64]bool{}
 	var collect func(v reflect.Value)
 	collect = func(v reflect.Value) {
@@ -128,5 +104,47 @@ func TestEveryRawCounterInStatus(t *testing.T) {
 				t.Errorf("raw counter %s (value %v) is not in the status document: add it to package api (and a metric) or to rawNotInStatus", path, v)
 			}
 		}
+	}
+}
+
+// TestServices: every configured service is listed in file order, an http
+// one with its clients, a service whose balancer a reload removed without
+// targets, and each target with its explanation, action fractions and
+// segments.
+func TestServices(t *testing.T) {
+	web := &policy.VirtualServer{Name: "web", Proto: policy.ProtoHTTP, HTTP: policy.HTTPOptions{MaxClients: 9}}
+	gone := &policy.VirtualServer{Name: "gone"}
+	cfg := &policy.Config{Services: []*policy.VirtualServer{web, gone}}
+	k := policy.TargetKey{Service: "web", Target: "t1"}
+	sm := Sampled{
+		Explanations:    []policy.Explanation{{Service: "web", Target: "t1", Fraction: 40}},
+		ActionFractions: map[string]map[string]map[string]int{"web": {"gold": {"t1": 25}}},
+		Segments: func(got policy.TargetKey) (api.Segments, bool) {
+			return api.Segments{Direction: "to_target"}, got == k
+		},
+	}
+	snap := func(service string) (balancer.Status, bool) {
+		if service != "web" {
+			return balancer.Status{}, false
+		}
+		return balancer.Status{Refused: 3, Targets: []balancer.TargetStatus{{Name: "t1", Weight: 10, Levels: map[string]float64{"gold": 7}}}}, true
+	}
+	got := Services(cfg, sm, snap, func(service string) int64 { return int64(len(service)) })
+	if len(got) != 2 || got[0].Name != "web" || got[1].Name != "gone" {
+		t.Fatalf("services %+v, want web then gone", got)
+	}
+	w := got[0]
+	if w.Clients != 3 || w.MaxClients != 9 || w.Refused != 3 || len(w.Targets) != 1 {
+		t.Fatalf("web %+v: want 3 clients of 9, 3 refused, 1 target", w)
+	}
+	tg := w.Targets[0]
+	if tg.Explanation == nil || tg.Explanation.Fraction != 40 || tg.Segments == nil || tg.Segments.Direction != "to_target" {
+		t.Errorf("target %+v: want its explanation (fraction 40) and segments", tg)
+	}
+	if len(tg.Actions) != 1 || tg.Actions[0].Action != "gold" || tg.Actions[0].Fraction != 25 || tg.Actions[0].Exact != 7 {
+		t.Errorf("actions %+v, want gold at fraction 25, exact 7", tg.Actions)
+	}
+	if g := got[1]; g.Clients != 0 || len(g.Targets) != 0 {
+		t.Errorf("gone %+v: want no clients (tcp) and no targets", g)
 	}
 }

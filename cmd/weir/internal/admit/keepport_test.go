@@ -1,4 +1,4 @@
-package appliance
+package admit
 
 import (
 	"net/netip"

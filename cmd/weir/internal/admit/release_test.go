@@ -1,4 +1,4 @@
-package appliance_test
+package admit_test
 
 import (
 	"bufio"
@@ -39,7 +39,7 @@ func TestSequentialClientsNeverRefused(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := labConfig([]int{1}, []int64{1})
+			cfg := lab.WebConfig([]int{1}, []int64{1})
 			vs := cfg.Services[0]
 			vs.Proto = policy.ProtoTCP
 			vs.Limits = policy.Limits{MaxConnections: 1, EnforceConnections: true}

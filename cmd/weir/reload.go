@@ -1,4 +1,4 @@
-package appliance
+package main
 
 import (
 	"bytes"
@@ -20,6 +20,17 @@ const DefaultSettle = 100 * time.Millisecond
 // that keeps changing before it gives up (and tries again next time).
 const settleTries = 10
 
+// Reloadable is what a Reloader swaps configurations into: an
+// *appliance.Appliance.
+type Reloadable interface {
+	// Config returns the configuration in force.
+	Config() *policy.Config
+	// Reload swaps cfg in, or returns why not (and keeps the running one).
+	Reload(cfg *policy.Config) error
+	// ReloadFailed records a file that could not be taken, for /status.
+	ReloadFailed(err error)
+}
+
 // Reloader reloads an appliance's configuration from a file: on demand
 // (SIGHUP) and, when the config's Balancer.RefreshInterval is set, whenever
 // the file's content changes.
@@ -35,9 +46,9 @@ const settleTries = 10
 //
 // A file refused for any of these reasons, or one that fails to parse or
 // validate, is rejected whole: it is logged, /status shows the error
-// (reloadError), and the running configuration stays.
+// (api.ReloadError), and the running configuration stays.
 type Reloader struct {
-	App  *Appliance
+	App  Reloadable
 	Path string
 	// Parse parses and compiles the content of the file named name
 	// (config.Parser.Parse).
@@ -53,7 +64,7 @@ type Reloader struct {
 }
 
 // NewReloader remembers the content of path as the one already running.
-func NewReloader(app *Appliance, path string, parse func(string, []byte) (*policy.Config, error)) *Reloader {
+func NewReloader(app Reloadable, path string, parse func(string, []byte) (*policy.Config, error)) *Reloader {
 	r := &Reloader{App: app, Path: path, Parse: parse}
 	if b, _, err := readFile(path); err == nil {
 		r.sum = hash(b)

@@ -1,10 +1,12 @@
-package appliance
+// Package status builds weir's status document (api.Status, what /status
+// serves, `weir status` prints and the metrics collector exports) from the
+// raw counters and snapshots of its parts: the datapath, the stack and its
+// NICs, the forwarder, the admission levels, the balancers' targets and the
+// cluster. It maps, it does not decide: every number is one a part counted.
+package status
 
 import (
-	"errors"
 	"sort"
-	"sync"
-	"sync/atomic"
 
 	"weir/balancer"
 	"weir/cmd/weir/api"
@@ -15,84 +17,55 @@ import (
 	"weir/policy"
 )
 
-// counters are the appliance's own totals since start.
-type counters struct {
-	closed          atomic.Uint64
-	dialFailures    atomic.Uint64
-	refusedDraining atomic.Uint64
-	reloads         atomic.Uint64
-	reloadFailures  atomic.Uint64
-
-	mu       sync.Mutex
-	refusals map[[2]string]uint64 // {level, limit} → count
+// RawStats are the raw counters of the appliance's parts at one moment:
+// every counted drop of the datapath, the flow table, the stack, its NICs
+// and their devices, the forwarder and the admission is in one of them.
+// They are totals since the appliance started; Parts maps them into the
+// status document, and so into the metrics.
+type RawStats struct {
+	Datapath  datapath.EngineStats
+	Flows     datapath.FlowTableStats // Refused: flows the full table did not cache
+	Stack     netstack.StackStats
+	Forwarder netstack.ForwarderStats
+	// NICs are the front NIC, the further front queues' and the back
+	// arms', in that order.
+	NICs []NICStats
+	// AdmissionEventsDropped counts limit crossings the admission's event
+	// buffer had no room for (their log lines are lost; the state in
+	// /status is not).
+	AdmissionEventsDropped uint64
 }
 
-func (c *counters) refusal(level, limit string) {
-	c.mu.Lock()
-	if c.refusals == nil {
-		c.refusals = map[[2]string]uint64{}
-	}
-	c.refusals[[2]string{level, limit}]++
-	c.mu.Unlock()
+// NICStats are one NIC's counters: the link's between stack and device
+// (DroppedQueueFull: egress packets the full write queue dropped), and the
+// device's own when it counts (a datapath.StatsReporter: a memory pair, a
+// TUN that reports).
+type NICStats struct {
+	Name string
+	Back bool // a back arm, not a front NIC
+	Link netstack.LinkStats
+	// Device holds the device's counters when HasDevice is set.
+	Device    datapath.DeviceStats
+	HasDevice bool
 }
 
-// refusalList is the refusal counts sorted by level then limit, with the
-// draining refusals as level "instance", limit "draining".
-func (c *counters) refusalList() []api.Refusal {
-	c.mu.Lock()
-	out := make([]api.Refusal, 0, len(c.refusals)+1)
-	for k, v := range c.refusals {
-		out = append(out, api.Refusal{Level: k[0], Limit: k[1], Count: v})
-	}
-	c.mu.Unlock()
-	if n := c.refusedDraining.Load(); n > 0 {
-		out = append(out, api.Refusal{Level: policy.LevelInstance.String(), Limit: "draining", Count: n})
-	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Level != out[j].Level {
-			return out[i].Level < out[j].Level
-		}
-		return out[i].Limit < out[j].Limit
-	})
-	return out
-}
-
-// reloadError is a rejected configuration, as /status shows it.
-type reloadError = api.ReloadError
-
-// Status returns the appliance's state now: the document /status serves,
-// `weir status` prints and the metrics collector exports.
-func (a *Appliance) Status() api.Status {
-	cfg := a.cfg.Load()
-	now := a.now()
-	st := api.Status{
-		Instance:       cfg.Instance.Name,
-		Source:         a.opts.Source,
-		Generation:     a.gen.Load(),
-		LoadedAt:       *a.loadedAt.Load(),
-		ReloadError:    a.reloadErr.Load(),
-		Reloads:        a.counters.reloads.Load(),
-		ReloadFailures: a.counters.reloadFailures.Load(),
-		Draining:       a.draining.Load(),
-		Open:           a.OpenConnections(),
-		Closed:         a.counters.closed.Load(),
-		DialFailures:   a.counters.dialFailures.Load(),
-		Refusals:       a.counters.refusalList(),
-	}
-	raw := a.RawStats()
-	st.Datapath = datapathStatus(raw.Datapath, raw.Flows)
-	st.Stack = stackStatus(raw.Stack)
+// Parts fills st's sections of the parts' counters from raw: datapath,
+// stack, forwarder, control and NICs, and the TUN's kernel counters found
+// under devs (devs[i] is the device of raw.NICs[i]; nil for none).
+func Parts(st *api.Status, raw RawStats, devs []datapath.Device) {
+	st.Datapath = datapathDoc(raw.Datapath, raw.Flows)
+	st.Stack = stackDoc(raw.Stack)
 	// Every SYN dropped for want of room, listeners' included (the stack's
 	// own counter is only the tcp.Forwarder path's global bound).
 	st.Stack.SYNsDroppedInFlight = raw.Forwarder.DroppedInFlight
-	st.Forwarder = forwarderStatus(raw.Forwarder)
+	st.Forwarder = forwarderDoc(raw.Forwarder)
 	st.Control.DroppedEvents = raw.AdmissionEventsDropped
-	if a.opts.LogDrops != nil {
-		st.Control.DroppedLogLines = a.opts.LogDrops()
-	}
 	for i, n := range raw.NICs {
-		st.NICs = append(st.NICs, nicStatus(n))
-		if t, ok := findTUN(a.nics[i].dev); ok {
+		st.NICs = append(st.NICs, nicDoc(n))
+		if i >= len(devs) {
+			continue
+		}
+		if t, ok := findTUN(devs[i]); ok {
 			ts, err := t.TUNStats()
 			if d := st.NICs[i].Device; d != nil {
 				d.WriteErrors = ts.WriteErrors
@@ -106,60 +79,79 @@ func (a *Appliance) Status() api.Status {
 			}
 		}
 	}
-	for _, l := range a.adm.Snapshot() {
-		st.Levels = append(st.Levels, api.Level{
+}
+
+// Levels are the admission's levels (policy.Admission.Snapshot) as the
+// status document lists them.
+func Levels(snap []policy.LevelStat) []api.Level {
+	var out []api.Level
+	for _, l := range snap {
+		out = append(out, api.Level{
 			Level: l.Level.String(), Name: l.Name, Connections: l.Conns,
 			MaxConnections: l.Limits.MaxConnections, EnforceConnections: l.Limits.EnforceConnections,
 			Bandwidth: l.Bandwidth, MaxBandwidth: l.Limits.MaxBandwidth, EnforceBandwidth: l.Limits.EnforceBandwidth,
 			Over: l.OverConns || l.OverBandwidth || l.OverBurst, Retired: l.Retired,
 		})
 	}
-	if a.clu != nil {
-		st.Cluster = clusterStatus(a.clu.Status())
-	}
-	a.explMu.Lock()
-	expl := a.expl
-	st.SampledAt = a.explAt
-	actionFr := a.actionFr
-	a.explMu.Unlock()
+	return out
+}
+
+// Sampled is the sampling loop's last result, as Services reads it.
+type Sampled struct {
+	// Explanations are the last interval's, one per target.
+	Explanations []policy.Explanation
+	// ActionFractions are the fractions of the action levels last given
+	// to the balancers: service → action → target → percent.
+	ActionFractions map[string]map[string]map[string]int
+	// Segments returns a target's per-direction totals, false before its
+	// first sample; nil means none.
+	Segments func(policy.TargetKey) (api.Segments, bool)
+}
+
+// Services lists cfg's virtual servers in file order with their targets:
+// snapshot returns a service's balancer state (false when a reload removed
+// it), clients the open client connections of an http service.
+func Services(cfg *policy.Config, sm Sampled, snapshot func(service string) (balancer.Status, bool), clients func(service string) int64) []api.Service {
 	byKey := map[policy.TargetKey]*policy.Explanation{}
-	for i := range expl {
-		byKey[policy.TargetKey{Service: expl[i].Service, Target: expl[i].Target}] = &expl[i]
+	for i := range sm.Explanations {
+		e := &sm.Explanations[i]
+		byKey[policy.TargetKey{Service: e.Service, Target: e.Target}] = e
 	}
+	var out []api.Service
 	for _, vs := range cfg.Services {
 		s := api.Service{Name: vs.Name, Proto: vs.Proto.String(), Ports: vs.Ports.String(), Balancer: cfg.Balancer.Algorithm.String()}
 		if vs.Class != nil {
 			s.Class = vs.Class.Name
 		}
 		if vs.Proto == policy.ProtoHTTP {
-			s.Clients, s.MaxClients = a.clientCount(vs.Name).Load(), vs.HTTP.MaxClients
+			s.Clients, s.MaxClients = clients(vs.Name), vs.HTTP.MaxClients
 		}
 		for _, v := range vs.VIPs {
 			s.VIPs = append(s.VIPs, v.String())
 		}
-		if b := a.balancer(vs.Name); b != nil {
-			bs := b.Snapshot(now)
+		if bs, ok := snapshot(vs.Name); ok {
 			s.Refused = bs.Refused
 			for _, t := range bs.Targets {
 				k := policy.TargetKey{Service: vs.Name, Target: t.Name}
-				tg := targetStatus(t, byKey[k], actionFr[vs.Name])
-				if sg, ok := a.SegmentsOf(k); ok {
-					tg.Segments = &sg
+				tg := Target(t, byKey[k], sm.ActionFractions[vs.Name])
+				if sm.Segments != nil {
+					if sg, ok := sm.Segments(k); ok {
+						tg.Segments = &sg
+					}
 				}
 				s.Targets = append(s.Targets, tg)
 			}
 		}
-		st.Services = append(st.Services, s)
+		out = append(out, s)
 	}
-	st.HTTP.Requests, st.HTTP.InFlight, st.HTTP.Durations = a.reqs.status()
-	return st
+	return out
 }
 
-// targetStatus is one target's status: its balancer state t, its last
+// Target is one target's status: its balancer state t, its last
 // explanation e (nil before the first sample) and the fractions of its
 // service's action levels fr (action → target → percent), as
 // applyFractions gave them to the balancer.
-func targetStatus(t balancer.TargetStatus, e *policy.Explanation, fr map[string]map[string]int) api.Target {
+func Target(t balancer.TargetStatus, e *policy.Explanation, fr map[string]map[string]int) api.Target {
 	out := api.Target{
 		Name: t.Name, Addr: t.Addr.String(), Role: t.Role.String(),
 		Weight: t.Weight, Effective: t.Effective, Exact: t.Exact, SlowStart: t.SlowStart,
@@ -198,7 +190,7 @@ func targetStatus(t balancer.TargetStatus, e *policy.Explanation, fr map[string]
 	return out
 }
 
-func datapathStatus(s datapath.EngineStats, f datapath.FlowTableStats) api.Datapath {
+func datapathDoc(s datapath.EngineStats, f datapath.FlowTableStats) api.Datapath {
 	out := api.Datapath{EgressMalformed: s.EgressMalformed, Fragments: s.Fragments, Marked: s.Marked, Uncached: s.Uncached}
 	for i, n := range s.Dropped {
 		if r := datapath.DropReason(i); r != datapath.DropNone {
@@ -209,7 +201,7 @@ func datapathStatus(s datapath.EngineStats, f datapath.FlowTableStats) api.Datap
 	return out
 }
 
-func stackStatus(s netstack.StackStats) api.Stack {
+func stackDoc(s netstack.StackStats) api.Stack {
 	return api.Stack{
 		TCPSegmentsSent: s.TCPSegmentsSent, TCPRetransmits: s.TCPRetransmits, TCPTimeouts: s.TCPTimeouts,
 		TCPResetsSent: s.TCPResetsSent, SYNsDroppedInFlight: s.TCPForwardDropFull, UDPNoSocket: s.UDPUnknownPort,
@@ -218,7 +210,7 @@ func stackStatus(s netstack.StackStats) api.Stack {
 	}
 }
 
-func forwarderStatus(s netstack.ForwarderStats) api.Forwarder {
+func forwarderDoc(s netstack.ForwarderStats) api.Forwarder {
 	return api.Forwarder{
 		Accepted: s.Accepted, Pending: s.Pending, NoService: s.NoService, RefusedClosed: s.RefusedClosed,
 		HandshakeTimedOut: s.HandshakeTimedOut, HandshakeFailed: s.HandshakeFailed,
@@ -231,7 +223,7 @@ func forwarderStatus(s netstack.ForwarderStats) api.Forwarder {
 	}
 }
 
-func nicStatus(n NICStats) api.NIC {
+func nicDoc(n NICStats) api.NIC {
 	s := n.Link
 	out := api.NIC{
 		Name: n.Name, RxPackets: s.RxPackets, RxBytes: s.RxBytes, TxPackets: s.TxPackets, TxBytes: s.TxBytes,
@@ -278,22 +270,9 @@ func findTUN(d datapath.Device) (tunDevice, bool) {
 	return nil, false
 }
 
-// Connections lists open connections with both legs' statistics, for
-// /connections.
-func (a *Appliance) Connections() []api.Connection {
-	cs := a.fwd.Conns()
-	out := make([]api.Connection, len(cs))
-	for i, c := range cs {
-		out[i] = api.Connection{
-			ID: c.ID, Client: c.Client.String(), VIP: c.VIP.String(), Service: c.Service, Target: c.Target,
-			Action: c.Action, Start: c.Start, ClientLeg: legStatus(c.ClientLeg), TargetLeg: legStatus(c.TargetLeg),
-			Throughput: c.Throughput,
-		}
-	}
-	return out
-}
-
-func legStatus(l netstack.LegStats) api.Leg {
+// Leg is one leg of a connection (client or target side) as
+// /connections lists it.
+func Leg(l netstack.LegStats) api.Leg {
 	return api.Leg{
 		SegmentsSent: l.SegmentsSent, SegmentsReceived: l.SegmentsReceived, Retransmits: l.Retransmits,
 		FastRetransmits: l.FastRetransmits, Timeouts: l.Timeouts, TimeoutsKnown: l.TimeoutsKnown,
@@ -301,29 +280,8 @@ func legStatus(l netstack.LegStats) api.Leg {
 	}
 }
 
-// Healthy is nil while the appliance serves, an error while it drains.
-func (a *Appliance) Healthy() error {
-	if a.draining.Load() {
-		return errors.New("draining")
-	}
-	return nil
-}
-
-// TargetFailures is the number of failed connects to a target so far.
-func (a *Appliance) TargetFailures(k policy.TargetKey) uint64 {
-	b := a.balancer(k.Service)
-	if b == nil {
-		return 0
-	}
-	for _, t := range b.Snapshot(a.now()).Targets {
-		if t.Name == k.Target {
-			return t.Failed
-		}
-	}
-	return 0
-}
-
-func clusterStatus(c cluster.Status) *api.Cluster {
+// Cluster is the cluster section of the status document.
+func Cluster(c cluster.Status) *api.Cluster {
 	out := &api.Cluster{Name: c.Name, Instance: c.Instance, Redis: c.Redis, Reachable: c.Reachable, Mode: c.Mode,
 		LastError: c.LastError, Outages: c.Outages, Renewals: c.Renewals,
 		Members: []api.ClusterMember{}, Levels: []api.ClusterLevel{}, Bandwidth: []api.ClusterBandwidth{},

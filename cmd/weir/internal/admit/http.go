@@ -1,4 +1,4 @@
-package appliance
+package admit
 
 // Requests of http services
 //
@@ -26,10 +26,10 @@ import (
 	"weir/netstack"
 )
 
-var _ netstack.HTTPAdmitter = (*Appliance)(nil)
+var _ netstack.HTTPAdmitter = (*Admitter)(nil)
 
 // clientCount returns the open-client counter of a service.
-func (a *Appliance) clientCount(service string) *atomic.Int64 {
+func (a *Admitter) clientCount(service string) *atomic.Int64 {
 	if c, ok := a.clients.Load(service); ok {
 		return c.(*atomic.Int64)
 	}
@@ -39,7 +39,7 @@ func (a *Appliance) clientCount(service string) *atomic.Int64 {
 
 // AdmitClient admits an http client connection against its service's
 // maxClients; release gives the slot back.
-func (a *Appliance) AdmitClient(req *netstack.ConnRequest) (netstack.Decision, func()) {
+func (a *Admitter) AdmitClient(req *netstack.ConnRequest) (netstack.Decision, func()) {
 	vs := req.Service
 	if a.draining.Load() {
 		a.counters.refusedDraining.Add(1)
@@ -68,7 +68,7 @@ func (a *Appliance) AdmitClient(req *netstack.ConnRequest) (netstack.Decision, f
 // AdmitRequest admits one http request as Admit admits a connection; its
 // session's End (the response written) releases what it holds and writes
 // the request's access-log line.
-func (a *Appliance) AdmitRequest(req *netstack.ConnRequest, r *netstack.Request) (netstack.Decision, netstack.Session) {
+func (a *Admitter) AdmitRequest(req *netstack.ConnRequest, r *netstack.Request) (netstack.Decision, netstack.Session) {
 	s := &session{a: a, req: req, start: r.Start, http: r}
 	if a.draining.Load() {
 		a.counters.refusedDraining.Add(1)
@@ -79,7 +79,7 @@ func (a *Appliance) AdmitRequest(req *netstack.ConnRequest, r *netstack.Request)
 
 // BadRequest counts a request refused before admission (400, 408, 431) and
 // writes its access-log line.
-func (a *Appliance) BadRequest(req *netstack.ConnRequest, e *netstack.RequestEnd) {
+func (a *Admitter) BadRequest(req *netstack.ConnRequest, e *netstack.RequestEnd) {
 	limit := "badRequest"
 	switch e.Status {
 	case 408:
@@ -108,7 +108,7 @@ func orDashLine(s string) string {
 
 // requestEnd accounts one finished http request: its counters and its
 // access-log line.
-func (a *Appliance) requestEnd(s *session, e *netstack.End) {
+func (a *Admitter) requestEnd(s *session, e *netstack.End) {
 	r := e.Request
 	target := e.Stats.Target
 	if e.Outcome == netstack.RefusedPage && e.Decision.Verdict != netstack.Accept {

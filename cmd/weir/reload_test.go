@@ -1,4 +1,4 @@
-package appliance_test
+package main
 
 import (
 	"context"
@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"weir/bench"
-	"weir/cmd/weir/internal/appliance"
 	"weir/cmd/weir/internal/lab"
 	"weir/internal/testutil"
 	"weir/policy"
@@ -45,11 +44,16 @@ func reloadLab(t *testing.T, text string) (*lab.Lab, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return newLab(t, cfg, lab.Options{}), path
+	l, err := lab.New(cfg, lab.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l, path
 }
 
 // startLoop runs r.Loop until the test ends.
-func startLoop(t *testing.T, r *appliance.Reloader) chan<- struct{} {
+func startLoop(t *testing.T, r *Reloader) chan<- struct{} {
 	hup, stop := make(chan struct{}), make(chan struct{})
 	done := make(chan struct{})
 	go func() { r.Loop(hup, stop); close(done) }()
@@ -59,7 +63,7 @@ func startLoop(t *testing.T, r *appliance.Reloader) chan<- struct{} {
 
 func TestReloaderFollowsTheFile(t *testing.T) {
 	l, path := reloadLab(t, strings.Replace(reloadYAML, "%d", "1", 1))
-	r := appliance.NewReloader(l.App, path, config.Parser{}.Parse)
+	r := NewReloader(l.App, path, config.Parser{}.Parse)
 	r.Settle = 20 * time.Millisecond
 	var swapped atomic.Int32
 	r.OnReload = func(*policy.Config) { swapped.Add(1) }
@@ -105,7 +109,7 @@ func TestReloaderFollowsTheFile(t *testing.T) {
 // noServices: true.
 func TestReloaderRefusesToRemoveEveryService(t *testing.T) {
 	l, path := reloadLab(t, strings.Replace(reloadYAML, "%d", "1", 1))
-	r := appliance.NewReloader(l.App, path, config.Parser{}.Parse)
+	r := NewReloader(l.App, path, config.Parser{}.Parse)
 	r.Settle = time.Millisecond
 	for _, text := range []string{"", "# emptied\n", "balancer: {refreshInterval: 1s}\n"} {
 		writeConfig(t, path, text)
@@ -136,7 +140,7 @@ func TestReloaderRefusesToRemoveEveryService(t *testing.T) {
 // reads is not taken; once it stops changing it is.
 func TestReloaderWaitsForTheFileToSettle(t *testing.T) {
 	l, path := reloadLab(t, strings.Replace(reloadYAML, "%d", "1", 1))
-	r := appliance.NewReloader(l.App, path, config.Parser{}.Parse)
+	r := NewReloader(l.App, path, config.Parser{}.Parse)
 	// The writer replaces the file every 2 ms; the settle time is far
 	// longer than a writer stalled by a loaded 2-core host (20 ms was not:
 	// a stalled writer let the file read as settled).
@@ -175,7 +179,7 @@ func TestReloaderWaitsForTheFileToSettle(t *testing.T) {
 // every 2 ms (whole, by rename: every read sees a complete file, but never
 // the same one twice); it returns the reload's error and the longest pause
 // the writer actually made between two replacements.
-func reloadWhileRewriting(t *testing.T, r *appliance.Reloader, path string) (time.Duration, error) {
+func reloadWhileRewriting(t *testing.T, r *Reloader, path string) (time.Duration, error) {
 	t.Helper()
 	stop, done := make(chan struct{}), make(chan struct{})
 	var maxGap time.Duration
@@ -219,7 +223,7 @@ func TestReloadSurvivesTruncateThenWrite(t *testing.T) {
 		return strings.Replace(strings.Replace(reloadYAML, "%d", string(rune('0'+w)), 1), "20ms", "1s", 1)
 	}
 	l, path := reloadLab(t, text(1))
-	r := appliance.NewReloader(l.App, path, config.Parser{}.Parse)
+	r := NewReloader(l.App, path, config.Parser{}.Parse)
 	startLoop(t, r)
 
 	ctx, cancel := context.WithTimeout(context.Background(), soak)
