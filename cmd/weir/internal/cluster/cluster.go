@@ -110,9 +110,13 @@ var leaseSrc string
 //go:embed leave.lua
 var leaveSrc string
 
+//go:embed borrow.lua
+var borrowSrc string
+
 var (
-	leaseScript = redis.NewScript(leaseSrc)
-	leaveScript = redis.NewScript(leaveSrc)
+	leaseScript  = redis.NewScript(leaseSrc)
+	leaveScript  = redis.NewScript(leaveSrc)
+	borrowScript = redis.NewScript(borrowSrc)
 )
 
 // maxLimit bounds the limits sent to Redis: Lua numbers are doubles.
@@ -193,6 +197,13 @@ type Cluster struct {
 	sampleRounds, sampleFails, sampleBad atomic.Uint64
 	sampleMembers                        int    // members summed in the last shared sample; by mu
 	sampleErr                            string // the last failed exchange's error; by mu
+
+	// rt is held by the one lease round trip in flight (a renewal or a
+	// borrow), taken before mu: a borrow waits for a renewal in flight at
+	// most its timeout, never behind mu for a whole renewal.
+	rt chan struct{}
+
+	borrows, borrowed atomic.Uint64 // borrows asked, and granted
 
 	mu         sync.Mutex        // guards the fields below and Loop's state
 	levels     map[string]*lease // by Redis key
@@ -334,6 +345,7 @@ func New(o Options) (*Cluster, error) {
 		members: 1,
 
 		recomputed: make(chan struct{}, 1),
+		rt:         make(chan struct{}, 1),
 	}
 	c.st = Status{Name: cfg.Name, Instance: cfg.Instance, Redis: redactRedis(cfg.Redis), Mode: "starting"}
 	o.Admission.SetDefaultCapacity(0)
@@ -486,6 +498,12 @@ func (c *Cluster) levelKey(what string, kind policy.LevelKind, name string) stri
 // fallback. Loop calls it; it is exported for tests and for a caller that
 // wants the first leases before it serves.
 func (c *Cluster) Renew(ctx context.Context) {
+	select {
+	case c.rt <- struct{}{}:
+	case <-ctx.Done():
+		return
+	}
+	defer func() { <-c.rt }()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
