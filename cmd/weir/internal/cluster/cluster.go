@@ -12,7 +12,8 @@
 //   - the targets' samples and down-states, one sampling interval behind,
 //     so that every instance gives a target the same weight (samples.go).
 //
-// Each is one Lua script call per interval; none is on the admission path.
+// Each is one Lua script call per interval; none is on the admission path
+// except Borrow, which a caller may make for a refused connection.
 //
 //	c, err := cluster.New(cluster.Options{Config: *cfg.Cluster, Admission: adm, Logf: log.Printf})
 //	go c.Loop(ctx)   // until ctx ends
@@ -49,6 +50,15 @@
 // the choice keeps admission free of I/O and its latency independent of
 // Redis; the cost is that a burst beyond the spare is refused for up to a
 // tenth of the lease interval plus a round trip.
+//
+// Borrow (borrow.go) is the synchronous path for a connection refused by a
+// full share after its handshake: one Lua round trip, bounded by
+// cluster.borrowTimeout (default 5 ms) including the wait for a renewal in
+// flight, that grants up to a quarter more slots (at least one) out of
+// what the other members' live leases leave free, records them in Redis
+// and only then raises the share. It is exact like a renewal (the record
+// is written before the share grows); it cannot take slots another member
+// holds idle until that member's next renewal gives them back.
 //
 // Shrinking is exact: the share is lowered locally first, and
 // Admission.SetCapacity returns the open connections after it took effect;
