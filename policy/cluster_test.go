@@ -17,7 +17,7 @@ func TestCompileCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := *c.Cluster; got != (Cluster{Redis: "r:1", Name: "e", Instance: "box7", LeaseInterval: DefaultLeaseInterval}) {
+	if got := *c.Cluster; got != (Cluster{Redis: "r:1", Name: "e", Instance: "box7", LeaseInterval: DefaultLeaseInterval, BorrowTimeout: DefaultBorrowTimeout}) {
 		t.Errorf("defaults: %+v", got)
 	}
 	if c, err := Compile(&Config{}); err != nil || c.Cluster != nil {

@@ -746,7 +746,15 @@ type Cluster struct {
 	// OnRedisDown is what an enforced limit becomes while Redis cannot be
 	// reached; the zero value is LocalShare.
 	OnRedisDown RedisDown
+	// BorrowTimeout bounds the synchronous borrow of a connection that
+	// arrives at a full local share (one Redis round trip, after the
+	// handshake): refused when Redis has not answered within it; zero
+	// means DefaultBorrowTimeout (5 ms). At most half a LeaseInterval.
+	BorrowTimeout time.Duration
 }
+
+// DefaultBorrowTimeout is Cluster.BorrowTimeout when unset.
+const DefaultBorrowTimeout = 5 * time.Millisecond
 
 // DefaultLeaseInterval is Cluster.LeaseInterval when unset.
 const DefaultLeaseInterval = time.Second
@@ -822,5 +830,11 @@ func compileCluster(cl *Cluster, bad func(string, ...any)) {
 	}
 	if cl.OnRedisDown > FailClosed {
 		bad("cluster: unknown onRedisDown %v", cl.OnRedisDown)
+	}
+	if cl.BorrowTimeout == 0 {
+		cl.BorrowTimeout = DefaultBorrowTimeout
+	}
+	if cl.BorrowTimeout < 0 || cl.BorrowTimeout > cl.LeaseInterval/2 {
+		bad("cluster: borrowTimeout %v is out of range 0..leaseInterval/2 (%v)", cl.BorrowTimeout, cl.LeaseInterval/2)
 	}
 }

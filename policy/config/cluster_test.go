@@ -18,7 +18,7 @@ func TestParseYAMLCluster(t *testing.T) {
 		{"absent: a single instance", "instance: {name: a}\n", nil},
 		{"defaults", "cluster: {redis: 127.0.0.1:6379, name: edge}\n",
 			&policy.Cluster{Redis: "127.0.0.1:6379", Name: "edge", Instance: host,
-				LeaseInterval: policy.DefaultLeaseInterval, OnRedisDown: policy.LocalShare}},
+				LeaseInterval: policy.DefaultLeaseInterval, OnRedisDown: policy.LocalShare, BorrowTimeout: policy.DefaultBorrowTimeout}},
 		{"everything", `
 cluster:
   redis: redis://u:p@redis.example:6380/2
@@ -26,10 +26,11 @@ cluster:
   instance: weir-b
   leaseInterval: 250ms
   onRedisDown: failClosed
+  borrowTimeout: 20ms
 `, &policy.Cluster{Redis: "redis://u:p@redis.example:6380/2", Name: "edge", Instance: "weir-b",
-			LeaseInterval: 250 * time.Millisecond, OnRedisDown: policy.FailClosed}},
+			LeaseInterval: 250 * time.Millisecond, OnRedisDown: policy.FailClosed, BorrowTimeout: 20 * time.Millisecond}},
 		{"failOpen, IPv6", "cluster: {redis: \"[::1]:6379\", name: e, instance: i, onRedisDown: failOpen}\n",
-			&policy.Cluster{Redis: "[::1]:6379", Name: "e", Instance: "i", LeaseInterval: time.Second, OnRedisDown: policy.FailOpen}},
+			&policy.Cluster{Redis: "[::1]:6379", Name: "e", Instance: "i", LeaseInterval: time.Second, OnRedisDown: policy.FailOpen, BorrowTimeout: policy.DefaultBorrowTimeout}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -61,6 +62,8 @@ func TestParseYAMLClusterErrors(t *testing.T) {
 			`t.yaml:1:42: instance: "a b": spaces, control characters and { } are not allowed`},
 		{"lease too short", "cluster: {redis: a:1, name: e, leaseInterval: 1ms}\n",
 			`t.yaml:1:47: leaseInterval: 1ms is out of range 10ms..1m`},
+		{"borrow beyond half a lease", "cluster: {redis: a:1, name: e, leaseInterval: 20ms, borrowTimeout: 15ms}\n",
+			`t.yaml: cluster: borrowTimeout 15ms is out of range 0..leaseInterval/2 (10ms)`},
 		{"zero lease", "cluster: {redis: a:1, name: e, leaseInterval: 0s}\n",
 			`t.yaml:1:47: leaseInterval: must be more than 0`},
 		{"unknown fallback", "cluster: {redis: a:1, name: e, onRedisDown: panic}\n",

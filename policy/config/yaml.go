@@ -809,6 +809,14 @@ func (p *yparser) cluster(v *yaml.Node) *policy.Cluster {
 		{name: "onRedisDown", fn: func(k, v *yaml.Node) {
 			cl.OnRedisDown, _ = parse(p, k, v, "localShare, failOpen or failClosed", policy.ParseRedisDown)
 		}},
+		{name: "borrowTimeout", fn: func(k, v *yaml.Node) {
+			d, ok := p.positive(k, v)
+			if ok && d > 30*time.Second {
+				p.errf(p.deref(v), "%s: %v is out of range 0..30s", k.Value, d)
+				return
+			}
+			cl.BorrowTimeout = d
+		}},
 	})
 	return cl
 }

@@ -12,7 +12,8 @@
 //   - the targets' samples and down-states, one sampling interval behind,
 //     so that every instance gives a target the same weight (samples.go).
 //
-// Each is one Lua script call per interval; none is on the admission path.
+// Each is one Lua script call per interval; none is on the admission path
+// except Borrow, which a caller may make for a refused connection.
 //
 //	c, err := cluster.New(cluster.Options{Config: *cfg.Cluster, Admission: adm, Logf: log.Printf})
 //	go c.Loop(ctx)   // until ctx ends
@@ -49,6 +50,15 @@
 // the choice keeps admission free of I/O and its latency independent of
 // Redis; the cost is that a burst beyond the spare is refused for up to a
 // tenth of the lease interval plus a round trip.
+//
+// Borrow (borrow.go) is the synchronous path for a connection refused by a
+// full share after its handshake: one Lua round trip, bounded by
+// cluster.borrowTimeout (default 5 ms) including the wait for a renewal in
+// flight, that grants up to a quarter more slots (at least one) out of
+// what the other members' live leases leave free, records them in Redis
+// and only then raises the share. It is exact like a renewal (the record
+// is written before the share grows); it cannot take slots another member
+// holds idle until that member's next renewal gives them back.
 //
 // Shrinking is exact: the share is lowered locally first, and
 // Admission.SetCapacity returns the open connections after it took effect;
@@ -110,9 +120,13 @@ var leaseSrc string
 //go:embed leave.lua
 var leaveSrc string
 
+//go:embed borrow.lua
+var borrowSrc string
+
 var (
-	leaseScript = redis.NewScript(leaseSrc)
-	leaveScript = redis.NewScript(leaveSrc)
+	leaseScript  = redis.NewScript(leaseSrc)
+	leaveScript  = redis.NewScript(leaveSrc)
+	borrowScript = redis.NewScript(borrowSrc)
 )
 
 // maxLimit bounds the limits sent to Redis: Lua numbers are doubles.
@@ -193,6 +207,13 @@ type Cluster struct {
 	sampleRounds, sampleFails, sampleBad atomic.Uint64
 	sampleMembers                        int    // members summed in the last shared sample; by mu
 	sampleErr                            string // the last failed exchange's error; by mu
+
+	// rt is held by the one lease round trip in flight (a renewal or a
+	// borrow), taken before mu: a borrow waits for a renewal in flight at
+	// most its timeout, never behind mu for a whole renewal.
+	rt chan struct{}
+
+	borrows, borrowed atomic.Uint64 // borrows asked, and granted
 
 	mu         sync.Mutex        // guards the fields below and Loop's state
 	levels     map[string]*lease // by Redis key
@@ -334,6 +355,7 @@ func New(o Options) (*Cluster, error) {
 		members: 1,
 
 		recomputed: make(chan struct{}, 1),
+		rt:         make(chan struct{}, 1),
 	}
 	c.st = Status{Name: cfg.Name, Instance: cfg.Instance, Redis: redactRedis(cfg.Redis), Mode: "starting"}
 	o.Admission.SetDefaultCapacity(0)
@@ -486,6 +508,12 @@ func (c *Cluster) levelKey(what string, kind policy.LevelKind, name string) stri
 // fallback. Loop calls it; it is exported for tests and for a caller that
 // wants the first leases before it serves.
 func (c *Cluster) Renew(ctx context.Context) {
+	select {
+	case c.rt <- struct{}{}:
+	case <-ctx.Done():
+		return
+	}
+	defer func() { <-c.rt }()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {

@@ -1,0 +1,108 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"weir/policy"
+)
+
+// TestBorrow: a connection refused by a full local share borrows slots
+// synchronously, up to what the other members' live leases leave free,
+// and never beyond: with another member holding 5 of 10, exactly 5 are
+// admitted here; once that lease is gone, the rest.
+func TestBorrow(t *testing.T) {
+	r := startRedis(t)
+	a := newNode(t, r.Addr(), "a", 10, policy.FailClosed)
+	eventually(t, 5*time.Second, func() bool { return a.level().Share > 0 }, func() string { return fmt.Sprintf("%+v", a.level()) })
+	// Stop a's Loop: only Borrow changes its lease from now on.
+	a.cancel()
+	<-a.done
+	rdb := redis.NewClient(&redis.Options{Addr: r.Addr()})
+	defer rdb.Close()
+	key := "weir:{test}:lease:service:web"
+	exp := strconv.FormatInt(time.Now().Add(time.Minute).UnixMilli(), 10)
+	ctx := context.Background()
+	a.c.mu.Lock()
+	l := a.c.levels[key]
+	a.c.setCap(l, 2)
+	l.share = 2
+	a.c.mu.Unlock()
+	if err := rdb.HSet(ctx, key, "a", "2 2 "+exp, "x", "5 5 "+exp).Err(); err != nil {
+		t.Fatal(err)
+	}
+	admit := func(tk *policy.Ticket) bool {
+		r, ok := a.adm.Admit(a.web(), tk)
+		if ok {
+			return true
+		}
+		if !r.Shared {
+			return false // the limit itself: nothing to borrow
+		}
+		if !a.c.Borrow(ctx, policy.LevelVirtualServer, "web") {
+			return false
+		}
+		_, ok = a.adm.Admit(a.web(), tk)
+		return ok
+	}
+	tk := make([]policy.Ticket, 10)
+	n := 0
+	for i := range tk {
+		if admit(&tk[i]) {
+			n++
+		}
+	}
+	if n != 5 {
+		t.Fatalf("admitted %d with 5 of 10 held elsewhere", n)
+	}
+	if rec := rdb.HGet(ctx, key, "a").Val(); rec[:2] != "5 " {
+		t.Errorf("a's record %q, want 5 slots", rec)
+	}
+	if a.level().Share != 5 {
+		t.Errorf("share %d, want 5", a.level().Share)
+	}
+	rdb.HDel(ctx, key, "x")
+	for i := range tk {
+		if !tk[i].Admitted() && admit(&tk[i]) {
+			n++
+		}
+	}
+	if n != 10 {
+		t.Fatalf("admitted %d of 10 with the cluster free", n)
+	}
+	var extra policy.Ticket
+	if admit(&extra) {
+		t.Fatal("admitted an 11th")
+	}
+	for i := range tk {
+		tk[i].Release()
+	}
+}
+
+// TestBorrowTimeout: Redis that does not answer within borrowTimeout
+// refuses the borrow in that time, not a renewal's.
+func TestBorrowTimeout(t *testing.T) {
+	r := startRedis(t)
+	a := newNode(t, r.Addr(), "a", 10, policy.FailClosed)
+	eventually(t, 5*time.Second, func() bool { return a.level().Share > 0 }, func() string { return fmt.Sprintf("%+v", a.level()) })
+	a.cancel()
+	<-a.done
+	rdb := redis.NewClient(&redis.Options{Addr: r.Addr()})
+	defer rdb.Close()
+	// Redis busy for 500ms: CLIENT PAUSE holds every client's commands.
+	if err := rdb.Do(context.Background(), "CLIENT", "PAUSE", "500").Err(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if a.c.Borrow(context.Background(), policy.LevelVirtualServer, "web") {
+		t.Error("borrowed from a paused Redis")
+	}
+	if d := time.Since(start); d > a.cfg.Cluster.BorrowTimeout+100*time.Millisecond {
+		t.Errorf("borrow took %v, timeout %v", d, a.cfg.Cluster.BorrowTimeout)
+	}
+}
