@@ -417,7 +417,7 @@ type Rule struct {
 // side is src (the VIP and service port) and client side dst, arriving at
 // service vs (may be nil).
 func (r *Rule) Match(proto uint8, src, dst netip.AddrPort, vs *VirtualServer) bool {
-	if !(r.ProtoLo == 0 && r.ProtoHi == 0) && (proto < r.ProtoLo || proto > r.ProtoHi) {
+	if !r.matchProto(proto) {
 		return false
 	}
 	if !r.SrcPort.Contains(src.Port()) || !r.DstPort.Contains(dst.Port()) {
@@ -430,6 +430,40 @@ func (r *Rule) Match(proto uint8, src, dst netip.AddrPort, vs *VirtualServer) bo
 		return false
 	}
 	return r.Service == nil || r.Service == vs
+}
+
+// matchProto reports whether the rule's protocol range holds proto.
+func (r *Rule) matchProto(proto uint8) bool {
+	return (r.ProtoLo == 0 && r.ProtoHi == 0) || (proto >= r.ProtoLo && proto <= r.ProtoHi)
+}
+
+// ipProtoTCP is TCP's IP protocol number, the only protocol a virtual
+// server serves.
+const ipProtoTCP = 6
+
+// Covers reports whether r can match some TCP connection to vs: Match
+// holds for at least one flow of vs (its protocol, one of its VIPs and
+// ports, any client). It is how a config is checked for services the
+// monitor never sees.
+func (r *Rule) Covers(vs *VirtualServer) bool {
+	if r.Service != nil && r.Service != vs {
+		return false
+	}
+	if !r.matchProto(ipProtoTCP) {
+		return false
+	}
+	if !r.SrcPort.Overlaps(vs.Ports) {
+		return false
+	}
+	if !r.Src.IsValid() {
+		return true
+	}
+	for _, v := range vs.VIPs {
+		if r.Src.Contains(v) || r.Src.Contains(v.Unmap()) {
+			return true
+		}
+	}
+	return false
 }
 
 // Classify returns the action of the first rule matching the flow, or nil.
