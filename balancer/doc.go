@@ -24,7 +24,8 @@
 //     returns a *NoTargetError whose message names each target and why: the
 //     503 page text and the log line.
 //   - ReportHealth feeds active health-check results through the rise/fall
-//     state machine (Health); Checker runs TCP checks in its own goroutine.
+//     state machine (Health); the balancer never dials: the control plane
+//     runs the checks (cmd/weir/internal/health) and reports each verdict.
 //   - Snapshot returns every target's weights, open connections, down-state,
 //     health, slow-start factor and counters for the admin API.
 //
