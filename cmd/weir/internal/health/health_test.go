@@ -196,7 +196,9 @@ func TestCheckerTimeoutAndCancel(t *testing.T) {
 	got := make(chan verdict, 4)
 	target := []Target{{Name: "silent", Addr: netip.MustParseAddrPort("127.0.0.1:9"), Dial: hang(nil)}}
 	c := &Checker{
-		Plan:   func() Plan { return Plan{Settings: policy.HealthCheck{Interval: time.Second, Timeout: time.Millisecond}, Targets: target} },
+		Plan: func() Plan {
+			return Plan{Settings: policy.HealthCheck{Interval: time.Second, Timeout: time.Millisecond}, Targets: target}
+		},
 		Report: func(name string, ok bool, _ time.Time) { got <- verdict{name, ok} },
 	}
 	c.CheckOnce(context.Background())
@@ -206,7 +208,9 @@ func TestCheckerTimeoutAndCancel(t *testing.T) {
 
 	started := make(chan struct{})
 	target[0].Dial = hang(started)
-	c.Plan = func() Plan { return Plan{Settings: policy.HealthCheck{Interval: time.Second, Timeout: time.Hour}, Targets: target} }
+	c.Plan = func() Plan {
+		return Plan{Settings: policy.HealthCheck{Interval: time.Second, Timeout: time.Hour}, Targets: target}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
