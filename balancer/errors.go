@@ -16,10 +16,6 @@ const (
 	Down
 	// HealthDown: active health checks mark the target down.
 	HealthDown
-	// WeightZero is no longer reported: a primary at weight 0 (configured,
-	// or cut by the QoS fraction) takes a connection when no other target
-	// can, so weight alone never refuses. Kept for API compatibility.
-	WeightZero
 	// AlreadyTried: this connection was already given the target (PickExcept).
 	AlreadyTried
 )
@@ -33,8 +29,6 @@ func (w Why) String() string {
 		return "down"
 	case HealthDown:
 		return "health check failed"
-	case WeightZero:
-		return "weight 0"
 	case AlreadyTried:
 		return "already tried"
 	}
