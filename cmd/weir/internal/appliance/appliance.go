@@ -124,7 +124,6 @@ type Appliance struct {
 	engine *datapath.Engine
 	stack  *netstack.Stack
 	front  *netstack.NIC
-	backs  []*netstack.NIC
 	nics   []NICStats // every NIC, front ones first, with its device (Stats empty)
 	fwd    *netstack.Forwarder
 
@@ -245,7 +244,6 @@ func New(opts Options) (*Appliance, error) {
 			a.stack.Close()
 			return nil, fmt.Errorf("back arm %s: %w", name, err)
 		}
-		a.backs = append(a.backs, nic)
 		a.nics = append(a.nics, NICStats{Name: name, Back: true, nic: nic, dev: arm.Device})
 		if arm.Device == nil {
 			// An arm through the front device shares the front NIC's
