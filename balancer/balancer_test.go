@@ -82,7 +82,7 @@ func countPicks(t testing.TB, b *Balancer, n int, now time.Time) map[string]int 
 	t.Helper()
 	got := map[string]int{}
 	for i := range n {
-		l, err := b.Pick(now, mix(uint64(i)))
+		l, err := b.PickAction(now, mix(uint64(i)), nil, nil)
 		if err != nil {
 			t.Fatalf("pick %d: %v", i, err)
 		}
@@ -170,7 +170,7 @@ func TestRoundRobinIsSmooth(t *testing.T) {
 	b := mustNew(t, makeVS("a:5", "b:1", "c:1"), policy.BalancerSettings{})
 	var seq []string
 	for range 14 {
-		l, err := b.Pick(t0, 0)
+		l, err := b.PickAction(t0, 0, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -285,14 +285,14 @@ func TestWeightZero(t *testing.T) {
 	t.Run("others at limit: the cut primary serves", func(t *testing.T) {
 		b := mustNew(t, makeVS("a:1:max=1", "c:1", "z:1:backup"), policy.BalancerSettings{})
 		b.SetWeights(map[string]int{"c": 0})
-		l, err := b.Pick(t0, 0)
+		l, err := b.PickAction(t0, 0, nil, nil)
 		if err != nil || l.Name() != "a" {
 			t.Fatalf("first pick %q, %v; want a", l.Name(), err)
 		}
 		// a is full: c, cut to 0, is the only primary that can serve, and
 		// a primary that can serve comes before the backups.
 		for i := range 3 {
-			if l, err := b.Pick(t0, 0); err != nil || l.Name() != "c" {
+			if l, err := b.PickAction(t0, 0, nil, nil); err != nil || l.Name() != "c" {
 				t.Fatalf("pick %d: %q, %v; want c", i, l.Name(), err)
 			}
 		}
@@ -301,7 +301,7 @@ func TestWeightZero(t *testing.T) {
 		b := mustNew(t, makeVS("a:1", "c:1"), policy.BalancerSettings{RetryInterval: time.Minute})
 		b.SetFractions(map[string]int{"c": 100}, nil)
 		for i := range 4 {
-			l, err := b.Pick(t0, 0)
+			l, err := b.PickAction(t0, 0, nil, nil)
 			if err != nil {
 				t.Fatalf("pick %d: %v", i, err)
 			}
@@ -342,7 +342,7 @@ func TestBackupsOnlyWhenNoPrimaryCan(t *testing.T) {
 	b := mustNew(t, vs, policy.BalancerSettings{})
 	var leases []Lease
 	pick := func() string {
-		l, err := b.Pick(t0, 0)
+		l, err := b.PickAction(t0, 0, nil, nil)
 		if err != nil {
 			return "refused: " + err.Error()
 		}
@@ -393,7 +393,7 @@ func TestMaxConnectionsUnderConcurrency(t *testing.T) {
 				go func() {
 					defer wg.Done()
 					for i := range 2000 {
-						l, err := b.Pick(t0, mix(uint64(g*100000+i)))
+						l, err := b.PickAction(t0, mix(uint64(g*100000+i)), nil, nil)
 						if err != nil {
 							var nt *NoTargetError
 							if !errors.As(err, &nt) {
@@ -449,7 +449,7 @@ func TestWebSphereSeed(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			l, err := b.Pick(t0, uint64(i))
+			l, err := b.PickAction(t0, uint64(i), nil, nil)
 			results <- result{l, err}
 		}()
 	}
@@ -489,7 +489,7 @@ func TestWebSphereSeed(t *testing.T) {
 		}
 	}
 	for range 3 {
-		l, err := b.Pick(t0, 0)
+		l, err := b.PickAction(t0, 0, nil, nil)
 		if err != nil || l.Name() != "wasmember05" {
 			t.Fatalf("after wasmember05 drained: %q, %v", l.Name(), err)
 		}
@@ -513,7 +513,7 @@ func TestReloadCarriesStateOver(t *testing.T) {
 	// a: two open connections; b: failed connect at t0 → down until 12:00:05.
 	var la []Lease
 	for len(la) < 2 {
-		l, err := b.Pick(t0, 0)
+		l, err := b.PickAction(t0, 0, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -566,7 +566,7 @@ func TestReloadCarriesStateOver(t *testing.T) {
 
 func TestRemovedTargetKeepsCountUntilReleased(t *testing.T) {
 	b := mustNew(t, makeVS("a:1:max=1", "b:1"), policy.BalancerSettings{})
-	l, err := b.Pick(t0, 0)
+	l, err := b.PickAction(t0, 0, nil, nil)
 	if err != nil || l.Name() != "a" {
 		t.Fatalf("pick %q, %v", l.Name(), err)
 	}
@@ -577,11 +577,11 @@ func TestRemovedTargetKeepsCountUntilReleased(t *testing.T) {
 	if err := b.Update(compile(t, makeVS("a:1:max=1"), policy.BalancerSettings{})); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Pick(t0, 0); err == nil || !strings.Contains(err.Error(), "a (at limit 1/1)") {
+	if _, err := b.PickAction(t0, 0, nil, nil); err == nil || !strings.Contains(err.Error(), "a (at limit 1/1)") {
 		t.Errorf("pick with a's old connection open: %v, want a at limit", err)
 	}
 	l.Release()
-	if l2, err := b.Pick(t0, 0); err != nil || l2.Name() != "a" {
+	if l2, err := b.PickAction(t0, 0, nil, nil); err != nil || l2.Name() != "a" {
 		t.Errorf("after release: %q, %v, want a", l2.Name(), err)
 	}
 }
@@ -592,7 +592,7 @@ func TestFailedAndRetry(t *testing.T) {
 	var tried Tried
 	var names []string
 	for {
-		l, err := b.PickExcept(t0, 0, &tried)
+		l, err := b.PickAction(t0, 0, nil, &tried)
 		if err != nil {
 			want := "gave up after 3 attempts: a (down until 12:00:05), b (down until 12:00:05), c (down until 12:00:05)"
 			if err.Error() != want {
@@ -614,12 +614,12 @@ func TestFailedAndRetry(t *testing.T) {
 		t.Errorf("tried %s, want a,b,c", got)
 	}
 	// A new connection: a, b and c are down, d serves; then the backup.
-	l, err := b.Pick(t0.Add(time.Second), 0)
+	l, err := b.PickAction(t0.Add(time.Second), 0, nil, nil)
 	if err != nil || l.Name() != "d" {
 		t.Fatalf("pick: %q, %v; want d", l.Name(), err)
 	}
 	l.Failed(t0.Add(time.Second))
-	l, err = b.Pick(t0.Add(time.Second), 0)
+	l, err = b.PickAction(t0.Add(time.Second), 0, nil, nil)
 	if err != nil || l.Name() != "z" || !l.Backup() {
 		t.Fatalf("pick: %q, %v; want backup z", l.Name(), err)
 	}
@@ -634,17 +634,17 @@ func TestFailedAndRetry(t *testing.T) {
 func TestPickExceptSkipsTriedButOthersMayServe(t *testing.T) {
 	b := mustNew(t, makeVS("a:1:max=1", "b"), policy.BalancerSettings{MaxAttempts: 5})
 	var tried Tried
-	l1, err := b.PickExcept(t0, 0, &tried)
+	l1, err := b.PickAction(t0, 0, nil, &tried)
 	if err != nil || l1.Name() != "a" {
 		t.Fatalf("first: %q %v", l1.Name(), err)
 	}
 	l1.Release() // say the connection was reset: try another target
-	l2, err := b.PickExcept(t0, 0, &tried)
+	l2, err := b.PickAction(t0, 0, nil, &tried)
 	if err != nil || l2.Name() != "b" {
 		t.Fatalf("second: %q %v", l2.Name(), err)
 	}
 	l2.Release()
-	_, err = b.PickExcept(t0, 0, &tried)
+	_, err = b.PickAction(t0, 0, nil, &tried)
 	want := "all targets unavailable: a (already tried), b (already tried)"
 	if err == nil || err.Error() != want {
 		t.Errorf("third: %v, want %q", err, want)
@@ -665,13 +665,13 @@ func TestNoTargetErrorText(t *testing.T) {
 		{"mixed", []string{"a:1:max=3", "b:1", "c:1:max=1"}, func(b *Balancer) {
 			b.SetWeights(map[string]int{"c": 0})
 			for range 3 {
-				l, _ := b.Pick(t0, 0)
+				l, _ := b.PickAction(t0, 0, nil, nil)
 				if l.Name() == "b" {
 					l.Failed(t0)
 				}
 			}
 			for range 3 {
-				b.Pick(t0, 0)
+				b.PickAction(t0, 0, nil, nil)
 			}
 		}, "all targets unavailable: a (at limit 3/3), b (down until 12:00:05), c (at limit 1/1)"},
 		{"health", []string{"a"}, func(b *Balancer) {
@@ -681,7 +681,7 @@ func TestNoTargetErrorText(t *testing.T) {
 		}, "all targets unavailable: a (health check failed)"},
 		{"many", []string{"t00:1:max=0", "t01", "t02", "t03", "t04", "t05", "t06", "t07", "t08", "t09", "t10", "t11", "t12", "t13", "t14", "t15", "t16", "t17"}, func(b *Balancer) {
 			for range 18 {
-				l, _ := b.Pick(t0, 0)
+				l, _ := b.PickAction(t0, 0, nil, nil)
 				l.Failed(t0)
 			}
 		}, "all targets unavailable: t00 (down until 12:00:05), t01 (down until 12:00:05), t02 (down until 12:00:05), t03 (down until 12:00:05), t04 (down until 12:00:05), t05 (down until 12:00:05), t06 (down until 12:00:05), t07 (down until 12:00:05), t08 (down until 12:00:05), t09 (down until 12:00:05), t10 (down until 12:00:05), t11 (down until 12:00:05), t12 (down until 12:00:05), t13 (down until 12:00:05), t14 (down until 12:00:05), t15 (down until 12:00:05) and 2 more"},
@@ -689,7 +689,7 @@ func TestNoTargetErrorText(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			b := mustNew(t, makeVS(tc.specs...), policy.BalancerSettings{RetryInterval: 5 * time.Second})
 			tc.setup(b)
-			_, err := b.Pick(t0, 0)
+			_, err := b.PickAction(t0, 0, nil, nil)
 			var nt *NoTargetError
 			if !errors.As(err, &nt) {
 				t.Fatalf("error %v, want *NoTargetError", err)
@@ -732,7 +732,7 @@ func TestNewRejectsUncompiledSettings(t *testing.T) {
 	if err := b.Update(makeVS("x"), policy.BalancerSettings{}); !errors.Is(err, ErrNotCompiled) {
 		t.Fatalf("Update of uncompiled settings: %v", err)
 	}
-	if l, err := b.Pick(t0, 0); err != nil || l.Name() != "a" {
+	if l, err := b.PickAction(t0, 0, nil, nil); err != nil || l.Name() != "a" {
 		t.Errorf("after failed Update: %q %v", l.Name(), err)
 	}
 }
@@ -745,7 +745,7 @@ func TestPickDoesNotAllocate(t *testing.T) {
 				var h uint64
 				allocs := testing.AllocsPerRun(1000, func() {
 					h++
-					l, err := b.Pick(t0, mix(h))
+					l, err := b.PickAction(t0, mix(h), nil, nil)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -758,7 +758,7 @@ func TestPickDoesNotAllocate(t *testing.T) {
 				allocs = testing.AllocsPerRun(1000, func() {
 					h++
 					tried = Tried{}
-					l, err := b.PickExcept(t0, mix(h), &tried)
+					l, err := b.PickAction(t0, mix(h), nil, &tried)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -816,7 +816,7 @@ func TestSwapsDuringConcurrentPicks(t *testing.T) {
 					return
 				default:
 				}
-				l, err := b.Pick(t0, mix(uint64(g<<32|i)))
+				l, err := b.PickAction(t0, mix(uint64(g<<32|i)), nil, nil)
 				if err != nil {
 					continue
 				}
@@ -860,7 +860,7 @@ func TestLeaseZeroAndAfterRelease(t *testing.T) {
 		t.Errorf("zero lease: %+v", zero)
 	}
 	b := mustNew(t, makeVS("a:1:max=1"), policy.BalancerSettings{})
-	l, err := b.Pick(t0, 0)
+	l, err := b.PickAction(t0, 0, nil, nil)
 	if err != nil || !l.Held() {
 		t.Fatalf("pick: %v, held %v", err, l.Held())
 	}

@@ -84,7 +84,7 @@ func TestReportHealthTakesTargetOutAndBack(t *testing.T) {
 		b.ReportHealth("a", false, t0)
 		b.ReportHealth("b", false, t0)
 	}
-	if _, err := b.Pick(t0, 0); err == nil || !strings.Contains(err.Error(), "a (health check failed), b (health check failed)") {
+	if _, err := b.PickAction(t0, 0, nil, nil); err == nil || !strings.Contains(err.Error(), "a (health check failed), b (health check failed)") {
 		t.Errorf("pick with both down: %v", err)
 	}
 }
@@ -103,7 +103,7 @@ func TestSlowStartAfterFailedConnect(t *testing.T) {
 			s := policy.BalancerSettings{Algorithm: algo, RetryInterval: retry, SlowStart: window}
 			b := mustNew(t, makeVS("a", "b"), s)
 			for {
-				l, err := b.Pick(t0, 0)
+				l, err := b.PickAction(t0, 0, nil, nil)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -150,7 +150,7 @@ func TestSlowStartLeastConnAndHealth(t *testing.T) {
 	// Holding connections at factor 0.1, b gets a tenth of a's.
 	open := map[string]int{}
 	for range 110 {
-		l, err := b.Pick(t0.Add(time.Second), 0)
+		l, err := b.PickAction(t0.Add(time.Second), 0, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -161,7 +161,7 @@ func TestSlowStartLeastConnAndHealth(t *testing.T) {
 	}
 	// At full weight b catches up.
 	for range 90 {
-		b.Pick(t0.Add(time.Second+window), 0)
+		b.PickAction(t0.Add(time.Second+window), 0, nil, nil)
 	}
 	if st := b.Snapshot(t0.Add(time.Second + window)).Targets; st[0].Open != 100 || st[1].Open != 100 {
 		t.Errorf("after the window: a %d, b %d open, want 100 each", st[0].Open, st[1].Open)
@@ -172,11 +172,11 @@ func TestSnapshot(t *testing.T) {
 	vs := makeVS("a:4:max=2", "z:1:backup")
 	b := mustNew(t, vs, policy.BalancerSettings{RetryInterval: 5 * time.Second})
 	b.SetWeights(map[string]int{"a": 2})
-	l, _ := b.Pick(t0, 0) // a
-	l2, _ := b.Pick(t0, 0)
+	l, _ := b.PickAction(t0, 0, nil, nil) // a
+	l2, _ := b.PickAction(t0, 0, nil, nil)
 	l2.Failed(t0) // a down until 12:00:05, one open (l)
 	for range 2 {
-		b.Pick(t0, 0) // the backup z, held
+		b.PickAction(t0, 0, nil, nil) // the backup z, held
 	}
 	defer l.Release()
 	got := b.Snapshot(t0.Add(time.Second))

@@ -1,7 +1,7 @@
 // Package appliance wires weir's parts into one running product:
 //
 //	front Device ──► datapath.Engine (flow: service, action) ──► netstack.Stack (front NIC)
-//	   ──► Forwarder ──► Admit: policy.Admission (limits) ──► balancer.PickExcept
+//	   ──► Forwarder ──► Admit: policy.Admission (limits) ──► balancer.PickAction
 //	   ──► a session per connection ──► dial (host socket | back NIC)
 //	       DialFailed: the next pick, until the tried-set refuses
 //	   ──► splice ──► End: release the slot and ticket, write the access line
