@@ -1,6 +1,6 @@
 package balancer
 
-// Pick flow (every new connection):
+// PickAction flow (every new connection):
 //
 //	table ← atomic load                  the immutable table of this moment
 //	      → its level for the connection's policy action, if it has one
@@ -29,13 +29,13 @@ import (
 )
 
 // Balancer distributes one virtual server's new connections over its targets.
-// Pick, Lease methods and Snapshot may be called from any goroutine; Update,
+// PickAction, Lease methods and Snapshot may be called from any goroutine; Update,
 // SetWeights and ReportHealth may too, and are serialised among themselves.
 type Balancer struct {
 	tab     atomic.Pointer[table]
 	refused atomic.Uint64 // picks that returned *NoTargetError
 
-	mu sync.Mutex // guards the fields below; Pick never takes it
+	mu sync.Mutex // guards the fields below; PickAction never takes it
 	// states holds live state by target name: every target of the current
 	// table, plus removed targets that still have open connections, so a
 	// target that comes back finds its count.
@@ -56,7 +56,7 @@ type effWeight struct{ units, base int }
 
 // New builds a balancer for vs with settings s. Both come from a Config
 // passed through policy.Compile, which fills the defaults and checks what
-// Pick relies on (target names present and unique, weights not negative,
+// PickAction relies on (target names present and unique, weights not negative,
 // MaxAttempts within 1..MaxTried); the balancer does not repeat it. New
 // fails only on values that cannot have been compiled.
 func New(vs *policy.VirtualServer, s policy.BalancerSettings) (*Balancer, error) {
@@ -84,7 +84,7 @@ func (b *Balancer) Update(vs *policy.VirtualServer, s policy.BalancerSettings) e
 	}
 	// The tried-set bounds a connection's attempts only if MaxAttempts fits
 	// in it, and a retry interval of 0 would never mark a target down:
-	// guard the two values Pick cannot do without, whoever built s.
+	// guard the two values PickAction cannot do without, whoever built s.
 	if s.MaxAttempts < 1 || s.MaxAttempts > MaxTried || s.RetryInterval <= 0 {
 		return fmt.Errorf("%w: maxAttempts %d, retryInterval %v", ErrNotCompiled, s.MaxAttempts, s.RetryInterval)
 	}
@@ -136,7 +136,7 @@ func (b *Balancer) Update(vs *policy.VirtualServer, s policy.BalancerSettings) e
 }
 
 // SetCapacity sets this instance's share of target's MaxConnections, for a
-// limit that several instances share (the cluster holds the slots): Pick
+// limit that several instances share (the cluster holds the slots): PickAction
 // then passes the target over at min(MaxConnections, c) open connections
 // (SkippedAtShare). c < 0 removes the share; a target without
 // MaxConnections ignores it. It returns the target's open connections read
@@ -272,7 +272,7 @@ func (b *Balancer) swap(vs *policy.VirtualServer, s policy.BalancerSettings) {
 	b.tab.Store(t)
 }
 
-// Pick chooses a target for a new connection at now and reserves one of its
+// PickAction chooses a target for a new connection at now and reserves one of its
 // connection slots; the caller must end the lease with Release (or Failed).
 // flowHash is a hash of the connection's 5-tuple: Maglev maps it to a target,
 // least-conn mixes it into its sampling, round robin ignores it.
@@ -288,30 +288,21 @@ func (b *Balancer) swap(vs *policy.VirtualServer, s policy.BalancerSettings) {
 // but never when no other target could serve. When no primary can serve, the
 // backups are tried in configured order and the first that can serve is
 // chosen (their weights are ignored: backups are not balanced). When none
-// can, Pick returns a *NoTargetError naming every target and why.
+// can, PickAction returns a *NoTargetError naming every target and why.
 //
-// Pick does not allocate when it returns a target, and never blocks.
-func (b *Balancer) Pick(now time.Time, flowHash uint64) (Lease, error) {
-	return b.pick(now, flowHash, nil, nil)
-}
-
-// PickAction is PickExcept for a connection classified to a policy action
-// (nil: none): it is balanced on that service level's weights (see
-// SetFractions), or the default level's when the action has none. tried may
-// be nil for a first pick. It does not allocate when it returns a target.
-func (b *Balancer) PickAction(now time.Time, flowHash uint64, action *policy.Action, tried *Tried) (Lease, error) {
-	return b.pick(now, flowHash, action, tried)
-}
-
-// PickExcept is Pick for a retry: it skips the targets in tried and adds the
-// chosen one to it. Once tried holds MaxAttempts targets it returns a
-// *NoTargetError instead. tried is the only bound on a connection's
-// attempts: the caller loops until PickExcept refuses. A connection's retry
-// loop:
+// action is the policy action the connection is classified to (nil: none):
+// it is balanced on that service level's weights (see SetFractions), or the
+// default level's when the action has none.
+//
+// tried (nil for a connection that will not be retried) makes it a pick for
+// a retry: it skips the targets in tried and adds the chosen one to it. Once
+// tried holds MaxAttempts targets it returns a *NoTargetError instead. tried
+// is the only bound on a connection's attempts: the caller loops until
+// PickAction refuses. A connection's retry loop:
 //
 //	var tried balancer.Tried
 //	for {
-//		l, err := b.PickExcept(now, hash, &tried)
+//		l, err := b.PickAction(now, hash, action, &tried)
 //		if err != nil {
 //			return err // refuse: 503 page or RST
 //		}
@@ -322,11 +313,10 @@ func (b *Balancer) PickAction(now time.Time, flowHash uint64, action *policy.Act
 //		}
 //		// … serve, then l.Release()
 //	}
-func (b *Balancer) PickExcept(now time.Time, flowHash uint64, tried *Tried) (Lease, error) {
-	if tried == nil {
-		tried = &Tried{}
-	}
-	return b.pick(now, flowHash, nil, tried)
+//
+// PickAction does not allocate when it returns a target, and never blocks.
+func (b *Balancer) PickAction(now time.Time, flowHash uint64, action *policy.Action, tried *Tried) (Lease, error) {
+	return b.pick(now, flowHash, action, tried)
 }
 
 func (b *Balancer) pick(now time.Time, flowHash uint64, action *policy.Action, tried *Tried) (Lease, error) {
@@ -568,7 +558,7 @@ func (sk *skipSet) skip(st *targetState, share bool) {
 const MaxTried = policy.MaxAttemptsLimit
 
 // Tried is the set of targets one connection has already been given, for
-// PickExcept. The zero value is empty; it is a fixed-size value meant to live
+// PickAction's retries. The zero value is empty; it is a fixed-size value meant to live
 // on the caller's stack. It identifies targets by their live state, so it
 // stays right across table swaps.
 type Tried struct {
@@ -598,7 +588,7 @@ func (tr *Tried) add(st *targetState) {
 	}
 }
 
-// Lease is one reserved connection slot on a target, returned by Pick. It is
+// Lease is one reserved connection slot on a target, returned by PickAction. It is
 // a small value; pass it by pointer or keep the one copy whose Release is
 // called. The zero Lease holds nothing.
 type Lease struct {

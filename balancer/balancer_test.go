@@ -1,15 +1,12 @@
 package balancer
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"net/netip"
 	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -82,7 +79,7 @@ func countPicks(t testing.TB, b *Balancer, n int, now time.Time) map[string]int 
 	t.Helper()
 	got := map[string]int{}
 	for i := range n {
-		l, err := b.Pick(now, mix(uint64(i)))
+		l, err := b.PickAction(now, mix(uint64(i)), nil, nil)
 		if err != nil {
 			t.Fatalf("pick %d: %v", i, err)
 		}
@@ -170,7 +167,7 @@ func TestRoundRobinIsSmooth(t *testing.T) {
 	b := mustNew(t, makeVS("a:5", "b:1", "c:1"), policy.BalancerSettings{})
 	var seq []string
 	for range 14 {
-		l, err := b.Pick(t0, 0)
+		l, err := b.PickAction(t0, 0, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -285,14 +282,14 @@ func TestWeightZero(t *testing.T) {
 	t.Run("others at limit: the cut primary serves", func(t *testing.T) {
 		b := mustNew(t, makeVS("a:1:max=1", "c:1", "z:1:backup"), policy.BalancerSettings{})
 		b.SetWeights(map[string]int{"c": 0})
-		l, err := b.Pick(t0, 0)
+		l, err := b.PickAction(t0, 0, nil, nil)
 		if err != nil || l.Name() != "a" {
 			t.Fatalf("first pick %q, %v; want a", l.Name(), err)
 		}
 		// a is full: c, cut to 0, is the only primary that can serve, and
 		// a primary that can serve comes before the backups.
 		for i := range 3 {
-			if l, err := b.Pick(t0, 0); err != nil || l.Name() != "c" {
+			if l, err := b.PickAction(t0, 0, nil, nil); err != nil || l.Name() != "c" {
 				t.Fatalf("pick %d: %q, %v; want c", i, l.Name(), err)
 			}
 		}
@@ -301,7 +298,7 @@ func TestWeightZero(t *testing.T) {
 		b := mustNew(t, makeVS("a:1", "c:1"), policy.BalancerSettings{RetryInterval: time.Minute})
 		b.SetFractions(map[string]int{"c": 100}, nil)
 		for i := range 4 {
-			l, err := b.Pick(t0, 0)
+			l, err := b.PickAction(t0, 0, nil, nil)
 			if err != nil {
 				t.Fatalf("pick %d: %v", i, err)
 			}
@@ -336,407 +333,6 @@ func TestWeightZero(t *testing.T) {
 	})
 }
 
-func TestBackupsOnlyWhenNoPrimaryCan(t *testing.T) {
-	// Configured order interleaves roles on purpose: the roles decide.
-	vs := makeVS("p1:1:max=1", "b1:1:backup:max=1", "p2:1:max=1", "b2:5:backup:max=2")
-	b := mustNew(t, vs, policy.BalancerSettings{})
-	var leases []Lease
-	pick := func() string {
-		l, err := b.Pick(t0, 0)
-		if err != nil {
-			return "refused: " + err.Error()
-		}
-		leases = append(leases, l)
-		return l.Name()
-	}
-	var got []string
-	for range 6 {
-		got = append(got, pick())
-	}
-	want := []string{"p1", "p2", "b1", "b2", "b2",
-		"refused: all targets unavailable: p1 (at limit 1/1), p2 (at limit 1/1), b1 (at limit 1/1), b2 (at limit 2/2)"}
-	if strings.Join(got, "|") != strings.Join(want, "|") {
-		t.Errorf("picks\n%q\nwant\n%q", got, want)
-	}
-	for _, l := range leases {
-		if (l.Name()[0] == 'b') != l.Backup() {
-			t.Errorf("%s: Backup() = %v", l.Name(), l.Backup())
-		}
-	}
-	// A primary frees up: it is chosen again before the backups.
-	leases[0].Release()
-	if got := pick(); got != "p1" {
-		t.Errorf("after p1 released: %s, want p1", got)
-	}
-	// A primary down and the others full: first backup with room, in order.
-	leases[2].Release() // b1
-	if got := pick(); got != "b1" {
-		t.Errorf("after b1 released: %s, want b1", got)
-	}
-}
-
-func TestMaxConnectionsUnderConcurrency(t *testing.T) {
-	for _, algo := range []policy.Algorithm{policy.RoundRobin, policy.LeastConn, policy.Maglev} {
-		t.Run(algo.String(), func(t *testing.T) {
-			vs := makeVS("a:3:max=3", "b:1:max=4", "c:2:max=2", "z:1:backup:max=1")
-			b := mustNew(t, vs, policy.BalancerSettings{Algorithm: algo})
-			limit := map[string]int64{"a": 3, "b": 4, "c": 2, "z": 1}
-			var live sync.Map // name → *atomic.Int64, counted independently of the balancer
-			for name := range limit {
-				live.Store(name, new(atomic.Int64))
-			}
-			var served, refused atomic.Int64
-			var wg sync.WaitGroup
-			var bad atomic.Value
-			for g := range 16 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for i := range 2000 {
-						l, err := b.Pick(t0, mix(uint64(g*100000+i)))
-						if err != nil {
-							var nt *NoTargetError
-							if !errors.As(err, &nt) {
-								bad.Store(err.Error())
-							}
-							refused.Add(1)
-							continue
-						}
-						c, _ := live.Load(l.Name())
-						if n := c.(*atomic.Int64).Add(1); n > limit[l.Name()] {
-							bad.Store(fmt.Sprintf("%s has %d open, limit %d", l.Name(), n, limit[l.Name()]))
-						}
-						served.Add(1)
-						if i%3 == 0 {
-							time.Sleep(time.Microsecond)
-						}
-						c.(*atomic.Int64).Add(-1)
-						l.Release()
-					}
-				}()
-			}
-			wg.Wait()
-			if v := bad.Load(); v != nil {
-				t.Fatal(v)
-			}
-			for _, ts := range b.Snapshot(t0).Targets {
-				if ts.Open != 0 {
-					t.Errorf("%s: %d open after all released", ts.Name, ts.Open)
-				}
-			}
-			t.Logf("served %d, refused %d", served.Load(), refused.Load())
-		})
-	}
-}
-
-// TestWebSphereSeed replays the WebSphere plug-in scenario: wasmember05 with
-// MaxConnections 3 and wasmember06 with 4, 30 concurrent slow clients. At most
-// 7 are served at once, the rest get the 503 reason naming both members at
-// their limit, and each member serves again once its backlog drains.
-func TestWebSphereSeed(t *testing.T) {
-	vs := makeVS("wasmember05:1:max=3", "wasmember06:1:max=4")
-	b := mustNew(t, vs, policy.BalancerSettings{})
-	const clients = 30
-	type result struct {
-		l   Lease
-		err error
-	}
-	results := make(chan result, clients)
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	for i := range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			l, err := b.Pick(t0, uint64(i))
-			results <- result{l, err}
-		}()
-	}
-	close(start)
-	wg.Wait()
-	close(results)
-	var held []Lease
-	perMember := map[string]int{}
-	const reason = "all targets unavailable: wasmember05 (at limit 3/3), wasmember06 (at limit 4/4)"
-	for r := range results {
-		if r.err != nil {
-			if r.err.Error() != reason {
-				t.Errorf("refusal %q, want %q", r.err, reason)
-			}
-			continue
-		}
-		held = append(held, r.l)
-		perMember[r.l.Name()]++
-	}
-	if len(held) != 7 || perMember["wasmember05"] != 3 || perMember["wasmember06"] != 4 {
-		t.Fatalf("served %d (%v), want 7: 3 on wasmember05 and 4 on wasmember06", len(held), perMember)
-	}
-	st := b.Snapshot(t0)
-	if st.Refused != clients-7 {
-		t.Errorf("Refused = %d, want %d", st.Refused, clients-7)
-	}
-	for _, ts := range st.Targets {
-		if ts.SkippedAtLimit == 0 {
-			t.Errorf("%s: SkippedAtLimit 0, want the skips counted", ts.Name)
-		}
-	}
-	// wasmember05 works off its backlog: it is back in business while
-	// wasmember06 is still at its limit.
-	for _, l := range held {
-		if l.Name() == "wasmember05" {
-			l.Release()
-		}
-	}
-	for range 3 {
-		l, err := b.Pick(t0, 0)
-		if err != nil || l.Name() != "wasmember05" {
-			t.Fatalf("after wasmember05 drained: %q, %v", l.Name(), err)
-		}
-		l.Release()
-	}
-	// wasmember06 drains below 4: both serve again, interleaved.
-	for _, l := range held {
-		if l.Name() == "wasmember06" {
-			l.Release()
-		}
-	}
-	got := countPicks(t, b, 10, t0)
-	if got["wasmember05"] != 5 || got["wasmember06"] != 5 {
-		t.Errorf("after both drained: %v, want 5 each", got)
-	}
-}
-
-func TestReloadCarriesStateOver(t *testing.T) {
-	s := policy.BalancerSettings{RetryInterval: 5 * time.Second}
-	b := mustNew(t, makeVS("a:1:max=2", "b:1", "c:1"), s)
-	// a: two open connections; b: failed connect at t0 → down until 12:00:05.
-	var la []Lease
-	for len(la) < 2 {
-		l, err := b.Pick(t0, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		switch l.Name() {
-		case "a":
-			la = append(la, l)
-		case "b":
-			l.Failed(t0)
-		default:
-			l.Release()
-		}
-	}
-	b.SetWeights(map[string]int{"c": 3})
-
-	// Reload: c removed, d added, a's limit unchanged, b's weight changed.
-	vs2 := makeVS("a:1:max=2", "b:2", "d:1")
-	if err := b.Update(compile(t, vs2, s)); err != nil {
-		t.Fatal(err)
-	}
-	snap := map[string]TargetStatus{}
-	for _, ts := range b.Snapshot(t0.Add(time.Second)).Targets {
-		snap[ts.Name] = ts
-	}
-	if snap["a"].Open != 2 {
-		t.Errorf("a: %d open after reload, want 2", snap["a"].Open)
-	}
-	if !snap["b"].Down || !snap["b"].DownUntil.Equal(t0.Add(5*time.Second)) {
-		t.Errorf("b: down %v until %v after reload, want down until 12:00:05", snap["b"].Down, snap["b"].DownUntil)
-	}
-	if _, ok := snap["c"]; ok {
-		t.Errorf("c still listed after reload removed it")
-	}
-	// Only d can serve (a full, b down) until b's retry interval passes.
-	got := countPicks(t, b, 30, t0.Add(time.Second))
-	if got["d"] != 30 {
-		t.Errorf("while b down: %v, want all on d", got)
-	}
-	// Then b (weight 2) and d (weight 1) share what full a cannot take.
-	got = countPicks(t, b, 30000, t0.Add(5*time.Second))
-	checkShares(t, got, map[string]int{"a": 0, "b": 2, "d": 1}, 30000, 0.03)
-	// Leases taken before the reload release into the carried-over count.
-	for i := range la {
-		la[i].Release()
-		la[i].Release() // idempotent
-	}
-	if o := b.Snapshot(t0).Targets[0].Open; o != 0 {
-		t.Errorf("a: %d open after release, want 0", o)
-	}
-}
-
-func TestRemovedTargetKeepsCountUntilReleased(t *testing.T) {
-	b := mustNew(t, makeVS("a:1:max=1", "b:1"), policy.BalancerSettings{})
-	l, err := b.Pick(t0, 0)
-	if err != nil || l.Name() != "a" {
-		t.Fatalf("pick %q, %v", l.Name(), err)
-	}
-	if err := b.Update(compile(t, makeVS("b:1"), policy.BalancerSettings{})); err != nil {
-		t.Fatal(err)
-	}
-	// a comes back while its old connection is still open: still at its limit.
-	if err := b.Update(compile(t, makeVS("a:1:max=1"), policy.BalancerSettings{})); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.Pick(t0, 0); err == nil || !strings.Contains(err.Error(), "a (at limit 1/1)") {
-		t.Errorf("pick with a's old connection open: %v, want a at limit", err)
-	}
-	l.Release()
-	if l2, err := b.Pick(t0, 0); err != nil || l2.Name() != "a" {
-		t.Errorf("after release: %q, %v, want a", l2.Name(), err)
-	}
-}
-
-func TestFailedAndRetry(t *testing.T) {
-	s := policy.BalancerSettings{RetryInterval: 5 * time.Second, MaxAttempts: 3}
-	b := mustNew(t, makeVS("a", "b", "c", "d", "z:1:backup"), s)
-	var tried Tried
-	var names []string
-	for {
-		l, err := b.PickExcept(t0, 0, &tried)
-		if err != nil {
-			want := "gave up after 3 attempts: a (down until 12:00:05), b (down until 12:00:05), c (down until 12:00:05)"
-			if err.Error() != want {
-				t.Errorf("error %q, want %q", err, want)
-			}
-			var nt *NoTargetError
-			if !errors.As(err, &nt) || !nt.Exhausted || nt.Attempts != 3 {
-				t.Errorf("error %#v, want exhausted after 3", err)
-			}
-			break
-		}
-		names = append(names, l.Name())
-		l.Failed(t0)
-		if l.Held() {
-			t.Errorf("lease still held after Failed")
-		}
-	}
-	if got := strings.Join(names, ","); got != "a,b,c" {
-		t.Errorf("tried %s, want a,b,c", got)
-	}
-	// A new connection: a, b and c are down, d serves; then the backup.
-	l, err := b.Pick(t0.Add(time.Second), 0)
-	if err != nil || l.Name() != "d" {
-		t.Fatalf("pick: %q, %v; want d", l.Name(), err)
-	}
-	l.Failed(t0.Add(time.Second))
-	l, err = b.Pick(t0.Add(time.Second), 0)
-	if err != nil || l.Name() != "z" || !l.Backup() {
-		t.Fatalf("pick: %q, %v; want backup z", l.Name(), err)
-	}
-	l.Release()
-	// Retry intervals over: all four are back.
-	got := countPicks(t, b, 40, t0.Add(6*time.Second))
-	if got["a"] != 10 || got["b"] != 10 || got["c"] != 10 || got["d"] != 10 {
-		t.Errorf("after retry interval: %v", got)
-	}
-}
-
-func TestPickExceptSkipsTriedButOthersMayServe(t *testing.T) {
-	b := mustNew(t, makeVS("a:1:max=1", "b"), policy.BalancerSettings{MaxAttempts: 5})
-	var tried Tried
-	l1, err := b.PickExcept(t0, 0, &tried)
-	if err != nil || l1.Name() != "a" {
-		t.Fatalf("first: %q %v", l1.Name(), err)
-	}
-	l1.Release() // say the connection was reset: try another target
-	l2, err := b.PickExcept(t0, 0, &tried)
-	if err != nil || l2.Name() != "b" {
-		t.Fatalf("second: %q %v", l2.Name(), err)
-	}
-	l2.Release()
-	_, err = b.PickExcept(t0, 0, &tried)
-	want := "all targets unavailable: a (already tried), b (already tried)"
-	if err == nil || err.Error() != want {
-		t.Errorf("third: %v, want %q", err, want)
-	}
-	if tried.Len() != 2 {
-		t.Errorf("tried %d, want 2", tried.Len())
-	}
-}
-
-func TestNoTargetErrorText(t *testing.T) {
-	for _, tc := range []struct {
-		name  string
-		specs []string
-		setup func(b *Balancer)
-		want  string
-	}{
-		{"no targets", nil, func(*Balancer) {}, "all targets unavailable: no targets configured"},
-		{"mixed", []string{"a:1:max=3", "b:1", "c:1:max=1"}, func(b *Balancer) {
-			b.SetWeights(map[string]int{"c": 0})
-			for range 3 {
-				l, _ := b.Pick(t0, 0)
-				if l.Name() == "b" {
-					l.Failed(t0)
-				}
-			}
-			for range 3 {
-				b.Pick(t0, 0)
-			}
-		}, "all targets unavailable: a (at limit 3/3), b (down until 12:00:05), c (at limit 1/1)"},
-		{"health", []string{"a"}, func(b *Balancer) {
-			for range 3 {
-				b.ReportHealth("a", false, t0)
-			}
-		}, "all targets unavailable: a (health check failed)"},
-		{"many", []string{"t00:1:max=0", "t01", "t02", "t03", "t04", "t05", "t06", "t07", "t08", "t09", "t10", "t11", "t12", "t13", "t14", "t15", "t16", "t17"}, func(b *Balancer) {
-			for range 18 {
-				l, _ := b.Pick(t0, 0)
-				l.Failed(t0)
-			}
-		}, "all targets unavailable: t00 (down until 12:00:05), t01 (down until 12:00:05), t02 (down until 12:00:05), t03 (down until 12:00:05), t04 (down until 12:00:05), t05 (down until 12:00:05), t06 (down until 12:00:05), t07 (down until 12:00:05), t08 (down until 12:00:05), t09 (down until 12:00:05), t10 (down until 12:00:05), t11 (down until 12:00:05), t12 (down until 12:00:05), t13 (down until 12:00:05), t14 (down until 12:00:05), t15 (down until 12:00:05) and 2 more"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			b := mustNew(t, makeVS(tc.specs...), policy.BalancerSettings{RetryInterval: 5 * time.Second})
-			tc.setup(b)
-			_, err := b.Pick(t0, 0)
-			var nt *NoTargetError
-			if !errors.As(err, &nt) {
-				t.Fatalf("error %v, want *NoTargetError", err)
-			}
-			if err.Error() != tc.want {
-				t.Errorf("error\n%q\nwant\n%q", err, tc.want)
-			}
-			if nt.Service != "vs" {
-				t.Errorf("Service %q", nt.Service)
-			}
-		})
-	}
-}
-
-// TestNewRejectsUncompiledSettings: the balancer does not repeat
-// policy.Compile's defaults and checks (TestCompile in policy has them), but
-// it refuses the settings its tried-set and down-marking cannot work with,
-// and a refused Update leaves it as it was.
-func TestNewRejectsUncompiledSettings(t *testing.T) {
-	vs, ok := compile(t, makeVS("a"), policy.BalancerSettings{})
-	for _, tc := range []struct {
-		name string
-		vs   *policy.VirtualServer
-		s    policy.BalancerSettings
-		want string
-	}{
-		{"nil", nil, ok, "nil virtual server"},
-		{"zero settings", vs, policy.BalancerSettings{}, "not compiled"},
-		{"attempts beyond the tried-set", vs, policy.BalancerSettings{MaxAttempts: MaxTried + 1, RetryInterval: time.Second}, "not compiled"},
-		{"no retry interval", vs, policy.BalancerSettings{MaxAttempts: 3}, "not compiled"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			_, err := New(tc.vs, tc.s)
-			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("error %v, want it to contain %q", err, tc.want)
-			}
-		})
-	}
-	b := mustNew(t, makeVS("a"), policy.BalancerSettings{})
-	if err := b.Update(makeVS("x"), policy.BalancerSettings{}); !errors.Is(err, ErrNotCompiled) {
-		t.Fatalf("Update of uncompiled settings: %v", err)
-	}
-	if l, err := b.Pick(t0, 0); err != nil || l.Name() != "a" {
-		t.Errorf("after failed Update: %q %v", l.Name(), err)
-	}
-}
-
 func TestPickDoesNotAllocate(t *testing.T) {
 	for _, algo := range []policy.Algorithm{policy.RoundRobin, policy.LeastConn, policy.Maglev} {
 		for _, n := range []int{4, 100} {
@@ -745,7 +341,7 @@ func TestPickDoesNotAllocate(t *testing.T) {
 				var h uint64
 				allocs := testing.AllocsPerRun(1000, func() {
 					h++
-					l, err := b.Pick(t0, mix(h))
+					l, err := b.PickAction(t0, mix(h), nil, nil)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -758,7 +354,7 @@ func TestPickDoesNotAllocate(t *testing.T) {
 				allocs = testing.AllocsPerRun(1000, func() {
 					h++
 					tried = Tried{}
-					l, err := b.PickExcept(t0, mix(h), &tried)
+					l, err := b.PickAction(t0, mix(h), nil, &tried)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -783,93 +379,4 @@ func benchVS(n int) *policy.VirtualServer {
 		})
 	}
 	return vs
-}
-
-// TestSwapsDuringConcurrentPicks reloads and re-weights while goroutines pick
-// and release: limits hold throughout and every count returns to zero.
-func TestSwapsDuringConcurrentPicks(t *testing.T) {
-	s := policy.BalancerSettings{}
-	configs := []*policy.VirtualServer{
-		makeVS("a:3:max=2", "b:1:max=3", "c:1", "z:1:backup:max=1"),
-		makeVS("a:1:max=2", "b:5:max=3", "z:1:backup:max=1"), // c removed
-		makeVS("b:1:max=3", "c:2", "a:1:max=2"),              // reordered, z removed
-	}
-	for i := range configs {
-		configs[i], s = compile(t, configs[i], s)
-	}
-	limit := map[string]int64{"a": 2, "b": 3, "z": 1}
-	b := mustNew(t, configs[0], s)
-	var live sync.Map
-	for _, name := range []string{"a", "b", "c", "z"} {
-		live.Store(name, new(atomic.Int64))
-	}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	var bad atomic.Value
-	for g := range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				l, err := b.Pick(t0, mix(uint64(g<<32|i)))
-				if err != nil {
-					continue
-				}
-				c, _ := live.Load(l.Name())
-				if n := c.(*atomic.Int64).Add(1); limit[l.Name()] > 0 && n > limit[l.Name()] {
-					bad.Store(fmt.Sprintf("%s: %d open, limit %d", l.Name(), n, limit[l.Name()]))
-				}
-				c.(*atomic.Int64).Add(-1)
-				l.Release()
-			}
-		}()
-	}
-	for i := range 300 {
-		if i%3 == 0 {
-			if err := b.Update(configs[i/3%len(configs)], s); err != nil {
-				t.Fatal(err)
-			}
-		} else {
-			b.SetWeights(map[string]int{"a": i % 4, "b": 2, "c": i % 3})
-		}
-	}
-	close(stop)
-	wg.Wait()
-	if v := bad.Load(); v != nil {
-		t.Fatal(v)
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for name, st := range b.states {
-		if n := st.open.Load(); n != 0 {
-			t.Errorf("%s: %d open after every lease was released", name, n)
-		}
-	}
-}
-
-func TestLeaseZeroAndAfterRelease(t *testing.T) {
-	var zero Lease
-	zero.Release()
-	zero.Failed(t0)
-	if zero.Held() || zero.Target() != nil || zero.Name() != "" || zero.Backup() {
-		t.Errorf("zero lease: %+v", zero)
-	}
-	b := mustNew(t, makeVS("a:1:max=1"), policy.BalancerSettings{})
-	l, err := b.Pick(t0, 0)
-	if err != nil || !l.Held() {
-		t.Fatalf("pick: %v, held %v", err, l.Held())
-	}
-	l.Release()
-	l.Failed(t0) // after Release: no-op, a stays up
-	if l.Held() || l.Name() != "a" || l.Target().Name != "a" {
-		t.Errorf("after release: held %v, name %q", l.Held(), l.Name())
-	}
-	if st := b.Snapshot(t0).Targets[0]; st.Open != 0 || st.Down || st.Failed != 0 {
-		t.Errorf("after release and late Failed: %+v", st)
-	}
 }

@@ -20,7 +20,7 @@ func BenchmarkPick(b *testing.B) {
 				var h uint64
 				for b.Loop() {
 					h++
-					l, err := bl.Pick(t0, mix(h))
+					l, err := bl.PickAction(t0, mix(h), nil, nil)
 					if err != nil {
 						b.Fatal(err)
 					}
@@ -34,7 +34,7 @@ func BenchmarkPick(b *testing.B) {
 					h := seed.Add(1) << 40
 					for pb.Next() {
 						h++
-						l, err := bl.Pick(t0, mix(h))
+						l, err := bl.PickAction(t0, mix(h), nil, nil)
 						if err != nil {
 							b.Error(err)
 							return
@@ -68,7 +68,7 @@ func BenchmarkPickAtLimit(b *testing.B) {
 			var h uint64
 			for b.Loop() {
 				h++
-				l, err := bl.Pick(t0, mix(h))
+				l, err := bl.PickAction(t0, mix(h), nil, nil)
 				if err != nil {
 					b.Fatal(err)
 				}

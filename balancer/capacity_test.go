@@ -20,7 +20,7 @@ func TestCapacityShare(t *testing.T) {
 		t.Run(algo.String(), func(t *testing.T) {
 			b := mustNew(t, makeVS("a:1:max=4"), policy.BalancerSettings{Algorithm: algo})
 			b.SetDefaultCapacity(0)
-			if _, err := b.Pick(t0, 1); err == nil {
+			if _, err := b.PickAction(t0, 1, nil, nil); err == nil {
 				t.Fatal("picked a target at share 0")
 			} else if !strings.Contains(err.Error(), "a (at share 0/0 of cluster-wide limit 4)") {
 				t.Errorf("refusal %q", err)
@@ -33,7 +33,7 @@ func TestCapacityShare(t *testing.T) {
 			}
 			var ls []Lease
 			for i := range 3 {
-				l, err := b.Pick(t0, uint64(i))
+				l, err := b.PickAction(t0, uint64(i), nil, nil)
 				if err == nil {
 					ls = append(ls, l)
 				}
@@ -45,14 +45,14 @@ func TestCapacityShare(t *testing.T) {
 			// Max still bounds a larger share; no share: Max alone.
 			b.SetCapacity("a", 10)
 			for i := range 4 {
-				if l, err := b.Pick(t0, uint64(i)); err == nil {
+				if l, err := b.PickAction(t0, uint64(i), nil, nil); err == nil {
 					ls = append(ls, l)
 				}
 			}
 			if len(ls) != 4 {
 				t.Errorf("share 10 of max 4: %d open", len(ls))
 			}
-			_, err := b.Pick(t0, 9)
+			_, err := b.PickAction(t0, 9, nil, nil)
 			var nt *NoTargetError
 			if !errors.As(err, &nt) || nt.Reasons[0].Shared || !strings.Contains(err.Error(), "at limit 4/4") {
 				t.Errorf("at max under a larger share: %v", err)
@@ -84,7 +84,7 @@ func TestCapacityShare(t *testing.T) {
 							return
 						default:
 						}
-						l, err := b.Pick(t0, mix(uint64(g<<20|i)))
+						l, err := b.PickAction(t0, mix(uint64(g<<20|i)), nil, nil)
 						if err != nil {
 							continue
 						}
@@ -133,7 +133,7 @@ func TestCapacityDefaultForNewTargets(t *testing.T) {
 			t.Errorf("%s: capacity %d, want the default 0", ts.Name, ts.Capacity)
 		}
 	}
-	if _, err := b.Pick(t0, 1); err == nil {
+	if _, err := b.PickAction(t0, 1, nil, nil); err == nil {
 		t.Error("picked at share 0")
 	}
 }
@@ -147,7 +147,7 @@ func TestMarkDown(t *testing.T) {
 	}
 	b.MarkDown("a", t0.Add(time.Second)) // shorter: ignored
 	for i := range 20 {
-		l, err := b.Pick(t0.Add(4*time.Second), uint64(i))
+		l, err := b.PickAction(t0.Add(4*time.Second), uint64(i), nil, nil)
 		if err != nil || l.Name() != "b" {
 			t.Fatalf("pick %d while a is down: %v %v", i, l.Name(), err)
 		}

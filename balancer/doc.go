@@ -6,7 +6,7 @@
 // swapped atomically; connection counts and down-state carry over by target
 // name.
 //
-// Pick does not allocate. balancer imports the standard library and policy
+// PickAction does not allocate. balancer imports the standard library and policy
 // types only: never a logger, YAML, encoding/json, flag or gVisor.
 //
 // One Balancer serves one virtual server:
@@ -16,15 +16,16 @@
 //     fractions of a sample, one set per service level (the default level
 //     and each policy action), balanced exactly on WLM weight × (100 −
 //     fraction); SetWeights whole effective weights computed elsewhere.
-//   - Pick (or PickExcept, for retries bounded by MaxAttempts; PickAction for
-//     a connection classified to a policy action) reserves a slot
+//   - PickAction (with a Tried, for retries bounded by MaxAttempts; with a
+//     policy action, on that service level's weights) reserves a slot
 //     on a target and returns a Lease; Lease.Release gives it back when the
 //     connection closes, Lease.Failed when the connect failed (the target is
-//     then down for the retry interval). When no target can serve, Pick
+//     then down for the retry interval). When no target can serve, PickAction
 //     returns a *NoTargetError whose message names each target and why: the
 //     503 page text and the log line.
 //   - ReportHealth feeds active health-check results through the rise/fall
-//     state machine (Health); Checker runs TCP checks in its own goroutine.
+//     state machine (Health); the balancer never dials: the control plane
+//     runs the checks (cmd/weir/internal/health) and reports each verdict.
 //   - Snapshot returns every target's weights, open connections, down-state,
 //     health, slow-start factor and counters for the admin API.
 //

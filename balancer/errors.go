@@ -16,11 +16,7 @@ const (
 	Down
 	// HealthDown: active health checks mark the target down.
 	HealthDown
-	// WeightZero is no longer reported: a primary at weight 0 (configured,
-	// or cut by the QoS fraction) takes a connection when no other target
-	// can, so weight alone never refuses. Kept for API compatibility.
-	WeightZero
-	// AlreadyTried: this connection was already given the target (PickExcept).
+	// AlreadyTried: this connection was already given the target (PickAction's tried).
 	AlreadyTried
 )
 
@@ -33,8 +29,6 @@ func (w Why) String() string {
 		return "down"
 	case HealthDown:
 		return "health check failed"
-	case WeightZero:
-		return "weight 0"
 	case AlreadyTried:
 		return "already tried"
 	}
@@ -94,7 +88,7 @@ func (r Reason) write(sb *strings.Builder) {
 // thousands of targets stays one small allocation and a readable line.
 const maxReasons = 16
 
-// NoTargetError is returned by Pick when no target can take the connection.
+// NoTargetError is returned by PickAction when no target can take the connection.
 // Its message is the text of the 503 page and the log line:
 //
 //	all targets unavailable: a (at limit 3/3), b (down until 12:00:05), c (weight 0)
@@ -105,7 +99,7 @@ const maxReasons = 16
 type NoTargetError struct {
 	Service string // the virtual server's name
 	// Attempts is the number of targets this connection was given before
-	// (PickExcept); 0 for Pick.
+	// (PickAction's tried); 0 for a first pick.
 	Attempts int
 	// Exhausted is set when the connection used up MaxAttempts; Reasons then
 	// list the targets it tried.

@@ -31,7 +31,7 @@ func Example() {
 	now := time.Date(2005, 5, 11, 7, 26, 23, 0, time.UTC)
 	var open []balancer.Lease
 	for range 8 {
-		l, err := b.Pick(now, 0)
+		l, err := b.PickAction(now, 0, nil, nil)
 		if err != nil {
 			fmt.Println("503:", err)
 			continue
@@ -40,7 +40,7 @@ func Example() {
 		open = append(open, l)
 	}
 	open[0].Release() // a connection to wasmember05 closes
-	l, _ := b.Pick(now, 0)
+	l, _ := b.PickAction(now, 0, nil, nil)
 	fmt.Println("to", l.Name())
 	// Output:
 	// to wasmember05 10.0.0.5:9080

@@ -1,19 +1,12 @@
 package balancer
 
 import (
-	"context"
-	"errors"
 	"math"
-	"net"
-	"net/netip"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
-	"weir/internal/testutil"
 	"weir/policy"
 )
 
@@ -86,87 +79,13 @@ func TestReportHealthTakesTargetOutAndBack(t *testing.T) {
 	if up, changed := b.ReportHealth("nosuch", true, t0); up || changed {
 		t.Errorf("unknown target: %v %v", up, changed)
 	}
-}
-
-// closedAddr returns a loopback address nothing listens on.
-func closedAddr(t *testing.T) netip.AddrPort {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	// Both down: the refusal names each target's reason.
+	for range 2 {
+		b.ReportHealth("a", false, t0)
+		b.ReportHealth("b", false, t0)
 	}
-	a := ln.Addr().(*net.TCPAddr).AddrPort()
-	ln.Close()
-	return a
-}
-
-func TestCheckerAgainstLoopback(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
-	vs := makeVS("live", "dead")
-	vs.Targets[0].Addr = ln.Addr().(*net.TCPAddr).AddrPort()
-	vs.Targets[1].Addr = closedAddr(t)
-	s := policy.BalancerSettings{Health: policy.HealthCheck{Interval: 20 * time.Millisecond, Timeout: time.Second, Rise: 1, Fall: 1}}
-	b := mustNew(t, vs, s)
-	clock := t0
-	c := &Checker{Balancer: b, Now: func() time.Time { return clock }}
-
-	c.CheckOnce(context.Background())
-	snap := b.Snapshot(t0).Targets
-	if !snap[0].HealthUp || snap[1].HealthUp {
-		t.Fatalf("after one round: live up %v, dead up %v; want true, false", snap[0].HealthUp, snap[1].HealthUp)
-	}
-
-	// The live target's listener closes: the loop notices, then stops
-	// cleanly when cancelled, leaving no goroutine behind.
-	before := goleak.IgnoreCurrent()
-	ln.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Loop(ctx) }()
-	testutil.Eventually(t, 5*time.Second, func() bool { return !b.Snapshot(t0).Targets[0].HealthUp },
-		"checker loop did not mark the closed listener down")
-	if _, err := b.Pick(t0, 0); err == nil || !strings.Contains(err.Error(), "live (health check failed), dead (health check failed)") {
+	if _, err := b.PickAction(t0, 0, nil, nil); err == nil || !strings.Contains(err.Error(), "a (health check failed), b (health check failed)") {
 		t.Errorf("pick with both down: %v", err)
-	}
-	cancel()
-	select {
-	case err := <-done:
-		if !errors.Is(err, context.Canceled) {
-			t.Errorf("Loop returned %v, want context.Canceled", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Loop did not return after cancel")
-	}
-	goleak.VerifyNone(t, before) // the Loop's goroutines, checks included, are gone
-}
-
-func TestCheckerIdleWhenChecksOff(t *testing.T) {
-	b := mustNew(t, makeVS("a"), policy.BalancerSettings{})
-	dialed := false
-	c := &Checker{Balancer: b, Dial: func(ctx context.Context, network, address string) (net.Conn, error) {
-		dialed = true
-		return nil, errors.New("no")
-	}}
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel()
-	if err := c.Loop(ctx); !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("Loop: %v", err)
-	}
-	if dialed {
-		t.Errorf("checker dialed with health checks off")
 	}
 }
 
@@ -184,7 +103,7 @@ func TestSlowStartAfterFailedConnect(t *testing.T) {
 			s := policy.BalancerSettings{Algorithm: algo, RetryInterval: retry, SlowStart: window}
 			b := mustNew(t, makeVS("a", "b"), s)
 			for {
-				l, err := b.Pick(t0, 0)
+				l, err := b.PickAction(t0, 0, nil, nil)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -231,7 +150,7 @@ func TestSlowStartLeastConnAndHealth(t *testing.T) {
 	// Holding connections at factor 0.1, b gets a tenth of a's.
 	open := map[string]int{}
 	for range 110 {
-		l, err := b.Pick(t0.Add(time.Second), 0)
+		l, err := b.PickAction(t0.Add(time.Second), 0, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -242,7 +161,7 @@ func TestSlowStartLeastConnAndHealth(t *testing.T) {
 	}
 	// At full weight b catches up.
 	for range 90 {
-		b.Pick(t0.Add(time.Second+window), 0)
+		b.PickAction(t0.Add(time.Second+window), 0, nil, nil)
 	}
 	if st := b.Snapshot(t0.Add(time.Second + window)).Targets; st[0].Open != 100 || st[1].Open != 100 {
 		t.Errorf("after the window: a %d, b %d open, want 100 each", st[0].Open, st[1].Open)
@@ -253,11 +172,11 @@ func TestSnapshot(t *testing.T) {
 	vs := makeVS("a:4:max=2", "z:1:backup")
 	b := mustNew(t, vs, policy.BalancerSettings{RetryInterval: 5 * time.Second})
 	b.SetWeights(map[string]int{"a": 2})
-	l, _ := b.Pick(t0, 0) // a
-	l2, _ := b.Pick(t0, 0)
+	l, _ := b.PickAction(t0, 0, nil, nil) // a
+	l2, _ := b.PickAction(t0, 0, nil, nil)
 	l2.Failed(t0) // a down until 12:00:05, one open (l)
 	for range 2 {
-		b.Pick(t0, 0) // the backup z, held
+		b.PickAction(t0, 0, nil, nil) // the backup z, held
 	}
 	defer l.Release()
 	got := b.Snapshot(t0.Add(time.Second))

@@ -12,7 +12,7 @@ func TestLeastConnExact(t *testing.T) {
 	var held []Lease
 	open := map[string]int{}
 	for i := range 40 {
-		l, err := b.Pick(t0, 0)
+		l, err := b.PickAction(t0, 0, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -31,7 +31,7 @@ func TestLeastConnExact(t *testing.T) {
 		}
 	}
 	for range 6 {
-		l, err := b.Pick(t0, 0)
+		l, err := b.PickAction(t0, 0, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -54,7 +54,7 @@ func TestLeastConnManyTargets(t *testing.T) {
 	s := policy.BalancerSettings{Algorithm: policy.LeastConn}
 	b := mustNew(t, makeVS(specs[0]), s)
 	for range 20 {
-		if _, err := b.Pick(t0, 0); err != nil {
+		if _, err := b.PickAction(t0, 0, nil, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -62,7 +62,7 @@ func TestLeastConnManyTargets(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 1000 {
-		if _, err := b.Pick(t0, mix(uint64(i))); err != nil {
+		if _, err := b.PickAction(t0, mix(uint64(i)), nil, nil); err != nil {
 			t.Fatal(err)
 		}
 	}

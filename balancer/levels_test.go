@@ -109,13 +109,13 @@ func TestDrainingPrimaries(t *testing.T) {
 	b := mustNew(t, makeVS("p1:0", "p2:0", "z:1:backup:max=2"), policy.BalancerSettings{})
 	var held []Lease
 	for i := range 2 {
-		l, err := b.Pick(t0, uint64(i))
+		l, err := b.PickAction(t0, uint64(i), nil, nil)
 		if err != nil || l.Name() != "z" {
 			t.Fatalf("pick %d: %q %v, want the backup z", i, l.Name(), err)
 		}
 		held = append(held, l)
 	}
-	l, err := b.Pick(t0, 0)
+	l, err := b.PickAction(t0, 0, nil, nil)
 	if err != nil || (l.Name() != "p1" && l.Name() != "p2") {
 		t.Fatalf("backup full: %q %v, want a draining primary rather than a refusal", l.Name(), err)
 	}
@@ -136,7 +136,7 @@ func TestSkippedAtLimitCountsPicks(t *testing.T) {
 	for _, algo := range []policy.Algorithm{policy.RoundRobin, policy.LeastConn, policy.Maglev} {
 		t.Run(algo.String(), func(t *testing.T) {
 			b := mustNew(t, makeVS("a:1:max=1", "z:1:backup"), policy.BalancerSettings{Algorithm: algo})
-			l, err := b.Pick(t0, 0)
+			l, err := b.PickAction(t0, 0, nil, nil)
 			if err != nil || l.Name() != "a" {
 				t.Fatalf("first pick %q %v", l.Name(), err)
 			}

@@ -118,12 +118,12 @@ func TestMaglevAffinityAndOrderIndependence(t *testing.T) {
 	b2 := mustNew(t, makeVS("d", "c", "b", "a"), s) // another instance, another order
 	for h := range uint64(10000) {
 		h := mix(h)
-		l1, err1 := b1.Pick(t0, h)
-		l2, err2 := b2.Pick(t0, h)
+		l1, err1 := b1.PickAction(t0, h, nil, nil)
+		l2, err2 := b2.PickAction(t0, h, nil, nil)
 		if err1 != nil || err2 != nil {
 			t.Fatal(err1, err2)
 		}
-		again, _ := b1.Pick(t0, h)
+		again, _ := b1.PickAction(t0, h, nil, nil)
 		if l1.Name() != l2.Name() || again.Name() != l1.Name() {
 			t.Fatalf("flow %x: %s, %s on the other instance, %s again", h, l1.Name(), l2.Name(), again.Name())
 		}
@@ -139,7 +139,7 @@ func TestMaglevFallsBackWhenFullOrDown(t *testing.T) {
 	var fa, fb uint64
 	var hold Lease
 	for h := uint64(1); fa == 0 || fb == 0; h++ {
-		l, err := b.Pick(t0, mix(h))
+		l, err := b.PickAction(t0, mix(h), nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -153,27 +153,27 @@ func TestMaglevFallsBackWhenFullOrDown(t *testing.T) {
 		l.Release()
 	}
 	// a is full: its flow goes elsewhere, b's flow stays on b.
-	l, err := b.Pick(t0, fa)
+	l, err := b.PickAction(t0, fa, nil, nil)
 	if err != nil || l.Name() == "a" {
 		t.Errorf("flow of full a: %q %v, want another target", l.Name(), err)
 	}
 	l.Release()
-	if l, _ := b.Pick(t0, fb); l.Name() != "b" {
+	if l, _ := b.PickAction(t0, fb, nil, nil); l.Name() != "b" {
 		t.Errorf("flow of b moved to %q while a was full", l.Name())
 	} else {
 		l.Release()
 	}
 	// Down: b fails, its flow moves; after the retry interval it is back.
-	l, _ = b.Pick(t0, fb)
+	l, _ = b.PickAction(t0, fb, nil, nil)
 	l.Failed(t0)
-	if l, _ := b.Pick(t0, fb); l.Name() == "b" {
+	if l, _ := b.PickAction(t0, fb, nil, nil); l.Name() == "b" {
 		t.Errorf("flow went to b while b is down")
 	}
 	hold.Release()
-	if l, _ := b.Pick(t0, fa); l.Name() != "a" {
+	if l, _ := b.PickAction(t0, fa, nil, nil); l.Name() != "a" {
 		t.Errorf("flow of a went to %q after a had room again", l.Name())
 	}
-	if l, _ := b.Pick(t0.Add(policy.DefaultRetryInterval), fb); l.Name() != "b" {
+	if l, _ := b.PickAction(t0.Add(policy.DefaultRetryInterval), fb, nil, nil); l.Name() != "b" {
 		t.Errorf("flow of b went to %q after b's retry interval", l.Name())
 	}
 }

@@ -121,7 +121,7 @@ func runModel(t *testing.T, algo policy.Algorithm, seed uint64) {
 					firstBackup = tg
 				}
 			}
-			l, err := b.Pick(now, rng.Uint64())
+			l, err := b.PickAction(now, rng.Uint64(), nil, nil)
 			if err != nil {
 				var nt *NoTargetError
 				if !errors.As(err, &nt) {

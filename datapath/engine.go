@@ -7,7 +7,7 @@ package datapath
 //	clock once ─► state (config, generation, meters) once ─► per packet:
 //	  Parse ─► malformed: drop (compact the batch), count by reason
 //	        ─► non-first fragment: no ports, meter as no-flow, pass
-//	        ─► IngressKey ─► same flow as the previous packet: reuse, else
+//	        ─► ingress key ─► same flow as the previous packet: reuse, else
 //	           FlowTable.Lookup ─► miss or stale generation:
 //	             Config.Service + Config.Classify ─► FlowTable.Insert
 //	        ─► meter into the port's shard (a run of packets in one meter row
@@ -16,7 +16,7 @@ package datapath
 // Egress (Port.Write: stack → client), per batch before the inner Write:
 //
 //	per packet: Parse ─► malformed: count, pass unchanged
-//	  ─► EgressKey ─► same flow as the previous packet? reuse its verdict
+//	  ─► egress key ─► same flow as the previous packet? reuse its verdict
 //	  ─► else Lookup (classify on a miss, as above)
 //	  ─► meter into the shard picked by the batch's first flow hash
 //	  ─► flow's action has SetTOS: SetTOS in place (RFC 1624 checksum)
@@ -98,7 +98,6 @@ type Engine struct {
 	nextExpire atomic.Int64 // ns: when a Read next sweeps idle flows
 	expireStep int64
 
-	nstats   int
 	shardMax int
 	stats    []engineCounters // one per stats shard, padded
 
@@ -140,7 +139,7 @@ func NewEngine(inner Device, cfg *policy.Config, o EngineOptions) *Engine {
 	for n < shards {
 		n <<= 1
 	}
-	e := &Engine{flows: NewFlowTable(o.Flows), now: o.Now, inner: inner, shardMax: n, nstats: n,
+	e := &Engine{flows: NewFlowTable(o.Flows), now: o.Now, inner: inner, shardMax: n,
 		back: append([]netip.Prefix(nil), o.BackPrefixes...), targetMinRTO: int64(o.TargetMinRTO), ownMinRTO: int64(o.OwnMinRTO)}
 	if e.targetMinRTO <= 0 {
 		e.targetMinRTO = int64(DefaultTargetMinRTO)
@@ -325,7 +324,7 @@ func (p *Port) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 			e.expire(now)
 		}
 		st := e.state.Load()
-		c := &e.stats[p.shard&(e.nstats-1)]
+		c := e.shardOf(p.shard)
 		run := meterRun{m: st.meters, shard: p.shard, d: Ingress}
 		gso := offloads(p.inner, offset)
 		w := 0
@@ -493,16 +492,16 @@ func (p *Port) Write(bufs [][]byte, offset int) (int, error) {
 		if offset > len(buf) {
 			// No packet at all: passed on as the inner device sees it,
 			// counted like any other that does not parse.
-			e.stats[p.shard&(e.nstats-1)].egressMalformed.Add(1)
+			e.shardOf(p.shard).egressMalformed.Add(1)
 			continue
 		}
 		b := buf[offset:]
 		if Parse(b, &pk) != DropNone {
-			e.stats[p.shard&(e.nstats-1)].egressMalformed.Add(1)
+			e.shardOf(p.shard).egressMalformed.Add(1)
 			continue
 		}
 		if pk.NonFirstFragment {
-			e.stats[p.shard&(e.nstats-1)].fragments.Add(1)
+			e.shardOf(p.shard).fragments.Add(1)
 			if run.shard < 0 {
 				run.shard = p.shard
 			}
@@ -516,7 +515,7 @@ func (p *Port) Write(bufs [][]byte, offset int) (int, error) {
 			if run.shard < 0 {
 				run.shard = int(h >> 8)
 			}
-			last.set(p.flow(st, k, h, now, &e.stats[run.shard&(e.nstats-1)]))
+			last.set(p.flow(st, k, h, now, e.shardOf(run.shard)))
 		}
 		segs, size := Segments(gsoHdr(gso, buf, offset), b, &pk)
 		run.addSegs(last.v.row, last.v.target, segs, size, PayloadLen(b, &pk))
@@ -529,10 +528,15 @@ func (p *Port) Write(bufs [][]byte, offset int) (int, error) {
 	}
 	run.flush()
 	if marked > 0 {
-		e.stats[run.shard&(e.nstats-1)].marked.Add(marked)
+		e.shardOf(run.shard).marked.Add(marked)
 	}
 	return p.inner.Write(bufs, offset)
 }
+
+// shardOf returns the counters of shard i, any int (a port's shard or a
+// flow hash's bits): the one place a shard number is reduced to the
+// engine's power-of-two count.
+func (e *Engine) shardOf(i int) *engineCounters { return &e.stats[i&(e.shardMax-1)] }
 
 // expire sweeps one flow-table shard for idle flows; the first Read or
 // Write past nextExpire does it (one caller wins the CAS). Shards are

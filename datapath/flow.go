@@ -50,22 +50,14 @@ func NewFlowKey(client, server netip.AddrPort, proto uint8) FlowKey {
 	return FlowKey{Server: server.Addr().As16(), Client: client.Addr().As16(), ServerPort: server.Port(), ClientPort: client.Port(), Proto: proto}
 }
 
-// IngressKey returns the key of a packet travelling client → server.
-func IngressKey(p *Packet) FlowKey {
-	return FlowKey{Server: p.Dst, Client: p.Src, ServerPort: p.DstPort, ClientPort: p.SrcPort, Proto: p.Proto}
-}
-
-// EgressKey returns the key of a packet travelling server → client.
-func EgressKey(p *Packet) FlowKey {
-	return FlowKey{Server: p.Src, Client: p.Dst, ServerPort: p.SrcPort, ClientPort: p.DstPort, Proto: p.Proto}
-}
-
-// ingressKeyInto writes IngressKey(p) into k.
+// ingressKeyInto writes the key of p, a packet travelling client → server,
+// into k.
 func (p *Packet) ingressKeyInto(k *FlowKey) {
 	k.Server, k.Client, k.ServerPort, k.ClientPort, k.Proto = p.Dst, p.Src, p.DstPort, p.SrcPort, p.Proto
 }
 
-// egressKeyInto writes EgressKey(p) into k.
+// egressKeyInto writes the key of p, a packet travelling server → client,
+// into k.
 func (p *Packet) egressKeyInto(k *FlowKey) {
 	k.Server, k.Client, k.ServerPort, k.ClientPort, k.Proto = p.Src, p.Dst, p.SrcPort, p.DstPort, p.Proto
 }
@@ -155,10 +147,6 @@ func (f *Flow) Target() int { return int(f.target.Load()) }
 // Bind records the caller's target index for the flow (the balancer's
 // choice); the meters then count the flow's packets for that target too.
 func (f *Flow) Bind(target int) { f.target.Store(int32(target)) }
-
-// LastSeen returns the flow's last-seen time in the table's clock
-// (nanoseconds), to within the table's stamp granularity.
-func (f *Flow) LastSeen() int64 { return f.lastSeen.Load() }
 
 // FlowTableOptions configure NewFlowTable. The zero value works.
 type FlowTableOptions struct {

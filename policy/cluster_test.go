@@ -1,7 +1,6 @@
 package policy
 
 import (
-	"errors"
 	"net/netip"
 	"strings"
 	"sync"
@@ -11,9 +10,7 @@ import (
 )
 
 func TestCompileCluster(t *testing.T) {
-	defer func(h func() (string, error)) { hostname = h }(hostname)
-	hostname = func() (string, error) { return "box7", nil }
-	c, err := Compile(&Config{Cluster: &Cluster{Redis: "r:1", Name: "e"}})
+	c, err := Compile(&Config{Hostname: "box7", Cluster: &Cluster{Redis: "r:1", Name: "e"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -24,14 +21,13 @@ func TestCompileCluster(t *testing.T) {
 		t.Errorf("no cluster section: %v, %+v", err, c.Cluster)
 	}
 
-	hostname = func() (string, error) { return "", errors.New("no uts") }
 	for _, tt := range []struct {
 		cl   Cluster
 		want string
 	}{
 		{Cluster{Name: "e", Instance: "i"}, "redis (an address or URL) is required"},
 		{Cluster{Redis: "r:1", Instance: "i"}, "name is required"},
-		{Cluster{Redis: "r:1", Name: "e"}, "host name is unknown (no uts)"},
+		{Cluster{Redis: "r:1", Name: "e"}, "instance not set and the host name is unknown"},
 		{Cluster{Redis: "r:1", Name: "e{", Instance: "i"}, "may not contain { or }"},
 		{Cluster{Redis: "r:1", Name: "e", Instance: "i", LeaseInterval: time.Millisecond}, "leaseInterval 1ms is below 10ms"},
 		{Cluster{Redis: "r:1", Name: "e", Instance: "i", OnRedisDown: 9}, "unknown onRedisDown redisdown(9)"},

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -51,6 +50,10 @@ type Config struct {
 	Rules    []*Rule          // in priority order: the first match wins
 	Monitor  Monitor
 	Balancer BalancerSettings
+	// Hostname is the host's name, an input from the control plane (the
+	// config loader sets it): the default of Cluster.Instance. policy
+	// itself asks the system nothing.
+	Hostname string
 	// NoServices says the file defines no service on purpose (the YAML key
 	// `noServices: true`). A file-triggered reload refuses a config without
 	// services unless it is set, so that a file caught empty or half-written
@@ -417,7 +420,7 @@ type Rule struct {
 // side is src (the VIP and service port) and client side dst, arriving at
 // service vs (may be nil).
 func (r *Rule) Match(proto uint8, src, dst netip.AddrPort, vs *VirtualServer) bool {
-	if !(r.ProtoLo == 0 && r.ProtoHi == 0) && (proto < r.ProtoLo || proto > r.ProtoHi) {
+	if !r.matchProto(proto) {
 		return false
 	}
 	if !r.SrcPort.Contains(src.Port()) || !r.DstPort.Contains(dst.Port()) {
@@ -430,6 +433,40 @@ func (r *Rule) Match(proto uint8, src, dst netip.AddrPort, vs *VirtualServer) bo
 		return false
 	}
 	return r.Service == nil || r.Service == vs
+}
+
+// matchProto reports whether the rule's protocol range holds proto.
+func (r *Rule) matchProto(proto uint8) bool {
+	return (r.ProtoLo == 0 && r.ProtoHi == 0) || (proto >= r.ProtoLo && proto <= r.ProtoHi)
+}
+
+// ipProtoTCP is TCP's IP protocol number, the only protocol a virtual
+// server serves.
+const ipProtoTCP = 6
+
+// Covers reports whether r can match some TCP connection to vs: Match
+// holds for at least one flow of vs (its protocol, one of its VIPs and
+// ports, any client). It is how a config is checked for services the
+// monitor never sees.
+func (r *Rule) Covers(vs *VirtualServer) bool {
+	if r.Service != nil && r.Service != vs {
+		return false
+	}
+	if !r.matchProto(ipProtoTCP) {
+		return false
+	}
+	if !r.SrcPort.Overlaps(vs.Ports) {
+		return false
+	}
+	if !r.Src.IsValid() {
+		return true
+	}
+	for _, v := range vs.VIPs {
+		if r.Src.Contains(v) || r.Src.Contains(v.Unmap()) {
+			return true
+		}
+	}
+	return false
 }
 
 // Classify returns the action of the first rule matching the flow, or nil.
@@ -546,56 +583,74 @@ func Compile(c *Config) (*Config, error) {
 	}
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	compileInstance(&c.Instance, bad)
+	compileMonitor(&c.Monitor, bad)
+	compileBalancer(&c.Balancer, bad)
+	if c.Cluster != nil {
+		compileCluster(c.Cluster, c.Hostname, bad)
+	}
+	compileClasses(c.Classes, bad)
+	c.compileServices(bad)
+	for _, r := range c.Rules {
+		if r.Action == nil {
+			bad("rule %q has no action", r.Name)
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	c.compiled = true
+	return c, nil
+}
 
-	if c.Instance.Name == "" {
-		c.Instance.Name = "weir"
+// setDefault sets *p to v when it is zero.
+func setDefault[T comparable](p *T, v T) {
+	var zero T
+	if *p == zero {
+		*p = v
 	}
-	if c.Instance.MetricInterval == 0 {
-		c.Instance.MetricInterval = DefaultMetricInterval
-	}
-	if c.Instance.RecomputeInterval == 0 {
-		c.Instance.RecomputeInterval = DefaultRecomputeInterval
-	}
-	mi, ri := c.Instance.MetricInterval, c.Instance.RecomputeInterval
+}
+
+// compileInstance fills the instance's defaults (name, intervals,
+// timeouts) and checks them.
+func compileInstance(in *Instance, bad func(string, ...any)) {
+	setDefault(&in.Name, "weir")
+	setDefault(&in.MetricInterval, DefaultMetricInterval)
+	setDefault(&in.RecomputeInterval, DefaultRecomputeInterval)
+	mi, ri := in.MetricInterval, in.RecomputeInterval
 	if mi < 0 || ri < 0 || ri > mi || mi%ri != 0 {
 		bad("metricInterval %v must be a positive multiple of recomputeInterval %v", mi, ri)
 	}
-	c.Instance.Timeouts.resolve(Timeouts{
+	in.Timeouts.resolve(Timeouts{
 		Handshake: DefaultHandshakeTimeout, Connect: DefaultConnectTimeout, FirstByte: DefaultFirstByteTimeout,
 		Idle: DefaultIdleTimeout, RequestRead: DefaultRequestReadTimeout, InFlightPerVIP: DefaultInFlightPerVIP,
 	}, bad, "instance")
-	m := &c.Monitor
-	if m.SamplingInterval == 0 {
-		m.SamplingInterval = DefaultSamplingInterval
-	}
-	def := func(p *int, v int) {
-		if *p == 0 {
-			*p = v
-		}
-	}
-	def(&m.LossThreshold, DefaultLossThreshold)
-	def(&m.LossStep, DefaultLossStep)
-	def(&m.LossMax, DefaultLossMax)
-	def(&m.TimeoutThreshold, DefaultTimeoutThreshold)
-	def(&m.TimeoutStep, DefaultTimeoutStep)
-	def(&m.TimeoutMax, DefaultTimeoutMax)
-	def(&m.MinSegments, DefaultMinSegments)
+}
+
+// compileMonitor fills the performance monitor's defaults and checks them.
+func compileMonitor(m *Monitor, bad func(string, ...any)) {
+	setDefault(&m.SamplingInterval, DefaultSamplingInterval)
+	setDefault(&m.LossThreshold, DefaultLossThreshold)
+	setDefault(&m.LossStep, DefaultLossStep)
+	setDefault(&m.LossMax, DefaultLossMax)
+	setDefault(&m.TimeoutThreshold, DefaultTimeoutThreshold)
+	setDefault(&m.TimeoutStep, DefaultTimeoutStep)
+	setDefault(&m.TimeoutMax, DefaultTimeoutMax)
+	setDefault(&m.MinSegments, DefaultMinSegments)
 	if m.MinSegments < 0 {
 		bad("monitor minSegments %d is negative", m.MinSegments)
 	}
-	if m.MaxConnLevels == ([3]int{}) {
-		m.MaxConnLevels = DefaultMaxConnLevels
-	}
-	b := &c.Balancer
-	if b.RetryInterval == 0 {
-		b.RetryInterval = DefaultRetryInterval
-	}
+	setDefault(&m.MaxConnLevels, DefaultMaxConnLevels)
+}
+
+// compileBalancer fills the distributor's defaults, health checks
+// included, and checks them.
+func compileBalancer(b *BalancerSettings, bad func(string, ...any)) {
+	setDefault(&b.RetryInterval, DefaultRetryInterval)
 	if b.RetryInterval < 0 {
 		bad("balancer retryInterval %v is negative", b.RetryInterval)
 	}
-	if b.MaxAttempts == 0 {
-		b.MaxAttempts = DefaultMaxAttempts
-	}
+	setDefault(&b.MaxAttempts, DefaultMaxAttempts)
 	if b.MaxAttempts < 1 || b.MaxAttempts > MaxAttemptsLimit {
 		bad("balancer maxAttempts %d is out of range 1..%d", b.MaxAttempts, MaxAttemptsLimit)
 	}
@@ -603,24 +658,20 @@ func Compile(c *Config) (*Config, error) {
 		bad("balancer slowStart %v is negative", b.SlowStart)
 	}
 	if h := &b.Health; h.Interval > 0 {
-		if h.Timeout == 0 {
-			h.Timeout = h.Interval / 2
-		}
-		def(&h.Rise, DefaultHealthRise)
-		def(&h.Fall, DefaultHealthFall)
+		setDefault(&h.Timeout, h.Interval/2)
+		setDefault(&h.Rise, DefaultHealthRise)
+		setDefault(&h.Fall, DefaultHealthFall)
 		if h.Timeout < 0 || h.Rise < 0 || h.Fall < 0 {
 			bad("health check timeout %v, rise %d, fall %d: none may be negative", h.Timeout, h.Rise, h.Fall)
 		}
 	} else if h.Interval < 0 {
 		bad("health check interval %v is negative", h.Interval)
 	}
+}
 
-	if c.Cluster != nil {
-		compileCluster(c.Cluster, bad)
-	}
-
-	// Class chains must end.
-	for _, cl := range c.Classes {
+// compileClasses checks that every class's parent chain ends.
+func compileClasses(classes []*Class, bad func(string, ...any)) {
+	for _, cl := range classes {
 		seen := map[*Class]bool{}
 		for p := cl; p != nil; p = p.Parent {
 			if seen[p] {
@@ -630,7 +681,11 @@ func Compile(c *Config) (*Config, error) {
 			seen[p] = true
 		}
 	}
+}
 
+// compileServices checks the virtual servers and their targets, fills
+// their defaults and builds the VIP and target indexes.
+func (c *Config) compileServices(bad func(string, ...any)) {
 	c.byVIP = make(map[netip.Addr][]*VirtualServer)
 	c.targetIdx = make(map[*Target]int)
 	names := map[string]bool{}
@@ -651,24 +706,7 @@ func Compile(c *Config) (*Config, error) {
 		if len(vs.VIPs) == 0 {
 			bad("virtual server %q has no VIP", vs.Name)
 		}
-		tnames := map[string]bool{}
-		for _, t := range vs.Targets {
-			if t == nil {
-				bad("virtual server %q: nil target", vs.Name)
-				continue
-			}
-			c.targetIdx[t] = len(c.targetIdx)
-			if t.Name == "" {
-				t.Name = t.DefaultName()
-			}
-			if tnames[t.Name] {
-				bad("virtual server %q: target %q defined twice", vs.Name, t.Name)
-			}
-			tnames[t.Name] = true
-			if t.Weight < 0 {
-				bad("virtual server %q: target %q: negative weight", vs.Name, t.Name)
-			}
-		}
+		c.compileTargets(vs, bad)
 		for _, vip := range vs.VIPs {
 			vip = vip.Unmap()
 			for _, o := range c.byVIP[vip] {
@@ -679,16 +717,26 @@ func Compile(c *Config) (*Config, error) {
 			c.byVIP[vip] = append(c.byVIP[vip], vs)
 		}
 	}
-	for _, r := range c.Rules {
-		if r.Action == nil {
-			bad("rule %q has no action", r.Name)
+}
+
+// compileTargets names vs's targets, checks them and indexes them.
+func (c *Config) compileTargets(vs *VirtualServer, bad func(string, ...any)) {
+	tnames := map[string]bool{}
+	for _, t := range vs.Targets {
+		if t == nil {
+			bad("virtual server %q: nil target", vs.Name)
+			continue
+		}
+		c.targetIdx[t] = len(c.targetIdx)
+		setDefault(&t.Name, t.DefaultName())
+		if tnames[t.Name] {
+			bad("virtual server %q: target %q defined twice", vs.Name, t.Name)
+		}
+		tnames[t.Name] = true
+		if t.Weight < 0 {
+			bad("virtual server %q: target %q: negative weight", vs.Name, t.Name)
 		}
 	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	c.compiled = true
-	return c, nil
 }
 
 // Service returns the virtual server answering on addr:port, or nil. It does
@@ -736,7 +784,7 @@ type Cluster struct {
 	// Required.
 	Name string
 	// Instance identifies this instance among the members; empty means
-	// the host name (filled by Compile).
+	// Config.Hostname (filled by Compile).
 	Instance string
 	// LeaseInterval is how often an instance renews its leases of slots
 	// and its membership; zero means DefaultLeaseInterval (1 s). A lease
@@ -801,11 +849,9 @@ func ParseRedisDown(s string) (RedisDown, error) {
 	return 0, fmt.Errorf("unknown onRedisDown %q (want localShare, failOpen or failClosed)", s)
 }
 
-// hostname is os.Hostname; a variable so that a test can pin it.
-var hostname = os.Hostname
-
 // compileCluster fills the cluster section's defaults and checks it.
-func compileCluster(cl *Cluster, bad func(string, ...any)) {
+// hostname (Config.Hostname) is Instance's default.
+func compileCluster(cl *Cluster, hostname string, bad func(string, ...any)) {
 	if cl.Redis == "" {
 		bad("cluster: redis (an address or URL) is required")
 	}
@@ -816,11 +862,10 @@ func compileCluster(cl *Cluster, bad func(string, ...any)) {
 		bad("cluster: name and instance may not contain { or } (Redis key hash tags)")
 	}
 	if cl.Instance == "" {
-		h, err := hostname()
-		if err != nil || h == "" {
-			bad("cluster: instance not set and the host name is unknown (%v): set instance", err)
+		if hostname == "" {
+			bad("cluster: instance not set and the host name is unknown: set instance")
 		}
-		cl.Instance = h
+		cl.Instance = hostname
 	}
 	if cl.LeaseInterval == 0 {
 		cl.LeaseInterval = DefaultLeaseInterval

@@ -134,3 +134,55 @@ func TestTargetIndex(t *testing.T) {
 		t.Errorf("TargetIndex allocates %v", n)
 	}
 }
+
+// TestRuleCovers: a rule covers a service when some TCP connection to one of
+// its VIPs and ports matches it, and Match agrees on that connection.
+func TestRuleCovers(t *testing.T) {
+	web := &VirtualServer{Name: "web", VIPs: []netip.Addr{netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("2001:db8::1")}, Ports: PortRange{Lo: 80, Hi: 80}}
+	other := &VirtualServer{Name: "other"}
+	anyPort := &VirtualServer{Name: "any", VIPs: []netip.Addr{netip.MustParseAddr("192.0.2.9")}}
+	for _, tt := range []struct {
+		name string
+		r    Rule
+		vs   *VirtualServer
+		want bool
+	}{
+		{"empty rule", Rule{}, web, true},
+		{"its service", Rule{Service: web}, web, true},
+		{"another service", Rule{Service: other}, web, false},
+		{"tcp", Rule{ProtoLo: 6, ProtoHi: 6}, web, true},
+		{"protocol range with tcp", Rule{ProtoLo: 1, ProtoHi: 17}, web, true},
+		{"udp only", Rule{ProtoLo: 17, ProtoHi: 17}, web, false},
+		{"its port", Rule{SrcPort: PortRange{Lo: 80, Hi: 80}}, web, true},
+		{"port range around it", Rule{SrcPort: PortRange{Lo: 1, Hi: 1023}}, web, true},
+		{"another port", Rule{SrcPort: PortRange{Lo: 443, Hi: 443}}, web, false},
+		{"any-port service", Rule{SrcPort: PortRange{Lo: 443, Hi: 443}}, anyPort, true},
+		{"its v4 VIP", Rule{Src: netip.MustParsePrefix("192.0.2.0/24")}, web, true},
+		{"its v6 VIP", Rule{Src: netip.MustParsePrefix("2001:db8::/64")}, web, true},
+		{"another prefix", Rule{Src: netip.MustParsePrefix("198.51.100.0/24")}, web, false},
+		{"client port and prefix are free", Rule{DstPort: PortRange{Lo: 1024, Hi: 65535}, Dst: netip.MustParsePrefix("203.0.113.0/24")}, web, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.r.Covers(tt.vs); got != tt.want {
+				t.Errorf("Covers = %v, want %v", got, tt.want)
+			}
+			if !tt.want || len(tt.vs.VIPs) == 0 {
+				return
+			}
+			// A covering rule matches a real connection: Match and
+			// Covers are one matcher.
+			port := tt.vs.Ports.Lo
+			if tt.r.SrcPort.Lo != 0 && tt.vs.Ports.Any() {
+				port = tt.r.SrcPort.Lo
+			}
+			dst := netip.MustParseAddrPort("203.0.113.5:40000")
+			hit := false
+			for _, v := range tt.vs.VIPs {
+				hit = hit || tt.r.Match(ipProtoTCP, netip.AddrPortFrom(v, port), dst, tt.vs)
+			}
+			if !hit {
+				t.Errorf("Covers but Match holds for no connection to %s", tt.vs.Name)
+			}
+		})
+	}
+}

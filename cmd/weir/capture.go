@@ -3,11 +3,11 @@ package main
 import (
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 
 	"weir/datapath"
 	"weir/datapath/pcapdev"
+	"weir/policy/config"
 )
 
 // defaultCaptureMax bounds a --capture file when --capture-max is not
@@ -48,18 +48,9 @@ func (fc *frontCapture) Close() pcapdev.CaptureStats {
 	return fc.final
 }
 
-// byteSize is a pflag.Value for a byte count with an optional suffix:
-// B, kB or KB (1000), MB, GB, KiB (1024), MiB, GiB — the units of the
-// config file.
+// byteSize is a pflag.Value for a byte count in the config file's syntax
+// (config.ParseBytes): B, kB or KB (1000), MB, GB, KiB (1024), MiB, GiB.
 type byteSize struct{ n *int64 }
-
-var byteUnits = []struct {
-	suffix string
-	mult   int64
-}{
-	{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30},
-	{"kB", 1e3}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"B", 1},
-}
 
 func (b byteSize) String() string {
 	if b.n == nil {
@@ -77,18 +68,11 @@ func (b byteSize) String() string {
 }
 
 func (b byteSize) Set(s string) error {
-	num, mult := strings.TrimSpace(s), int64(1)
-	for _, u := range byteUnits {
-		if strings.HasSuffix(num, u.suffix) {
-			num, mult = strings.TrimSpace(strings.TrimSuffix(num, u.suffix)), u.mult
-			break
-		}
+	v, err := config.ParseBytes(s)
+	if err != nil {
+		return err
 	}
-	v, err := strconv.ParseInt(num, 10, 64)
-	if err != nil || v < 0 || v > (1<<62)/mult {
-		return fmt.Errorf("want a byte count like 64MiB, 10MB or 1000000, got %q", s)
-	}
-	*b.n = v * mult
+	*b.n = v
 	return nil
 }
 

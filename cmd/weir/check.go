@@ -115,7 +115,7 @@ func unmonitored(cfg *policy.Config) []string {
 	for _, vs := range cfg.Services {
 		covered := false
 		for _, r := range cfg.Rules {
-			if ruleCovers(r, vs) {
+			if r.Covers(vs) {
 				covered = true
 				break
 			}
@@ -125,29 +125,4 @@ func unmonitored(cfg *policy.Config) []string {
 		}
 	}
 	return out
-}
-
-// ipProtoTCP is TCP's IP protocol number.
-const ipProtoTCP = 6
-
-// ruleCovers reports whether r can match some TCP connection to vs.
-func ruleCovers(r *policy.Rule, vs *policy.VirtualServer) bool {
-	if r.Service != nil && r.Service != vs {
-		return false
-	}
-	if !(r.ProtoLo == 0 && r.ProtoHi == 0) && (ipProtoTCP < r.ProtoLo || ipProtoTCP > r.ProtoHi) {
-		return false
-	}
-	if !r.SrcPort.Any() && !vs.Ports.Any() && (r.SrcPort.Hi < vs.Ports.Lo || r.SrcPort.Lo > vs.Ports.Hi) {
-		return false
-	}
-	if r.Src.IsValid() {
-		for _, v := range vs.VIPs {
-			if r.Src.Contains(v) || r.Src.Contains(v.Unmap()) {
-				return true
-			}
-		}
-		return false
-	}
-	return true
 }

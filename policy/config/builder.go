@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"net/netip"
+	"os"
 	"strings"
 
 	"weir/policy"
@@ -257,6 +258,11 @@ func (b *builder) finish(name string) (*policy.Config, error) {
 	b.resolve()
 	if err := b.e.err(); err != nil {
 		return nil, err
+	}
+	if b.cfg.Cluster != nil && b.cfg.Hostname == "" {
+		// The cluster instance's default name: the host's, an input of
+		// Compile (policy asks the system nothing).
+		b.cfg.Hostname, _ = os.Hostname()
 	}
 	c, err := policy.Compile(&b.cfg)
 	if err != nil {

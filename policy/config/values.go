@@ -36,7 +36,7 @@ func parseInt(s string, lo, hi int64) (int64, error) {
 	return v, nil
 }
 
-// byteUnits are the suffixes parseBytes accepts.
+// byteUnits are the suffixes ParseBytes accepts.
 var byteUnits = []struct {
 	suffix string
 	mult   int64
@@ -45,10 +45,13 @@ var byteUnits = []struct {
 	{"kB", 1e3}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"B", 1},
 }
 
-// parseBytes parses a byte count (or a rate in bytes per second): a plain
+// ParseBytes parses a byte count (or a rate in bytes per second): a plain
 // non-negative integer or one with a suffix B, kB/KB, MB, GB (powers of
-// 1000) or KiB, MiB, GiB (powers of 1024).
-func parseBytes(s string) (int64, error) {
+// 1000) or KiB, MiB, GiB (powers of 1024); spaces around the number and
+// between it and the suffix, and _ between digits, are allowed. It is the
+// one byte-size syntax of weir: the config file's and the command line's.
+func ParseBytes(s string) (int64, error) {
+	s = strings.TrimSpace(s)
 	num, mult := s, int64(1)
 	for _, u := range byteUnits {
 		if strings.HasSuffix(s, u.suffix) {

@@ -49,6 +49,9 @@ func TestParseBytes(t *testing.T) {
 		{"1 MiB", 1 << 20, true},
 		{"2GiB", 2 << 30, true},
 		{"1_000", 1000, true},
+		{" 64 MiB ", 64 << 20, true},
+		{"MB", 0, false},
+		{"1TB", 0, false},
 		{"-1", 0, false},
 		{"1.5MB", 0, false},
 		{"10MiB/s", 0, false},
@@ -57,9 +60,9 @@ func TestParseBytes(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
-			got, err := parseBytes(tt.in)
+			got, err := ParseBytes(tt.in)
 			if (err == nil) != tt.ok || got != tt.want {
-				t.Errorf("parseBytes(%q) = %d, %v; want %d, ok %v", tt.in, got, err, tt.want, tt.ok)
+				t.Errorf("ParseBytes(%q) = %d, %v; want %d, ok %v", tt.in, got, err, tt.want, tt.ok)
 			}
 		})
 	}

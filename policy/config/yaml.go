@@ -381,12 +381,12 @@ func (p *yparser) top(root *yaml.Node) (includes []include) {
 func (p *yparser) limits(l *policy.Limits, v *yaml.Node) {
 	var burstAt *yaml.Node
 	p.mapping(v, "limits", []field{
-		{name: "maxBandwidth", fn: func(k, v *yaml.Node) { l.MaxBandwidth, _ = parse(p, k, v, "bytes per second", parseBytes) }},
+		{name: "maxBandwidth", fn: func(k, v *yaml.Node) { l.MaxBandwidth, _ = parse(p, k, v, "bytes per second", ParseBytes) }},
 		{name: "enforceBandwidth", fn: func(k, v *yaml.Node) { l.EnforceBandwidth, _ = p.bool(k, v) }},
 		{name: "maxConnections", fn: func(k, v *yaml.Node) { l.MaxConnections, _ = p.int(k, v, -1, math.MaxInt64) }},
 		{name: "enforceConnections", fn: func(k, v *yaml.Node) { l.EnforceConnections, _ = p.bool(k, v) }},
 		{name: "burstBytes", fn: func(k, v *yaml.Node) {
-			l.BurstBytes, _ = parse(p, k, v, "a byte count", parseBytes)
+			l.BurstBytes, _ = parse(p, k, v, "a byte count", ParseBytes)
 			burstAt = k
 		}},
 	})
@@ -408,7 +408,7 @@ func (p *yparser) httpOptions(o *policy.HTTPOptions, v *yaml.Node) {
 	p.mapping(v, "http", []field{
 		{name: "headerTimeout", fn: dur(&o.HeaderTimeout)},
 		{name: "maxHeaderBytes", fn: func(k, v *yaml.Node) {
-			n, _ := parse(p, k, v, "a size in bytes", parseBytes)
+			n, _ := parse(p, k, v, "a size in bytes", ParseBytes)
 			if n < 256 || n > 1<<20 {
 				p.errf(v, "maxHeaderBytes: %d is out of range 256..1MiB", n)
 				return

@@ -36,6 +36,7 @@ import (
 	"weir/cmd/weir/api"
 	"weir/cmd/weir/internal/admit"
 	"weir/cmd/weir/internal/cluster"
+	"weir/cmd/weir/internal/health"
 	"weir/cmd/weir/internal/obs"
 	"weir/cmd/weir/internal/status"
 	"weir/datapath"
@@ -122,7 +123,6 @@ type Appliance struct {
 	engine *datapath.Engine
 	stack  *netstack.Stack
 	front  *netstack.NIC
-	backs  []*netstack.NIC
 	nics   []nicEntry // every NIC, front ones first, with its device
 	fwd    *netstack.Forwarder
 
@@ -244,7 +244,6 @@ func New(opts Options) (*Appliance, error) {
 			a.stack.Close()
 			return nil, fmt.Errorf("back arm %s: %w", name, err)
 		}
-		a.backs = append(a.backs, nic)
 		a.nics = append(a.nics, nicEntry{name: name, back: true, nic: nic, dev: arm.Device})
 		if arm.Device == nil {
 			// An arm through the front device shares the front NIC's
@@ -364,27 +363,31 @@ func (a *Appliance) syncCheckers() {
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		a.checks[name] = cancel
-		c := &balancer.Checker{Balancer: b, Dial: a.checkDial, Now: a.now}
+		c := &health.Checker{Plan: a.healthPlan(name), Report: func(target string, ok bool, now time.Time) { b.ReportHealth(target, ok, now) }, Now: a.now}
 		a.wg.Go(func() { c.Loop(ctx) })
 	}
 }
 
-// checkDial connects a health check to a target the way its connections
-// go: through the back arm for `via: netstack` targets, else a host socket.
-func (a *Appliance) checkDial(ctx context.Context, network, address string) (net.Conn, error) {
-	ap, err := netip.ParseAddrPort(address)
-	if err != nil {
-		return nil, err
-	}
-	for _, vs := range a.cfg.Load().Services {
-		for _, t := range vs.Targets {
-			if t.DialAddr(ap.Port()) == ap && t.Via == policy.DialNetstack {
-				return a.stack.DialTCP(ctx, netip.AddrPort{}, ap)
+// healthPlan returns the health checks of service name in the current
+// config; each target is dialed the way its connections go: through the
+// back arm for `via: netstack` targets, else a host socket.
+func (a *Appliance) healthPlan(name string) func() health.Plan {
+	dial := func(v policy.DialVia) health.DialFunc {
+		if v == policy.DialNetstack {
+			return func(ctx context.Context, addr netip.AddrPort) (net.Conn, error) {
+				return a.stack.DialTCP(ctx, netip.AddrPort{}, addr)
 			}
 		}
+		return health.HostDial
 	}
-	var d net.Dialer
-	return d.DialContext(ctx, network, address)
+	return func() health.Plan {
+		cfg := a.cfg.Load()
+		vs := cfg.ServiceByName(name)
+		if vs == nil {
+			return health.Plan{}
+		}
+		return health.Plan{Settings: cfg.Balancer.Health, Targets: health.ServiceTargets(vs, dial)}
+	}
 }
 
 // Reload swaps in a new configuration: limits, balancers (counts and

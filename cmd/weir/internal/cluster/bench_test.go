@@ -76,7 +76,7 @@ func BenchmarkAdmit(b *testing.B) {
 						b.Error("refused")
 						return
 					}
-					l, err := bal.Pick(now, 1)
+					l, err := bal.PickAction(now, 1, nil, nil)
 					if err != nil {
 						b.Error(err)
 						return

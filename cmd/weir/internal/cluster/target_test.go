@@ -118,7 +118,7 @@ func TestTargetLimitClusterWide(t *testing.T) {
 						return
 					default:
 					}
-					l, err := n.b.Pick(time.Now(), i<<8|uint64(g))
+					l, err := n.b.PickAction(time.Now(), i<<8|uint64(g), nil, nil)
 					if err != nil {
 						time.Sleep(time.Millisecond)
 						continue
@@ -156,7 +156,7 @@ func TestTargetLimitClusterWide(t *testing.T) {
 	var refusal string
 	for _, n := range nodes {
 		n.b.SetCapacity("app", 0)
-		if _, err := n.b.Pick(time.Now(), 1); err != nil {
+		if _, err := n.b.PickAction(time.Now(), 1, nil, nil); err != nil {
 			refusal = err.Error()
 		}
 	}
