@@ -128,21 +128,6 @@ type httpConn struct {
 // serveHTTP runs an http client connection in serve's goroutine.
 func (f *Forwarder) serveHTTP(req *ConnRequest, client *Conn, ha HTTPAdmitter, t policy.Timeouts, pendingDone func()) {
 	o := req.Service.HTTP
-	if o.MaxHeaderBytes <= 0 { // a VirtualServer not compiled
-		o.MaxHeaderBytes = policy.DefaultMaxHeaderBytes
-	}
-	if o.HeaderTimeout <= 0 {
-		o.HeaderTimeout = policy.DefaultHeaderTimeout
-	}
-	if o.KeepAliveIdle <= 0 {
-		o.KeepAliveIdle = policy.DefaultKeepAliveIdle
-	}
-	if o.BackendIdle <= 0 {
-		o.BackendIdle = policy.DefaultBackendIdle
-	}
-	if o.MaxIdlePerTarget <= 0 {
-		o.MaxIdlePerTarget = policy.DefaultMaxIdlePerTarget
-	}
 	d, release := ha.AdmitClient(req)
 	pendingDone()
 	if d.Verdict != Accept {

@@ -297,7 +297,7 @@ func (f *Forwarder) observe(c *connEntry, now time.Time) (cl, tg LegCounters, dt
 // finish takes a closing connection's final statistics, adds its last deltas
 // to the sampler and removes it from the registry.
 func (f *Forwarder) finish(c *connEntry) ConnStats {
-	now := time.Now()
+	now := f.now()
 	f.sampleMu.Lock()
 	prev := c.last
 	if c.finished { // an http target connection Close aborted first
@@ -353,7 +353,7 @@ func (f *Forwarder) Conns() []ConnStats {
 		list = append(list, c)
 	}
 	f.mu.Unlock()
-	now := time.Now()
+	now := f.now()
 	out := make([]ConnStats, 0, len(list))
 	f.sampleMu.Lock()
 	for _, c := range list {
@@ -376,7 +376,7 @@ func (f *Forwarder) Sample() Sample {
 	}
 	f.mu.Unlock()
 
-	now := time.Now()
+	now := f.now()
 	f.sampleMu.Lock()
 	defer f.sampleMu.Unlock()
 	start := f.sampler.last

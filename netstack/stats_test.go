@@ -32,7 +32,8 @@ func TestSampleDeltas(t *testing.T) {
 		}
 		return Decision{Verdict: Accept, Target: target, Action: a}
 	}}
-	r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: services(vs), Admitter: adm}})
+	clock := newManualClock()
+	r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: services(vs), Admitter: adm, Now: clock.Now}})
 	c1 := dial(t, r.client, netip.AddrPortFrom(vipV4, 80))
 	defer c1.Close()
 	c2 := dial(t, r.client, netip.AddrPortFrom(vipV4, 81))
@@ -53,7 +54,7 @@ func TestSampleDeltas(t *testing.T) {
 	for _, n := range []int{10_000, 30_000} {
 		echo(c1, n)
 		echo(c2, n)
-		time.Sleep(50 * time.Millisecond)
+		clock.Advance(time.Second)
 		s := r.fwd.Sample()
 		if len(s.Targets) != 1 || len(s.TargetActions) != 2 {
 			t.Fatalf("sample %+v", s)
@@ -68,6 +69,9 @@ func TestSampleDeltas(t *testing.T) {
 		}
 		bronze, gold := s.TargetActions[0], s.TargetActions[1]
 		interval := s.End.Sub(s.Start)
+		if interval != time.Second {
+			t.Errorf("interval %v, want the clock's 1s", interval)
+		}
 		if gold.Action != "gold" || gold.Active != 1 || gold.Bytes != 2*uint64(n) {
 			t.Errorf("gold %+v: want 1 connection, %d bytes", gold, 2*n)
 		}
@@ -118,7 +122,8 @@ func TestSampleWaiting(t *testing.T) {
 		}
 		return Decision{Verdict: Accept, Target: target, Action: a}
 	}}
-	r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: services(vs), Admitter: adm}})
+	clock := newManualClock()
+	r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: services(vs), Admitter: adm, Now: clock.Now}})
 	c1 := dial(t, r.client, netip.AddrPortFrom(vipV4, 80))
 	defer c1.Close()
 	c2 := dial(t, r.client, netip.AddrPortFrom(vipV4, 81))
@@ -139,14 +144,19 @@ func TestSampleWaiting(t *testing.T) {
 		if _, err := io.ReadFull(c1, buf); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(20 * time.Millisecond)
+		clock.Advance(20 * time.Millisecond)
 	}
 	s := r.fwd.Sample()
+	if iv := s.End.Sub(s.Start); iv != 600*time.Millisecond {
+		t.Errorf("interval %v, want the clock's 600ms", iv)
+	}
 	if len(s.TargetActions) != 2 {
 		t.Fatalf("sample %+v", s)
 	}
 	id, st := s.TargetActions[0], s.TargetActions[1]
-	if st.Action != "stream" || st.Waiting != 1 || st.WaitingBytes != st.Bytes || st.WaitingTime <= 0 {
+	// Reads every 20 ms of the clock: 29 gaps of 20 ms credited (the
+	// first read has none), 580 of the interval's 600 ms.
+	if st.Action != "stream" || st.Waiting != 1 || st.WaitingBytes != st.Bytes || st.WaitingTime != 580*time.Millisecond {
 		t.Errorf("streaming connection: %+v, want 1 waiting with all its bytes", st)
 	}
 	if id.Action != "idle" || id.Waiting != 0 || id.Bytes != 20 {
