@@ -70,6 +70,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/transport/udp"
 	"gvisor.dev/gvisor/pkg/waiter"
 
+	"weir/netstack/proxy"
 	"weir/policy"
 )
 
@@ -411,8 +412,8 @@ type Forwarder struct {
 	stop context.CancelFunc
 
 	nextID  atomic.Uint64
-	bufPool sync.Pool // *[]byte of BufferSize
-	workers warmPool  // serve and splice goroutines, reused (warm.go)
+	bufPool sync.Pool       // *[]byte of BufferSize
+	workers *proxy.WarmPool // serve and splice goroutines, reused
 
 	mu      sync.Mutex
 	closed  bool                                                      // protected by mu
@@ -470,7 +471,7 @@ func NewForwarder(s *Stack, opts ForwarderOptions) *Forwarder {
 		return &b
 	}
 	f.tw.init()
-	f.workers.init(defaultWarmIdle)
+	f.workers = proxy.NewWarmPool(proxy.DefaultWarmIdle)
 	f.sampler.init(f.now())
 	f.fwd = tcp.NewForwarder(s.s, 0, opts.MaxInFlight, f.handle)
 	s.s.SetTransportProtocolHandler(tcp.ProtocolNumber, f.fwd.HandlePacket)
@@ -558,7 +559,7 @@ func (f *Forwarder) Close() error {
 	f.mu.Unlock()
 	f.wg.Wait()
 	f.pool.closeAll(f)
-	f.workers.close()
+	f.workers.Close()
 	f.s.setSYNHook(nil)
 	return nil
 }

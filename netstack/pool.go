@@ -21,6 +21,7 @@ import (
 	"sync"
 	"time"
 
+	"weir/netstack/proxy"
 	"weir/policy"
 )
 
@@ -211,8 +212,8 @@ type meteredLeg struct {
 	e   *connEntry
 	now func() time.Time // the forwarder's clock
 	// rd and wr meter each direction's reads for streamNs, as each splice
-	// half does (see streamMeter); one reader and one writer at a time.
-	rd, wr streamMeter
+	// half does (see proxy.StreamMeter); one reader and one writer at a time.
+	rd, wr proxy.StreamMeter
 }
 
 func (m *meteredLeg) Read(b []byte) (int, error) {
@@ -233,9 +234,9 @@ func (m *meteredLeg) Write(b []byte) (int, error) {
 	return n, err
 }
 
-func (m *meteredLeg) moved(sm *streamMeter, n int) {
+func (m *meteredLeg) moved(sm *proxy.StreamMeter, n int) {
 	now := m.now().UnixNano()
-	if cr := sm.read(now, now-m.e.lastIO.Swap(now), n); cr > 0 {
+	if cr := sm.Read(now, now-m.e.lastIO.Swap(now), n); cr > 0 {
 		m.e.streamNs.Add(cr)
 	}
 }

@@ -37,6 +37,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"weir/netstack/proxy"
 	"weir/policy"
 )
 
@@ -59,7 +60,7 @@ type connEntry struct {
 	toClient atomic.Uint64 // bytes read from the target and written to the client
 	lastIO   atomic.Int64  // unix nanoseconds of the last byte moved
 	// streamNs is a raw counter: the nanoseconds during which data kept
-	// streaming, in either direction (what each half's streamMeter
+	// streaming, in either direction (what each half's proxy.StreamMeter
 	// credits); the sampler reads it to tell a connection whose sender
 	// had data waiting from an idle or interactive one (AggSample.Waiting).
 	streamNs atomic.Int64
@@ -311,7 +312,7 @@ func (f *Forwarder) copyHalf(c *connEntry, dst, src Leg, n *atomic.Uint64, first
 	var bp *[]byte
 	defer func() { f.returnBuffer(bp) }()
 	toClient := dst == Leg(c.client)
-	var sm streamMeter // this half's reads, for streamNs
+	var sm proxy.StreamMeter // this half's reads, for streamNs
 	ls, lending := src.(lendingLeg)
 	for {
 		hook("splice")
@@ -329,7 +330,7 @@ func (f *Forwarder) copyHalf(c *connEntry, dst, src Leg, n *atomic.Uint64, first
 				return
 			}
 			now := f.now().UnixNano()
-			if cr := sm.read(now, now-c.lastIO.Swap(now), nr); cr > 0 {
+			if cr := sm.Read(now, now-c.lastIO.Swap(now), nr); cr > 0 {
 				c.streamNs.Add(cr)
 			}
 			nw, ew := dst.Write(buf[:nr])
