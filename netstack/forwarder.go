@@ -79,10 +79,14 @@ import (
 // policy.Timeouts, which policy.Compile fills: netstack applies no policy
 // default of its own.
 const (
-	DefaultMaxInFlight = 1024            // tcp.Forwarder path, all VIPs together
-	DefaultBufferSize  = 32 << 10        // splice buffer per direction, bytes
-	DefaultRetryAfter  = 5 * time.Second // the 503's Retry-After
+	DefaultMaxInFlight = 1024     // tcp.Forwarder path, all VIPs together
+	DefaultBufferSize  = 32 << 10 // splice buffer per direction, bytes
 )
+
+// pageOf is the 503 page for a refusal.
+func pageOf(d Decision) proxy.Page503 {
+	return proxy.Page503{Limit: d.Limit, Value: d.Value, Reason: d.Reason, RetryAfter: d.RetryAfter}
+}
 
 // MaxListenPorts is the widest port range per VIP that gets listening
 // endpoints (and so SYN cookies); wider services take the tcp.Forwarder
@@ -164,7 +168,7 @@ type Decision struct {
 	Limit  string
 	Value  int64
 	Reason string
-	// RetryAfter is the 503's Retry-After; zero means DefaultRetryAfter.
+	// RetryAfter is the 503's Retry-After; zero means proxy.DefaultRetryAfter.
 	RetryAfter time.Duration
 }
 
@@ -729,7 +733,7 @@ func (f *Forwarder) serve(reqp **ConnRequest, client *Conn, vip netip.AddrPort) 
 	switch {
 	case d.Verdict == Refuse503 && isHTTP:
 		f.refused503.Add(1)
-		line, n := f.serve503(client, d, t.RequestRead)
+		line, n := proxy.Serve503(client, pageOf(d), t.RequestRead)
 		end.Refusal = Refusal{Status: 503, RequestLine: line, Bytes: n}
 		report(RefusedPage, d, nil)
 		return

@@ -2,7 +2,6 @@ package netstack
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -172,22 +171,6 @@ func TestRefusals(t *testing.T) {
 	}
 	if n := adm.refusalCount(); n != 4 {
 		t.Errorf("%d refusals reported, want 4 (2 RST, 2 pages)", n)
-	}
-}
-
-func TestFirstLine(t *testing.T) {
-	for in, want := range map[string]string{
-		"GET / HTTP/1.1\r\nHost: x\r\n\r\n": "GET / HTTP/1.1",
-		"GET /a\x00b HTTP/1.0\n":            "GET /a?b HTTP/1.0",
-		"":                                  "",
-		"no line end":                       "no line end",
-	} {
-		if got := firstLine([]byte(in)); got != want {
-			t.Errorf("firstLine(%q) = %q, want %q", in, got, want)
-		}
-	}
-	if got := firstLine(bytes.Repeat([]byte("a"), 5000)); len(got) != maxRequestLine {
-		t.Errorf("long line kept %d bytes", len(got))
 	}
 }
 

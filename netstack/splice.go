@@ -291,7 +291,7 @@ func (f *Forwarder) copyToClient(c *connEntry, d Decision, http bool, write time
 	if http && c.toClient.Load() == 0 {
 		d.Limit, d.Value, d.Reason = "firstByte", 0, "the target sent no response in time"
 		_ = c.client.SetWriteDeadline(time.Now().Add(write))
-		if _, err := c.client.Write(page503(d)); err == nil {
+		if _, err := c.client.Write(pageOf(d).Render("close")); err == nil {
 			c.clientDone(clientSndClosed)
 			_ = c.client.CloseWrite()
 		}
