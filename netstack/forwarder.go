@@ -335,8 +335,8 @@ type ForwarderOptions struct {
 	BufferSize int
 	// Segments gives the datapath's passive measurement of a gVisor target
 	// leg (see direction.go); nil means those legs have no per-direction
-	// counts (DirNone).
-	Segments SegmentsFunc
+	// counts (proxy.DirNone).
+	Segments proxy.SegmentsFunc
 	// Now is the clock of the per-connection samples and the streaming
 	// meter (ConnStats.Start, Throughput, Sample's intervals, the
 	// streaming time of AggSample.Waiting) and of the idle watchdog's

@@ -4,6 +4,8 @@ import (
 	"net/netip"
 	"sort"
 	"time"
+
+	"weir/netstack/proxy"
 )
 
 // LegStats are one leg's counters plus the bytes weir moved on it.
@@ -36,8 +38,8 @@ type sampleState struct {
 	client, target LegCounters
 	toClient       uint64
 	toTarget       uint64
-	from, to       DirCounters // the target leg's directions (see direction.go)
-	stream         int64       // connEntry.streamNs
+	from, to       proxy.DirCounters // the target leg's directions (see direction.go)
+	stream         int64             // connEntry.streamNs
 }
 
 // delta is the activity of one connection's target leg in a sampling
@@ -45,7 +47,7 @@ type sampleState struct {
 type delta struct {
 	segsSent, retrans, timeouts uint64
 	bytes                       uint64 // both directions
-	from, to                    DirCounters
+	from, to                    proxy.DirCounters
 	// waiting: data streamed for at least half the time since the last
 	// observation, elapsed (see AggSample.Waiting); stream is that
 	// streaming time.
@@ -87,7 +89,7 @@ type AggSample struct {
 	// "outbound traffic being serviced by the target servers") and those
 	// weir sent it. Pure ACKs never count. See direction.go for how each
 	// kind of leg is measured; Source is the weakest of the connections'.
-	FromTarget, ToTarget DirCounters
+	FromTarget, ToTarget proxy.DirCounters
 	// Waiting counts the connections that had data waiting to be sent
 	// during the interval, and WaitingBytes their payload bytes. A
 	// connection counts when data kept streaming through it (see
@@ -114,8 +116,8 @@ func (a *AggSample) add(d delta) {
 	a.Retransmits += d.retrans
 	a.Timeouts += d.timeouts
 	a.Bytes += d.bytes
-	a.FromTarget.add(d.from)
-	a.ToTarget.add(d.to)
+	a.FromTarget.Add(d.from)
+	a.ToTarget.Add(d.to)
 	if d.waiting {
 		a.Waiting++
 		a.WaitingBytes += d.bytes
@@ -201,8 +203,8 @@ func (f *Forwarder) observe(c *connEntry, now time.Time) (cl, tg LegCounters, dt
 		retrans:  sub(tg.Retransmits, c.last.target.Retransmits),
 		timeouts: sub(tg.Timeouts, c.last.target.Timeouts),
 		bytes:    sub(toC, c.last.toClient) + sub(toT, c.last.toTarget),
-		from:     subDir(from, c.last.from),
-		to:       subDir(to, c.last.to),
+		from:     proxy.SubDir(from, c.last.from),
+		to:       proxy.SubDir(to, c.last.to),
 	}
 	stream := c.streamNs.Load()
 	if el := now.Sub(c.last.at); el > 0 {

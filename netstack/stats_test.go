@@ -51,9 +51,12 @@ func TestSampleDeltas(t *testing.T) {
 		}
 	}
 	r.fwd.Sample() // the intervals start now
+	total := uint64(0)
 	for _, n := range []int{10_000, 30_000} {
 		echo(c1, n)
 		echo(c2, n)
+		total += uint64(n)
+		settled(t, r.fwd, total, total)
 		clock.Advance(time.Second)
 		s := r.fwd.Sample()
 		if len(s.Targets) != 1 || len(s.TargetActions) != 2 {
@@ -105,6 +108,30 @@ func TestSampleDeltas(t *testing.T) {
 	}
 }
 
+// settled waits until the splice has counted every byte the test's
+// clients got back: a client may read an echo before its splice half adds
+// the write to its counters. Each of the two open connections must have
+// sent its client one of the totals.
+func settled(t *testing.T, f *Forwarder, a, b uint64) {
+	t.Helper()
+	testutil.Eventually(t, 10*time.Second, func() bool {
+		cs := f.Conns()
+		if len(cs) != 2 {
+			return false
+		}
+		got := map[uint64]int{}
+		for _, c := range cs {
+			if c.ClientLeg.BytesSent != c.ClientLeg.BytesReceived {
+				return false
+			}
+			got[c.ClientLeg.BytesSent]++
+		}
+		want := map[uint64]int{a: 1}
+		want[b]++
+		return got[a] == want[a] && got[b] == want[b]
+	}, "every echoed byte counted (%d and %d B): %+v", a, b, f.Conns())
+}
+
 // TestSampleWaiting: a connection whose data keeps coming (1000 B every
 // 20 ms, well above proxy.StreamRate, for most of the interval) counts as having had data
 // waiting; an idle one that sent a few bytes once does not, so MinRate
@@ -146,6 +173,7 @@ func TestSampleWaiting(t *testing.T) {
 		}
 		clock.Advance(20 * time.Millisecond)
 	}
+	settled(t, r.fwd, 30_000, 10)
 	s := r.fwd.Sample()
 	if iv := s.End.Sub(s.Start); iv != 600*time.Millisecond {
 		t.Errorf("interval %v, want the clock's 600ms", iv)
