@@ -18,6 +18,7 @@ import (
 	"weir/datapath"
 	"weir/datapath/fault"
 	"weir/internal/testutil"
+	"weir/netstack/proxy"
 	"weir/policy"
 )
 
@@ -312,12 +313,9 @@ func TestNoLeak(t *testing.T) {
 	// Each spliced connection runs two goroutines; all must be gone but
 	// the warm ones parked for the next connections (warm.go), at most
 	// defaultWarmIdle.
-	goleak.VerifyNone(t, before, goleak.IgnoreTopFunction("weir/netstack.(*warmPool).workLoop"))
-	r.fwd.workers.mu.Lock()
-	parked := r.fwd.workers.idle
-	r.fwd.workers.mu.Unlock()
-	if parked > defaultWarmIdle {
-		t.Errorf("%d goroutines parked, want at most %d", parked, defaultWarmIdle)
+	goleak.VerifyNone(t, before, goleak.IgnoreTopFunction("weir/netstack/proxy.(*WarmPool).workLoop"))
+	if parked := r.fwd.workers.Idle(); parked > proxy.DefaultWarmIdle {
+		t.Errorf("%d goroutines parked, want at most %d", parked, proxy.DefaultWarmIdle)
 	}
 	st := r.fwd.Stats()
 	if st.Open != 0 || st.Pending != 0 || len(r.fwd.Conns()) != 0 {

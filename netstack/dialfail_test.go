@@ -140,9 +140,10 @@ func TestDialFailure(t *testing.T) {
 func TestIdleTimeout(t *testing.T) {
 	live, stop := echoServer(t, "tcp4", "127.0.0.1:0")
 	defer stop()
-	vs := &policy.VirtualServer{Name: "echo", VIPs: []netip.Addr{vipV4}, Ports: policy.PortRange{Lo: 80, Hi: 80}}
+	vs := &policy.VirtualServer{Name: "echo", VIPs: []netip.Addr{vipV4}, Ports: policy.PortRange{Lo: 80, Hi: 80},
+		Timeouts: policy.Timeouts{Idle: 300 * time.Millisecond}}
 	adm := &testAdmitter{target: &policy.Target{Name: "t", Addr: live}}
-	r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: services(vs), Admitter: adm, IdleTimeout: 300 * time.Millisecond}})
+	r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: services(vs), Admitter: adm}})
 
 	idle := dial(t, r.client, netip.AddrPortFrom(vipV4, 80))
 	defer idle.Close()

@@ -42,20 +42,23 @@ func ExampleNewForwarder() {
 	}()
 
 	vip := netip.MustParseAddrPort("198.19.0.80:80")
-	vs := &policy.VirtualServer{Name: "echo", VIPs: []netip.Addr{vip.Addr()}, Ports: policy.PortRange{Lo: 80, Hi: 80}}
-	target := &policy.Target{Name: "echo-1", Addr: echo.Addr().(*net.TCPAddr).AddrPort()}
+	target := &policy.Target{Name: "echo-1", Addr: echo.Addr().(*net.TCPAddr).AddrPort(), Weight: 1}
+	// Compile fills the virtual server's timeouts the forwarder uses.
+	cfg, err := policy.Compile(&policy.Config{Services: []*policy.VirtualServer{{
+		Name: "echo", VIPs: []netip.Addr{vip.Addr()}, Ports: policy.PortRange{Lo: 80, Hi: 80},
+		Targets: []*policy.Target{target},
+	}}})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 
 	weirEnd, clientEnd := datapath.NewPipe(datapath.PipeOptions{})
 	weir, _ := netstack.New(netstack.Options{})
 	defer weir.Close()
 	weir.AddNIC(weirEnd, netstack.NICOptions{Promiscuous: true})
 	fwd := netstack.NewForwarder(weir, netstack.ForwarderOptions{
-		Services: func(a netip.Addr, p uint16) *policy.VirtualServer {
-			if a == vip.Addr() && p == vip.Port() {
-				return vs
-			}
-			return nil
-		},
+		Services: cfg.Service,
 		Admitter: acceptAll{target},
 	})
 	defer fwd.Close()

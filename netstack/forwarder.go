@@ -70,23 +70,23 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/transport/udp"
 	"gvisor.dev/gvisor/pkg/waiter"
 
+	"weir/netstack/proxy"
 	"weir/policy"
 )
 
-// Defaults applied where a ForwarderOptions field is zero: policy's
-// defaults (policy.Compile fills every virtual server's Timeouts with them,
-// so they matter only for a VirtualServer built by hand).
+// Transport defaults applied where a ForwarderOptions field is zero. The
+// timeouts and bounds of a connection are its virtual server's
+// policy.Timeouts, which policy.Compile fills: netstack applies no policy
+// default of its own.
 const (
-	DefaultMaxInFlight      = 1024                             // tcp.Forwarder path, all VIPs together
-	DefaultInFlightPerVIP   = policy.DefaultInFlightPerVIP     // half-open handshakes per VIP and port
-	DefaultHandshakeTimeout = policy.DefaultHandshakeTimeout   // client handshake, SYN-ACK to final ACK
-	DefaultDialTimeout      = policy.DefaultConnectTimeout     // one dial to a target
-	DefaultFirstByteTimeout = policy.DefaultFirstByteTimeout   // target's first byte after the client's first
-	DefaultIdleTimeout      = policy.DefaultIdleTimeout        // no byte either way
-	DefaultBufferSize       = 32 << 10                         // splice buffer per direction, bytes
-	DefaultRequestTimeout   = policy.DefaultRequestReadTimeout // reading a refused HTTP request
-	DefaultRetryAfter       = 5 * time.Second                  // the 503's Retry-After
+	DefaultMaxInFlight = 1024     // tcp.Forwarder path, all VIPs together
+	DefaultBufferSize  = 32 << 10 // splice buffer per direction, bytes
 )
+
+// pageOf is the 503 page for a refusal.
+func pageOf(d Decision) proxy.Page503 {
+	return proxy.Page503{Limit: d.Limit, Value: d.Value, Reason: d.Reason, RetryAfter: d.RetryAfter}
+}
 
 // MaxListenPorts is the widest port range per VIP that gets listening
 // endpoints (and so SYN cookies); wider services take the tcp.Forwarder
@@ -168,7 +168,7 @@ type Decision struct {
 	Limit  string
 	Value  int64
 	Reason string
-	// RetryAfter is the 503's Retry-After; zero means DefaultRetryAfter.
+	// RetryAfter is the 503's Retry-After; zero means proxy.DefaultRetryAfter.
 	RetryAfter time.Duration
 }
 
@@ -314,7 +314,8 @@ type Refusal struct {
 type ForwarderOptions struct {
 	// Services finds the virtual server for an address and port, or nil.
 	// It must not allocate or block (policy.Config.Service does neither).
-	// Nil means there is none.
+	// Nil means there is none. The virtual servers it returns are
+	// compiled (policy.Compile): their Timeouts are used as they are.
 	Services func(addr netip.Addr, port uint16) *policy.VirtualServer
 	// Admitter decides about each connection to a virtual server; nil
 	// refuses every one with RST.
@@ -329,35 +330,19 @@ type ForwarderOptions struct {
 	// and counted. Zero means DefaultMaxInFlight.
 	MaxInFlight int
 
-	// The timeouts and bounds below apply where the connection's virtual
-	// server leaves its policy.Timeouts field zero (policy.Compile never
-	// does); zero here means the Default… constant.
-
-	// InFlightPerVIP bounds the half-open handshakes of one VIP and port
-	// (a listener's SYN backlog; beyond it, SYN cookies) and, on the
-	// tcp.Forwarder path, of one VIP (beyond it, SYNs are dropped).
-	InFlightPerVIP int
-	// HandshakeTimeout aborts a client handshake on the tcp.Forwarder path
-	// that has not completed, and frees its slot (gVisor alone would hold
-	// it about two minutes).
-	HandshakeTimeout time.Duration
-	// DialTimeout bounds one dial to a target.
-	DialTimeout time.Duration
-	// FirstByteTimeout bounds the wait for the target's first byte after
-	// the client's first; negative means no bound.
-	FirstByteTimeout time.Duration
-	// IdleTimeout closes a connection with no byte in either direction for
-	// this long; negative means never.
-	IdleTimeout time.Duration
 	// BufferSize is the splice buffer per direction, in bytes; zero means
 	// DefaultBufferSize.
 	BufferSize int
-	// RequestTimeout bounds reading an HTTP request before a 503 answer.
-	RequestTimeout time.Duration
 	// Segments gives the datapath's passive measurement of a gVisor target
 	// leg (see direction.go); nil means those legs have no per-direction
-	// counts (DirNone).
-	Segments SegmentsFunc
+	// counts (proxy.DirNone).
+	Segments proxy.SegmentsFunc
+	// Now is the clock of the per-connection samples and the streaming
+	// meter (ConnStats.Start, Throughput, Sample's intervals, the
+	// streaming time of AggSample.Waiting) and of the idle watchdog's
+	// reckoning; nil means time.Now. Deadlines on the legs and the
+	// timers' own waits stay on the wall clock.
+	Now func() time.Time
 	// OnPanic, if set, hears of each panic recovered in a connection's
 	// goroutines: the connection (ID 0 before admission), the value and
 	// the stack. It is called once per panic, from that goroutine, and must
@@ -375,26 +360,11 @@ func (o ForwarderOptions) withDefaults() ForwarderOptions {
 	if o.MaxInFlight <= 0 {
 		o.MaxInFlight = DefaultMaxInFlight
 	}
-	if o.InFlightPerVIP <= 0 {
-		o.InFlightPerVIP = DefaultInFlightPerVIP
-	}
-	if o.FirstByteTimeout == 0 {
-		o.FirstByteTimeout = DefaultFirstByteTimeout
-	}
-	if o.HandshakeTimeout <= 0 {
-		o.HandshakeTimeout = DefaultHandshakeTimeout
-	}
-	if o.DialTimeout <= 0 {
-		o.DialTimeout = DefaultDialTimeout
-	}
-	if o.IdleTimeout == 0 {
-		o.IdleTimeout = DefaultIdleTimeout
-	}
 	if o.BufferSize <= 0 {
 		o.BufferSize = DefaultBufferSize
 	}
-	if o.RequestTimeout <= 0 {
-		o.RequestTimeout = DefaultRequestTimeout
+	if o.Now == nil {
+		o.Now = time.Now
 	}
 	return o
 }
@@ -446,8 +416,8 @@ type Forwarder struct {
 	stop context.CancelFunc
 
 	nextID  atomic.Uint64
-	bufPool sync.Pool // *[]byte of BufferSize
-	workers warmPool  // serve and splice goroutines, reused (warm.go)
+	bufPool sync.Pool       // *[]byte of BufferSize
+	workers *proxy.WarmPool // serve and splice goroutines, reused
 
 	mu      sync.Mutex
 	closed  bool                                                      // protected by mu
@@ -505,8 +475,8 @@ func NewForwarder(s *Stack, opts ForwarderOptions) *Forwarder {
 		return &b
 	}
 	f.tw.init()
-	f.workers.init(defaultWarmIdle)
-	f.sampler.init(time.Now())
+	f.workers = proxy.NewWarmPool(proxy.DefaultWarmIdle)
+	f.sampler.init(f.now())
 	f.fwd = tcp.NewForwarder(s.s, 0, opts.MaxInFlight, f.handle)
 	s.s.SetTransportProtocolHandler(tcp.ProtocolNumber, f.fwd.HandlePacket)
 	// Returning false lets the stack answer with ICMP port unreachable.
@@ -515,6 +485,9 @@ func NewForwarder(s *Stack, opts ForwarderOptions) *Forwarder {
 	s.setSYNHook(&hook)
 	return f
 }
+
+// now reads the forwarder's clock (ForwarderOptions.Now).
+func (f *Forwarder) now() time.Time { return f.opts.Now() }
 
 // Stats returns the forwarder's counters.
 func (f *Forwarder) Stats() ForwarderStats {
@@ -590,7 +563,7 @@ func (f *Forwarder) Close() error {
 	f.mu.Unlock()
 	f.wg.Wait()
 	f.pool.closeAll(f)
-	f.workers.close()
+	f.workers.Close()
 	f.s.setSYNHook(nil)
 	return nil
 }
@@ -622,7 +595,7 @@ func (f *Forwarder) handle(r *tcp.ForwarderRequest) {
 		r.Complete(true)
 		return
 	}
-	t := f.timeouts(vs)
+	t := vs.Timeouts
 	if !f.vipEnter(vip.Addr(), t.InFlightPerVIP) {
 		// Dropped, not reset: the client retries its SYN, as after a
 		// full listen backlog.
@@ -660,28 +633,6 @@ func (f *Forwarder) vipLeave(vip netip.Addr) {
 	}
 }
 
-// timeouts returns vs's timeouts, each zero field (a VirtualServer not
-// compiled) taken from the forwarder's options.
-func (f *Forwarder) timeouts(vs *policy.VirtualServer) policy.Timeouts {
-	t := vs.Timeouts
-	o := &f.opts
-	pick := func(v, def time.Duration) time.Duration {
-		if v == 0 {
-			return def
-		}
-		return v
-	}
-	t.Handshake = pick(t.Handshake, o.HandshakeTimeout)
-	t.Connect = pick(t.Connect, o.DialTimeout)
-	t.FirstByte = pick(t.FirstByte, o.FirstByteTimeout)
-	t.Idle = pick(t.Idle, o.IdleTimeout)
-	t.RequestRead = pick(t.RequestRead, o.RequestTimeout)
-	if t.InFlightPerVIP <= 0 {
-		t.InFlightPerVIP = o.InFlightPerVIP
-	}
-	return t
-}
-
 // serve admits an established client connection, dials its target and
 // splices the two, or refuses it. It runs in the connection's goroutine;
 // Pending has been counted for it and serve uncounts it. *reqp is set as
@@ -712,14 +663,14 @@ func (f *Forwarder) serve(reqp **ConnRequest, client *Conn, vip netip.AddrPort) 
 		client.reset()
 		return
 	}
-	t := f.timeouts(req.Service)
+	t := req.Service.Timeouts
 	var (
 		d      Decision
 		sess   Session
 		target Leg
 		ended  bool
 	)
-	end := End{Stats: ConnStats{ID: req.ID, Client: req.Client, VIP: req.VIP, Service: req.Service.Name, Start: time.Now()}}
+	end := End{Stats: ConnStats{ID: req.ID, Client: req.Client, VIP: req.VIP, Service: req.Service.Name, Start: f.now()}}
 	report := func(o Outcome, d Decision, err error) {
 		if sess == nil || ended {
 			return
@@ -782,7 +733,7 @@ func (f *Forwarder) serve(reqp **ConnRequest, client *Conn, vip netip.AddrPort) 
 	switch {
 	case d.Verdict == Refuse503 && isHTTP:
 		f.refused503.Add(1)
-		line, n := f.serve503(client, d, t.RequestRead)
+		line, n := proxy.Serve503(client, pageOf(d), t.RequestRead)
 		end.Refusal = Refusal{Status: 503, RequestLine: line, Bytes: n}
 		report(RefusedPage, d, nil)
 		return

@@ -52,8 +52,9 @@ func TestSYNFloodCookies(t *testing.T) {
 	taddr, accepts, stop := countingEcho(t)
 	defer stop()
 	other := netip.MustParseAddr("198.19.0.81")
-	vsA := &policy.VirtualServer{Name: "a", VIPs: []netip.Addr{vipV4}, Ports: policy.PortRange{Lo: 80, Hi: 80}}
-	vsB := &policy.VirtualServer{Name: "b", VIPs: []netip.Addr{other}, Ports: policy.PortRange{Lo: 80, Hi: 80}}
+	perVIP := policy.Timeouts{InFlightPerVIP: 16}
+	vsA := &policy.VirtualServer{Name: "a", VIPs: []netip.Addr{vipV4}, Ports: policy.PortRange{Lo: 80, Hi: 80}, Timeouts: perVIP}
+	vsB := &policy.VirtualServer{Name: "b", VIPs: []netip.Addr{other}, Ports: policy.PortRange{Lo: 80, Hi: 80}, Timeouts: perVIP}
 	lookup := func(a netip.Addr, p uint16) *policy.VirtualServer {
 		if s := services(vsA)(a, p); s != nil {
 			return s
@@ -62,7 +63,7 @@ func TestSYNFloodCookies(t *testing.T) {
 	}
 	adm := &testAdmitter{target: &policy.Target{Name: "t", Addr: taddr}}
 	r := newRig(t, rigOptions{
-		fwd:    ForwarderOptions{Services: lookup, Admitter: adm, InFlightPerVIP: 16},
+		fwd:    ForwarderOptions{Services: lookup, Admitter: adm},
 		listen: []*policy.VirtualServer{vsA, vsB},
 	})
 	if st := r.fwd.Stats(); st.Listeners != 2 {

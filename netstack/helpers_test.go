@@ -166,6 +166,17 @@ func newRig(t testing.TB, o rigOptions) *rig {
 	if o.fwd.Services == nil {
 		o.fwd.Services = func(addr netip.Addr, port uint16) *policy.VirtualServer { return nil }
 	}
+	// The forwarder takes a virtual server's Timeouts and HTTP options as
+	// policy.Compile filled them; the tests' hand-built ones get theirs here.
+	inner := o.fwd.Services
+	o.fwd.Services = func(addr netip.Addr, port uint16) *policy.VirtualServer {
+		vs := inner(addr, port)
+		compiled(t, vs)
+		return vs
+	}
+	for _, vs := range o.listen {
+		compiled(t, vs)
+	}
 	r.fwd = NewForwarder(w, o.fwd)
 	t.Cleanup(r.close)
 	if o.listen != nil {
@@ -195,6 +206,34 @@ func (r *rig) close() {
 		r.clientDev.Close()
 	}
 	r.weir.Close()
+}
+
+var (
+	compiledMu   sync.Mutex
+	compiledDone = map[*policy.VirtualServer]bool{} // protected by compiledMu
+)
+
+// compiled fills, once, the zero Timeouts and HTTP options of a virtual
+// server a test built by hand, from what policy.Compile makes of a copy
+// (the one owner of those defaults). Safe from the forwarder's goroutines.
+func compiled(t testing.TB, vs *policy.VirtualServer) {
+	if vs == nil {
+		return
+	}
+	compiledMu.Lock()
+	defer compiledMu.Unlock()
+	if compiledDone[vs] {
+		return
+	}
+	compiledDone[vs] = true
+	c := &policy.VirtualServer{Name: vs.Name, VIPs: vs.VIPs, Ports: vs.Ports, Proto: vs.Proto,
+		Timeouts: vs.Timeouts, HTTP: vs.HTTP, Targets: []*policy.Target{{Name: "t", Addr: netip.MustParseAddrPort("127.0.0.1:1"), Weight: 1}}}
+	cfg, err := policy.Compile(&policy.Config{Services: []*policy.VirtualServer{c}})
+	if err != nil {
+		t.Errorf("compiling %s: %v", vs.Name, err)
+		return
+	}
+	vs.Timeouts, vs.HTTP = cfg.Services[0].Timeouts, cfg.Services[0].HTTP
 }
 
 // services returns a Services func answering for one virtual server.
@@ -286,4 +325,27 @@ func dial(t testing.TB, s *Stack, addr netip.AddrPort) *Conn {
 		t.Fatalf("dial %v: %v", addr, err)
 	}
 	return c
+}
+
+// manualClock is a ForwarderOptions.Now that moves only when the test
+// advances it, so intervals and streaming times are exact.
+type manualClock struct {
+	mu sync.Mutex
+	t  time.Time // protected by mu
+}
+
+func newManualClock() *manualClock {
+	return &manualClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+}
+
+func (c *manualClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *manualClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
 }

@@ -15,7 +15,7 @@ package netstack
 //	    AdmitRequest ──► (Decision, Session): the request counts from here
 //	          refused ──► 503 page naming the limit, on this connection,
 //	                      which stays open (the request's body is read and
-//	                      dropped, up to drainLimit)   End(RefusedPage)
+//	                      dropped, up to proxy.DrainLimit)   End(RefusedPage)
 //	          Accept ──► pooled target connection or a dial (DialFailed as
 //	                      for a splice) ──► request written (hop-by-hop
 //	                      headers dropped, X-Forwarded-For / Forwarded added,
@@ -51,6 +51,7 @@ import (
 	"strings"
 	"time"
 
+	"weir/netstack/proxy"
 	"weir/policy"
 )
 
@@ -79,7 +80,7 @@ type HTTPAdmitter interface {
 type Request struct {
 	Seq    int    // 1 for the connection's first request
 	Method string // as sent
-	Line   string // the request line, printable ASCII (see firstLine)
+	Line   string // the request line, printable ASCII (see proxy.RequestLine)
 	Host   string
 	// Header is the head as parsed, hop-by-hop fields included. Read only.
 	Header http.Header
@@ -128,27 +129,12 @@ type httpConn struct {
 // serveHTTP runs an http client connection in serve's goroutine.
 func (f *Forwarder) serveHTTP(req *ConnRequest, client *Conn, ha HTTPAdmitter, t policy.Timeouts, pendingDone func()) {
 	o := req.Service.HTTP
-	if o.MaxHeaderBytes <= 0 { // a VirtualServer not compiled
-		o.MaxHeaderBytes = policy.DefaultMaxHeaderBytes
-	}
-	if o.HeaderTimeout <= 0 {
-		o.HeaderTimeout = policy.DefaultHeaderTimeout
-	}
-	if o.KeepAliveIdle <= 0 {
-		o.KeepAliveIdle = policy.DefaultKeepAliveIdle
-	}
-	if o.BackendIdle <= 0 {
-		o.BackendIdle = policy.DefaultBackendIdle
-	}
-	if o.MaxIdlePerTarget <= 0 {
-		o.MaxIdlePerTarget = policy.DefaultMaxIdlePerTarget
-	}
 	d, release := ha.AdmitClient(req)
 	pendingDone()
 	if d.Verdict != Accept {
 		if d.Verdict == Refuse503 {
 			f.refused503.Add(1)
-			f.serve503(client, d, t.RequestRead)
+			proxy.Serve503(client, pageOf(d), t.RequestRead)
 		} else {
 			f.refusedRST.Add(1)
 			client.reset()
@@ -178,7 +164,7 @@ func (f *Forwarder) serveHTTP(req *ConnRequest, client *Conn, ha HTTPAdmitter, t
 	}
 	_ = client.CloseWrite()
 	_ = client.SetReadDeadline(time.Now().Add(t.RequestRead))
-	_, _ = io.CopyN(io.Discard, hc.br, drainLimit)
+	_, _ = io.CopyN(io.Discard, hc.br, proxy.DrainLimit)
 	client.Close()
 }
 
@@ -213,10 +199,10 @@ func (hc *httpConn) one() bool {
 			}
 			f.httpBadRequest.Add(1)
 		}
-		hc.badRequest(firstLine(head), status, start)
+		hc.badRequest(proxy.RequestLine(head), status, start)
 		return false
 	}
-	line := firstLine(head)
+	line := proxy.RequestLine(head)
 	if conflictingLength(head) {
 		f.httpBadRequest.Add(1)
 		hc.badRequest(line, http.StatusBadRequest, start)
@@ -351,7 +337,7 @@ func (hc *httpConn) route(in *http.Request, r *Request) (keep bool) {
 		keep = !clientWantsClose && hc.dropBody(in)
 		before := hc.cw.n
 		_ = hc.client.SetWriteDeadline(time.Now().Add(hc.t.RequestRead))
-		_, err := hc.bw.Write(page503For(d, hc.connField(in, keep)))
+		_, err := hc.bw.Write(pageOf(d).Render(hc.connField(in, keep)))
 		if err == nil {
 			err = hc.bw.Flush()
 		}
@@ -381,7 +367,7 @@ func (hc *httpConn) connField(in *http.Request, keep bool) string {
 	return ""
 }
 
-// dropBody reads and discards a refused request's body, up to drainLimit;
+// dropBody reads and discards a refused request's body, up to proxy.DrainLimit;
 // it reports whether the connection can carry another request.
 func (hc *httpConn) dropBody(in *http.Request) bool {
 	if in.Body == nil || in.Body == http.NoBody {
@@ -389,8 +375,8 @@ func (hc *httpConn) dropBody(in *http.Request) bool {
 	}
 	_ = hc.client.SetReadDeadline(time.Now().Add(hc.t.RequestRead))
 	defer hc.client.SetReadDeadline(time.Time{})
-	n, err := io.CopyN(io.Discard, in.Body, drainLimit+1)
-	return n <= drainLimit && errors.Is(err, io.EOF)
+	n, err := io.CopyN(io.Discard, in.Body, proxy.DrainLimit+1)
+	return n <= proxy.DrainLimit && errors.Is(err, io.EOF)
 }
 
 // exchange sends an admitted request to its target and its response to the
@@ -422,7 +408,7 @@ func (hc *httpConn) exchange(in *http.Request, d *Decision, sess Session, re *Re
 			f.requestsRefused.Add(1)
 			keep := !clientWantsClose && hc.dropBody(in)
 			before := hc.cw.n
-			if _, werr := hc.bw.Write(page503For(*d, hc.connField(in, keep))); werr == nil && hc.bw.Flush() == nil {
+			if _, werr := hc.bw.Write(pageOf(*d).Render(hc.connField(in, keep))); werr == nil && hc.bw.Flush() == nil {
 				re.Status = http.StatusServiceUnavailable
 			} else {
 				keep = false
@@ -452,7 +438,7 @@ func (hc *httpConn) exchange(in *http.Request, d *Decision, sess Session, re *Re
 			fd := *d
 			fd.Verdict, fd.Limit, fd.Value, fd.Reason = Refuse503, "firstByte", 0, "the target sent no response in time"
 			before := hc.cw.n
-			if _, werr := hc.bw.Write(page503For(fd, "close")); werr == nil && hc.bw.Flush() == nil {
+			if _, werr := hc.bw.Write(pageOf(fd).Render("close")); werr == nil && hc.bw.Flush() == nil {
 				re.Status = http.StatusServiceUnavailable
 			}
 			re.ResponseBytes = hc.cw.n - before

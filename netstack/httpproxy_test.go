@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"weir/internal/testutil"
+	"weir/netstack/proxy"
 	"weir/policy"
 )
 
@@ -153,7 +154,7 @@ func TestHTTPProxy(t *testing.T) {
 		io.WriteString(c, "0\r\n\r\n")
 		resp, body := read(br)
 		if resp.StatusCode != 200 || !strings.HasPrefix(body, "POST "+strconv.Itoa(32*len(chunk))+"\n") {
-			t.Errorf("chunked upload: %d %q", resp.StatusCode, firstLine([]byte(body)))
+			t.Errorf("chunked upload: %d %q", resp.StatusCode, proxy.RequestLine([]byte(body)))
 		}
 	})
 	t.Run("HTTP/1.0 keep-alive", func(t *testing.T) {

@@ -37,7 +37,7 @@ func (f *Forwarder) Listen(services []*policy.VirtualServer) error {
 		if vs == nil || vs.Ports.Lo == 0 || vs.Ports.Hi < vs.Ports.Lo || int(vs.Ports.Hi-vs.Ports.Lo) >= MaxListenPorts {
 			continue
 		}
-		backlog := f.timeouts(vs).InFlightPerVIP
+		backlog := vs.Timeouts.InFlightPerVIP
 		for _, a := range vs.VIPs {
 			for p := int(vs.Ports.Lo); p <= int(vs.Ports.Hi); p++ {
 				want[netip.AddrPortFrom(a.Unmap(), uint16(p))] = backlog

@@ -21,6 +21,7 @@ import (
 	"sync"
 	"time"
 
+	"weir/netstack/proxy"
 	"weir/policy"
 )
 
@@ -177,7 +178,7 @@ func (f *Forwarder) dialBackend(req *ConnRequest, d Decision, client *Conn, k po
 	if err != nil {
 		return nil, err
 	}
-	e := &connEntry{req: *req, d: d, start: time.Now(), client: client, target: leg}
+	e := &connEntry{req: *req, d: d, start: f.now(), client: client, target: leg}
 	e.req.ID = f.nextID.Add(1)
 	e.lastIO.Store(e.start.UnixNano())
 	e.last.at = e.start
@@ -192,7 +193,7 @@ func (f *Forwarder) dialBackend(req *ConnRequest, d Decision, client *Conn, k po
 		return nil, errForwarderClosed
 	}
 	f.backends.Add(1)
-	m := &meteredLeg{Leg: leg, e: e}
+	m := &meteredLeg{Leg: leg, e: e, now: f.opts.Now}
 	return &backendConn{key: k, leg: leg, entry: e, br: bufio.NewReaderSize(m, 16<<10), bw: bufio.NewWriterSize(m, 16<<10)}, nil
 }
 
@@ -208,10 +209,11 @@ func (f *Forwarder) closeBackend(bc *backendConn) {
 // the splice does, for the sampler.
 type meteredLeg struct {
 	Leg
-	e *connEntry
+	e   *connEntry
+	now func() time.Time // the forwarder's clock
 	// rd and wr meter each direction's reads for streamNs, as each splice
-	// half does (see streamMeter); one reader and one writer at a time.
-	rd, wr streamMeter
+	// half does (see proxy.StreamMeter); one reader and one writer at a time.
+	rd, wr proxy.StreamMeter
 }
 
 func (m *meteredLeg) Read(b []byte) (int, error) {
@@ -232,9 +234,9 @@ func (m *meteredLeg) Write(b []byte) (int, error) {
 	return n, err
 }
 
-func (m *meteredLeg) moved(sm *streamMeter, n int) {
-	now := time.Now().UnixNano()
-	if cr := sm.read(now, now-m.e.lastIO.Swap(now), n); cr > 0 {
+func (m *meteredLeg) moved(sm *proxy.StreamMeter, n int) {
+	now := m.now().UnixNano()
+	if cr := sm.Read(now, now-m.e.lastIO.Swap(now), n); cr > 0 {
 		m.e.streamNs.Add(cr)
 	}
 }

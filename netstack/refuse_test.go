@@ -2,7 +2,6 @@ package netstack
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -175,30 +174,15 @@ func TestRefusals(t *testing.T) {
 	}
 }
 
-func TestFirstLine(t *testing.T) {
-	for in, want := range map[string]string{
-		"GET / HTTP/1.1\r\nHost: x\r\n\r\n": "GET / HTTP/1.1",
-		"GET /a\x00b HTTP/1.0\n":            "GET /a?b HTTP/1.0",
-		"":                                  "",
-		"no line end":                       "no line end",
-	} {
-		if got := firstLine([]byte(in)); got != want {
-			t.Errorf("firstLine(%q) = %q, want %q", in, got, want)
-		}
-	}
-	if got := firstLine(bytes.Repeat([]byte("a"), 5000)); len(got) != maxRequestLine {
-		t.Errorf("long line kept %d bytes", len(got))
-	}
-}
-
 // TestHandshakeTimeout: a client whose final ACK never arrives holds a
 // pending slot only until HandshakeTimeout.
 func TestHandshakeTimeout(t *testing.T) {
 	taddr, stop := echoServer(t, "tcp4", "127.0.0.1:0")
 	defer stop()
-	vs := &policy.VirtualServer{Name: "echo", VIPs: []netip.Addr{vipV4}, Ports: policy.PortRange{Lo: 80, Hi: 80}}
+	vs := &policy.VirtualServer{Name: "echo", VIPs: []netip.Addr{vipV4}, Ports: policy.PortRange{Lo: 80, Hi: 80},
+		Timeouts: policy.Timeouts{Handshake: 300 * time.Millisecond}}
 	adm := &testAdmitter{target: &policy.Target{Name: "t", Addr: taddr}}
-	r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: services(vs), Admitter: adm, HandshakeTimeout: 300 * time.Millisecond}, rawClient: true})
+	r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: services(vs), Admitter: adm}, rawClient: true})
 	// Inject a bare SYN into weir: nobody will answer its SYN-ACK.
 	syn := rawSYN(netip.AddrPortFrom(clientV4.Addr(), 40000), netip.AddrPortFrom(vipV4, 80))
 	if _, err := r.clientDev.Write([][]byte{syn}, 0); err != nil {
@@ -250,9 +234,10 @@ func rawSYN(src, dst netip.AddrPort) []byte {
 // half-open handshakes are dropped and counted, and the slots free once the
 // handshakes time out; none reached admission.
 func TestMaxInFlight(t *testing.T) {
-	vs := &policy.VirtualServer{Name: "tcp", VIPs: []netip.Addr{vipV4}, Ports: policy.PortRange{Lo: 80, Hi: 80}}
+	vs := &policy.VirtualServer{Name: "tcp", VIPs: []netip.Addr{vipV4}, Ports: policy.PortRange{Lo: 80, Hi: 80},
+		Timeouts: policy.Timeouts{Handshake: 500 * time.Millisecond}}
 	adm := &testAdmitter{}
-	r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: services(vs), Admitter: adm, MaxInFlight: 2, HandshakeTimeout: 500 * time.Millisecond}, rawClient: true})
+	r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: services(vs), Admitter: adm, MaxInFlight: 2}, rawClient: true})
 	for port := uint16(1000); port < 1005; port++ {
 		syn := rawSYN(netip.AddrPortFrom(clientV4.Addr(), port), netip.AddrPortFrom(vipV4, 80))
 		if _, err := r.clientDev.Write([][]byte{syn}, 0); err != nil {
@@ -272,8 +257,9 @@ func TestMaxInFlight(t *testing.T) {
 // handshakes cannot take another VIP's slots.
 func TestInFlightPerVIP(t *testing.T) {
 	other := netip.MustParseAddr("198.19.0.81")
-	vs := &policy.VirtualServer{Name: "tcp", VIPs: []netip.Addr{vipV4, other}, Ports: policy.PortRange{Lo: 80, Hi: 80}}
-	r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: services(vs), Admitter: &testAdmitter{}, InFlightPerVIP: 2}, rawClient: true})
+	vs := &policy.VirtualServer{Name: "tcp", VIPs: []netip.Addr{vipV4, other}, Ports: policy.PortRange{Lo: 80, Hi: 80},
+		Timeouts: policy.Timeouts{InFlightPerVIP: 2}}
+	r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: services(vs), Admitter: &testAdmitter{}}, rawClient: true})
 	for port := uint16(1000); port < 1010; port++ {
 		syn := rawSYN(netip.AddrPortFrom(clientV4.Addr(), port), netip.AddrPortFrom(vipV4, 80))
 		if _, err := r.clientDev.Write([][]byte{syn}, 0); err != nil {

@@ -37,6 +37,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"weir/netstack/proxy"
 	"weir/policy"
 )
 
@@ -59,7 +60,7 @@ type connEntry struct {
 	toClient atomic.Uint64 // bytes read from the target and written to the client
 	lastIO   atomic.Int64  // unix nanoseconds of the last byte moved
 	// streamNs is a raw counter: the nanoseconds during which data kept
-	// streaming, in either direction (what each half's streamMeter
+	// streaming, in either direction (what each half's proxy.StreamMeter
 	// credits); the sampler reads it to tell a connection whose sender
 	// had data waiting from an idle or interactive one (AggSample.Waiting).
 	streamNs atomic.Int64
@@ -139,7 +140,7 @@ func (c *connEntry) abort() {
 // have ended, endSplice reports the connection's End to sess. It returns at
 // once: the copying runs on two goroutines of its own.
 func (f *Forwarder) splice(req *ConnRequest, d Decision, sess Session, client *Conn, target Leg, t policy.Timeouts) {
-	c := &connEntry{req: *req, d: d, start: time.Now(), client: client, target: target}
+	c := &connEntry{req: *req, d: d, start: f.now(), client: client, target: target}
 	c.releaser, _ = sess.(Releaser)
 	c.released = make(chan struct{})
 	c.closing = &f.closing
@@ -167,7 +168,7 @@ func (f *Forwarder) splice(req *ConnRequest, d Decision, sess Session, client *C
 	)
 	if idle := t.Idle; idle > 0 {
 		check := func() {
-			since := time.Since(time.Unix(0, c.lastIO.Load()))
+			since := f.now().Sub(time.Unix(0, c.lastIO.Load()))
 			if since >= idle {
 				c.idle.Store(true)
 				c.abort()
@@ -215,7 +216,7 @@ func (f *Forwarder) splice(req *ConnRequest, d Decision, sess Session, client *C
 	}
 	f.workers.Go(func() {
 		defer halfDone()
-		f.guard(c, func() { f.copyToClient(c, d, http) })
+		f.guard(c, func() { f.copyToClient(c, d, http, t.RequestRead) })
 	})
 	f.workers.Go(func() {
 		defer halfDone()
@@ -281,16 +282,16 @@ func (p panicValue) String() string { return fmt.Sprint(p.v) }
 // copyToClient copies target to client; on the first byte it wins the
 // first-byte race, and if the timer won instead it answers the client for
 // the silent target: the 503 page for http (d's Reason names the timeout),
-// RST for tcp.
-func (f *Forwarder) copyToClient(c *connEntry, d Decision, http bool) {
+// RST for tcp. write bounds sending the page (the service's RequestRead).
+func (f *Forwarder) copyToClient(c *connEntry, d Decision, http bool, write time.Duration) {
 	f.copyHalf(c, c.client, c.target, &c.toClient, 0)
 	if c.fb.Load() != fbExpired || c.aborted.Load() {
 		return
 	}
 	if http && c.toClient.Load() == 0 {
 		d.Limit, d.Value, d.Reason = "firstByte", 0, "the target sent no response in time"
-		_ = c.client.SetWriteDeadline(time.Now().Add(DefaultRequestTimeout))
-		if _, err := c.client.Write(page503(d)); err == nil {
+		_ = c.client.SetWriteDeadline(time.Now().Add(write))
+		if _, err := c.client.Write(pageOf(d).Render("close")); err == nil {
 			c.clientDone(clientSndClosed)
 			_ = c.client.CloseWrite()
 		}
@@ -311,7 +312,7 @@ func (f *Forwarder) copyHalf(c *connEntry, dst, src Leg, n *atomic.Uint64, first
 	var bp *[]byte
 	defer func() { f.returnBuffer(bp) }()
 	toClient := dst == Leg(c.client)
-	var sm streamMeter // this half's reads, for streamNs
+	var sm proxy.StreamMeter // this half's reads, for streamNs
 	ls, lending := src.(lendingLeg)
 	for {
 		hook("splice")
@@ -328,8 +329,8 @@ func (f *Forwarder) copyHalf(c *connEntry, dst, src Leg, n *atomic.Uint64, first
 			if toClient && !c.fb.CompareAndSwap(fbWaiting, fbSpoke) && c.fb.Load() == fbExpired {
 				return
 			}
-			now := time.Now().UnixNano()
-			if cr := sm.read(now, now-c.lastIO.Swap(now), nr); cr > 0 {
+			now := f.now().UnixNano()
+			if cr := sm.Read(now, now-c.lastIO.Swap(now), nr); cr > 0 {
 				c.streamNs.Add(cr)
 			}
 			nw, ew := dst.Write(buf[:nr])

@@ -4,6 +4,8 @@ import (
 	"net/netip"
 	"sort"
 	"time"
+
+	"weir/netstack/proxy"
 )
 
 // LegStats are one leg's counters plus the bytes weir moved on it.
@@ -36,8 +38,8 @@ type sampleState struct {
 	client, target LegCounters
 	toClient       uint64
 	toTarget       uint64
-	from, to       DirCounters // the target leg's directions (see direction.go)
-	stream         int64       // connEntry.streamNs
+	from, to       proxy.DirCounters // the target leg's directions (see direction.go)
+	stream         int64             // connEntry.streamNs
 }
 
 // delta is the activity of one connection's target leg in a sampling
@@ -45,7 +47,7 @@ type sampleState struct {
 type delta struct {
 	segsSent, retrans, timeouts uint64
 	bytes                       uint64 // both directions
-	from, to                    DirCounters
+	from, to                    proxy.DirCounters
 	// waiting: data streamed for at least half the time since the last
 	// observation, elapsed (see AggSample.Waiting); stream is that
 	// streaming time.
@@ -53,86 +55,6 @@ type delta struct {
 	elapsed, stream time.Duration
 	// rtoUnknown: the target leg does not count its RTO expiries.
 	rtoUnknown bool
-}
-
-// Streaming: what "data waiting" means.
-//
-// weir cannot see a target's send queue, nor (on a host-socket leg) its
-// own peer's, so it judges a backlog by how data arrives. Every read, in
-// either direction, ends a gap: the time since the connection's previous
-// read. Each splice half adds its gaps and bytes up into a span, and
-// credits the span's gaps as streaming time (connEntry.streamNs) as soon
-// as the span's bytes reach StreamRate over its gaps; a span still short of
-// that after StreamWindow of wall time is dropped, and so is a single gap
-// longer than StreamWindow. So data counts as streaming when it keeps
-// coming at StreamRate or faster on average over any stretch up to
-// StreamWindow, however gappy: a sender with a backlog on a throttled path
-// moves a lot over a second even when 8 connections sharing a capped link
-// get their segments in turns hundreds of milliseconds apart (the first
-// read after a pause carries one segment, those right after it the rest of
-// the turn), or a loss stalls it for a retransmission timeout; a keystroke
-// and its echo, a keep-alive or a screen redrawn once a second bring a few
-// bytes or a few KB per second. A fixed limit on one gap (250 ms before)
-// judged the first case idle and a fast typist (a byte every 200 ms)
-// streaming.
-//
-// The sampler then counts a connection as waiting for an interval when its
-// streaming time is at least half of its time in the interval
-// (AggSample.Waiting), and reports that streaming time (WaitingTime): the
-// MinRate check without a MeanRate judges those connections by their rate
-// while their data was moving.
-//
-// Limits of the rule: a bulk transfer throttled below StreamRate is not
-// told from an interactive session and is never judged slow; a client too
-// slow to take the data stalls the target→client half in Write and counts
-// like a slow target; a span is credited to the interval in which it
-// reached StreamRate, so a stall across a sampling boundary moves streaming
-// time into the next interval.
-
-// StreamRate is the slowest delivery, in bytes per second (32 Kbit/s),
-// that still counts as a stream of data (see "Streaming" above). Far
-// below any MinRate worth setting (the seed's is 500 Kbit/s) and far above
-// a typist's or a once-a-second status screen's few hundred bytes per
-// second.
-const StreamRate = 4000
-
-// StreamWindow is the longest stretch of wall time over which a splice
-// half averages its reads before it gives up on them (see "Streaming"):
-// longer than a turn on a shared link and than a retransmission timeout on
-// a path whose bottleneck queue holds 2 s (the 8-connection TBF e2e stalls
-// for more than 2 s after its queue overflows), short enough that a few
-// keystrokes followed by a command's output are rarely one stream.
-const StreamWindow = 5 * time.Second
-
-// streamMeter is one splice half's pending span of reads (see
-// "Streaming"). The zero value is ready; it is owned by the half's
-// goroutine.
-type streamMeter struct {
-	since   int64 // unix nanoseconds the pending span began
-	pending int64 // its gaps, nanoseconds
-	bytes   int64 // its bytes
-}
-
-// read takes a read of n bytes at now (unix nanoseconds), gap nanoseconds
-// after the connection's previous read, and returns the nanoseconds to
-// credit as streaming time, 0 while the span is short of StreamRate. It
-// runs once per read in the splice: no allocation, no lock.
-func (m *streamMeter) read(now, gap int64, n int) int64 {
-	if gap < 0 || gap > int64(StreamWindow) {
-		m.since, m.pending, m.bytes = now, 0, 0
-		return 0
-	}
-	if now-m.since > int64(StreamWindow) {
-		m.since, m.pending, m.bytes = now-gap, 0, 0
-	}
-	m.pending += gap
-	m.bytes += int64(n)
-	if m.bytes*int64(time.Second) < m.pending*StreamRate {
-		return 0
-	}
-	credit := m.pending
-	m.since, m.pending, m.bytes = now, 0, 0
-	return credit
 }
 
 func sub(a, b uint64) uint64 {
@@ -167,11 +89,11 @@ type AggSample struct {
 	// "outbound traffic being serviced by the target servers") and those
 	// weir sent it. Pure ACKs never count. See direction.go for how each
 	// kind of leg is measured; Source is the weakest of the connections'.
-	FromTarget, ToTarget DirCounters
+	FromTarget, ToTarget proxy.DirCounters
 	// Waiting counts the connections that had data waiting to be sent
 	// during the interval, and WaitingBytes their payload bytes. A
 	// connection counts when data kept streaming through it (see
-	// streamMeter) for at least half of its time in the interval: its
+	// proxy.StreamMeter) for at least half of its time in the interval: its
 	// sender had a backlog, so a low rate is the path's or the target's
 	// doing, not an idle or interactive application's. (The raw counter
 	// is the splice's streamNs; policy's MinRate check without a MeanRate
@@ -179,7 +101,7 @@ type AggSample struct {
 	Waiting      int
 	WaitingBytes uint64
 	// WaitingTime is the sum of those connections' streaming time in the
-	// interval (the time data kept moving at StreamRate or faster), so WaitingBytes/WaitingTime is their rate per
+	// interval (the time data kept moving at proxy.StreamRate or faster), so WaitingBytes/WaitingTime is their rate per
 	// connection while they had data waiting: fair to a connection that
 	// opened, closed or paused in the interval.
 	WaitingTime time.Duration
@@ -194,8 +116,8 @@ func (a *AggSample) add(d delta) {
 	a.Retransmits += d.retrans
 	a.Timeouts += d.timeouts
 	a.Bytes += d.bytes
-	a.FromTarget.add(d.from)
-	a.ToTarget.add(d.to)
+	a.FromTarget.Add(d.from)
+	a.ToTarget.Add(d.to)
 	if d.waiting {
 		a.Waiting++
 		a.WaitingBytes += d.bytes
@@ -281,8 +203,8 @@ func (f *Forwarder) observe(c *connEntry, now time.Time) (cl, tg LegCounters, dt
 		retrans:  sub(tg.Retransmits, c.last.target.Retransmits),
 		timeouts: sub(tg.Timeouts, c.last.target.Timeouts),
 		bytes:    sub(toC, c.last.toClient) + sub(toT, c.last.toTarget),
-		from:     subDir(from, c.last.from),
-		to:       subDir(to, c.last.to),
+		from:     proxy.SubDir(from, c.last.from),
+		to:       proxy.SubDir(to, c.last.to),
 	}
 	stream := c.streamNs.Load()
 	if el := now.Sub(c.last.at); el > 0 {
@@ -297,7 +219,7 @@ func (f *Forwarder) observe(c *connEntry, now time.Time) (cl, tg LegCounters, dt
 // finish takes a closing connection's final statistics, adds its last deltas
 // to the sampler and removes it from the registry.
 func (f *Forwarder) finish(c *connEntry) ConnStats {
-	now := time.Now()
+	now := f.now()
 	f.sampleMu.Lock()
 	prev := c.last
 	if c.finished { // an http target connection Close aborted first
@@ -353,7 +275,7 @@ func (f *Forwarder) Conns() []ConnStats {
 		list = append(list, c)
 	}
 	f.mu.Unlock()
-	now := time.Now()
+	now := f.now()
 	out := make([]ConnStats, 0, len(list))
 	f.sampleMu.Lock()
 	for _, c := range list {
@@ -376,7 +298,7 @@ func (f *Forwarder) Sample() Sample {
 	}
 	f.mu.Unlock()
 
-	now := time.Now()
+	now := f.now()
 	f.sampleMu.Lock()
 	defer f.sampleMu.Unlock()
 	start := f.sampler.last

@@ -535,11 +535,11 @@ func TestSamplerCarriesStateByName(t *testing.T) {
 	if out[1].Target != "c" || out[1].LossFraction != 0 {
 		t.Errorf("c: %+v, want a fresh target", out[1])
 	}
-	if _, ok := s.Previous(TargetKey{"telnet", "b"}); ok {
+	if _, ok := s.prev[TargetKey{"telnet", "b"}]; ok {
 		t.Error("state of the removed target b kept")
 	}
-	if p, ok := s.Previous(TargetKey{"telnet", "a"}); !ok || p.LossFraction != 70 {
-		t.Errorf("Previous(a) = %+v %v", p, ok)
+	if p, ok := s.prev[TargetKey{"telnet", "a"}]; !ok || p.LossFraction != 70 {
+		t.Errorf("previous explanation of a = %+v %v", p, ok)
 	}
 }
 

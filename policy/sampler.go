@@ -100,10 +100,3 @@ func (s *Sampler) resolve(as []ActionSample) []ActionSample {
 	}
 	return s.scratch
 }
-
-// Previous returns the explanation Sample produced for k in the last
-// interval, if any.
-func (s *Sampler) Previous(k TargetKey) (Explanation, bool) {
-	e, ok := s.prev[k]
-	return e, ok
-}

@@ -8,6 +8,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"weir/netstack"
+	"weir/netstack/proxy"
 	"weir/policy"
 )
 
@@ -257,15 +258,15 @@ func samplesFrom(cfg *policy.Config, s netstack.Sample, open map[policy.TargetKe
 }
 
 // addDir adds one aggregate's direction to a sample's.
-func addDir(d *policy.DirSample, c netstack.DirCounters) {
+func addDir(d *policy.DirSample, c proxy.DirCounters) {
 	d.DataSegments += c.DataSegments
 	d.Retransmitted += c.Retransmitted
 	d.Timeouts += c.Timeouts
 	d.OutOfOrder += c.OutOfOrder
 	switch c.Source {
-	case netstack.DirPassive, netstack.DirKernel:
+	case proxy.DirPassive, proxy.DirKernel:
 		d.Measured = true
-	case netstack.DirEstimate:
+	case proxy.DirEstimate:
 		d.Estimate = true
 	}
 }

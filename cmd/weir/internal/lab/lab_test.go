@@ -8,10 +8,8 @@ import (
 	"time"
 
 	"weir/bench"
-	"weir/cmd/weir/internal/appliance"
 	"weir/datapath/fault"
 	"weir/internal/testutil"
-	"weir/netstack"
 	"weir/policy"
 )
 
@@ -41,8 +39,9 @@ func TestNewRejectsHostTargets(t *testing.T) {
 func TestFaultsAreEachTargetsOwn(t *testing.T) {
 	// A dial to t2 gives up after 300 ms; weir then marks t2 down and
 	// serves the connection from t1.
-	l, err := New(oneService(policy.DialNetstack, "198.19.1.10:8080", "198.19.1.11:8080"),
-		Options{Appliance: appliance.Options{Forwarder: netstack.ForwarderOptions{DialTimeout: 300 * time.Millisecond}}})
+	cfg := oneService(policy.DialNetstack, "198.19.1.10:8080", "198.19.1.11:8080")
+	cfg.Instance.Timeouts.Connect = 300 * time.Millisecond
+	l, err := New(cfg, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +66,8 @@ func TestFaultsAreEachTargetsOwn(t *testing.T) {
 func TestTargetKeepsClientPort(t *testing.T) {
 	cfg := oneService(policy.DialNetstack, "198.19.1.10:0")
 	cfg.Services[0].Ports = policy.PortRange{Lo: 8000, Hi: 8002}
-	l, err := New(cfg, Options{Appliance: appliance.Options{Forwarder: netstack.ForwarderOptions{DialTimeout: time.Second}}})
+	cfg.Instance.Timeouts.Connect = time.Second
+	l, err := New(cfg, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -393,11 +393,13 @@ var Defs = []Def{
 			}
 		}},
 	{Name: "weir_http_client_connections", Type: Gauge, Labels: []string{"service", "kind"},
-		Help: "Open client connections of an http service (kind open) and their bound maxClients (kind max); they hold no request slot while idle. At the max, new clients get the 503 page naming maxClients.",
+		Help: "Open client connections of each http service (kind open; their sum is all http client connections) and their bound maxClients (kind max, where set); they hold no request slot while idle. At the max, new clients get the 503 page naming maxClients.",
 		samples: func(st *api.Status, emit emitter) {
 			for _, s := range st.Services {
-				if s.MaxClients > 0 {
+				if s.Proto == "http" {
 					emit(float64(s.Clients), s.Name, "open")
+				}
+				if s.MaxClients > 0 {
 					emit(float64(s.MaxClients), s.Name, "max")
 				}
 			}
@@ -429,9 +431,6 @@ var Defs = []Def{
 	{Name: "weir_http_target_connections_idle", Type: Gauge,
 		Help:    "Target connections of http services idle in the pool now (at most http.maxIdlePerTarget per target).",
 		samples: one(func(st *api.Status) float64 { return float64(st.Forwarder.TargetConnsIdle) })},
-	{Name: "weir_http_clients", Type: Gauge,
-		Help:    "Client connections of all http services open now; weir_http_client_connections splits them by service.",
-		samples: one(func(st *api.Status) float64 { return float64(st.Forwarder.HTTPClients) })},
 
 	// NICs and transports.
 	{Name: "weir_nic_packets_total", Type: Counter, Labels: []string{"nic", "direction"},

@@ -33,6 +33,7 @@ var notMetrics = map[string]string{
 	"Cluster.Levels.Open":                "weir_level_connections and weir_target_connections_open give the open connections here",
 	"Cluster.Bandwidth.Max":              "weir_level_max_bandwidth_bytes_per_second",
 	"HTTP.Durations.Bounds":              "the histogram's le labels",
+	"Forwarder.HTTPClients":              "the sum of weir_http_client_connections{kind=open}",
 }
 
 // explained is the part of a target's weight explanation that is exported
@@ -48,7 +49,7 @@ func populated(t *testing.T) (api.Status, map[string][]float64) {
 	t.Helper()
 	st := api.Status{
 		Levels:   []api.Level{{Level: "instance", Name: "i"}, {Level: "class", Name: "c"}},
-		Services: []api.Service{{Name: "web", Targets: []api.Target{{Name: "a", HealthUp: true}, {Name: "b", Down: true}}}},
+		Services: []api.Service{{Name: "web", Proto: "http", Targets: []api.Target{{Name: "a", HealthUp: true}, {Name: "b", Down: true}}}},
 		Refusals: []api.Refusal{{Level: "class", Limit: "maxConnections"}, {Level: "instance", Limit: "draining"}},
 		Datapath: api.Datapath{Dropped: []api.Drop{{Reason: "truncated"}, {Reason: "bad_ihl"}}},
 		NICs: []api.NIC{

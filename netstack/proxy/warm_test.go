@@ -1,4 +1,4 @@
-package netstack
+package proxy
 
 import (
 	"sync"
@@ -12,8 +12,7 @@ import (
 // new ones, of which at most maxIdle stay parked; close ends them all and
 // Go still runs functions after it.
 func TestWarmPool(t *testing.T) {
-	var p warmPool
-	p.init(4)
+	p := NewWarmPool(4)
 	for range 100 {
 		done := make(chan struct{})
 		p.Go(func() { close(done) })
@@ -21,11 +20,7 @@ func TestWarmPool(t *testing.T) {
 		// The worker parks after fn returns: wait for it before the next
 		// Go. (It counts itself idle just before it waits on the channel,
 		// so a Go in between starts a second one now and then.)
-		testutil.Eventually(t, 5*time.Second, func() bool {
-			p.mu.Lock()
-			defer p.mu.Unlock()
-			return p.idle >= 1
-		}, "the worker parks")
+		testutil.Eventually(t, 5*time.Second, func() bool { return p.Idle() >= 1 }, "the worker parks")
 	}
 	if n := p.spawned.Load(); n > 10 {
 		t.Errorf("100 sequential functions spawned %d goroutines, want them reused", n)
@@ -39,15 +34,11 @@ func TestWarmPool(t *testing.T) {
 	}
 	close(release)
 	wg.Wait()
-	testutil.Eventually(t, 5*time.Second, func() bool {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		return p.idle == 4
-	}, "4 parked after the burst")
+	testutil.Eventually(t, 5*time.Second, func() bool { return p.Idle() == 4 }, "4 parked after the burst")
 	if n := p.spawned.Load(); n < 10 {
 		t.Errorf("10 concurrent functions on %d goroutines in all", n)
 	}
-	p.close()
+	p.Close()
 	ran := make(chan struct{})
 	p.Go(func() { close(ran) })
 	select {
@@ -55,5 +46,5 @@ func TestWarmPool(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("Go after close did not run its function")
 	}
-	p.close()
+	p.Close()
 }

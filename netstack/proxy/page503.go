@@ -1,27 +1,53 @@
-package netstack
+package proxy
+
+// The 503 page: what a refused http client is sent, naming the limit that
+// tripped and its value.
 
 import (
 	"bytes"
 	"html"
+	"net"
 	"strconv"
 	"time"
 )
+
+// DefaultRetryAfter is the 503's Retry-After where a Page503 leaves it zero.
+const DefaultRetryAfter = 5 * time.Second
+
+// Page503 is what the 503 page says.
+type Page503 struct {
+	// Limit names the limit that tripped, Value its configured value,
+	// Reason a sentence; the page shows all three as given ("" Limit:
+	// "unspecified"; "" Reason: a generic sentence).
+	Limit  string
+	Value  int64
+	Reason string
+	// RetryAfter is the page's Retry-After; zero means DefaultRetryAfter.
+	RetryAfter time.Duration
+}
+
+// HalfCloser is a client connection the 503 page is served on: a net.Conn
+// that can send its FIN and keep reading.
+type HalfCloser interface {
+	net.Conn
+	CloseWrite() error
+}
 
 // maxRequestHead bounds how much of a refused HTTP request is read before
 // the 503 is sent; the rest is discarded.
 const maxRequestHead = 8 << 10
 
-// drainLimit bounds what is read and discarded after the 503, so that
+// DrainLimit bounds what is read and discarded after the 503, so that
 // closing does not reset the connection (and lose the page) while the
 // client is still sending.
-const drainLimit = 64 << 10
+const DrainLimit = 64 << 10
 
-// serve503 reads the start of an HTTP request (bounded in size and time),
+// Serve503 reads the start of an HTTP request (bounded in size and time),
 // answers 503 Service Unavailable with a page naming the limit, half-closes,
 // drains what the client still sends, and closes.
 // It returns the request line it read (empty when none arrived) and the
 // size of the response it wrote (0 when the write failed).
-func (f *Forwarder) serve503(c *Conn, d Decision, timeout time.Duration) (requestLine string, sent int) {
+func Serve503(c HalfCloser, p Page503, timeout time.Duration) (requestLine string, sent int) {
 	defer c.Close()
 	deadline := time.Now().Add(timeout)
 	_ = c.SetReadDeadline(deadline)
@@ -34,16 +60,16 @@ func (f *Forwarder) serve503(c *Conn, d Decision, timeout time.Duration) (reques
 			break
 		}
 	}
-	requestLine = firstLine(buf[:n])
+	requestLine = RequestLine(buf[:n])
 	_ = c.SetWriteDeadline(deadline.Add(timeout))
-	page := page503(d)
+	page := p.Render("close")
 	if _, err := c.Write(page); err != nil {
 		return requestLine, 0
 	}
 	sent = len(page)
 	_ = c.CloseWrite()
 	_ = c.SetReadDeadline(time.Now().Add(timeout))
-	for drained := 0; drained < drainLimit; {
+	for drained := 0; drained < DrainLimit; {
 		m, err := c.Read(buf)
 		drained += m
 		if err != nil {
@@ -53,18 +79,18 @@ func (f *Forwarder) serve503(c *Conn, d Decision, timeout time.Duration) (reques
 	return requestLine, sent
 }
 
-// maxRequestLine bounds the request line reported for the access log.
-const maxRequestLine = 1024
+// MaxRequestLine bounds the request line reported for the access log.
+const MaxRequestLine = 1024
 
-// firstLine returns b's first line without its line end, printable ASCII
-// only (anything else becomes '?'), at most maxRequestLine bytes.
-func firstLine(b []byte) string {
+// RequestLine returns b's first line without its line end, printable ASCII
+// only (anything else becomes '?'), at most MaxRequestLine bytes.
+func RequestLine(b []byte) string {
 	if i := bytes.IndexByte(b, '\n'); i >= 0 {
 		b = b[:i]
 	}
 	b = bytes.TrimSuffix(b, []byte("\r"))
-	if len(b) > maxRequestLine {
-		b = b[:maxRequestLine]
+	if len(b) > MaxRequestLine {
+		b = b[:MaxRequestLine]
 	}
 	out := []byte(string(b))
 	for i, c := range out {
@@ -75,13 +101,10 @@ func firstLine(b []byte) string {
 	return string(out)
 }
 
-// page503 renders the 503 response for a refusal, closing the connection.
-func page503(d Decision) []byte { return page503For(d, "close") }
-
-// page503For renders the 503 response for a refusal with the Connection
-// field conn: "close", "keep-alive" (an HTTP/1.0 keep-alive connection that
-// stays open) or "" (an HTTP/1.1 one that stays open).
-func page503For(d Decision, conn string) []byte {
+// Render renders the 503 response with the Connection field conn: "close",
+// "keep-alive" (an HTTP/1.0 keep-alive connection that stays open) or ""
+// (an HTTP/1.1 one that stays open).
+func (d Page503) Render(conn string) []byte {
 	retry := d.RetryAfter
 	if retry <= 0 {
 		retry = DefaultRetryAfter

@@ -1,4 +1,4 @@
-package netstack
+package proxy
 
 // Warm goroutines
 //
@@ -6,7 +6,7 @@ package netstack
 // splice half), and each used to be new: it started on a small stack and
 // grew it, copying, as the connection went deep into gVisor's send path
 // and the host dialer (runtime.newstack was 6 % of weir's CPU at 3 000
-// connections/s). A warmPool keeps up to maxIdle finished goroutines
+// connections/s). A WarmPool keeps up to maxIdle finished goroutines
 // parked on a channel, grown stacks and all, for the next connection's
 // function. The garbage collector halves an idle goroutine's stack at most
 // once per cycle, so under load the parked ones stay warm; when the load
@@ -17,9 +17,8 @@ import (
 	"sync/atomic"
 )
 
-// warmPool runs functions on reused goroutines. The zero value is not
-// usable: call init.
-type warmPool struct {
+// WarmPool runs functions on reused goroutines. Make one with NewWarmPool.
+type WarmPool struct {
 	work    chan func() // unbuffered: a send succeeds only to a parked worker
 	quit    chan struct{}
 	maxIdle int
@@ -30,20 +29,26 @@ type warmPool struct {
 	spawned atomic.Int64   // goroutines started, for tests
 }
 
-// defaultWarmIdle bounds the parked goroutines: up to three per
+// DefaultWarmIdle bounds the parked goroutines: up to three per
 // connection in setup for a few dozen concurrent new connections. A parked
 // one costs its (shrinking) stack.
-const defaultWarmIdle = 64
+const DefaultWarmIdle = 64
 
-func (p *warmPool) init(maxIdle int) {
-	p.work = make(chan func())
-	p.quit = make(chan struct{})
-	p.maxIdle = maxIdle
+// NewWarmPool returns a pool that keeps at most maxIdle goroutines parked.
+func NewWarmPool(maxIdle int) *WarmPool {
+	return &WarmPool{work: make(chan func()), quit: make(chan struct{}), maxIdle: maxIdle}
+}
+
+// Idle returns how many goroutines are parked now.
+func (p *WarmPool) Idle() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.idle
 }
 
 // Go runs fn on a parked goroutine if one is waiting, or on a new one.
 // After close it still runs fn, on a new goroutine that is not kept.
-func (p *warmPool) Go(fn func()) {
+func (p *WarmPool) Go(fn func()) {
 	select {
 	case p.work <- fn:
 		return
@@ -56,7 +61,7 @@ func (p *warmPool) Go(fn func()) {
 
 // workLoop runs in its own goroutine: fn, then whatever Go hands it while
 // it is parked, until the pool has maxIdle parked already or is closed.
-func (p *warmPool) workLoop(fn func()) {
+func (p *WarmPool) workLoop(fn func()) {
 	defer p.wg.Done()
 	for {
 		fn()
@@ -78,9 +83,9 @@ func (p *warmPool) workLoop(fn func()) {
 	}
 }
 
-// close ends the parked goroutines and waits for every worker (running
+// Close ends the parked goroutines and waits for every worker (running
 // ones finish their function first). It is safe to call more than once.
-func (p *warmPool) close() {
+func (p *WarmPool) Close() {
 	p.mu.Lock()
 	if !p.closed {
 		p.closed = true
