@@ -1,6 +1,6 @@
 //go:build linux
 
-package main
+package e2e
 
 // End-to-end tests of issue 11 with the real binary and ApacheBench (ab,
 // from apache2-utils: scripts/deps.sh installs it): http services admit,
