@@ -19,16 +19,35 @@ build: ## build bin/weir (static, no cgo: it runs in the vmtest VM too)
 deps: ## install what the tests need (Debian packages, staticcheck); idempotent
 	bash scripts/deps.sh
 
+# The soak tier: long or timing-bound tests, each behind testing.Short()
+# (make test's -short skips them). They run alone in make soak; make e2e
+# leaves the e2e package's ones out.
+SOAK_TESTS := ^(TestDemo|TestE2EMeasureBackArm|TestE2EMeasureHostDialer|TestE2EMinRateTBF|TestE2EMinRateTBFContention|TestE2EClusterECMP|TestE2EHTTPOverhead|TestTimeWaitReuse|TestLossRatio|TestNoLeak|TestReloadSurvivesTruncateThenWrite|TestSimulate100Instances|TestOffloadTUN|TestWeirBinaryIsLean|TestDeb|TestUnitPrivilegeModel|TestFuzzSmokeFindsEveryTarget)$$
+
 .PHONY: test
-test: deps lint ## everything CI runs: lint, unit and end-to-end tests (root tests skip without root)
-	$(GO) test -count=1 -timeout 15m $(PKGS)
+test: lint ## the unit tier (what a change must pass): lint and go test -short (unit, in-process gVisor and lab tests; no root needed)
+	@bash scripts/deps.sh
+	$(GO) test -short -count=1 -timeout 10m $(PKGS)
+
+.PHONY: e2e
+e2e: ## the end-to-end tier as root: the built binary in network namespaces (cmd/weir/e2e), the demo over a TUN
+	@bash scripts/deps.sh
+	$(GO) test -count=1 -timeout 30m -skip '$(SOAK_TESTS)' ./cmd/weir/e2e/
+
+.PHONY: soak
+soak: ## the soak tier (root for the e2e ones): reload soak, loss ratios, TIME_WAIT reuse, the demo, measure/MinRate/cluster e2e, packaging
+	@bash scripts/deps.sh
+	$(GO) test -count=1 -timeout 40m -run '$(SOAK_TESTS)' $(PKGS)
 
 .PHONY: race
-race: ## the tests under the race detector (-short: the long soaks run in make test)
+race: ## the unit tier under the race detector (-short: the soaks run in make soak)
 	$(GO) test -race -short -count=1 -timeout 30m $(PKGS)
 
+$(STATICCHECK):
+	bash scripts/deps.sh
+
 .PHONY: lint
-lint: ## gofmt, go vet and staticcheck
+lint: | $(STATICCHECK) ## gofmt, go vet and staticcheck (installs staticcheck when missing)
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)

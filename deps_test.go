@@ -86,6 +86,9 @@ var depRules = []depRule{
 	// the built binary: it has flags and makes its namespaces the project's
 	// one way (internal/netns), but links none of weir's insides.
 	{root: "weir/bench/cmd", deps: []string{"github.com/rs/zerolog", "go.yaml.in/yaml", "gopkg.in/yaml", "gvisor.dev/gvisor", "weir/cmd", "weir/netstack", "weir/vmtest", "weir/internal/testutil", "weir/datapath", "weir/balancer", "weir/policy"}},
+	// The host plumbing decides and applies process settings: no flags
+	// (the command tree has them), no logs, none of the appliance.
+	{root: "weir/cmd/weir/internal/host", deps: []string{"gvisor.dev/gvisor", "weir/netstack", "weir/cmd/weir/internal/appliance", "github.com/rs/zerolog", "github.com/spf13"}},
 	// The VM harness runs the built binary; it links none of weir's insides.
 	{root: "weir/vmtest", deps: []string{"gvisor.dev/gvisor", "weir/netstack", "weir/datapath", "weir/balancer", "weir/bench", "weir/cmd/weir/internal"}},
 }

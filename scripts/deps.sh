@@ -11,7 +11,7 @@ set -euo pipefail
 # chromium (the status page test loads /ui in a headless browser),
 # redis-server (cmd/weir/internal/cluster: each test starts its own on a
 # loopback port, without persistence), ab (apache2-utils: the http request
-# tests in cmd/weir/e2e_requests_test.go run ApacheBench in their namespace).
+# tests in cmd/weir/e2e/e2e_requests_test.go run ApacheBench in their namespace).
 need_apt=()
 command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)
 command -v iperf3 >/dev/null 2>&1 || need_apt+=(iperf3)

@@ -3,10 +3,7 @@ package main
 import (
 	"fmt"
 	"net/netip"
-	"os"
 	"strings"
-
-	"github.com/spf13/pflag"
 
 	"weir/cmd/weir/internal/appliance"
 	"weir/policy"
@@ -53,11 +50,9 @@ var (
 	defaultBackAddr6 = netip.MustParsePrefix("fd57:6569:72ff::1/128")
 )
 
-// addBackFlags registers weir run's back-arm flags.
-func addBackFlags(f *pflag.FlagSet, o *runOptions) {
-	f.StringSliceVar(&o.backAddrs, "back-addr", nil, "source `PREFIX` of the back arm that dials via: netstack targets through the TUN (repeatable; "+
-		"default "+defaultBackAddr4.String()+" and "+defaultBackAddr6.String()+", for the families the targets use); \"none\" turns the back arm off")
-}
+// backAddrUsage is --back-addr's help text.
+var backAddrUsage = "source `PREFIX` of the back arm that dials via: netstack targets through the TUN (repeatable; " +
+	"default " + defaultBackAddr4.String() + " and " + defaultBackAddr6.String() + ", for the families the targets use); \"none\" turns the back arm off"
 
 // backArm returns the back arm of weir run (nil when the config has no
 // netstack target or --back-addr none) and the host routes that send its
@@ -109,28 +104,4 @@ func backArm(cfg *policy.Config, flags []string) ([]appliance.BackArm, []netip.P
 	arm := appliance.BackArm{Name: "back", Addrs: addrs,
 		Routes: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")}}
 	return []appliance.BackArm{arm}, routes, nil
-}
-
-// forwardingOff names the address families whose forwarding the host has
-// off while the back arm has addresses of that family: the arm's packets
-// would then never leave the host.
-func forwardingOff(routes []netip.Prefix) []string {
-	var off []string
-	check := func(fam, file string) {
-		if b, err := os.ReadFile(file); err == nil && strings.TrimSpace(string(b)) == "0" {
-			off = append(off, fam+" ("+file+")")
-		}
-	}
-	v4, v6 := false, false
-	for _, p := range routes {
-		v4 = v4 || p.Addr().Is4()
-		v6 = v6 || p.Addr().Is6()
-	}
-	if v4 {
-		check("IPv4", "/proc/sys/net/ipv4/ip_forward")
-	}
-	if v6 {
-		check("IPv6", "/proc/sys/net/ipv6/conf/all/forwarding")
-	}
-	return off
 }

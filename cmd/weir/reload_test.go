@@ -213,12 +213,15 @@ func reloadWhileRewriting(t *testing.T, r *Reloader, path string) (time.Duration
 // TestReloadSurvivesTruncateThenWrite is issue 13's probe: the config is
 // rewritten in place (truncate, pause, write in two chunks) in a loop while
 // refreshInterval: 1s reloads it and a client loop runs. Not one request
-// fails; the changed files are reloaded; the empty ones are refused.
+// fails; the changed files are reloaded; the empty ones are refused. A
+// 30 s soak judged against a writer's real pauses, so of the soak tier
+// (make soak): a loaded host starved the writer past the settle time
+// three times in the history.
 func TestReloadSurvivesTruncateThenWrite(t *testing.T) {
-	soak := 30 * time.Second
 	if testing.Short() {
-		soak = 8 * time.Second
+		t.Skip("skipping: a 30 s reload soak (make soak runs it)")
 	}
+	const soak = 30 * time.Second
 	text := func(w int) string {
 		return strings.Replace(strings.Replace(reloadYAML, "%d", string(rune('0'+w)), 1), "20ms", "1s", 1)
 	}

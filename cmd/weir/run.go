@@ -23,6 +23,7 @@ import (
 	"weir/cmd/weir/api"
 	"weir/cmd/weir/internal/admin"
 	"weir/cmd/weir/internal/appliance"
+	"weir/cmd/weir/internal/host"
 	"weir/cmd/weir/internal/metrics"
 	"weir/cmd/weir/internal/obs"
 	"weir/cmd/weir/internal/ui"
@@ -57,8 +58,8 @@ type runOptions struct {
 	history    int
 	offload    string
 	backAddrs  []string    // see backarm.go
-	memLimit   memoryLimit // see memory.go
-	procs      procsFlag   // see procs.go
+	memLimit   memoryLimit // see hostflags.go
+	procs      procsFlag   // see hostflags.go
 }
 
 func newRunCmd() *cobra.Command {
@@ -119,10 +120,10 @@ func newRunCmd() *cobra.Command {
 	f.StringVar(&o.offload, "offload", "auto", "TUN segmentation offload: on (64 KiB TCP segments through the datapath and the stack), off (one packet per read), auto (on when the kernel allows it)")
 	o.memLimit = memoryLimit{auto: true}
 	f.Var(&o.memLimit, "memory-limit", "soft limit on the Go runtime's memory: the GC works harder as it nears it (auto: "+
-		strconv.Itoa(int(autoLimitFraction*100))+" % of the cgroup's memory limit, none without one; none; or `BYTES` like 512MiB); $GOMEMLIMIT wins. "+
-		"The GC target is GOGC="+strconv.Itoa(defaultGOGC)+" unless $GOGC is set")
+		strconv.Itoa(int(host.AutoLimitFraction*100))+" % of the cgroup's memory limit, none without one; none; or `BYTES` like 512MiB); $GOMEMLIMIT wins. "+
+		"The GC target is GOGC="+strconv.Itoa(host.DefaultGOGC)+" unless $GOGC is set")
 	f.Var(&o.procs, "procs", "CPUs weir's Go code uses at once (GOMAXPROCS): auto (half the CPUs, at least 1: the kernel's side of every packet weir moves runs on the others) or a `COUNT`; $GOMAXPROCS wins")
-	addBackFlags(f, &o)
+	f.StringSliceVar(&o.backAddrs, "back-addr", nil, backAddrUsage)
 	return cmd
 }
 
@@ -201,7 +202,7 @@ func readToken(path string) (string, error) {
 // preflight reports, before anything is created, what would stop weir run,
 // each with what to do about it.
 func preflight() error {
-	if os.Geteuid() != 0 && !haveNetAdmin() {
+	if os.Geteuid() != 0 && !host.HaveNetAdmin() {
 		return errors.New("weir run needs root (CAP_NET_ADMIN) to create its TUN device: run it with sudo " +
 			"(--user drops to another user once it is set up).\nTo see weir work without root, run `weir demo`")
 	}
@@ -214,18 +215,18 @@ func preflight() error {
 // runAppliance runs weir until ctx ends or a signal stops it. Its errors
 // are runtime failures (exit 2) except where marked as config errors.
 func runAppliance(ctx context.Context, stdout, stderr io.Writer, o runOptions) error {
-	mem := decideMemory(o.memLimit, os.Getenv, cgroupMemoryLimit())
-	applyMemory(mem)
-	procs := decideProcs(o.procs, os.Getenv, runtime.GOMAXPROCS(0))
-	applyProcs(procs)
+	mem := host.DecideMemory(o.memLimit.limit(), os.Getenv, host.CgroupMemoryLimit())
+	host.ApplyMemory(mem)
+	procs := host.DecideProcs(o.procs.n, os.Getenv, runtime.GOMAXPROCS(0))
+	host.ApplyProcs(procs)
 	cfg, err := config.Load(o.config)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return &exitError{code: 1}
 	}
-	var drop *dropPlan
+	var drop *host.DropPlan
 	if o.user != "" {
-		if drop, err = planDrop(o.user); err != nil {
+		if drop, err = host.PlanDrop(o.user); err != nil {
 			return usageErr(fmt.Errorf("--user: %w", err))
 		}
 	}
@@ -322,12 +323,12 @@ func runAppliance(ctx context.Context, stdout, stderr io.Writer, o runOptions) e
 	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sigs)
 
-	for _, fam := range forwardingOff(backRoutes) {
+	for _, fam := range host.ForwardingOff(backRoutes) {
 		log.Warn().Str("forwarding", fam).Msg("forwarding is off: the back arm's packets to via: netstack targets cannot leave this host (sysctl net.ipv4.ip_forward=1)")
 	}
 	ev := log.Info().Str("tun", o.tunName).Int("queues", len(front.tuns)).Str("offload", o.offload).Bool("offload_active", front.tuns[0].Offload()).Str("admin", srv.Addr()).
 		Int("services", len(cfg.Services)).Str("config", o.config).
-		Int("gogc", mem.GOGC).Str("gogc_from", mem.GOGCFrom).Str("memory_limit", mem.limitText()).Str("memory_limit_from", mem.LimitFrom).
+		Int("gogc", mem.GOGC).Str("gogc_from", mem.GOGCFrom).Str("memory_limit", limitText(mem)).Str("memory_limit_from", mem.LimitFrom).
 		Int("gomaxprocs", procs.N).Str("gomaxprocs_from", procs.From)
 	if front.capture != nil {
 		ev = ev.Str("capture", o.capture).Int64("capture_max", o.captureMax)
@@ -434,8 +435,8 @@ func (fe *frontEnd) Close() {
 // dropAndSay drops the privileges weir no longer needs (to --user's
 // account with drop) and logs what it kept. Without --user a failure only
 // warns; with it, it is the error.
-func dropAndSay(log *zerolog.Logger, drop *dropPlan, user string) error {
-	if err := dropPrivileges(drop); err != nil {
+func dropAndSay(log *zerolog.Logger, drop *host.DropPlan, user string) error {
+	if err := host.DropPrivileges(drop); err != nil {
 		if drop != nil {
 			return fmt.Errorf("--user %s: %w", user, err)
 		}
@@ -444,7 +445,7 @@ func dropAndSay(log *zerolog.Logger, drop *dropPlan, user string) error {
 	}
 	ev := log.Info().Str("capabilities", "cap_net_admin")
 	if drop != nil {
-		ev = ev.Str("user", user).Int("uid", drop.uid)
+		ev = ev.Str("user", user).Int("uid", drop.UID)
 	}
 	ev.Msg("privileges dropped")
 	return nil

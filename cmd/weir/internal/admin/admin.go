@@ -17,7 +17,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
-	"strings"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -185,7 +185,7 @@ func Listen(opts Options, src Source, g prometheus.Gatherer) (*Server, error) {
 	}
 	ln, err := net.Listen("tcp", opts.Addr)
 	if err != nil {
-		if strings.Contains(err.Error(), "address already in use") {
+		if errors.Is(err, syscall.EADDRINUSE) {
 			return nil, fmt.Errorf("admin API: %s is in use (another weir running? choose another with --admin HOST:PORT): %w", opts.Addr, err)
 		}
 		return nil, fmt.Errorf("admin API: %w", err)

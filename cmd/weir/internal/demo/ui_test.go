@@ -4,13 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,16 +22,31 @@ import (
 	"weir/internal/testutil"
 )
 
+// recordHistory makes TestStatusPageInChromium run the demo once and
+// record the status page's history at its two moments into testdata
+// (go test -run StatusPageInChromium -record-history ./cmd/weir/internal/demo).
+var recordHistory = flag.Bool("record-history", false, "run the demo and record testdata/history-*.json for TestStatusPageInChromium")
+
+// The demo's history at the test's two moments: after the weighted
+// distribution scenario (two samples or more, no loss yet) and after the
+// loss scenario (carol's weight cut by her loss).
+var historyFiles = map[string]string{
+	"before": filepath.Join("testdata", "history-before.json"),
+	"after":  filepath.Join("testdata", "history-after.json"),
+}
+
 // TestStatusPageInChromium looks at the status page as a person does: the
-// demo's appliance serves /ui, headless Chromium loads it (running its
-// script, which swaps in fresh charts), and the DOM it built must hold the
-// plots with data points, carol's loss part rising once the demo's loss
-// scenario ran. A screenshot goes to the test's artifact directory
-// (go test -artifacts keeps it) and, with WEIR_UI_PNG=path, there too
-// (docs/ui.png in the README was made so).
+// page (package ui's handler) serves a history the demo's appliance
+// recorded (testdata/history-*.json, made by a real demo run with
+// -record-history), headless Chromium loads it (running its script, which
+// swaps in fresh charts), and the DOM it built must hold the plots with
+// data points, carol's loss part rising once the demo's loss scenario ran.
+// A screenshot goes to the test's artifact directory (go test -artifacts
+// keeps it) and, with WEIR_UI_PNG=path, there too (docs/ui.png in the
+// README was made so).
 func TestStatusPageInChromium(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs the demo's scenarios: not in -short")
+	if *recordHistory {
+		recordDemoHistory(t)
 	}
 	browser := ""
 	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
@@ -40,42 +58,55 @@ func TestStatusPageInChromium(t *testing.T) {
 	if browser == "" {
 		t.Skip("no Chromium: install Debian's chromium (scripts/deps.sh does as root) to test the status page in a browser")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	var url string
+	var cur atomic.Pointer[api.History]
+	srv := httptest.NewServer(ui.Handler(func() api.History { return *cur.Load() }))
+	defer srv.Close()
+	url := srv.URL + "/ui"
 	doms := map[string]string{}
-	_, err := Run(ctx, Options{
-		UI:      "127.0.0.1:0",
-		Serving: func(u string) { url = u },
-		AfterScenario: func(r Result) {
-			switch r.Scenario {
-			case "weighted distribution":
-				waitSamples(t, strings.TrimSuffix(url, "/ui")+"/history", 2)
-				doms["before"] = dumpDOM(t, ctx, browser, url)
-			case "loss moves weight":
-				doms["after"] = dumpDOM(t, ctx, browser, url)
-				shot := filepath.Join(t.ArtifactDir(), "ui.png")
-				screenshot(t, ctx, browser, url, shot)
-				if p := os.Getenv("WEIR_UI_PNG"); p != "" {
-					screenshot(t, ctx, browser, url, p)
-				}
-				t.Logf("screenshot: %s", shot)
-				logMemory(t, strings.TrimSuffix(url, "/ui")+"/history")
-				cancel() // the ToS scenario shows nothing new on the page
+	for _, moment := range []string{"before", "after"} {
+		h := readHistory(t, historyFiles[moment])
+		cur.Store(&h)
+		doms[moment] = dumpDOM(t, ctx, browser, url)
+		if moment == "after" {
+			shot := filepath.Join(t.ArtifactDir(), "ui.png")
+			screenshot(t, ctx, browser, url, shot)
+			if p := os.Getenv("WEIR_UI_PNG"); p != "" {
+				screenshot(t, ctx, browser, url, p)
 			}
-		},
-	})
-	if err != nil && !errors.Is(err, context.Canceled) {
-		t.Fatal(err)
-	}
-	before, after := doms["before"], doms["after"]
-	if before == "" || after == "" {
-		t.Fatalf("the demo did not reach the loss scenario (page at %q)", url)
+			t.Logf("screenshot: %s", shot)
+			logMemory(t, h)
+		}
 	}
 	for name, dom := range doms {
 		if n := attrInt(t, tag(dom, "body"), "data-updates"); n < 1 {
 			t.Errorf("%s: the page's script never swapped in fresh charts (data-updates %d)", name, n)
 		}
+	}
+	checkCharts(t, doms)
+}
+
+// TestRecordedHistoryCharts: the recorded history, rendered by the server
+// alone (no browser), draws what TestStatusPageInChromium looks for, so a
+// fixture recorded from a demo run that went wrong fails here, everywhere.
+func TestRecordedHistoryCharts(t *testing.T) {
+	doms := map[string]string{}
+	for moment, path := range historyFiles {
+		var b strings.Builder
+		ui.Render(&b, readHistory(t, path))
+		doms[moment] = b.String()
+	}
+	checkCharts(t, doms)
+}
+
+// checkCharts checks the charts of the page at the two moments (doms'
+// "before" and "after"): every chart there, carol's weight line growing
+// and moving, her loss part 0 before the loss scenario and above it after.
+func checkCharts(t *testing.T, doms map[string]string) {
+	t.Helper()
+	before, after := doms["before"], doms["after"]
+	for name, dom := range doms {
 		for _, id := range []string{"weight-shop-carol", "fraction-shop-carol", "loss-shop-carol", "conns-shop-carol",
 			"conns-cluster-wasmember05", "bandwidth-virtual_server-shop", "lconns-instance-demo"} {
 			if !strings.Contains(dom, `id="`+id+`"`) {
@@ -125,7 +156,71 @@ func waitSamples(t *testing.T, url string, n int) {
 
 // logMemory says what the history's rings cost for the demo's
 // configuration at the default length.
-func logMemory(t *testing.T, url string) {
+func logMemory(t *testing.T, h api.History) {
+	n := h.Capacity
+	bytes := n*8 + len(h.Targets)*n*ui.TargetSampleBytes + len(h.Levels)*n*ui.LevelSampleBytes + len(h.Refusals)*n*ui.RefusalSampleBytes
+	t.Logf("history: %d samples × (%d target, %d level, %d refusal series) = %d bytes of rings", n, len(h.Targets), len(h.Levels), len(h.Refusals), bytes)
+}
+
+func readHistory(t *testing.T, path string) api.History {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (record it with -record-history)", err)
+	}
+	var h api.History
+	if err := json.Unmarshal(b, &h); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return h
+}
+
+// recordDemoHistory runs the demo with its status page and records the
+// history the page draws after the weighted distribution and after the
+// loss scenario.
+func recordDemoHistory(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var url string
+	recorded := map[string]bool{}
+	record := func(moment string) {
+		h := fetchHistory(t, url)
+		b, err := json.MarshalIndent(h, "", " ")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll("testdata", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(historyFiles[moment], append(b, '\n'), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		recorded[moment] = true
+	}
+	_, err := Run(ctx, Options{
+		UI:      "127.0.0.1:0",
+		Serving: func(u string) { url = strings.TrimSuffix(u, "/ui") + "/history" },
+		AfterScenario: func(r Result) {
+			switch r.Scenario {
+			case "weighted distribution":
+				waitSamples(t, url, 2)
+				record("before")
+			case "loss moves weight":
+				record("after")
+				cancel() // the ToS scenario shows nothing new on the page
+			}
+		},
+	})
+	if err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	if !recorded["before"] || !recorded["after"] {
+		t.Fatalf("the demo did not reach the loss scenario: recorded %v", recorded)
+	}
+}
+
+func fetchHistory(t *testing.T, url string) api.History {
+	t.Helper()
 	resp, err := http.Get(url)
 	if err != nil {
 		t.Fatal(err)
@@ -135,9 +230,7 @@ func logMemory(t *testing.T, url string) {
 	if err := json.NewDecoder(resp.Body).Decode(&h); err != nil {
 		t.Fatal(err)
 	}
-	n := h.Capacity
-	bytes := n*8 + len(h.Targets)*n*ui.TargetSampleBytes + len(h.Levels)*n*ui.LevelSampleBytes + len(h.Refusals)*n*ui.RefusalSampleBytes
-	t.Logf("history: %d samples × (%d target, %d level, %d refusal series) = %d bytes of rings", n, len(h.Targets), len(h.Levels), len(h.Refusals), bytes)
+	return h
 }
 
 func chromiumArgs(t *testing.T) []string {

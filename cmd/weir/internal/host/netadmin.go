@@ -1,14 +1,14 @@
-package main
+package host
 
 import "golang.org/x/sys/unix"
 
-// haveNetAdmin reports whether the calling thread holds CAP_NET_ADMIN in
+// HaveNetAdmin reports whether the calling thread holds CAP_NET_ADMIN in
 // its effective set: what creating the TUN, addressing it and routing the
 // VIPs need. A service started by systemd as an unprivileged user with
 // AmbientCapabilities=CAP_NET_ADMIN (the Debian package's weir@.service)
 // has it without being root. Capabilities are per thread in Linux, but a
 // process given them at exec time has them on every thread.
-func haveNetAdmin() bool {
+func HaveNetAdmin() bool {
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	var data [2]unix.CapUserData
 	if err := unix.Capget(&hdr, &data[0]); err != nil {

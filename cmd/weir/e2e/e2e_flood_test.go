@@ -1,6 +1,6 @@
 //go:build linux
 
-package main
+package e2e
 
 import (
 	"context"
@@ -22,7 +22,7 @@ import (
 )
 
 // floodSYNs is the number of spoofed SYNs TestE2ESYNFlood sends:
-// WEIR_FLOOD_SYNS, else 20 000 (the make test size, a few seconds).
+// WEIR_FLOOD_SYNS, else 20 000 (the make e2e size, a few seconds).
 func floodSYNs(t *testing.T) int {
 	if s := os.Getenv("WEIR_FLOOD_SYNS"); s != "" {
 		n, err := strconv.Atoi(s)

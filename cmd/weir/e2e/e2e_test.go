@@ -1,6 +1,6 @@
 //go:build linux
 
-package main
+package e2e
 
 // End-to-end tests of the real `weir run` binary: every test creates its own
 // network namespace (unnamed: it goes with the test, even a killed one),
@@ -56,10 +56,13 @@ func TestMain(m *testing.M) {
 	}))
 }
 
-// requireE2E skips the test unless it can create namespaces and TUN
-// devices.
+// requireE2E skips the test in -short mode (make test's unit tier) and
+// unless it can create namespaces and TUN devices.
 func requireE2E(t *testing.T) {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("skipping: an end-to-end test of the built binary (make e2e runs them, as root; -short is the unit tier)")
+	}
 	if os.Geteuid() != 0 {
 		t.Skip("skipping: the end-to-end tests run `weir run` in network namespaces and need root (CAP_NET_ADMIN)")
 	}
@@ -78,7 +81,7 @@ func weirBinary(t *testing.T) string {
 		}
 		weirBinPath = filepath.Join(weirBinDir, "weir")
 		start := time.Now()
-		out, err := exec.Command("go", "build", "-o", weirBinPath, ".").CombinedOutput()
+		out, err := exec.Command("go", "build", "-o", weirBinPath, "weir/cmd/weir").CombinedOutput()
 		if err != nil {
 			weirBinErr = fmt.Errorf("go build: %v\n%s", err, out)
 			return

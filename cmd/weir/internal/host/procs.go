@@ -1,4 +1,4 @@
-package main
+package host
 
 // How many CPUs weir run's Go code uses at once (GOMAXPROCS, --procs).
 //
@@ -13,67 +13,34 @@ package main
 // connections/s). With half the cores as Ps, the same work costs less. See
 // the README's Performance section for the measurements.
 
-import (
-	"fmt"
-	"runtime"
-	"strconv"
-	"strings"
-)
+import "runtime"
 
-// procsFlag is --procs: auto (half the CPUs the runtime found, at least
-// one) or a count.
-type procsFlag struct {
-	n int // 0: auto
-}
-
-func (p *procsFlag) String() string {
-	if p.n == 0 {
-		return "auto"
-	}
-	return strconv.Itoa(p.n)
-}
-
-func (p *procsFlag) Set(s string) error {
-	s = strings.TrimSpace(s)
-	if s == "auto" {
-		p.n = 0
-		return nil
-	}
-	n, err := strconv.Atoi(s)
-	if err != nil || n < 1 || n > 1024 {
-		return fmt.Errorf("want auto or a count from 1 to 1024, not %q", s)
-	}
-	p.n = n
-	return nil
-}
-
-func (p *procsFlag) Type() string { return "procs" }
-
-// procSettings is the GOMAXPROCS weir runs with and where it came from,
+// ProcSettings is the GOMAXPROCS weir runs with and where it came from,
 // for the start log.
-type procSettings struct {
+type ProcSettings struct {
 	N    int
 	From string // "env" ($GOMAXPROCS), "flag" or "auto"
 }
 
-// decideProcs chooses GOMAXPROCS: the environment first, then the flag,
+// DecideProcs chooses GOMAXPROCS: the environment first, then flag (a
+// count; 0 means auto),
 // then half of avail, the runtime's own default (which honours the CPU
 // affinity mask and a cgroup CPU limit), rounded up. It changes nothing;
-// applyProcs does.
-func decideProcs(flag procsFlag, getenv func(string) string, avail int) procSettings {
+// ApplyProcs does.
+func DecideProcs(flag int, getenv func(string) string, avail int) ProcSettings {
 	switch {
 	case getenv("GOMAXPROCS") != "":
-		return procSettings{N: avail, From: "env"}
-	case flag.n > 0:
-		return procSettings{N: flag.n, From: "flag"}
+		return ProcSettings{N: avail, From: "env"}
+	case flag > 0:
+		return ProcSettings{N: flag, From: "flag"}
 	}
-	return procSettings{N: max((avail+1)/2, 1), From: "auto"}
+	return ProcSettings{N: max((avail+1)/2, 1), From: "auto"}
 }
 
-// applyProcs puts s into effect; what came from the environment the
+// ApplyProcs puts s into effect; what came from the environment the
 // runtime has already applied. Setting it stops the runtime from following
 // later changes of the cgroup's CPU limit.
-func applyProcs(s procSettings) {
+func ApplyProcs(s ProcSettings) {
 	if s.From != "env" {
 		runtime.GOMAXPROCS(s.N)
 	}

@@ -1,22 +1,37 @@
-package main
+//go:build linux
+
+package e2e
 
 import (
 	"bytes"
 	"os"
+	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
+
+	"weir/internal/testutil"
 )
 
-// TestDemo runs `weir demo` as a user would and checks its summary: every
-// scenario of the seeds shown, and each one ok.
+// TestDemo runs the built `weir demo` as a user would and checks its
+// summary: every scenario of the seeds shown, and each one ok. It is of the
+// soak tier (make soak): 20 s of timing-bound scenarios.
 func TestDemo(t *testing.T) {
+	if testing.Short() {
+		// The loss scenario judges real TCP timing and the distribution
+		// scenario a 2 % share bound, over 20 s: a long, timing-bound
+		// run that make soak does and -short skips.
+		t.Skip("skipping: weir demo's scenarios are timing-bound measurements (make soak runs them)")
+	}
 	checkDemo(t, "demo")
 }
 
 // TestDemoTUN runs the demo with its clients behind a real TUN in a network
-// namespace of their own (root only).
+// namespace of their own (root only; make e2e).
 func TestDemoTUN(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipping: weir demo --tun is an end-to-end run of the built binary (make e2e runs it, as root)")
+	}
 	if os.Geteuid() != 0 {
 		t.Skip("weir demo --tun needs root (a TUN in a new network namespace); run as root to test it")
 	}
@@ -28,24 +43,19 @@ func TestDemoTUN(t *testing.T) {
 
 func checkDemo(t *testing.T, args ...string) {
 	t.Helper()
-	if testing.Short() {
-		// The loss scenario judges real TCP timing and the distribution
-		// scenario a 2 % share bound, over 20 s: a long, timing-bound
-		// run that make test does and -short skips.
-		t.Skip("skipping: weir demo's scenarios are timing-bound measurements (run without -short)")
-	}
-	if raceEnabled {
+	if testutil.Race {
 		// The demo's loss scenario judges real TCP timing: under the race
 		// detector the stacks run ~10× slower, gVisor's tail-loss probes
 		// fire before ACKs are processed and read as loss on clean legs.
-		// make test runs the demo without it.
-		t.Skip("weir demo measures TCP timing; not meaningful under -race (make test runs it)")
+		t.Skip("weir demo measures TCP timing; not meaningful under -race (make soak runs it)")
 	}
 	var out, errb bytes.Buffer
-	code := execute(args, &out, &errb)
+	cmd := exec.Command(weirBinary(t), args...)
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
 	text := out.String()
-	if code != 0 {
-		t.Fatalf("weir %s exited %d\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), code, text, errb.String())
+	if err != nil {
+		t.Fatalf("weir %s: %v\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), err, text, errb.String())
 	}
 	i := strings.Index(text, "== summary")
 	if i < 0 {

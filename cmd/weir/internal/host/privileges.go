@@ -1,4 +1,4 @@
-package main
+package host
 
 import (
 	"errors"
@@ -21,15 +21,16 @@ import (
 // with ordinary sockets.
 var keptCaps = []int{unix.CAP_NET_ADMIN}
 
-// dropPlan is who weir becomes with --user.
-type dropPlan struct {
-	uid, gid int
-	groups   []int
+// DropPlan is who weir becomes with --user: PlanDrop decides it,
+// DropPrivileges applies it.
+type DropPlan struct {
+	UID, GID int
+	Groups   []int
 }
 
-// planDrop looks up name (a user name or a numeric uid) before anything is
+// PlanDrop looks up name (a user name or a numeric uid) before anything is
 // set up, so that a typo stops weir at once.
-func planDrop(name string) (*dropPlan, error) {
+func PlanDrop(name string) (*DropPlan, error) {
 	u, err := user.Lookup(name)
 	if err != nil {
 		var unknown user.UnknownUserError
@@ -42,37 +43,37 @@ func planDrop(name string) (*dropPlan, error) {
 			if id <= 0 {
 				return nil, fmt.Errorf("uid %d: want a uid above 0", id)
 			}
-			return &dropPlan{uid: id, gid: id}, nil
+			return &DropPlan{UID: id, GID: id}, nil
 		}
 	}
-	p := &dropPlan{}
-	if p.uid, err = strconv.Atoi(u.Uid); err != nil {
+	p := &DropPlan{}
+	if p.UID, err = strconv.Atoi(u.Uid); err != nil {
 		return nil, fmt.Errorf("user %q: uid %q: %w", name, u.Uid, err)
 	}
-	if p.gid, err = strconv.Atoi(u.Gid); err != nil {
+	if p.GID, err = strconv.Atoi(u.Gid); err != nil {
 		return nil, fmt.Errorf("user %q: gid %q: %w", name, u.Gid, err)
 	}
-	if p.uid == 0 {
+	if p.UID == 0 {
 		return nil, fmt.Errorf("user %q is root: give an unprivileged user, or leave --user out (weir drops its capabilities either way)", name)
 	}
 	if gids, err := u.GroupIds(); err == nil {
 		for _, g := range gids {
 			if id, err := strconv.Atoi(g); err == nil {
-				p.groups = append(p.groups, id)
+				p.Groups = append(p.Groups, id)
 			}
 		}
 	}
-	if len(p.groups) == 0 {
-		p.groups = []int{p.gid}
+	if len(p.Groups) == 0 {
+		p.Groups = []int{p.GID}
 	}
 	return p, nil
 }
 
-// errCgo says why a cgo build cannot drop privileges.
-var errCgo = errors.New("this weir binary was built with cgo: changing the capabilities of every thread at once needs " +
+// ErrCgo says why a cgo build cannot drop privileges.
+var ErrCgo = errors.New("this weir binary was built with cgo: changing the capabilities of every thread at once needs " +
 	"a CGO_ENABLED=0 build (make build)")
 
-// dropPrivileges keeps only keptCaps on every thread of the process: it
+// DropPrivileges keeps only keptCaps on every thread of the process: it
 // empties the bounding set of everything else, and with p becomes p's
 // user and groups (Linux would clear the capabilities on that change;
 // PR_SET_KEEPCAPS keeps the permitted ones), then sets the effective,
@@ -85,7 +86,7 @@ var errCgo = errors.New("this weir binary was built with cgo: changing the capab
 // On error nothing has changed if the first step failed (a cgo build,
 // no CAP_SETPCAP); after that the process may be part-way, and weir run
 // stops.
-func dropPrivileges(p *dropPlan) error {
+func DropPrivileges(p *DropPlan) error {
 	if p == nil && holdsOnlyKeptCaps() {
 		// Started with CAP_NET_ADMIN alone (weir@.service): nothing to drop.
 		return allThreads6(unix.PR_SET_NO_NEW_PRIVS, 1, 0)
@@ -110,14 +111,14 @@ func dropPrivileges(p *dropPlan) error {
 		if err := allThreads(unix.PR_SET_KEEPCAPS, 1, 0); err != nil {
 			return fmt.Errorf("PR_SET_KEEPCAPS: %w", err)
 		}
-		if err := syscall.Setgroups(p.groups); err != nil {
-			return fmt.Errorf("setgroups %v: %w", p.groups, err)
+		if err := syscall.Setgroups(p.Groups); err != nil {
+			return fmt.Errorf("setgroups %v: %w", p.Groups, err)
 		}
-		if err := syscall.Setresgid(p.gid, p.gid, p.gid); err != nil {
-			return fmt.Errorf("setresgid %d: %w", p.gid, err)
+		if err := syscall.Setresgid(p.GID, p.GID, p.GID); err != nil {
+			return fmt.Errorf("setresgid %d: %w", p.GID, err)
 		}
-		if err := syscall.Setresuid(p.uid, p.uid, p.uid); err != nil {
-			return fmt.Errorf("setresuid %d: %w", p.uid, err)
+		if err := syscall.Setresuid(p.UID, p.UID, p.UID); err != nil {
+			return fmt.Errorf("setresuid %d: %w", p.UID, err)
 		}
 	}
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
@@ -168,7 +169,7 @@ func threadsErr(errno syscall.Errno) error {
 	case 0:
 		return nil
 	case syscall.ENOTSUP:
-		return errCgo
+		return ErrCgo
 	}
 	return errno
 }

@@ -1,6 +1,6 @@
 //go:build linux
 
-package main
+package e2e
 
 // End-to-end tests of weir run's edges: least privilege (--user), the
 // front-NIC capture (--capture), and the reload of a file weir can no longer
@@ -50,7 +50,7 @@ func staticWeir(t *testing.T) string {
 		// The dropped user runs it: the folder must be searchable.
 		os.Chmod(dir, 0o755)
 		staticBinPath = filepath.Join(dir, "weir")
-		cmd := exec.Command("go", "build", "-o", staticBinPath, ".")
+		cmd := exec.Command("go", "build", "-o", staticBinPath, "weir/cmd/weir")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			staticBinErr = fmt.Errorf("go build: %v\n%s", err, out)

@@ -1,4 +1,4 @@
-package main
+package host
 
 // The Go runtime's memory settings for weir run: the GC's target (GOGC) and
 // a soft memory limit (GOMEMLIMIT, --memory-limit). Most of weir's resident
@@ -19,80 +19,39 @@ import (
 	"strings"
 )
 
-// defaultGOGC is the GC target weir run sets when $GOGC is not set. See
+// DefaultGOGC is the GC target weir run sets when $GOGC is not set. See
 // the README's Performance section for the measurement behind it.
-const defaultGOGC = 50
+const DefaultGOGC = 50
 
-// autoLimitFraction is the share of the cgroup's memory limit that
+// AutoLimitFraction is the share of the cgroup's memory limit that
 // --memory-limit auto gives the Go runtime: the rest is for what the
 // runtime does not count (the kernel's socket buffers charged to the
 // cgroup, the binary's pages) so that the GC works harder before the
 // kernel's OOM killer steps in.
-const autoLimitFraction = 0.9
+const AutoLimitFraction = 0.9
 
-// memoryLimit is --memory-limit: auto (a fraction of the cgroup's memory
-// limit, none without one), none, or a byte count.
-type memoryLimit struct {
-	auto  bool
-	bytes int64 // with auto false: the limit; 0 means none
+// MemoryLimit is what --memory-limit asks for: auto (a fraction of the
+// cgroup's memory limit, none without one), none (Auto false, Bytes 0), or
+// Bytes.
+type MemoryLimit struct {
+	Auto  bool
+	Bytes int64 // with Auto false: the limit; 0 means none
 }
 
-func (m *memoryLimit) String() string {
-	switch {
-	case m.auto:
-		return "auto"
-	case m.bytes == 0:
-		return "none"
-	}
-	n := m.bytes
-	return byteSize{&n}.String()
-}
-
-func (m *memoryLimit) Set(s string) error {
-	switch strings.TrimSpace(s) {
-	case "auto":
-		*m = memoryLimit{auto: true}
-		return nil
-	case "none", "0":
-		*m = memoryLimit{}
-		return nil
-	}
-	var n int64
-	if err := (byteSize{&n}).Set(s); err != nil {
-		return fmt.Errorf("want auto, none or a byte count like 512MiB: %w", err)
-	}
-	if n < 16<<20 {
-		return fmt.Errorf("%s is below 16MiB: the GC would run all the time", s)
-	}
-	*m = memoryLimit{bytes: n}
-	return nil
-}
-
-func (m *memoryLimit) Type() string { return "limit" }
-
-// memorySettings are the GC settings weir runs with and where each came
+// MemorySettings are the GC settings weir runs with and where each came
 // from, for the start log.
-type memorySettings struct {
+type MemorySettings struct {
 	GOGC      int    // percent; -1: the GC is off (GOGC=off)
 	GOGCFrom  string // "env" ($GOGC) or "default"
 	Limit     int64  // bytes; math.MaxInt64: none
 	LimitFrom string // "env" ($GOMEMLIMIT), "flag", "cgroup" (auto) or "none"
 }
 
-// limitText is the limit for the log: "none" or a byte count.
-func (s memorySettings) limitText() string {
-	if s.Limit == math.MaxInt64 {
-		return "none"
-	}
-	n := s.Limit
-	return byteSize{&n}.String()
-}
-
-// decideMemory chooses the settings: the environment first, then the flag,
+// DecideMemory chooses the settings: the environment first, then the flag,
 // then the defaults. cgroupLimit is the cgroup's memory limit in bytes (0:
-// none). It changes nothing; applyMemory does.
-func decideMemory(flag memoryLimit, getenv func(string) string, cgroupLimit int64) memorySettings {
-	s := memorySettings{GOGC: defaultGOGC, GOGCFrom: "default", Limit: math.MaxInt64, LimitFrom: "none"}
+// none). It changes nothing; ApplyMemory does.
+func DecideMemory(flag MemoryLimit, getenv func(string) string, cgroupLimit int64) MemorySettings {
+	s := MemorySettings{GOGC: DefaultGOGC, GOGCFrom: "default", Limit: math.MaxInt64, LimitFrom: "none"}
 	if v := getenv("GOGC"); v != "" {
 		s.GOGCFrom = "env"
 		s.GOGC = 100 // what the runtime makes of a value it cannot parse
@@ -106,17 +65,17 @@ func decideMemory(flag memoryLimit, getenv func(string) string, cgroupLimit int6
 	case getenv("GOMEMLIMIT") != "":
 		s.LimitFrom = "env"
 		s.Limit = debug.SetMemoryLimit(-1) // the runtime parsed it: read it back
-	case !flag.auto && flag.bytes > 0:
-		s.Limit, s.LimitFrom = flag.bytes, "flag"
-	case flag.auto && cgroupLimit > 0:
-		s.Limit, s.LimitFrom = int64(float64(cgroupLimit)*autoLimitFraction), "cgroup"
+	case !flag.Auto && flag.Bytes > 0:
+		s.Limit, s.LimitFrom = flag.Bytes, "flag"
+	case flag.Auto && cgroupLimit > 0:
+		s.Limit, s.LimitFrom = int64(float64(cgroupLimit)*AutoLimitFraction), "cgroup"
 	}
 	return s
 }
 
-// applyMemory puts s into effect; what came from the environment the
+// ApplyMemory puts s into effect; what came from the environment the
 // runtime has already applied.
-func applyMemory(s memorySettings) {
+func ApplyMemory(s MemorySettings) {
 	if s.GOGCFrom != "env" {
 		debug.SetGCPercent(s.GOGC)
 	}
@@ -125,10 +84,10 @@ func applyMemory(s memorySettings) {
 	}
 }
 
-// cgroupMemoryLimit is the memory limit of the cgroup this process runs
+// CgroupMemoryLimit is the memory limit of the cgroup this process runs
 // in, in bytes: cgroup v2's memory.max or v1's memory.limit_in_bytes; 0
 // when there is none (unlimited, or no cgroup file to read).
-func cgroupMemoryLimit() int64 {
+func CgroupMemoryLimit() int64 {
 	f, err := os.Open("/proc/self/cgroup")
 	if err != nil {
 		return 0
