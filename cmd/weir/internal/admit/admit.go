@@ -16,6 +16,7 @@
 package admit
 
 import (
+	"context"
 	"errors"
 	"net/netip"
 	"sort"
@@ -59,7 +60,19 @@ type Options struct {
 	Access *obs.AccessLog
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Borrow, when set, is asked for more slots of a level whose refusal
+	// was this instance's full share of a cluster-wide limit (a Refusal
+	// with Shared set); it returns true when the share grew, and the
+	// connection or request is admitted again. It waits at most the
+	// cluster's borrowTimeout (cluster.Cluster.Borrow): the client's
+	// handshake has completed, so the wait is inside the connection.
+	Borrow func(ctx context.Context, kind policy.LevelKind, name string) bool
 }
+
+// maxBorrows bounds the borrows one connection or request makes when its
+// level's share is full (Options.Borrow): the wait is at most maxBorrows
+// times the cluster's borrowTimeout.
+const maxBorrows = 8
 
 // Admitter admits connections and requests. Its methods may be called from
 // any number of goroutines.
@@ -187,6 +200,17 @@ func (a *Admitter) admit(req *netstack.ConnRequest, s *session, now time.Time) (
 	if !ok && req.Settle() {
 		// The client's previous connection was over for it, its release
 		// still on the way: check again.
+		ref, ok = a.opts.Admission.Admit(vs, &s.ticket)
+	}
+	// The share was full, not the cluster: borrow and admit again. A
+	// borrow that grew the share may have been taken by a concurrent
+	// connection of the same burst, so borrow again while the cluster
+	// grants (each attempt is bounded by borrowTimeout; maxBorrows bounds
+	// them all).
+	for i := 0; !ok && ref.Shared && a.opts.Borrow != nil && i < maxBorrows; i++ {
+		if !a.opts.Borrow(context.Background(), ref.Level, ref.Name) {
+			break
+		}
 		ref, ok = a.opts.Admission.Admit(vs, &s.ticket)
 	}
 	if !ok {

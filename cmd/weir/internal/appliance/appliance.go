@@ -218,7 +218,7 @@ func New(opts Options) (*Appliance, error) {
 	fo := opts.Forwarder
 	fo.Services = a.service
 	a.admit = admit.New(admit.Options{Admission: a.adm, Balancer: a.balancer, Flows: a.engine,
-		Log: &a.log, Access: opts.Access, Now: a.now})
+		Log: &a.log, Access: opts.Access, Now: a.now, Borrow: a.borrow})
 	fo.Admitter = a.admit
 	fo.Segments = a.engine.Segments
 	viaFront := false

@@ -50,6 +50,16 @@ func (ct clusterTargets) SetDefaultTargetCapacity(c int64) {
 	}
 }
 
+// borrow asks the cluster for more slots of a level whose local share
+// refused a connection or request (admit.Options.Borrow); false without a
+// cluster. a.clu is set in New before the forwarder admits anything.
+func (a *Appliance) borrow(ctx context.Context, kind policy.LevelKind, name string) bool {
+	if a.clu == nil {
+		return false
+	}
+	return a.clu.Borrow(ctx, kind, name)
+}
+
 // shareSamples publishes this instance's samples of the interval and the
 // down-state of its targets, marks down the targets another member saw
 // fail, and returns the cluster-wide sums the sampler judges (the local

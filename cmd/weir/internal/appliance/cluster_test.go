@@ -1,7 +1,9 @@
 package appliance_test
 
 import (
+	"bufio"
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -218,4 +220,113 @@ func TestClusterSharesTargetLimit(t *testing.T) {
 		}
 		return false
 	}, "the new service's target never leased: %+v", labs[0].App.Status().Cluster.Levels)
+}
+
+// TestClusterBorrowServesBurst: three appliances share a maxConnections of
+// 10 (a real redis-server) with a long lease interval, so that a share grows
+// in the background only a tenth of an interval after it filled. Idle, each
+// holds its even part; a burst at one of them of every slot the others do
+// not hold, from clients that do not retry, is served at once: each request
+// the full share refuses borrows a slot from Redis within borrowTimeout
+// (admit.Options.Borrow) and is admitted again. Without the borrow, the
+// requests beyond the share got the 503 page.
+func TestClusterBorrowServesBurst(t *testing.T) {
+	r := clustertest.StartRedis(t)
+	hold := make(chan struct{})
+	var labs []*lab.Lab
+	for _, id := range []string{"a", "b", "c"} {
+		cfg := lab.WebConfig([]int{1}, nil)
+		cfg.Services[0].Limits = policy.Limits{MaxConnections: 10, EnforceConnections: true}
+		cfg.Cluster = &policy.Cluster{Redis: r.Addr(), Name: "lab", Instance: id, LeaseInterval: 2 * time.Second}
+		l := newLab(t, cfg, lab.Options{Backend: func(_ policy.TargetKey, b *bench.Backend) { b.Hold = hold }})
+		l.App.Start()
+		labs = append(labs, l)
+	}
+	released := false
+	defer func() {
+		if !released {
+			close(hold)
+		}
+	}()
+	shares := func() (own, others int64) {
+		for i, l := range labs {
+			lv, _ := webLevel(l.App)
+			if i == 0 {
+				own = lv.Share
+			} else {
+				others += lv.Share
+			}
+		}
+		return own, others
+	}
+	testutil.Eventually(t, 10*time.Second, func() bool {
+		for _, l := range labs {
+			c := l.App.Status().Cluster
+			if c == nil || c.Mode != "shared" || len(c.Members) != 3 {
+				return false
+			}
+		}
+		for _, l := range labs {
+			if lv, _ := webLevel(l.App); lv.Share == 0 {
+				return false
+			}
+		}
+		own, others := shares()
+		return own+others < 10
+	}, "the cluster never formed with every member holding a share and a slot free")
+	own, others := shares()
+	burst := int(10 - others)
+	if burst <= int(own) {
+		t.Fatalf("share %d, others %d: no burst beyond the share to test", own, others)
+	}
+	type answer struct {
+		line string
+		err  error
+	}
+	answers := make(chan answer, burst)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for range burst {
+		go func() {
+			c, err := labs[0].Dial(ctx, "tcp", "198.19.0.80:80")
+			if err != nil {
+				answers <- answer{err: err}
+				return
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(20 * time.Second))
+			if _, err := c.Write([]byte("GET / HTTP/1.1\r\nHost: web\r\n\r\n")); err != nil {
+				answers <- answer{err: err}
+				return
+			}
+			line, err := bufio.NewReader(c).ReadString('\n')
+			answers <- answer{line: line, err: err}
+		}()
+	}
+	// Every request of the burst is either held at the target (served) or
+	// answered (refused): wait for that, then let the held ones finish.
+	var refused []string
+	testutil.Eventually(t, 15*time.Second, func() bool {
+		for {
+			select {
+			case a := <-answers:
+				refused = append(refused, fmt.Sprint(a.line, a.err))
+				continue
+			default:
+			}
+			break
+		}
+		lv, _ := webLevel(labs[0].App)
+		return len(refused) > 0 || lv.Open == int64(burst)
+	}, "the burst of %d never settled", burst)
+	if len(refused) > 0 {
+		t.Errorf("a burst of %d at a share of %d with %d slots free cluster-wide: %d refused, first %q", burst, own, 10-own-others, len(refused), refused[0])
+	}
+	close(hold)
+	released = true
+	for range burst - len(refused) {
+		if a := <-answers; a.err != nil || !strings.Contains(a.line, " 200 ") {
+			t.Errorf("a held request answered %q, %v", a.line, a.err)
+		}
+	}
 }
