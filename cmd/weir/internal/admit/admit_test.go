@@ -21,16 +21,6 @@ import (
 // TestMain fails the package if any test leaves a goroutine running.
 func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }
 
-func newLab(t *testing.T, cfg *policy.Config, o lab.Options) *lab.Lab {
-	t.Helper()
-	l, err := lab.New(cfg, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	return l
-}
-
 // refusals is the number of connections refused by the given level's limit.
 func refusals(a *appliance.Appliance, level, limit string) uint64 {
 	for _, r := range a.Status().Refusals {
@@ -56,7 +46,7 @@ func TestWebSphereMaxConnections(t *testing.T) {
 	// the 7 served stay open however slowly a loaded machine brings the
 	// 30 clients in.
 	hold := make(chan struct{})
-	l := newLab(t, cfg, lab.Options{
+	l := lab.Must(t, cfg, lab.Options{
 		Backend:   func(_ policy.TargetKey, b *bench.Backend) { b.Hold = hold },
 		Appliance: appliance.Options{Access: access},
 	})
@@ -112,7 +102,7 @@ func TestEnforcedLimitRefusesWithPage(t *testing.T) {
 	cfg := lab.WebConfig([]int{1}, nil)
 	cfg.Services[0].Limits = policy.Limits{MaxConnections: 2, EnforceConnections: true}
 	hold := make(chan struct{}) // the 2 served wait until the 4 refusals are counted
-	l := newLab(t, cfg, lab.Options{Backend: func(_ policy.TargetKey, b *bench.Backend) { b.Hold = hold }})
+	l := lab.Must(t, cfg, lab.Options{Backend: func(_ policy.TargetKey, b *bench.Backend) { b.Hold = hold }})
 	done := make(chan bench.Result, 1)
 	go func() {
 		done <- bench.Load{Dial: l.Dial, Addr: "198.19.0.80:80", Clients: 6, Requests: 6, Duration: 30 * time.Second}.Run(context.Background())
@@ -142,7 +132,7 @@ func TestMaxAttemptsOneOwner(t *testing.T) {
 	cfg.Balancer.MaxAttempts = 5
 	var accessBuf testutil.SyncBuffer
 	access := obs.NewAccessLog(&accessBuf, false)
-	l := newLab(t, cfg, lab.Options{Appliance: appliance.Options{Access: access}})
+	l := lab.Must(t, cfg, lab.Options{Appliance: appliance.Options{Access: access}})
 	for _, name := range []string{"t1", "t2", "t3"} {
 		l.Backends[policy.TargetKey{Service: "web", Target: name}].Close() // its stack answers SYNs with RST
 	}

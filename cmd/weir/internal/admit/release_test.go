@@ -43,7 +43,7 @@ func TestSequentialClientsNeverRefused(t *testing.T) {
 			vs := cfg.Services[0]
 			vs.Proto = policy.ProtoTCP
 			vs.Limits = policy.Limits{MaxConnections: 1, EnforceConnections: true}
-			l := newLab(t, cfg, lab.Options{Backend: func(_ policy.TargetKey, b *bench.Backend) { b.Body = tc.body }})
+			l := lab.Must(t, cfg, lab.Options{Backend: func(_ policy.TargetKey, b *bench.Backend) { b.Body = tc.body }})
 			for i := range n {
 				if err := sequentialClient(l, tc.body, tc.upload, tc.clientFirst); err != nil {
 					t.Fatalf("connection %d: %v; refusals %+v", i, err, l.App.Status().Refusals)

@@ -30,7 +30,7 @@ func TestActionLevelsInStatusAndStats(t *testing.T) {
 	var logBuf testutil.SyncBuffer
 	log := zerolog.New(&logBuf)
 	hold := make(chan struct{})
-	l := newLab(t, cfg, lab.Options{
+	l := lab.Must(t, cfg, lab.Options{
 		Backend:   func(_ policy.TargetKey, b *bench.Backend) { b.Hold = hold },
 		Appliance: appliance.Options{Log: &log},
 	})

@@ -29,18 +29,8 @@ import (
 // lab's stacks, splices and loops must all end with Close.
 func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }
 
-func newLab(t *testing.T, cfg *policy.Config, o lab.Options) *lab.Lab {
-	t.Helper()
-	l, err := lab.New(cfg, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	return l
-}
-
 func TestWeightedDistribution(t *testing.T) {
-	l := newLab(t, lab.WebConfig([]int{3, 1}, nil), lab.Options{})
+	l := lab.Must(t, lab.WebConfig([]int{3, 1}, nil), lab.Options{})
 	for _, vip := range []string{"198.19.0.80:80", "[fd00::80]:80"} {
 		res := bench.Load{Dial: l.Dial, Addr: vip, Clients: 1, Requests: 200, Duration: 30 * time.Second}.Run(context.Background())
 		if res.OK != 200 {
@@ -65,7 +55,7 @@ func TestLossMovesWeight(t *testing.T) {
 	// Loss on weir → t2: weir's own segments to t2 are retransmitted, so
 	// the load uploads and the monitor reads that direction (to_target).
 	cfg.Monitor.Direction = policy.ToTarget
-	l := newLab(t, cfg, lab.Options{})
+	l := lab.Must(t, cfg, lab.Options{})
 	l.Faults[policy.TargetKey{Service: "web", Target: "t2"}].SetRates(fault.Rates{Drop: 0.05}, fault.Rates{})
 	res := bench.Load{Dial: l.Dial, Addr: "198.19.0.80:80", Clients: 4, Requests: 80, Upload: 64 << 10, Duration: 90 * time.Second, Timeout: 30 * time.Second}.Run(context.Background())
 	if res.OK != 80 {
@@ -99,7 +89,7 @@ func TestLossMovesWeight(t *testing.T) {
 
 func TestReloadKeepsCountersAndConnections(t *testing.T) {
 	cfg := lab.WebConfig([]int{1, 1}, nil)
-	l := newLab(t, cfg, lab.Options{Backend: func(_ policy.TargetKey, b *bench.Backend) { b.Delay = 400 * time.Millisecond }})
+	l := lab.Must(t, cfg, lab.Options{Backend: func(_ policy.TargetKey, b *bench.Backend) { b.Delay = 400 * time.Millisecond }})
 	done := make(chan bench.Result)
 	go func() {
 		done <- bench.Load{Dial: l.Dial, Addr: "198.19.0.80:80", Clients: 4, Requests: 8, Duration: 30 * time.Second}.Run(context.Background())
@@ -138,7 +128,7 @@ func TestReloadKeepsCountersAndConnections(t *testing.T) {
 
 func TestMetricsScrape(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	l := newLab(t, lab.WebConfig([]int{1}, nil), lab.Options{})
+	l := lab.Must(t, lab.WebConfig([]int{1}, nil), lab.Options{})
 	reg.MustRegister(metrics.NewCollector(l.App.Status))
 	bench.Load{Dial: l.Dial, Addr: "198.19.0.80:80", Clients: 1, Requests: 3}.Run(context.Background())
 	waitClosed(t, l.App)
@@ -201,7 +191,7 @@ func waitClosed(t *testing.T, a *appliance.Appliance) {
 func TestHealthChecksTakeDeadTargetOut(t *testing.T) {
 	cfg := lab.WebConfig([]int{1, 1}, nil)
 	cfg.Balancer.Health = policy.HealthCheck{Interval: 50 * time.Millisecond, Timeout: 40 * time.Millisecond, Rise: 1, Fall: 2}
-	l := newLab(t, cfg, lab.Options{})
+	l := lab.Must(t, cfg, lab.Options{})
 	l.App.Start()
 	l.Backends[policy.TargetKey{Service: "web", Target: "t2"}].Close()
 	testutil.Eventually(t, 5*time.Second, func() bool {

@@ -42,7 +42,7 @@ func TestClusterSharesLimit(t *testing.T) {
 		cfg := lab.WebConfig([]int{1}, nil)
 		cfg.Services[0].Limits = policy.Limits{MaxConnections: 4, EnforceConnections: true}
 		cfg.Cluster = &policy.Cluster{Redis: r.Addr(), Name: "lab", Instance: id, LeaseInterval: 50 * time.Millisecond}
-		l := newLab(t, cfg, lab.Options{Backend: func(_ policy.TargetKey, b *bench.Backend) { b.Hold = hold }})
+		l := lab.Must(t, cfg, lab.Options{Backend: func(_ policy.TargetKey, b *bench.Backend) { b.Hold = hold }})
 		l.App.Start()
 		labs = append(labs, l)
 	}
@@ -165,7 +165,7 @@ func TestClusterSharesTargetLimit(t *testing.T) {
 	for _, id := range []string{"a", "b"} {
 		cfg := lab.WebConfig([]int{1}, []int64{3})
 		cfg.Cluster = &policy.Cluster{Redis: r.Addr(), Name: "lab", Instance: id, LeaseInterval: 50 * time.Millisecond}
-		l := newLab(t, cfg, lab.Options{Backend: func(_ policy.TargetKey, b *bench.Backend) { b.Hold = hold }})
+		l := lab.Must(t, cfg, lab.Options{Backend: func(_ policy.TargetKey, b *bench.Backend) { b.Hold = hold }})
 		l.App.Start()
 		labs = append(labs, l)
 	}
@@ -238,7 +238,7 @@ func TestClusterBorrowServesBurst(t *testing.T) {
 		cfg := lab.WebConfig([]int{1}, nil)
 		cfg.Services[0].Limits = policy.Limits{MaxConnections: 10, EnforceConnections: true}
 		cfg.Cluster = &policy.Cluster{Redis: r.Addr(), Name: "lab", Instance: id, LeaseInterval: 2 * time.Second}
-		l := newLab(t, cfg, lab.Options{Backend: func(_ policy.TargetKey, b *bench.Backend) { b.Hold = hold }})
+		l := lab.Must(t, cfg, lab.Options{Backend: func(_ policy.TargetKey, b *bench.Backend) { b.Hold = hold }})
 		l.App.Start()
 		labs = append(labs, l)
 	}

@@ -33,7 +33,7 @@ func TestDownloadLossFromTarget(t *testing.T) {
 			if !tc.rules {
 				cfg.Rules = nil
 			}
-			l := newLab(t, cfg, lab.Options{Backend: func(_ policy.TargetKey, b *bench.Backend) { b.Body = 128 << 10 }})
+			l := lab.Must(t, cfg, lab.Options{Backend: func(_ policy.TargetKey, b *bench.Backend) { b.Body = 128 << 10 }})
 			l.Faults[policy.TargetKey{Service: "web", Target: "t2"}].SetRates(fault.Rates{}, fault.Rates{Drop: 0.05})
 			res := bench.Load{Dial: l.Dial, Addr: "198.19.0.80:80", Clients: 4, Requests: 60, Duration: 90 * time.Second, Timeout: 30 * time.Second}.Run(context.Background())
 			// A download may stall past its timeout under 5 % loss now and

@@ -246,3 +246,23 @@ func WebConfig(weights []int, maxConns []int64) *policy.Config {
 		Monitor:  policy.Monitor{Enabled: true, SamplingInterval: time.Hour},
 	}
 }
+
+// TB is what Must needs of a *testing.T (the lab does not import testing:
+// weir demo links it).
+type TB interface {
+	Helper()
+	Fatal(args ...any)
+	Cleanup(func())
+}
+
+// Must is New for a test: it fails t when the lab cannot start and closes
+// the lab when the test ends.
+func Must(t TB, cfg *policy.Config, o Options) *Lab {
+	t.Helper()
+	l, err := New(cfg, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}

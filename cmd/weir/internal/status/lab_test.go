@@ -11,21 +11,10 @@ import (
 	"weir/cmd/weir/internal/appliance"
 	"weir/cmd/weir/internal/lab"
 	"weir/internal/testutil"
-	"weir/policy"
 )
 
 // TestMain fails the package if any test leaves a goroutine running.
 func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }
-
-func newLab(t *testing.T, cfg *policy.Config, o lab.Options) *lab.Lab {
-	t.Helper()
-	l, err := lab.New(cfg, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	return l
-}
 
 // waitClosed waits until every admitted connection has been reported closed:
 // a client has its answer a moment before weir sees both legs end.
@@ -37,7 +26,7 @@ func waitClosed(t *testing.T, a *appliance.Appliance) {
 // TestStatusHasEveryNIC: the front NIC and each back arm appear in /status
 // with their transport's counters when it keeps any.
 func TestStatusHasEveryNIC(t *testing.T) {
-	l := newLab(t, lab.WebConfig([]int{1, 1}, nil), lab.Options{})
+	l := lab.Must(t, lab.WebConfig([]int{1, 1}, nil), lab.Options{})
 	st := l.App.Status()
 	var names []string
 	for _, n := range st.NICs {
@@ -60,7 +49,7 @@ func TestStatusHasEveryNIC(t *testing.T) {
 // TestConnectionsListsOpenConnection: /connections shows an open connection
 // with its addresses, service, target and both legs' bytes.
 func TestConnectionsListsOpenConnection(t *testing.T) {
-	l := newLab(t, lab.WebConfig([]int{1}, nil), lab.Options{})
+	l := lab.Must(t, lab.WebConfig([]int{1}, nil), lab.Options{})
 	c, err := l.Dial(context.Background(), "tcp", "198.19.0.80:80")
 	if err != nil {
 		t.Fatal(err)
@@ -84,7 +73,7 @@ func TestConnectionsListsOpenConnection(t *testing.T) {
 // TestRawStats: the raw counters of every part reach the control plane
 // through one call, NIC by NIC, for the metrics table to export.
 func TestRawStats(t *testing.T) {
-	l := newLab(t, lab.WebConfig([]int{1, 1}, nil), lab.Options{})
+	l := lab.Must(t, lab.WebConfig([]int{1, 1}, nil), lab.Options{})
 	res := bench.Load{Dial: l.Dial, Addr: "198.19.0.80:80", Clients: 2, Requests: 10, Duration: 30 * time.Second}.Run(context.Background())
 	if res.OK != 10 {
 		t.Fatalf("load: %+v", res)
