@@ -95,7 +95,7 @@
 //	  maxAttempts: 3           # targets tried per connection, 1..16, default 3
 //	  refreshInterval: 0s      # config file check period; 0 (default): off, SIGHUP still reloads
 //	  slowStart: 0s            # weight ramp of a recovered target; 0: off
-//	  healthCheck:             # active TCP checks; interval 0 (default): off
+//	  healthCheck:             # active TCP checks, dialed as the target's connections are (its via); interval 0 (default): off
 //	    interval: 5s
 //	    timeout: 2s            # default interval/2; must be shorter than interval
 //	    rise: 2                # successes to mark up, 1..100, default 2
