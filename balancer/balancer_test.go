@@ -348,7 +348,7 @@ func TestPickDoesNotAllocate(t *testing.T) {
 					l.Release()
 				})
 				if allocs != 0 {
-					t.Errorf("%v allocs per Pick, want 0", allocs)
+					t.Errorf("%v allocs per PickAction, want 0", allocs)
 				}
 				var tried Tried
 				allocs = testing.AllocsPerRun(1000, func() {
@@ -361,7 +361,7 @@ func TestPickDoesNotAllocate(t *testing.T) {
 					l.Release()
 				})
 				if allocs != 0 {
-					t.Errorf("%v allocs per PickExcept, want 0", allocs)
+					t.Errorf("%v allocs per PickAction with a Tried, want 0", allocs)
 				}
 			})
 		}

@@ -2,7 +2,9 @@
 // and an effective weight after the QoS fraction, smooth weighted round robin
 // (default), weighted least connections and Maglev consistent hashing,
 // MaxConnections per target, primary and backup lists, down-state after a
-// failed connect, health checks and slow start. Tables are immutable and
+// failed connect, the rise/fall state of active health checks it does not
+// run itself (ReportHealth takes each verdict; cmd/weir/internal/health
+// dials them) and slow start. Tables are immutable and
 // swapped atomically; connection counts and down-state carry over by target
 // name.
 //

@@ -311,8 +311,8 @@ func TestNoLeak(t *testing.T) {
 	}
 	testutil.Eventually(t, 10*time.Second, func() bool { return adm.nClosed.Load() == int64(n+10) }, "adm.nClosed.Load() == int64(n+10)")
 	// Each spliced connection runs two goroutines; all must be gone but
-	// the warm ones parked for the next connections (warm.go), at most
-	// defaultWarmIdle.
+	// the warm ones parked for the next connections (proxy.WarmPool), at most
+	// proxy.DefaultWarmIdle.
 	goleak.VerifyNone(t, before, goleak.IgnoreTopFunction("weir/netstack/proxy.(*WarmPool).workLoop"))
 	if parked := r.fwd.workers.Idle(); parked > proxy.DefaultWarmIdle {
 		t.Errorf("%d goroutines parked, want at most %d", parked, proxy.DefaultWarmIdle)

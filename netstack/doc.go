@@ -1,8 +1,11 @@
 // Package netstack holds all of weir's gVisor code: the userspace TCP/IP stack
 // built from an Options struct, the link endpoint that bridges a
 // datapath.Device, the TCP forwarder with admission before the handshake, the
-// dialers to targets (host sockets and a second gVisor NIC), the splice, and
-// the per-connection statistics records.
+// dialers to targets (host sockets and a second gVisor NIC), the connection
+// contract (Admitter and the sessions), the splice, the HTTP proxy and its
+// target pool, and the per-connection statistics records. The parts that
+// need no gVisor (the warm pool, the streaming meter, the 503 page, the
+// per-direction counts) are in netstack/proxy.
 //
 // Nothing outside netstack imports gVisor; tcpip.Error never leaves it.
 //

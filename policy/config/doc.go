@@ -95,7 +95,7 @@
 //	  maxAttempts: 3           # targets tried per connection, 1..16, default 3
 //	  refreshInterval: 0s      # config file check period; 0 (default): off, SIGHUP still reloads
 //	  slowStart: 0s            # weight ramp of a recovered target; 0: off
-//	  healthCheck:             # active TCP checks; interval 0 (default): off
+//	  healthCheck:             # active TCP checks, dialed as the target's connections are (its via); interval 0 (default): off
 //	    interval: 5s
 //	    timeout: 2s            # default interval/2; must be shorter than interval
 //	    rise: 2                # successes to mark up, 1..100, default 2
@@ -106,6 +106,7 @@
 //	  instance: weir-a         # this instance's id among the members; default the host name
 //	  leaseInterval: 1s        # lease and membership renewal, 10ms..1m, default 1s; a dead instance's slots free after 3 intervals
 //	  onRedisDown: localShare  # Redis unreachable: localShare (default: limit ÷ live members each), failOpen (full limit each) or failClosed (refuse)
+//	  borrowTimeout: 5ms       # a connection or request refused by this instance's full share of a cluster-wide limit asks Redis for more slots, waiting at most this long, default 5ms, at most leaseInterval/2
 //	include: [zos-telnet.pa]   # Policy Agent files (a list or one name), relative to this file
 //	noServices: true           # say that no service is defined on purpose; default false
 //

@@ -122,7 +122,7 @@ func TestE2EMinRateTBFContention(t *testing.T) {
 	// The first seconds are the 8 slow starts overflowing the TBF queue
 	// together: connections stall in retransmission timeouts (1 s, then
 	// 2 s) with their data still at the target, which weir cannot see, so
-	// a sample there may lapse (README: the streaming rule's limits; once
+	// a sample there may lapse (netstack/proxy/stream.go: the streaming rule's limits; once
 	// in 8 CI runs). From warmUp on, the queue is in its steady sharing
 	// and every sample must hold the verdict: 6 in a row (12 s).
 	const warmUp = 10 * time.Second

@@ -158,7 +158,7 @@ func TestMetricsScrape(t *testing.T) {
 	}
 	for name := range fams {
 		if strings.HasPrefix(name, "weir_") && !documented[name] {
-			t.Errorf("metric %s is exported but not in metrics.Defs (the README table)", name)
+			t.Errorf("metric %s is exported but not in metrics.Defs (the table of docs/operations.md)", name)
 		}
 	}
 	if v := fams["weir_connections_closed_total"].Metric[0].Counter.GetValue(); v != 3 {

@@ -20,7 +20,8 @@ import (
 )
 
 // DefaultGOGC is the GC target weir run sets when $GOGC is not set. See
-// the README's Performance section for the measurement behind it.
+// docs/operations.md (Memory: GOGC and the memory limit) and
+// docs/bench/2026-12-01-1217.md for the measurement behind it.
 const DefaultGOGC = 50
 
 // AutoLimitFraction is the share of the cgroup's memory limit that

@@ -11,7 +11,8 @@ package host
 // own: the runtime wakes threads that find the cores busy, spins and parks
 // them again (sysmon, futex, nanosleep were a tenth of weir's CPU at 4 000
 // connections/s). With half the cores as Ps, the same work costs less. See
-// the README's Performance section for the measurements.
+// docs/performance.md (the changes of the current round) for the
+// measurements.
 
 import "runtime"
 
