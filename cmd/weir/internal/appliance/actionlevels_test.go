@@ -44,7 +44,17 @@ func TestActionLevelsInStatusAndStats(t *testing.T) {
 		}
 		return n
 	}
-	held := testutil.Within(20*time.Second, func() bool { return open() == 3 })
+	// The balancer counts a connection open when it picks the target, the
+	// forwarder samples it (the action level's connections) only once the
+	// target leg is dialled: wait until every backend holds its request,
+	// which the forwarder can pass on only after registering the flow.
+	heldAtBackends := func() (n int64) {
+		for _, b := range l.Backends {
+			n += b.Active()
+		}
+		return n
+	}
+	held := testutil.Within(20*time.Second, func() bool { return open() == 3 && heldAtBackends() == 3 })
 	if held {
 		l.App.SampleNow()
 	}
