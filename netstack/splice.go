@@ -50,11 +50,11 @@ const (
 
 // connEntry is one open, spliced connection in the forwarder's registry.
 type connEntry struct {
-	req    ConnRequest
-	d      Decision
+	req    proxy.ConnRequest
+	d      proxy.Decision
 	start  time.Time
 	client *Conn
-	target Leg
+	target proxy.Leg
 
 	toTarget atomic.Uint64 // bytes read from the client and written to the target
 	toClient atomic.Uint64 // bytes read from the target and written to the client
@@ -71,13 +71,13 @@ type connEntry struct {
 	clientClosed atomic.Uint32
 	firstClose   atomic.Int64 // unix ns of the first of the two (see release.go)
 	releaseOnce  sync.Once
-	released     chan struct{} // closed when release has run
-	releaser     Releaser      // nil: the Session does not hear Released
-	closing      *closingSet   // the forwarder's; nil in tests of a bare entry
-	gone         bool          // protected by closing.mu: released, not to be added
-	idle         atomic.Bool   // closed by the idle watchdog
-	aborted      atomic.Bool   // closed by Forwarder.Close
-	panicked     atomic.Value  // the first panic's value, if a half panicked
+	released     chan struct{}  // closed when release has run
+	releaser     proxy.Releaser // nil: the Session does not hear Released
+	closing      *closingSet    // the forwarder's; nil in tests of a bare entry
+	gone         bool           // protected by closing.mu: released, not to be added
+	idle         atomic.Bool    // closed by the idle watchdog
+	aborted      atomic.Bool    // closed by Forwarder.Close
+	panicked     atomic.Value   // the first panic's value, if a half panicked
 
 	fb      atomic.Int32 // fbWaiting, fbSpoke or fbExpired
 	fbArmed atomic.Bool  // the first-byte timer was started
@@ -139,9 +139,9 @@ func (c *connEntry) abort() {
 // splice starts copying between client and target; once both directions
 // have ended, endSplice reports the connection's End to sess. It returns at
 // once: the copying runs on two goroutines of its own.
-func (f *Forwarder) splice(req *ConnRequest, d Decision, sess Session, client *Conn, target Leg, t policy.Timeouts) {
+func (f *Forwarder) splice(req *proxy.ConnRequest, d proxy.Decision, sess proxy.Session, client *Conn, target proxy.Leg, t policy.Timeouts) {
 	c := &connEntry{req: *req, d: d, start: f.now(), client: client, target: target}
-	c.releaser, _ = sess.(Releaser)
+	c.releaser, _ = sess.(proxy.Releaser)
 	c.released = make(chan struct{})
 	c.closing = &f.closing
 	c.closing.add(c)
@@ -226,7 +226,7 @@ func (f *Forwarder) splice(req *ConnRequest, d Decision, sess Session, client *C
 
 // endSplice finishes a spliced connection once both halves have ended: its
 // final counters, TIME_WAIT tracking, and the session's End.
-func (f *Forwarder) endSplice(c *connEntry, sess Session, dials int) {
+func (f *Forwarder) endSplice(c *connEntry, sess proxy.Session, dials int) {
 	if c.idle.Load() {
 		f.idleClosed.Add(1)
 	}
@@ -237,23 +237,23 @@ func (f *Forwarder) endSplice(c *connEntry, sess Session, dials int) {
 	f.tw.track(c.client)
 	c.abort()
 	f.open.Add(-1)
-	e := End{Outcome: Served, Decision: c.d, Stats: final, Dials: dials}
+	e := proxy.End{Outcome: proxy.Served, Decision: c.d, Stats: final, Dials: dials}
 	switch {
 	case c.panicked.Load() != nil:
-		e.Outcome = Panicked
+		e.Outcome = proxy.Panicked
 		e.Err = fmt.Errorf("panic: %v", c.panicked.Load())
 	case c.aborted.Load():
-		e.Outcome = Aborted
+		e.Outcome = proxy.Aborted
 		f.aborted.Add(1)
 	case c.fb.Load() == fbExpired:
-		e.Outcome = TargetTimedOut
+		e.Outcome = proxy.TargetTimedOut
 		e.Err = ErrFirstByteTimeout
 		f.targetTimedOut.Add(1)
-		if tf, ok := sess.(TargetFailer); ok {
+		if tf, ok := sess.(proxy.TargetFailer); ok {
 			tf.TargetFailed(c.d, ErrFirstByteTimeout)
 		}
 	case c.idle.Load():
-		e.Outcome = IdleClosed
+		e.Outcome = proxy.IdleClosed
 	}
 	sess.End(&e)
 }
@@ -283,7 +283,7 @@ func (p panicValue) String() string { return fmt.Sprint(p.v) }
 // first-byte race, and if the timer won instead it answers the client for
 // the silent target: the 503 page for http (d's Reason names the timeout),
 // RST for tcp. write bounds sending the page (the service's RequestRead).
-func (f *Forwarder) copyToClient(c *connEntry, d Decision, http bool, write time.Duration) {
+func (f *Forwarder) copyToClient(c *connEntry, d proxy.Decision, http bool, write time.Duration) {
 	f.copyHalf(c, c.client, c.target, &c.toClient, 0)
 	if c.fb.Load() != fbExpired || c.aborted.Load() {
 		return
@@ -307,11 +307,11 @@ func (f *Forwarder) copyToClient(c *connEntry, d Decision, http bool, write time
 // starts the first-byte timer; the target→client half (firstByte 0) ends
 // the wait with its first byte. Once the timer has won, errors no longer
 // abort: copyToClient answers the client first.
-func (f *Forwarder) copyHalf(c *connEntry, dst, src Leg, n *atomic.Uint64, firstByte time.Duration) {
+func (f *Forwarder) copyHalf(c *connEntry, dst, src proxy.Leg, n *atomic.Uint64, firstByte time.Duration) {
 	// The buffer is lent only while src has data waiting (bufpool.go).
 	var bp *[]byte
 	defer func() { f.returnBuffer(bp) }()
-	toClient := dst == Leg(c.client)
+	toClient := dst == proxy.Leg(c.client)
 	var sm proxy.StreamMeter // this half's reads, for streamNs
 	ls, lending := src.(lendingLeg)
 	for {

@@ -41,6 +41,7 @@ import (
 	"weir/cmd/weir/internal/status"
 	"weir/datapath"
 	"weir/netstack"
+	"weir/netstack/proxy"
 	"weir/policy"
 )
 
@@ -522,7 +523,7 @@ func (a *Appliance) listen(cfg *policy.Config) {
 // connPanic logs a panic recovered in a connection's goroutines, once, with
 // the connection and the stack; the forwarder has counted it
 // (weir_forwarder_panics_total) and closed that connection.
-func (a *Appliance) connPanic(req *netstack.ConnRequest, v any, stack []byte) {
+func (a *Appliance) connPanic(req *proxy.ConnRequest, v any, stack []byte) {
 	ev := a.log.Error().Str("panic", fmt.Sprint(v)).Bytes("stack", stack)
 	if req.ID != 0 {
 		ev = ev.Uint64("conn", req.ID).Str("client", req.Client.String()).Str("vip", req.VIP.String())
