@@ -26,6 +26,13 @@ func (acceptAll) DialFailed(proxy.Decision, error) proxy.Decision {
 	return proxy.Decision{Verdict: proxy.RefuseRST}
 }
 
+// TargetFailed would mark the target down for a while.
+func (acceptAll) TargetFailed(proxy.Decision, error) {}
+
+// Released would give the connection's slots back as soon as the client is
+// done with it.
+func (acceptAll) Released() {}
+
 // End would release what Admit reserved and write the access log.
 func (acceptAll) End(*proxy.End) {}
 

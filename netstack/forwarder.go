@@ -27,7 +27,7 @@ package netstack
 //	                         client has seen it finished (release.go)
 //	                         ──► End(Served | IdleClosed)
 //	                         target silent FirstByte after the client's first
-//	                         byte ──► TargetFailer.TargetFailed, 503 page or RST
+//	                         byte ──► Session.TargetFailed, 503 page or RST
 //	                                                                  End(TargetTimedOut)
 //
 // Why handshake first. A handshake in flight holds no admission slot and no
@@ -108,6 +108,11 @@ type ForwarderOptions struct {
 	// Admitter decides about each connection to a virtual server; nil
 	// refuses every one with RST.
 	Admitter proxy.Admitter
+	// RequestAdmitter admits the client connections and requests of the
+	// http virtual servers one request at a time; nil: an http virtual
+	// server's connections are admitted by Admitter and spliced as a tcp
+	// one's.
+	RequestAdmitter proxy.RequestAdmitter
 	// Host dials DialHost targets; nil means a zero HostDialer.
 	Host proxy.Dialer
 	// Back dials DialNetstack targets; nil means such dials fail with
@@ -486,8 +491,8 @@ func (f *Forwarder) serve(reqp **proxy.ConnRequest, client *Conn, vip netip.Addr
 			panic(v)
 		}
 	}()
-	if ha, ok := f.opts.Admitter.(proxy.RequestAdmitter); ok && req.Service.Proto == policy.ProtoHTTP {
-		f.serveHTTP(req, client, ha, t, pendingDone)
+	if ra := f.opts.RequestAdmitter; ra != nil && req.Service.Proto == policy.ProtoHTTP {
+		f.serveHTTP(req, client, ra, t, pendingDone)
 		return
 	}
 	hook("admit")

@@ -202,29 +202,6 @@ func silentServer(t testing.TB) (netip.AddrPort, *atomic.Int64, func()) {
 	return l.Addr().(*net.TCPAddr).AddrPort(), &n, func() { close(done); stop() }
 }
 
-// failingAdmitter is a testAdmitter whose sessions are TargetFailers.
-type failingAdmitter struct {
-	testAdmitter
-	targetFailed atomic.Int64
-}
-
-type failingSession struct {
-	*testSession
-	a *failingAdmitter
-}
-
-func (s failingSession) TargetFailed(d proxy.Decision, err error) {
-	if !errors.Is(err, ErrFirstByteTimeout) || d.Target == nil {
-		panic("TargetFailed without the timeout or a target")
-	}
-	s.a.targetFailed.Add(1)
-}
-
-func (a *failingAdmitter) Admit(r *proxy.ConnRequest) (proxy.Decision, proxy.Session) {
-	d, s := a.testAdmitter.Admit(r)
-	return d, failingSession{testSession: s.(*testSession), a: a}
-}
-
 // TestFirstByteTimeout: a target that accepts and never answers is given
 // up after the first-byte timeout: the http client gets the 503 page, the
 // tcp client a RST, and the session hears TargetFailed (weir marks the
@@ -243,7 +220,7 @@ func TestFirstByteTimeout(t *testing.T) {
 		}
 		return services(raw)(a, p)
 	}
-	adm := &failingAdmitter{testAdmitter: testAdmitter{target: &policy.Target{Name: "silent", Addr: taddr}}}
+	adm := &testAdmitter{target: &policy.Target{Name: "silent", Addr: taddr}}
 	r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: lookup, Admitter: adm}, listen: []*policy.VirtualServer{web, raw}})
 
 	t.Run("http-503", func(t *testing.T) {
@@ -272,7 +249,7 @@ func TestFirstByteTimeout(t *testing.T) {
 		wantReset(t, c, nil)
 	})
 	testutil.Eventually(t, 5*time.Second, func() bool { return r.fwd.Stats().TargetTimedOut == 2 }, "stats %+v", r.fwd.Stats())
-	if n := adm.targetFailed.Load(); n != 2 {
+	if n := adm.nTargetFailed.Load(); n != 2 {
 		t.Errorf("TargetFailed %d times, want 2", n)
 	}
 	if n := accepted.Load(); n != 2 {

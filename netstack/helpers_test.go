@@ -38,14 +38,16 @@ type testAdmitter struct {
 	dialFailed func(*proxy.ConnRequest, proxy.Decision, error) proxy.Decision
 	keep       bool // keep the final stats of accepted connections
 
-	mu       sync.Mutex
-	closed   []proxy.ConnStats // protected by mu: final stats of accepted connections, if keep
-	ends     []proxy.Outcome   // protected by mu: every End's outcome, in order
-	refusals []proxy.Refusal   // protected by mu: what refused clients were sent
-	nClosed  atomic.Int64      // Ends of connections whose last decision was Accept
-	nFailed  atomic.Int64      // DialFailed calls
-	nEnds    atomic.Int64      // End calls
-	nAdmit   atomic.Int64      // Admit calls
+	mu            sync.Mutex
+	closed        []proxy.ConnStats // protected by mu: final stats of accepted connections, if keep
+	ends          []proxy.Outcome   // protected by mu: every End's outcome, in order
+	refusals      []proxy.Refusal   // protected by mu: what refused clients were sent
+	nClosed       atomic.Int64      // Ends of connections whose last decision was Accept
+	nFailed       atomic.Int64      // DialFailed calls
+	nTargetFailed atomic.Int64      // TargetFailed calls
+	nReleased     atomic.Int64      // Released calls
+	nEnds         atomic.Int64      // End calls
+	nAdmit        atomic.Int64      // Admit calls
 }
 
 func (a *testAdmitter) Admit(r *proxy.ConnRequest) (proxy.Decision, proxy.Session) {
@@ -63,11 +65,14 @@ func (a *testAdmitter) Admit(r *proxy.ConnRequest) (proxy.Decision, proxy.Sessio
 }
 
 // testSession is one connection's Session of a testAdmitter. It checks the
-// contract: End exactly once, nothing after it.
+// contract: End exactly once, nothing after it; Released at most once, and
+// before the End of a connection served by its target; TargetFailed only
+// with the first-byte timeout and a target.
 type testSession struct {
-	a     *testAdmitter
-	req   *proxy.ConnRequest
-	ended atomic.Bool
+	a        *testAdmitter
+	req      *proxy.ConnRequest
+	ended    atomic.Bool
+	released atomic.Bool
 }
 
 func (s *testSession) DialFailed(d proxy.Decision, err error) proxy.Decision {
@@ -81,9 +86,32 @@ func (s *testSession) DialFailed(d proxy.Decision, err error) proxy.Decision {
 	return proxy.Decision{Verdict: proxy.RefuseRST}
 }
 
+func (s *testSession) TargetFailed(d proxy.Decision, err error) {
+	if s.ended.Load() {
+		panic("TargetFailed after End")
+	}
+	if !errors.Is(err, ErrFirstByteTimeout) || d.Target == nil {
+		panic("TargetFailed without the timeout or a target")
+	}
+	s.a.nTargetFailed.Add(1)
+}
+
+func (s *testSession) Released() {
+	if s.ended.Load() {
+		panic("Released after End")
+	}
+	if s.released.Swap(true) {
+		panic("Released called twice")
+	}
+	s.a.nReleased.Add(1)
+}
+
 func (s *testSession) End(e *proxy.End) {
 	if s.ended.Swap(true) {
 		panic("End called twice")
+	}
+	if (e.Outcome == proxy.Served || e.Outcome == proxy.IdleClosed) && e.Request == nil && !s.released.Load() {
+		panic("End of a spliced connection before Released")
 	}
 	a := s.a
 	a.mu.Lock()

@@ -382,9 +382,7 @@ func (hc *httpConn) exchange(in *http.Request, d *proxy.Decision, sess proxy.Ses
 		}
 		if errors.Is(err, ErrFirstByteTimeout) {
 			f.targetTimedOut.Add(1)
-			if tf, ok := sess.(proxy.TargetFailer); ok {
-				tf.TargetFailed(*d, err)
-			}
+			sess.TargetFailed(*d, err)
 			fd := *d
 			fd.Verdict, fd.Limit, fd.Value, fd.Reason = proxy.Refuse503, "firstByte", 0, "the target sent no response in time"
 			before := hc.cw.n
@@ -655,7 +653,7 @@ func (b *bodyJoin) join(abandon bool) {
 // respond writes the response to the client. It returns whether the client
 // connection stays open and whether the target connection is reusable.
 //
-// The request's slots are released (Releaser) once the whole response is in
+// The request's slots are released (Session.Released) once the whole response is in
 // the client writer's buffer and before its last bytes go out: a client that
 // sends its next request the moment it has the response, on another
 // connection too, finds them free. End follows with the final counts.
@@ -685,8 +683,8 @@ func (hc *httpConn) respond(in *http.Request, resp *http.Response, re *proxy.Req
 	before := hc.cw.n
 	_ = hc.client.SetWriteDeadline(time.Now().Add(hc.idle()))
 	err := resp.Write(hc.bw)
-	if r, ok := sess.(proxy.Releaser); ok && err == nil {
-		r.Released()
+	if err == nil {
+		sess.Released()
 	}
 	if err == nil {
 		err = hc.bw.Flush()

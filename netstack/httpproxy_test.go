@@ -77,7 +77,7 @@ func httpRig(t *testing.T, h http.Handler, o policy.HTTPOptions) (*rig, *testHTT
 	vs := &policy.VirtualServer{Name: "web", VIPs: []netip.Addr{vipV4}, Ports: policy.PortRange{Lo: 80, Hi: 80}, Proto: policy.ProtoHTTP, HTTP: o}
 	target := &policy.Target{Name: "t1", Addr: netip.MustParseAddrPort(ln.Addr().String())}
 	adm := &testHTTPAdmitter{testAdmitter: testAdmitter{target: target}}
-	r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: services(vs), Admitter: adm}})
+	r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: services(vs), Admitter: adm, RequestAdmitter: adm}})
 	return r, adm, &conns
 }
 

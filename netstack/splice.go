@@ -23,7 +23,7 @@ package netstack
 // splice may still have work to do (the target's FIN, final counters,
 // teardown), but a client that reconnects at once must not find its slot
 // taken. So the half that completes the second of the two client-side closes
-// calls Releaser.Released right then (an error or an abort counts as both),
+// calls Session.Released right then (an error or an abort counts as both),
 // before it does anything else; End follows after the teardown.
 //
 // A panic in either half is recovered there: it ends this connection
@@ -71,13 +71,13 @@ type connEntry struct {
 	clientClosed atomic.Uint32
 	firstClose   atomic.Int64 // unix ns of the first of the two (see release.go)
 	releaseOnce  sync.Once
-	released     chan struct{}  // closed when release has run
-	releaser     proxy.Releaser // nil: the Session does not hear Released
-	closing      *closingSet    // the forwarder's; nil in tests of a bare entry
-	gone         bool           // protected by closing.mu: released, not to be added
-	idle         atomic.Bool    // closed by the idle watchdog
-	aborted      atomic.Bool    // closed by Forwarder.Close
-	panicked     atomic.Value   // the first panic's value, if a half panicked
+	released     chan struct{} // closed when release has run
+	sess         proxy.Session // nil for an http target connection (its requests' Sessions hear Released from serveHTTP)
+	closing      *closingSet   // the forwarder's; nil in tests of a bare entry
+	gone         bool          // protected by closing.mu: released, not to be added
+	idle         atomic.Bool   // closed by the idle watchdog
+	aborted      atomic.Bool   // closed by Forwarder.Close
+	panicked     atomic.Value  // the first panic's value, if a half panicked
 
 	fb      atomic.Int32 // fbWaiting, fbSpoke or fbExpired
 	fbArmed atomic.Bool  // the first-byte timer was started
@@ -113,8 +113,8 @@ func (c *connEntry) clientDone(bit uint32) {
 // End (which calls it first) always follows Released.
 func (c *connEntry) release() {
 	c.releaseOnce.Do(func() {
-		if c.releaser != nil {
-			c.releaser.Released()
+		if c.sess != nil {
+			c.sess.Released()
 		}
 		// Only now: a settle that finds c in the set waits for this.
 		if c.closing != nil {
@@ -141,7 +141,7 @@ func (c *connEntry) abort() {
 // once: the copying runs on two goroutines of its own.
 func (f *Forwarder) splice(req *proxy.ConnRequest, d proxy.Decision, sess proxy.Session, client *Conn, target proxy.Leg, t policy.Timeouts) {
 	c := &connEntry{req: *req, d: d, start: f.now(), client: client, target: target}
-	c.releaser, _ = sess.(proxy.Releaser)
+	c.sess = sess
 	c.released = make(chan struct{})
 	c.closing = &f.closing
 	c.closing.add(c)
@@ -249,9 +249,7 @@ func (f *Forwarder) endSplice(c *connEntry, sess proxy.Session, dials int) {
 		e.Outcome = proxy.TargetTimedOut
 		e.Err = ErrFirstByteTimeout
 		f.targetTimedOut.Add(1)
-		if tf, ok := sess.(proxy.TargetFailer); ok {
-			tf.TargetFailed(c.d, ErrFirstByteTimeout)
-		}
+		sess.TargetFailed(c.d, ErrFirstByteTimeout)
 	case c.idle.Load():
 		e.Outcome = proxy.IdleClosed
 	}

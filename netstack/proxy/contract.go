@@ -110,10 +110,13 @@ type Admitter interface {
 
 // Session follows one connection after Admit: it is where the Admitter keeps
 // what it reserved for the connection (an admission ticket, a target slot)
-// and learns what became of them. The forwarder calls it only from the
-// connection's own goroutine, one call at a time: DialFailed once per failed
-// dial, then End exactly once. After End returns the forwarder holds no
-// reference to the Session, and the Session must release what it holds.
+// and learns what became of them. Every method is part of the contract: a
+// Session that has nothing to do in one writes it as an empty method. The
+// forwarder calls DialFailed and TargetFailed only from the connection's own
+// goroutine, one call at a time, then End exactly once; Released (below) may
+// come from another of the connection's goroutines, never at the same time
+// as another call. After End returns the forwarder holds no reference to the
+// Session, and the Session must release what it holds.
 type Session interface {
 	// DialFailed reports that dialing failed.Target failed with err and
 	// asks what to do next: another Accept to try another target, or a
@@ -122,34 +125,29 @@ type Session interface {
 	// cut short by Forwarder.Close is not reported here; the connection
 	// ends with Aborted.
 	DialFailed(failed Decision, err error) Decision
+	// TargetFailed reports a target that failed after its dial succeeded:
+	// it stayed silent past the first-byte timeout (err is then
+	// netstack.ErrFirstByteTimeout). It comes before End, from the
+	// connection's goroutine. weir's appliance marks the target down for
+	// the retry interval, as for a failed dial.
+	TargetFailed(d Decision, err error)
+	// Released reports that the connection is finished as the client sees
+	// it, before End: the client has sent its FIN and weir its own (or the
+	// connection was reset or aborted). What remains then is weir's
+	// teardown (the target's side, final counters), which a client that
+	// reconnects at once must not have to wait for: weir's appliance gives
+	// the admission ticket and the target slot back here, so a sequential
+	// client at maxConnections 1 is never refused. The forwarder calls it at
+	// most once per spliced connection, always before End; it may come from
+	// any of the connection's goroutines (a copy half, the idle watchdog,
+	// Close) and must not block. An http request's Session hears it once
+	// the whole response is buffered for the client, before its last bytes
+	// are sent. A connection never spliced (refused, or every dial failed)
+	// goes straight to End.
+	Released()
 	// End reports how the connection ended. e is valid only during the
 	// call. It must not block.
 	End(e *End)
-}
-
-// Releaser is a Session that wants to hear when its connection is finished
-// as the client sees it, before End: the client has sent its FIN and weir
-// its own (or the connection was reset or aborted). What remains then is
-// weir's teardown (the target's side, final counters), which a client that
-// reconnects at once must not have to wait for: weir's appliance gives the
-// admission ticket and the target slot back in Released, so a sequential
-// client at maxConnections 1 is never refused. The forwarder calls Released
-// at most once per spliced connection, always before End and never at the
-// same time as another call of the Session; it may come from any of the
-// connection's goroutines (a copy half, the idle watchdog, Close) and must
-// not block. An http request's Session hears it once the whole response is
-// buffered for the client, before its last bytes are sent.
-type Releaser interface {
-	Released()
-}
-
-// TargetFailer is a Session that also hears of a target that failed after
-// its dial succeeded: it stayed silent past the first-byte timeout. The
-// forwarder calls TargetFailed before End, from the connection's goroutine.
-// weir's appliance marks the target down for the retry interval, as for a
-// failed dial.
-type TargetFailer interface {
-	TargetFailed(d Decision, err error)
 }
 
 // Outcome is how a connection ended.
@@ -212,7 +210,7 @@ type End struct {
 	// Err is the handshake's error for the handshake outcomes, the dial's
 	// for an Aborted dial; nil otherwise.
 	Err error
-	// Request is set when the End is one http request's (an RequestAdmitter's
+	// Request is set when the End is one http request's (a RequestAdmitter's
 	// Session): Stats then has the connection's ID, client, VIP, service
 	// and target, and the request's bytes (TargetLeg.BytesSent the
 	// request's, ClientLeg.BytesSent the response's); no leg counters.
@@ -229,12 +227,12 @@ type Refusal struct {
 	Bytes       int
 }
 
-// RequestAdmitter is an Admitter that admits the requests of http virtual
-// servers one by one. For such a service the forwarder calls AdmitClient
-// once per client connection and AdmitRequest once per request head; Admit
-// is not called. Both are called from the connection's goroutine.
+// RequestAdmitter admits the requests of http virtual servers one by one
+// (netstack.ForwarderOptions.RequestAdmitter). For such a service the
+// forwarder calls AdmitClient once per client connection and AdmitRequest
+// once per request head; the connection Admitter's Admit is not called.
+// Both are called from the connection's goroutine.
 type RequestAdmitter interface {
-	Admitter
 	// AdmitClient admits a client connection: an Accept (Target unused)
 	// lets it send requests, and release is called exactly once when the
 	// connection is over (before weir's FIN). A refusal is answered as in

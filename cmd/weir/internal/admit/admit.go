@@ -366,7 +366,7 @@ func (s *session) TargetFailed(d proxy.Decision, err error) {
 }
 
 // Released gives the target slot and the admission ticket back as soon as
-// the client is done with the connection (proxy.Releaser): a client that
+// the client is done with the connection (proxy.Session.Released): a client that
 // reconnects at once finds them free, whatever weir's teardown still does.
 // The forwarder calls it before End and never concurrently with another
 // Session call, so the lease needs no lock.

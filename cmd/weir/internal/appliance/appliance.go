@@ -221,6 +221,7 @@ func New(opts Options) (*Appliance, error) {
 	a.admit = admit.New(admit.Options{Admission: a.adm, Balancer: a.balancer, Flows: a.engine,
 		Log: &a.log, Access: opts.Access, Now: a.now, Borrow: a.borrow})
 	fo.Admitter = a.admit
+	fo.RequestAdmitter = a.admit
 	fo.Segments = a.engine.Segments
 	viaFront := false
 	for i, arm := range opts.Backs {
