@@ -74,6 +74,20 @@ func (c *Conn) reset() {
 // state returns the endpoint's TCP state.
 func (c *Conn) state() tcp.EndpointState { return tcp.EndpointState(c.ep.State()) }
 
+// PeerClosed implements proxy.PeerCloser: the connection has received its
+// peer's FIN (or is gone).
+func (c *Conn) PeerClosed() bool { return rcvClosed(c.state()) }
+
+// rcvClosed reports whether a connection in state st has received its
+// peer's FIN (or is gone).
+func rcvClosed(st tcp.EndpointState) bool {
+	switch st {
+	case tcp.StateCloseWait, tcp.StateLastAck, tcp.StateClosing, tcp.StateTimeWait, tcp.StateClose, tcp.StateError:
+		return true
+	}
+	return false
+}
+
 // HostConn is a target leg over an ordinary kernel socket. Its counters come
 // from TCP_INFO.
 type HostConn struct {

@@ -24,7 +24,7 @@ package netstack
 //	                         answers (another Accept, until the tried-set refuses)
 //	                         ──► RST or 503                           DialFailed
 //	                     ──► splice client ⇄ target ──► Released once the
-//	                         client has seen it finished (release.go)
+//	                         client has seen it finished (proxy/release.go)
 //	                         ──► End(Served | IdleClosed)
 //	                         target silent FirstByte after the client's first
 //	                         byte ──► Session.TargetFailed, 503 page or RST
@@ -219,7 +219,7 @@ type Forwarder struct {
 	wg      sync.WaitGroup                                            // handler goroutines and the splices they start
 
 	tw      timeWaitTable
-	closing closingSet // spliced connections waiting for the client's FIN (release.go)
+	closing proxy.ClosingSet // spliced connections waiting for the client's FIN (proxy/release.go)
 
 	draining  atomic.Bool // set by Drain
 	lmu       sync.Mutex
@@ -496,9 +496,9 @@ func (f *Forwarder) serve(reqp **proxy.ConnRequest, client *Conn, vip netip.Addr
 		return
 	}
 	hook("admit")
-	since := f.closing.gen.Load()
-	f.closing.preSettle(req.Client.Addr())
-	req.SettleFunc = func() bool { return f.closing.settle(req.Client.Addr(), SettleWait, since) }
+	since := f.closing.Gen()
+	f.closing.PreSettle(req.Client.Addr())
+	req.SettleFunc = func() bool { return f.closing.Settle(req.Client.Addr(), proxy.SettleWait, since) }
 	d, sess = f.opts.Admitter.Admit(req)
 	if d.Verdict == proxy.Accept && sess == nil {
 		f.noSession.Add(1)

@@ -108,7 +108,7 @@ func (f *Forwarder) serveHTTP(req *proxy.ConnRequest, client *Conn, ha proxy.Req
 	for hc.one() {
 	}
 	// The client's slot goes back before weir's FIN, as a tcp
-	// connection's does (release.go).
+	// connection's does (proxy/release.go).
 	if release != nil {
 		release()
 	}

@@ -66,18 +66,13 @@ type connEntry struct {
 	streamNs atomic.Int64
 
 	closeOnce sync.Once
-	// clientClosed holds clientRcvClosed and clientSndClosed; the half
-	// that sets the second calls release.
-	clientClosed atomic.Uint32
-	firstClose   atomic.Int64 // unix ns of the first of the two (see release.go)
-	releaseOnce  sync.Once
-	released     chan struct{} // closed when release has run
-	sess         proxy.Session // nil for an http target connection (its requests' Sessions hear Released from serveHTTP)
-	closing      *closingSet   // the forwarder's; nil in tests of a bare entry
-	gone         bool          // protected by closing.mu: released, not to be added
-	idle         atomic.Bool   // closed by the idle watchdog
-	aborted      atomic.Bool   // closed by Forwarder.Close
-	panicked     atomic.Value  // the first panic's value, if a half panicked
+	// rel releases the connection on the client's FIN (proxy.Release);
+	// nil for an http target connection, whose requests' Sessions hear
+	// Released from serveHTTP.
+	rel      *proxy.Release
+	idle     atomic.Bool  // closed by the idle watchdog
+	aborted  atomic.Bool  // closed by Forwarder.Close
+	panicked atomic.Value // the first panic's value, if a half panicked
 
 	fb      atomic.Int32 // fbWaiting, fbSpoke or fbExpired
 	fbArmed atomic.Bool  // the first-byte timer was started
@@ -89,42 +84,15 @@ type connEntry struct {
 	local, remote netip.AddrPort // the target leg's addresses, once read (gVisor legs)
 }
 
-// The client-side closes of a connEntry's clientClosed.
-const (
-	clientRcvClosed uint32 = 1 << iota // the client's FIN (or an error) was read
-	clientSndClosed                    // weir's FIN was sent to the client
-	clientFinished  = clientRcvClosed | clientSndClosed
-)
-
-// clientDone records one client-side close; once both are done the
-// connection is finished as the client sees it and its slots are released.
-func (c *connEntry) clientDone(bit uint32) {
-	old := c.clientClosed.Or(bit)
-	if old == 0 {
-		c.firstClose.Store(time.Now().UnixNano())
-	}
-	if old|bit == clientFinished {
-		c.release()
-	}
-}
+// clientDone records one client-side close (proxy.ClientRcvClosed or
+// proxy.ClientSndClosed); once both are done the connection is finished as
+// the client sees it and its slots are released.
+func (c *connEntry) clientDone(bit uint32) { c.rel.ClientDone(bit) }
 
 // release tells the Session, once, that the client is done with the
 // connection. A second caller waits until the first call has returned, so
 // End (which calls it first) always follows Released.
-func (c *connEntry) release() {
-	c.releaseOnce.Do(func() {
-		if c.sess != nil {
-			c.sess.Released()
-		}
-		// Only now: a settle that finds c in the set waits for this.
-		if c.closing != nil {
-			c.closing.remove(c)
-		}
-		if c.released != nil { // nil for an http target connection
-			close(c.released)
-		}
-	})
-}
+func (c *connEntry) release() { c.rel.Release() }
 
 // abort closes both legs at once, which ends both copy directions; the
 // client is done with the connection from here on.
@@ -141,10 +109,7 @@ func (c *connEntry) abort() {
 // once: the copying runs on two goroutines of its own.
 func (f *Forwarder) splice(req *proxy.ConnRequest, d proxy.Decision, sess proxy.Session, client *Conn, target proxy.Leg, t policy.Timeouts) {
 	c := &connEntry{req: *req, d: d, start: f.now(), client: client, target: target}
-	c.sess = sess
-	c.released = make(chan struct{})
-	c.closing = &f.closing
-	c.closing.add(c)
+	c.rel = f.closing.Track(req.Client.Addr(), client, sess)
 	c.lastIO.Store(c.start.UnixNano())
 	c.last.at = c.start
 	f.mu.Lock()
@@ -290,7 +255,7 @@ func (f *Forwarder) copyToClient(c *connEntry, d proxy.Decision, http bool, writ
 		d.Limit, d.Value, d.Reason = "firstByte", 0, "the target sent no response in time"
 		_ = c.client.SetWriteDeadline(time.Now().Add(write))
 		if _, err := c.client.Write(pageOf(d).Render("close")); err == nil {
-			c.clientDone(clientSndClosed)
+			c.clientDone(proxy.ClientSndClosed)
 			_ = c.client.CloseWrite()
 		}
 	} else {
@@ -355,9 +320,9 @@ func (f *Forwarder) copyHalf(c *connEntry, dst, src proxy.Leg, n *atomic.Uint64,
 			// connection for the client: before weir's FIN to the client,
 			// and on the client's FIN before it is passed on.
 			if toClient {
-				c.clientDone(clientSndClosed)
+				c.clientDone(proxy.ClientSndClosed)
 			} else {
-				c.clientDone(clientRcvClosed)
+				c.clientDone(proxy.ClientRcvClosed)
 			}
 			if dst.CloseWrite() != nil {
 				c.abort()

@@ -35,8 +35,8 @@ type ConnRequest struct {
 
 // Settle is for an Admitter about to refuse the connection at a limit: it
 // releases the client's earlier connections that are finished as the client
-// sees them but whose release weir has not processed yet (weir/netstack's release.go),
-// waiting at most netstack.SettleWait, and reports whether any was released; if so,
+// sees them but whose release weir has not processed yet (see release.go),
+// waiting at most SettleWait, and reports whether any was released; if so,
 // the Admitter should check its limits again. Call it only from Admit.
 func (r *ConnRequest) Settle() bool {
 	if r.SettleFunc == nil {
