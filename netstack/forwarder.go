@@ -93,10 +93,6 @@ func pageOf(d proxy.Decision) proxy.Page503 {
 // path.
 const MaxListenPorts = 256
 
-// ErrFirstByteTimeout is the error a TargetFailed and the End of a
-// TargetTimedOut connection carry.
-var ErrFirstByteTimeout = errors.New("netstack: target sent nothing within the first-byte timeout")
-
 // ForwarderOptions configure a Forwarder. The zero value works: it answers
 // for no virtual server (every SYN gets RST).
 type ForwarderOptions struct {

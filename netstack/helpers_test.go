@@ -90,7 +90,7 @@ func (s *testSession) TargetFailed(d proxy.Decision, err error) {
 	if s.ended.Load() {
 		panic("TargetFailed after End")
 	}
-	if !errors.Is(err, ErrFirstByteTimeout) || d.Target == nil {
+	if !errors.Is(err, proxy.ErrFirstByteTimeout) || d.Target == nil {
 		panic("TargetFailed without the timeout or a target")
 	}
 	s.a.nTargetFailed.Add(1)

@@ -373,14 +373,14 @@ func (hc *httpConn) exchange(in *http.Request, d *proxy.Decision, sess proxy.Ses
 		}
 		reused := bc.uses > 0
 		f.closeBackend(bc)
-		if reused && idempotent && attempt == 0 && !errors.Is(err, ErrFirstByteTimeout) {
+		if reused && idempotent && attempt == 0 && !errors.Is(err, proxy.ErrFirstByteTimeout) {
 			// The target closed the pooled connection: once more on a
 			// fresh one.
 			f.httpRetried.Add(1)
 			re.Retried = true
 			continue
 		}
-		if errors.Is(err, ErrFirstByteTimeout) {
+		if errors.Is(err, proxy.ErrFirstByteTimeout) {
 			f.targetTimedOut.Add(1)
 			sess.TargetFailed(*d, err)
 			fd := *d
@@ -556,7 +556,7 @@ func (hc *httpConn) roundTrip(bc *backendConn, out *http.Request, re *proxy.Requ
 			}
 			re.RequestBytes = int64(bc.entry.toTarget.Load() - before)
 			if isTimeout(err) && hc.t.FirstByte > 0 {
-				return nil, ErrFirstByteTimeout
+				return nil, proxy.ErrFirstByteTimeout
 			}
 			return nil, err
 		}

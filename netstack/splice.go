@@ -212,9 +212,9 @@ func (f *Forwarder) endSplice(c *connEntry, sess proxy.Session, dials int) {
 		f.aborted.Add(1)
 	case c.fb.Load() == fbExpired:
 		e.Outcome = proxy.TargetTimedOut
-		e.Err = ErrFirstByteTimeout
+		e.Err = proxy.ErrFirstByteTimeout
 		f.targetTimedOut.Add(1)
-		sess.TargetFailed(c.d, ErrFirstByteTimeout)
+		sess.TargetFailed(c.d, proxy.ErrFirstByteTimeout)
 	case c.idle.Load():
 		e.Outcome = proxy.IdleClosed
 	}

@@ -8,6 +8,7 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/http"
 	"net/netip"
@@ -127,7 +128,7 @@ type Session interface {
 	DialFailed(failed Decision, err error) Decision
 	// TargetFailed reports a target that failed after its dial succeeded:
 	// it stayed silent past the first-byte timeout (err is then
-	// netstack.ErrFirstByteTimeout). It comes before End, from the
+	// ErrFirstByteTimeout). It comes before End, from the
 	// connection's goroutine. weir's appliance marks the target down for
 	// the retry interval, as for a failed dial.
 	TargetFailed(d Decision, err error)
@@ -149,6 +150,10 @@ type Session interface {
 	// call. It must not block.
 	End(e *End)
 }
+
+// ErrFirstByteTimeout is the error a TargetFailed and the End of a
+// TargetTimedOut connection carry.
+var ErrFirstByteTimeout = errors.New("netstack: target sent nothing within the first-byte timeout")
 
 // Outcome is how a connection ended.
 type Outcome uint8
