@@ -161,12 +161,12 @@ func TestLossRatio(t *testing.T) {
 	vs := &policy.VirtualServer{Name: "up", VIPs: []netip.Addr{vipV4}, Ports: policy.PortRange{Lo: 80, Hi: 81}}
 	tClean := &policy.Target{Name: "clean", Addr: clean.addr, Via: policy.DialNetstack}
 	tBad := &policy.Target{Name: "lossy", Addr: bad.addr, Via: policy.DialNetstack}
-	adm := &testAdmitter{admit: func(r *ConnRequest) Decision {
+	adm := &testAdmitter{admit: func(r *proxy.ConnRequest) proxy.Decision {
 		tg := tClean
 		if r.VIP.Port() == 81 {
 			tg = tBad
 		}
-		return Decision{Verdict: Accept, Target: tg}
+		return proxy.Decision{Verdict: proxy.Accept, Target: tg}
 	}}
 	r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: services(vs), Admitter: adm, Back: &StackDialer{Stack: back.s}}})
 	r.fwd.Sample() // start the interval

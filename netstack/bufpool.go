@@ -25,6 +25,8 @@ import (
 
 	"golang.org/x/sys/unix"
 	"gvisor.dev/gvisor/pkg/waiter"
+
+	"weir/netstack/proxy"
 )
 
 // readableLeg is a Leg that can tell, without reading, whether a Read would
@@ -42,7 +44,7 @@ type readableLeg interface {
 // waitReadable waits, and a buffer is taken from the pool. A Leg that
 // cannot wait keeps its buffer throughout. The caller gives the last buffer
 // back with returnBuffer.
-func (f *Forwarder) lendBuffer(src Leg, bp *[]byte) *[]byte {
+func (f *Forwarder) lendBuffer(src proxy.Leg, bp *[]byte) *[]byte {
 	rl, ok := src.(readableLeg)
 	if !ok {
 		if bp == nil {

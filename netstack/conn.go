@@ -12,40 +12,9 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 	"gvisor.dev/gvisor/pkg/waiter"
+
+	"weir/netstack/proxy"
 )
-
-// Leg is one side of a proxied connection (the client leg or the target
-// leg): a stream with half-close whose TCP counters can be read.
-type Leg interface {
-	net.Conn
-	// CloseWrite shuts the sending direction down (sends FIN).
-	CloseWrite() error
-	// Counters returns the leg's TCP counters since it opened. It is safe
-	// to call at any time, also after Close (it then returns the last
-	// values it could read).
-	Counters() LegCounters
-}
-
-// LegCounters are one TCP connection's counters as the stack that
-// terminates it sees them. All counts are totals since the connection opened.
-type LegCounters struct {
-	SegmentsSent     uint64
-	SegmentsReceived uint64
-	Retransmits      uint64 // segments retransmitted, for any reason
-	FastRetransmits  uint64 // segments retransmitted in fast recovery
-	Timeouts         uint64 // retransmission timeouts (RTO expiries)
-	// TimeoutsKnown is false where the source does not count RTO expiries
-	// (a host socket on a kernel older than 6.7); Timeouts is then 0.
-	TimeoutsKnown bool
-	RTT           time.Duration // smoothed round-trip time
-	RTTVar        time.Duration // round-trip time variation
-	// DataSegmentsIn and DataSegmentsOut count the segments with payload
-	// received and sent, OutOfOrderIn those received beyond the next
-	// expected byte: TCP_INFO's data_segs_in, data_segs_out and
-	// rcv_ooopack on a host socket; 0 on a gVisor leg, whose data segments
-	// the datapath counts (see direction.go).
-	DataSegmentsIn, DataSegmentsOut, OutOfOrderIn uint64
-}
 
 // Conn is a TCP connection terminated in a gVisor Stack: the client leg of a
 // proxied connection, or a target leg dialed through a back arm. It is a
@@ -71,7 +40,7 @@ func (c *Conn) SetReadDeadline(t time.Time) error {
 	return c.TCPConn.SetReadDeadline(t)
 }
 
-var _ Leg = (*Conn)(nil)
+var _ proxy.Leg = (*Conn)(nil)
 
 func newConn(wq *waiter.Queue, ep *tcp.Endpoint) *Conn {
 	return &Conn{TCPConn: gonet.NewTCPConn(wq, ep), ep: ep, wq: wq}
@@ -79,9 +48,9 @@ func newConn(wq *waiter.Queue, ep *tcp.Endpoint) *Conn {
 
 // Counters implements Leg. Segment counts are the endpoint's atomic
 // counters; RTT takes the endpoint's lock once.
-func (c *Conn) Counters() LegCounters {
+func (c *Conn) Counters() proxy.LegCounters {
 	st := c.ep.Stats().(*tcp.Stats)
-	lc := LegCounters{
+	lc := proxy.LegCounters{
 		SegmentsSent:     st.SegmentsSent.Value(),
 		SegmentsReceived: st.SegmentsReceived.Value(),
 		Retransmits:      st.SendErrors.Retransmits.Value(),
@@ -105,13 +74,27 @@ func (c *Conn) reset() {
 // state returns the endpoint's TCP state.
 func (c *Conn) state() tcp.EndpointState { return tcp.EndpointState(c.ep.State()) }
 
+// PeerClosed implements proxy.PeerCloser: the connection has received its
+// peer's FIN (or is gone).
+func (c *Conn) PeerClosed() bool { return rcvClosed(c.state()) }
+
+// rcvClosed reports whether a connection in state st has received its
+// peer's FIN (or is gone).
+func rcvClosed(st tcp.EndpointState) bool {
+	switch st {
+	case tcp.StateCloseWait, tcp.StateLastAck, tcp.StateClosing, tcp.StateTimeWait, tcp.StateClose, tcp.StateError:
+		return true
+	}
+	return false
+}
+
 // HostConn is a target leg over an ordinary kernel socket. Its counters come
 // from TCP_INFO.
 type HostConn struct {
 	*net.TCPConn
 
 	mu   sync.Mutex
-	last LegCounters // protected by mu: the last TCP_INFO read
+	last proxy.LegCounters // protected by mu: the last TCP_INFO read
 
 	rawOnce sync.Once
 	rc      syscall.RawConn
@@ -125,12 +108,12 @@ func (c *HostConn) raw() (syscall.RawConn, error) {
 	return c.rc, c.rcErr
 }
 
-var _ Leg = (*HostConn)(nil)
+var _ proxy.Leg = (*HostConn)(nil)
 
 // Counters implements Leg from the kernel's TCP_INFO: segs_out, segs_in,
 // total_retrans, total_rto (kernel 6.7+), rtt and rttvar. After the socket is
 // closed it returns the last values read.
-func (c *HostConn) Counters() LegCounters {
+func (c *HostConn) Counters() proxy.LegCounters {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	rc, err := c.raw()
@@ -145,7 +128,7 @@ func (c *HostConn) Counters() LegCounters {
 	if cerr != nil || ierr != nil {
 		return c.last
 	}
-	c.last = LegCounters{
+	c.last = proxy.LegCounters{
 		SegmentsSent:     uint64(info.Segs_out),
 		SegmentsReceived: uint64(info.Segs_in),
 		Retransmits:      uint64(info.Total_retrans),

@@ -8,14 +8,9 @@ import (
 	"net/netip"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
-)
 
-// Dialer opens the target leg of a connection. One is chosen per target by
-// policy.Target.Via: HostDialer for DialHost, StackDialer for DialNetstack.
-type Dialer interface {
-	// DialTarget connects to addr, giving up when ctx is done.
-	DialTarget(ctx context.Context, addr netip.AddrPort) (Leg, error)
-}
+	"weir/netstack/proxy"
+)
 
 // HostDialer dials targets with ordinary kernel sockets; their counters come
 // from TCP_INFO. The zero value works.
@@ -26,7 +21,7 @@ type HostDialer struct {
 }
 
 // DialTarget implements Dialer.
-func (d *HostDialer) DialTarget(ctx context.Context, addr netip.AddrPort) (Leg, error) {
+func (d *HostDialer) DialTarget(ctx context.Context, addr netip.AddrPort) (proxy.Leg, error) {
 	c, err := d.Dialer.DialContext(ctx, "tcp", addr.String())
 	if err != nil {
 		return nil, err
@@ -55,7 +50,7 @@ type StackDialer struct {
 var ErrNoBackArm = errors.New("netstack: no back arm configured for a netstack target")
 
 // DialTarget implements Dialer.
-func (d *StackDialer) DialTarget(ctx context.Context, addr netip.AddrPort) (Leg, error) {
+func (d *StackDialer) DialTarget(ctx context.Context, addr netip.AddrPort) (proxy.Leg, error) {
 	if d == nil || d.Stack == nil {
 		return nil, ErrNoBackArm
 	}

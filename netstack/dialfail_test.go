@@ -19,6 +19,7 @@ import (
 
 	"weir/datapath"
 	"weir/internal/testutil"
+	"weir/netstack/proxy"
 	"weir/policy"
 )
 
@@ -51,17 +52,17 @@ func TestDialFailure(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
 		port       uint16
-		dialFailed func(*ConnRequest, Decision, error) Decision
+		dialFailed func(*proxy.ConnRequest, proxy.Decision, error) proxy.Decision
 		wantFailed int64 // DialFailed calls
 		check      func(t *testing.T, c *Conn, err error)
 	}{
 		{
 			name: "retry-another-target", port: 80,
-			dialFailed: func(r *ConnRequest, d Decision, err error) Decision {
+			dialFailed: func(r *proxy.ConnRequest, d proxy.Decision, err error) proxy.Decision {
 				if d.Target != dead || r.Attempt != 1 || err == nil {
 					t.Errorf("DialFailed(%+v, %v, %v)", r, d.Target, err)
 				}
-				return Decision{Verdict: Accept, Target: alive}
+				return proxy.Decision{Verdict: proxy.Accept, Target: alive}
 			},
 			wantFailed: 1,
 			check: func(t *testing.T, c *Conn, err error) {
@@ -80,7 +81,9 @@ func TestDialFailure(t *testing.T) {
 		},
 		{
 			name: "tcp-all-failed-rst", port: 80,
-			dialFailed: func(*ConnRequest, Decision, error) Decision { return Decision{Verdict: RefuseRST} },
+			dialFailed: func(*proxy.ConnRequest, proxy.Decision, error) proxy.Decision {
+				return proxy.Decision{Verdict: proxy.RefuseRST}
+			},
 			wantFailed: 1,
 			// Handshake first: the client is connected, then reset.
 			check: func(t *testing.T, c *Conn, err error) { wantReset(t, c, err) },
@@ -90,11 +93,11 @@ func TestDialFailure(t *testing.T) {
 			// until the session (the balancer's tried-set) refuses, here
 			// after 5 failed dials, more than any forwarder default.
 			name: "http-session-bounds-attempts-503", port: 8080,
-			dialFailed: func(r *ConnRequest, d Decision, err error) Decision {
+			dialFailed: func(r *proxy.ConnRequest, d proxy.Decision, err error) proxy.Decision {
 				if r.Attempt < 5 {
-					return Decision{Verdict: Accept, Target: dead}
+					return proxy.Decision{Verdict: proxy.Accept, Target: dead}
 				}
-				return Decision{Verdict: Refuse503, Limit: "MaxAttempts", Value: 5, Reason: "No target of this service could be reached."}
+				return proxy.Decision{Verdict: proxy.Refuse503, Limit: "MaxAttempts", Value: 5, Reason: "No target of this service could be reached."}
 			},
 			wantFailed: 5,
 			check: func(t *testing.T, c *Conn, err error) {
@@ -117,7 +120,7 @@ func TestDialFailure(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			adm := &testAdmitter{
-				admit:      func(*ConnRequest) Decision { return Decision{Verdict: Accept, Target: dead} },
+				admit:      func(*proxy.ConnRequest) proxy.Decision { return proxy.Decision{Verdict: proxy.Accept, Target: dead} },
 				dialFailed: tc.dialFailed,
 			}
 			r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: lookup, Admitter: adm}})

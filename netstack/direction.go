@@ -24,7 +24,7 @@ import (
 
 // dirs returns the leg's per-direction totals now: from the target and to
 // it. tg are the leg's counters read at the same time.
-func (f *Forwarder) dirs(c *connEntry, tg LegCounters) (from, to proxy.DirCounters) {
+func (f *Forwarder) dirs(c *connEntry, tg proxy.LegCounters) (from, to proxy.DirCounters) {
 	switch leg := c.target.(type) {
 	case *HostConn:
 		from = proxy.DirCounters{DataSegments: tg.DataSegmentsIn, OutOfOrder: tg.OutOfOrderIn, Source: proxy.DirEstimate}

@@ -17,9 +17,10 @@
 //	back, _ := netstack.New(netstack.Options{})
 //	back.AddNIC(backDev, netstack.NICOptions{Addrs: []netip.Prefix{backAddr}})
 //	fwd := netstack.NewForwarder(front, netstack.ForwarderOptions{
-//		Services: cfg.Service,   // (*policy.Config).Service
-//		Admitter: admission,     // limits + balancer: Admit returns a Session (DialFailed, End)
-//		Back:     &netstack.StackDialer{Stack: back},
+//		Services:        cfg.Service, // (*policy.Config).Service
+//		Admitter:        admission,   // limits + balancer: Admit returns a proxy.Session
+//		RequestAdmitter: admission,   // http virtual servers, request by request
+//		Back:            &netstack.StackDialer{Stack: back},
 //	})
 //	defer fwd.Close()
 //	…

@@ -9,6 +9,7 @@ import (
 
 	"weir/datapath"
 	"weir/netstack"
+	"weir/netstack/proxy"
 	"weir/policy"
 )
 
@@ -16,17 +17,24 @@ import (
 // holding nothing per connection.
 type acceptAll struct{ target *policy.Target }
 
-func (a acceptAll) Admit(*netstack.ConnRequest) (netstack.Decision, netstack.Session) {
-	return netstack.Decision{Verdict: netstack.Accept, Target: a.target}, a
+func (a acceptAll) Admit(*proxy.ConnRequest) (proxy.Decision, proxy.Session) {
+	return proxy.Decision{Verdict: proxy.Accept, Target: a.target}, a
 }
 
 // DialFailed gives up at the first failed dial.
-func (acceptAll) DialFailed(netstack.Decision, error) netstack.Decision {
-	return netstack.Decision{Verdict: netstack.RefuseRST}
+func (acceptAll) DialFailed(proxy.Decision, error) proxy.Decision {
+	return proxy.Decision{Verdict: proxy.RefuseRST}
 }
 
+// TargetFailed would mark the target down for a while.
+func (acceptAll) TargetFailed(proxy.Decision, error) {}
+
+// Released would give the connection's slots back as soon as the client is
+// done with it.
+func (acceptAll) Released() {}
+
 // End would release what Admit reserved and write the access log.
-func (acceptAll) End(*netstack.End) {}
+func (acceptAll) End(*proxy.End) {}
 
 // A client stack dials a VIP over an in-memory pair; weir's stack answers for
 // the VIP and splices the connection to a host echo server.

@@ -15,7 +15,7 @@ package netstack
 //	          ──► handshake (Handshake timeout aborts it)  HandshakeTimedOut, HandshakeFailed
 //	          ──► serve
 //	serve (own goroutine, client established):
-//	    http virtual server and an HTTPAdmitter ──► serveHTTP (httpproxy.go):
+//	    http virtual server and a RequestAdmitter ──► serveHTTP (httpproxy.go):
 //	        admitted, routed and counted request by request
 //	    Admit ──► (Decision, Session)
 //	          ──► RefuseRST ──► RST                                   RefusedRST   End(RefusedReset)
@@ -24,10 +24,10 @@ package netstack
 //	                         answers (another Accept, until the tried-set refuses)
 //	                         ──► RST or 503                           DialFailed
 //	                     ──► splice client ⇄ target ──► Released once the
-//	                         client has seen it finished (release.go)
+//	                         client has seen it finished (proxy/release.go)
 //	                         ──► End(Served | IdleClosed)
 //	                         target silent FirstByte after the client's first
-//	                         byte ──► TargetFailer.TargetFailed, 503 page or RST
+//	                         byte ──► Session.TargetFailed, 503 page or RST
 //	                                                                  End(TargetTimedOut)
 //
 // Why handshake first. A handshake in flight holds no admission slot and no
@@ -84,7 +84,7 @@ const (
 )
 
 // pageOf is the 503 page for a refusal.
-func pageOf(d Decision) proxy.Page503 {
+func pageOf(d proxy.Decision) proxy.Page503 {
 	return proxy.Page503{Limit: d.Limit, Value: d.Value, Reason: d.Reason, RetryAfter: d.RetryAfter}
 }
 
@@ -92,222 +92,6 @@ func pageOf(d Decision) proxy.Page503 {
 // endpoints (and so SYN cookies); wider services take the tcp.Forwarder
 // path.
 const MaxListenPorts = 256
-
-// ConnRequest describes a new connection asking to be admitted. The
-// forwarder owns it; a Session may read it (it does not change after Admit
-// except Attempt) until its End returns.
-type ConnRequest struct {
-	// ID identifies the connection in Conns and in its End's Stats; it is
-	// unique for the forwarder's life.
-	ID      uint64
-	Client  netip.AddrPort        // the client's address and port
-	VIP     netip.AddrPort        // the virtual server address and port it asked for
-	Service *policy.VirtualServer // the virtual server found for VIP; never nil
-	// Attempt is 0 in Admit and counts the failed dials in DialFailed.
-	Attempt int
-
-	settle func() bool
-}
-
-// Settle is for an Admitter about to refuse the connection at a limit: it
-// releases the client's earlier connections that are finished as the client
-// sees them but whose release weir has not processed yet (see release.go),
-// waiting at most SettleWait, and reports whether any was released; if so,
-// the Admitter should check its limits again. Call it only from Admit.
-func (r *ConnRequest) Settle() bool {
-	if r.settle == nil {
-		return false
-	}
-	return r.settle()
-}
-
-// Verdict is an admission answer.
-type Verdict uint8
-
-const (
-	// Accept connects the client to Decision.Target.
-	Accept Verdict = iota
-	// RefuseRST resets the (established) client connection.
-	RefuseRST
-	// Refuse503 answers with an HTTP 503 page naming Decision.Limit and
-	// Decision.Value, then closes. For a tcp virtual server it acts as
-	// RefuseRST.
-	Refuse503
-)
-
-// String returns the verdict's name.
-func (v Verdict) String() string {
-	switch v {
-	case Accept:
-		return "accept"
-	case RefuseRST:
-		return "refuse-rst"
-	case Refuse503:
-		return "refuse-503"
-	}
-	return "verdict(?)"
-}
-
-// Decision is the Admitter's answer for one connection request.
-type Decision struct {
-	Verdict Verdict
-	// Target is where an accepted connection goes; Accept needs it.
-	Target *policy.Target
-	// Action is the policy action the connection falls under (the datapath
-	// flow's), for the per-target, per-action aggregation of Sample; nil:
-	// none.
-	Action *policy.Action
-	// Dialer dials Target; nil means the forwarder's dialer for Target.Via.
-	Dialer Dialer
-	// Limit names the limit that tripped, as the Admitter spells it: weir's
-	// appliance sends policy.LimitKind's configuration names,
-	// "maxConnections" and "maxBandwidth", and "targets" when no target
-	// could serve. Value is the limit's configured value (for "targets",
-	// how many targets were named); Reason is a sentence for the 503 page.
-	// The page shows all three as given.
-	Limit  string
-	Value  int64
-	Reason string
-	// RetryAfter is the 503's Retry-After; zero means proxy.DefaultRetryAfter.
-	RetryAfter time.Duration
-}
-
-// Admitter decides about new connections. Admit is called from many
-// goroutines at once, once per connection to a virtual server, when the
-// client's handshake has completed (a half-open handshake never reaches
-// it).
-type Admitter interface {
-	// Admit returns the first decision and the connection's Session. The
-	// Session may be nil only with a refusal, when the Admitter wants to
-	// hear nothing more of the connection; an Accept without a Session is
-	// refused with RST. Admit must not keep req past the Session's End.
-	Admit(req *ConnRequest) (Decision, Session)
-}
-
-// Session follows one connection after Admit: it is where the Admitter keeps
-// what it reserved for the connection (an admission ticket, a target slot)
-// and learns what became of them. The forwarder calls it only from the
-// connection's own goroutine, one call at a time: DialFailed once per failed
-// dial, then End exactly once. After End returns the forwarder holds no
-// reference to the Session, and the Session must release what it holds.
-type Session interface {
-	// DialFailed reports that dialing failed.Target failed with err and
-	// asks what to do next: another Accept to try another target, or a
-	// refusal. The forwarder dials every Accept it is given: bounding the
-	// attempts is the Session's (weir's balancer tried-set does it). A dial
-	// cut short by Forwarder.Close is not reported here; the connection
-	// ends with Aborted.
-	DialFailed(failed Decision, err error) Decision
-	// End reports how the connection ended. e is valid only during the
-	// call. It must not block.
-	End(e *End)
-}
-
-// Releaser is a Session that wants to hear when its connection is finished
-// as the client sees it, before End: the client has sent its FIN and weir
-// its own (or the connection was reset or aborted). What remains then is
-// weir's teardown (the target's side, final counters), which a client that
-// reconnects at once must not have to wait for: weir's appliance gives the
-// admission ticket and the target slot back in Released, so a sequential
-// client at maxConnections 1 is never refused. The forwarder calls Released
-// at most once per spliced connection, always before End and never at the
-// same time as another call of the Session; it may come from any of the
-// connection's goroutines (a copy half, the idle watchdog, Close) and must
-// not block. An http request's Session hears it once the whole response is
-// buffered for the client, before its last bytes are sent.
-type Releaser interface {
-	Released()
-}
-
-// TargetFailer is a Session that also hears of a target that failed after
-// its dial succeeded: it stayed silent past the first-byte timeout. The
-// forwarder calls TargetFailed before End, from the connection's goroutine.
-// weir's appliance marks the target down for the retry interval, as for a
-// failed dial.
-type TargetFailer interface {
-	TargetFailed(d Decision, err error)
-}
-
-// ErrFirstByteTimeout is the error a TargetFailed and the End of a
-// TargetTimedOut connection carry.
-var ErrFirstByteTimeout = errors.New("netstack: target sent nothing within the first-byte timeout")
-
-// Outcome is how a connection ended.
-type Outcome uint8
-
-// The outcomes End reports. Their String forms are the access log's.
-const (
-	// Served: spliced to its target, then closed by the client or target.
-	Served Outcome = iota
-	// IdleClosed: spliced, then closed by IdleTimeout.
-	IdleClosed
-	// RefusedReset: refused with RST (a RefuseRST, or a Refuse503 for a
-	// tcp virtual server).
-	RefusedReset
-	// RefusedPage: answered with the 503 page.
-	RefusedPage
-	// HandshakeFailed and HandshakeTimedOut are no longer reported to a
-	// Session: the client's handshake completes before Admit, so a failed
-	// one has no Session (ForwarderStats counts it). They keep their
-	// values and names for the access log's codes.
-	HandshakeFailed
-	HandshakeTimedOut
-	// Aborted: Forwarder.Close ended the connection.
-	Aborted
-	// TargetTimedOut: spliced, then the target sent nothing within the
-	// first-byte timeout; the client got the 503 page (http) or RST.
-	TargetTimedOut
-	// Panicked: a panic in the connection's goroutines ended it.
-	Panicked
-	numOutcomes
-)
-
-var outcomeNames = [numOutcomes]string{"ok", "idle", "reset", "503", "handshake-failed", "handshake-timeout", "aborted", "target-timeout", "panic"}
-
-// String returns the outcome as the access log writes it: "ok", "idle",
-// "reset", "503", "handshake-failed", "handshake-timeout", "aborted",
-// "target-timeout", "panic".
-func (o Outcome) String() string {
-	if o < numOutcomes {
-		return outcomeNames[o]
-	}
-	return "outcome(?)"
-}
-
-// End is how one connection ended, for Session.End.
-type End struct {
-	Outcome Outcome
-	// Decision is the last decision made: the Accept whose target was
-	// dialed (Served, IdleClosed, handshake failures after a dial), or the
-	// refusal with its Limit, Value and Reason.
-	Decision Decision
-	// Refusal says what a refused client was sent (RefusedReset,
-	// RefusedPage).
-	Refusal Refusal
-	// Stats are the connection's final statistics. For a connection never
-	// spliced only ID, Client, VIP, Service, Target and Start are set.
-	Stats ConnStats
-	// Dials is the number of failed dials before the end.
-	Dials int
-	// Err is the handshake's error for the handshake outcomes, the dial's
-	// for an Aborted dial; nil otherwise.
-	Err error
-	// Request is set when the End is one http request's (an HTTPAdmitter's
-	// Session): Stats then has the connection's ID, client, VIP, service
-	// and target, and the request's bytes (TargetLeg.BytesSent the
-	// request's, ClientLeg.BytesSent the response's); no leg counters.
-	Request *RequestEnd
-}
-
-// Refusal is what a refused client was sent.
-type Refusal struct {
-	// Status is 503 when a page was served, 0 for a RST.
-	Status int
-	// RequestLine is the HTTP request line read before the 503 page ("" if
-	// none arrived in time); Bytes is the size of the response sent.
-	RequestLine string
-	Bytes       int
-}
 
 // ForwarderOptions configure a Forwarder. The zero value works: it answers
 // for no virtual server (every SYN gets RST).
@@ -319,12 +103,17 @@ type ForwarderOptions struct {
 	Services func(addr netip.Addr, port uint16) *policy.VirtualServer
 	// Admitter decides about each connection to a virtual server; nil
 	// refuses every one with RST.
-	Admitter Admitter
+	Admitter proxy.Admitter
+	// RequestAdmitter admits the client connections and requests of the
+	// http virtual servers one request at a time; nil: an http virtual
+	// server's connections are admitted by Admitter and spliced as a tcp
+	// one's.
+	RequestAdmitter proxy.RequestAdmitter
 	// Host dials DialHost targets; nil means a zero HostDialer.
-	Host Dialer
+	Host proxy.Dialer
 	// Back dials DialNetstack targets; nil means such dials fail with
 	// ErrNoBackArm.
-	Back Dialer
+	Back proxy.Dialer
 	// MaxInFlight bounds the handshakes in flight on the tcp.Forwarder path
 	// (SYNs to no listener), all VIPs together; further SYNs are dropped
 	// and counted. Zero means DefaultMaxInFlight.
@@ -347,7 +136,7 @@ type ForwarderOptions struct {
 	// goroutines: the connection (ID 0 before admission), the value and
 	// the stack. It is called once per panic, from that goroutine, and must
 	// not block.
-	OnPanic func(req *ConnRequest, v any, stack []byte)
+	OnPanic func(req *proxy.ConnRequest, v any, stack []byte)
 }
 
 func (o ForwarderOptions) withDefaults() ForwarderOptions {
@@ -426,7 +215,7 @@ type Forwarder struct {
 	wg      sync.WaitGroup                                            // handler goroutines and the splices they start
 
 	tw      timeWaitTable
-	closing closingSet // spliced connections waiting for the client's FIN (release.go)
+	closing proxy.ClosingSet // spliced connections waiting for the client's FIN (proxy/release.go)
 
 	draining  atomic.Bool // set by Drain
 	lmu       sync.Mutex
@@ -581,7 +370,7 @@ func (f *Forwarder) handle(r *tcp.ForwarderRequest) {
 	f.wg.Add(1)
 	f.mu.Unlock()
 	defer f.wg.Done()
-	var req *ConnRequest
+	var req *proxy.ConnRequest
 	defer f.recoverConn(&req, func() { r.Complete(true) })
 
 	id := r.ID()
@@ -637,13 +426,13 @@ func (f *Forwarder) vipLeave(vip netip.Addr) {
 // splices the two, or refuses it. It runs in the connection's goroutine;
 // Pending has been counted for it and serve uncounts it. *reqp is set as
 // soon as the request exists, for the caller's panic report.
-func (f *Forwarder) serve(reqp **ConnRequest, client *Conn, vip netip.AddrPort) {
+func (f *Forwarder) serve(reqp **proxy.ConnRequest, client *Conn, vip netip.AddrPort) {
 	pendingDone := sync.OnceFunc(func() { f.pendingN.Add(-1) })
 	defer pendingDone()
 	// The endpoint's ID, not RemoteAddr: that fails once the client has
 	// reset the connection, which it may have by now.
 	id := client.ep.Info().(*stack.TransportEndpointInfo).ID
-	req := &ConnRequest{
+	req := &proxy.ConnRequest{
 		Client: netip.AddrPortFrom(netipAddr(id.RemoteAddress), id.RemotePort),
 		VIP:    vip,
 	}
@@ -665,13 +454,13 @@ func (f *Forwarder) serve(reqp **ConnRequest, client *Conn, vip netip.AddrPort) 
 	}
 	t := req.Service.Timeouts
 	var (
-		d      Decision
-		sess   Session
-		target Leg
+		d      proxy.Decision
+		sess   proxy.Session
+		target proxy.Leg
 		ended  bool
 	)
-	end := End{Stats: ConnStats{ID: req.ID, Client: req.Client, VIP: req.VIP, Service: req.Service.Name, Start: f.now()}}
-	report := func(o Outcome, d Decision, err error) {
+	end := proxy.End{Stats: proxy.ConnStats{ID: req.ID, Client: req.Client, VIP: req.VIP, Service: req.Service.Name, Start: f.now()}}
+	report := func(o proxy.Outcome, d proxy.Decision, err error) {
 		if sess == nil || ended {
 			return
 		}
@@ -693,25 +482,25 @@ func (f *Forwarder) serve(reqp **ConnRequest, client *Conn, vip netip.AddrPort) 
 			}
 			func() {
 				defer func() { _ = recover() }() // a Session that panics again in End
-				report(Panicked, d, fmt.Errorf("panic: %v", v))
+				report(proxy.Panicked, d, fmt.Errorf("panic: %v", v))
 			}()
 			panic(v)
 		}
 	}()
-	if ha, ok := f.opts.Admitter.(HTTPAdmitter); ok && req.Service.Proto == policy.ProtoHTTP {
-		f.serveHTTP(req, client, ha, t, pendingDone)
+	if ra := f.opts.RequestAdmitter; ra != nil && req.Service.Proto == policy.ProtoHTTP {
+		f.serveHTTP(req, client, ra, t, pendingDone)
 		return
 	}
 	hook("admit")
-	since := f.closing.gen.Load()
-	f.closing.preSettle(req.Client.Addr())
-	req.settle = func() bool { return f.closing.settle(req.Client.Addr(), SettleWait, since) }
+	since := f.closing.Gen()
+	f.closing.PreSettle(req.Client.Addr())
+	req.SettleFunc = func() bool { return f.closing.Settle(req.Client.Addr(), proxy.SettleWait, since) }
 	d, sess = f.opts.Admitter.Admit(req)
-	if d.Verdict == Accept && sess == nil {
+	if d.Verdict == proxy.Accept && sess == nil {
 		f.noSession.Add(1)
-		d = Decision{Verdict: RefuseRST, Reason: "accepted without a session"}
+		d = proxy.Decision{Verdict: proxy.RefuseRST, Reason: "accepted without a session"}
 	}
-	for d.Verdict == Accept {
+	for d.Verdict == proxy.Accept {
 		var err error
 		target, err = f.dial(d, t.Connect)
 		if err == nil {
@@ -721,7 +510,7 @@ func (f *Forwarder) serve(reqp **ConnRequest, client *Conn, vip netip.AddrPort) 
 			// Close cut the dial: no fault of the target's to report.
 			f.aborted.Add(1)
 			client.reset()
-			report(Aborted, d, err)
+			report(proxy.Aborted, d, err)
 			return
 		}
 		f.dialFailed.Add(1)
@@ -731,16 +520,16 @@ func (f *Forwarder) serve(reqp **ConnRequest, client *Conn, vip netip.AddrPort) 
 	pendingDone()
 	isHTTP := req.Service.Proto == policy.ProtoHTTP
 	switch {
-	case d.Verdict == Refuse503 && isHTTP:
+	case d.Verdict == proxy.Refuse503 && isHTTP:
 		f.refused503.Add(1)
 		line, n := proxy.Serve503(client, pageOf(d), t.RequestRead)
-		end.Refusal = Refusal{Status: 503, RequestLine: line, Bytes: n}
-		report(RefusedPage, d, nil)
+		end.Refusal = proxy.Refusal{Status: 503, RequestLine: line, Bytes: n}
+		report(proxy.RefusedPage, d, nil)
 		return
-	case d.Verdict != Accept:
+	case d.Verdict != proxy.Accept:
 		f.refusedRST.Add(1)
 		client.reset()
-		report(RefusedReset, d, nil)
+		report(proxy.RefusedReset, d, nil)
 		return
 	}
 	f.accepted.Add(1)
@@ -764,7 +553,7 @@ var testHook atomic.Pointer[func(stage string)]
 // reports it to OnPanic with the stack, and runs cleanup (which closes
 // what the goroutine holds). Deferred first thing in each such goroutine;
 // *reqp is the connection's request once it has one.
-func (f *Forwarder) recoverConn(reqp **ConnRequest, cleanup func()) {
+func (f *Forwarder) recoverConn(reqp **proxy.ConnRequest, cleanup func()) {
 	v := recover()
 	if v == nil {
 		return
@@ -779,19 +568,19 @@ func (f *Forwarder) recoverConn(reqp **ConnRequest, cleanup func()) {
 }
 
 // recoverConnValue counts a recovered panic and reports it to OnPanic.
-func (f *Forwarder) recoverConnValue(reqp **ConnRequest, v any) {
+func (f *Forwarder) recoverConnValue(reqp **proxy.ConnRequest, v any) {
 	f.panics.Add(1)
 	if f.opts.OnPanic != nil {
 		req := *reqp
 		if req == nil {
-			req = &ConnRequest{}
+			req = &proxy.ConnRequest{}
 		}
 		f.opts.OnPanic(req, v, debug.Stack())
 	}
 }
 
 // dial opens the target leg of an Accept decision, within timeout.
-func (f *Forwarder) dial(d Decision, timeout time.Duration) (Leg, error) {
+func (f *Forwarder) dial(d proxy.Decision, timeout time.Duration) (proxy.Leg, error) {
 	if d.Target == nil {
 		return nil, errors.New("netstack: accept decision without a target")
 	}

@@ -16,6 +16,7 @@ import (
 
 	"weir/datapath"
 	"weir/internal/testutil"
+	"weir/netstack/proxy"
 	"weir/policy"
 )
 
@@ -201,29 +202,6 @@ func silentServer(t testing.TB) (netip.AddrPort, *atomic.Int64, func()) {
 	return l.Addr().(*net.TCPAddr).AddrPort(), &n, func() { close(done); stop() }
 }
 
-// failingAdmitter is a testAdmitter whose sessions are TargetFailers.
-type failingAdmitter struct {
-	testAdmitter
-	targetFailed atomic.Int64
-}
-
-type failingSession struct {
-	*testSession
-	a *failingAdmitter
-}
-
-func (s failingSession) TargetFailed(d Decision, err error) {
-	if !errors.Is(err, ErrFirstByteTimeout) || d.Target == nil {
-		panic("TargetFailed without the timeout or a target")
-	}
-	s.a.targetFailed.Add(1)
-}
-
-func (a *failingAdmitter) Admit(r *ConnRequest) (Decision, Session) {
-	d, s := a.testAdmitter.Admit(r)
-	return d, failingSession{testSession: s.(*testSession), a: a}
-}
-
 // TestFirstByteTimeout: a target that accepts and never answers is given
 // up after the first-byte timeout: the http client gets the 503 page, the
 // tcp client a RST, and the session hears TargetFailed (weir marks the
@@ -242,7 +220,7 @@ func TestFirstByteTimeout(t *testing.T) {
 		}
 		return services(raw)(a, p)
 	}
-	adm := &failingAdmitter{testAdmitter: testAdmitter{target: &policy.Target{Name: "silent", Addr: taddr}}}
+	adm := &testAdmitter{target: &policy.Target{Name: "silent", Addr: taddr}}
 	r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: lookup, Admitter: adm}, listen: []*policy.VirtualServer{web, raw}})
 
 	t.Run("http-503", func(t *testing.T) {
@@ -271,13 +249,13 @@ func TestFirstByteTimeout(t *testing.T) {
 		wantReset(t, c, nil)
 	})
 	testutil.Eventually(t, 5*time.Second, func() bool { return r.fwd.Stats().TargetTimedOut == 2 }, "stats %+v", r.fwd.Stats())
-	if n := adm.targetFailed.Load(); n != 2 {
+	if n := adm.nTargetFailed.Load(); n != 2 {
 		t.Errorf("TargetFailed %d times, want 2", n)
 	}
 	if n := accepted.Load(); n != 2 {
 		t.Errorf("the silent target accepted %d, want 2", n)
 	}
-	if got := adm.outcomes(); len(got) != 2 || got[0] != TargetTimedOut || got[1] != TargetTimedOut {
+	if got := adm.outcomes(); len(got) != 2 || got[0] != proxy.TargetTimedOut || got[1] != proxy.TargetTimedOut {
 		t.Errorf("outcomes %v, want two target-timeout", got)
 	}
 }
@@ -286,7 +264,7 @@ func TestFirstByteTimeout(t *testing.T) {
 // unanswered.
 type blackholeDialer struct{ n atomic.Int64 }
 
-func (d *blackholeDialer) DialTarget(ctx context.Context, _ netip.AddrPort) (Leg, error) {
+func (d *blackholeDialer) DialTarget(ctx context.Context, _ netip.AddrPort) (proxy.Leg, error) {
 	d.n.Add(1)
 	<-ctx.Done()
 	return nil, ctx.Err()
@@ -300,7 +278,9 @@ func TestConnectTimeout(t *testing.T) {
 	vs := &policy.VirtualServer{Name: "tcp", VIPs: []netip.Addr{vipV4}, Ports: policy.PortRange{Lo: 80, Hi: 80}, Timeouts: policy.Timeouts{Connect: ct}}
 	bh := &blackholeDialer{}
 	tgt := &policy.Target{Name: "t", Addr: netip.MustParseAddrPort("127.0.0.1:9")}
-	adm := &testAdmitter{admit: func(*ConnRequest) Decision { return Decision{Verdict: Accept, Target: tgt, Dialer: bh} }}
+	adm := &testAdmitter{admit: func(*proxy.ConnRequest) proxy.Decision {
+		return proxy.Decision{Verdict: proxy.Accept, Target: tgt, Dialer: bh}
+	}}
 	r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: services(vs), Admitter: adm}, listen: []*policy.VirtualServer{vs}})
 	t0 := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -327,7 +307,7 @@ func TestPanicContained(t *testing.T) {
 	var lastStack atomic.Value
 	adm := &testAdmitter{target: &policy.Target{Name: "t", Addr: taddr}}
 	r := newRig(t, rigOptions{
-		fwd: ForwarderOptions{Services: services(vs), Admitter: adm, OnPanic: func(req *ConnRequest, v any, stack []byte) {
+		fwd: ForwarderOptions{Services: services(vs), Admitter: adm, OnPanic: func(req *proxy.ConnRequest, v any, stack []byte) {
 			reports.Add(1)
 			lastStack.Store(string(stack))
 		}},
@@ -372,7 +352,7 @@ func TestPanicContained(t *testing.T) {
 	got := adm.outcomes()
 	panicked := 0
 	for _, o := range got {
-		if o == Panicked {
+		if o == proxy.Panicked {
 			panicked++
 		}
 	}

@@ -14,6 +14,7 @@ import (
 
 	"weir/datapath"
 	"weir/internal/testutil"
+	"weir/netstack/proxy"
 	"weir/policy"
 )
 
@@ -33,43 +34,48 @@ var (
 type testAdmitter struct {
 	target     *policy.Target
 	action     *policy.Action
-	admit      func(*ConnRequest) Decision
-	dialFailed func(*ConnRequest, Decision, error) Decision
+	admit      func(*proxy.ConnRequest) proxy.Decision
+	dialFailed func(*proxy.ConnRequest, proxy.Decision, error) proxy.Decision
 	keep       bool // keep the final stats of accepted connections
 
-	mu       sync.Mutex
-	closed   []ConnStats  // protected by mu: final stats of accepted connections, if keep
-	ends     []Outcome    // protected by mu: every End's outcome, in order
-	refusals []Refusal    // protected by mu: what refused clients were sent
-	nClosed  atomic.Int64 // Ends of connections whose last decision was Accept
-	nFailed  atomic.Int64 // DialFailed calls
-	nEnds    atomic.Int64 // End calls
-	nAdmit   atomic.Int64 // Admit calls
+	mu            sync.Mutex
+	closed        []proxy.ConnStats // protected by mu: final stats of accepted connections, if keep
+	ends          []proxy.Outcome   // protected by mu: every End's outcome, in order
+	refusals      []proxy.Refusal   // protected by mu: what refused clients were sent
+	nClosed       atomic.Int64      // Ends of connections whose last decision was Accept
+	nFailed       atomic.Int64      // DialFailed calls
+	nTargetFailed atomic.Int64      // TargetFailed calls
+	nReleased     atomic.Int64      // Released calls
+	nEnds         atomic.Int64      // End calls
+	nAdmit        atomic.Int64      // Admit calls
 }
 
-func (a *testAdmitter) Admit(r *ConnRequest) (Decision, Session) {
+func (a *testAdmitter) Admit(r *proxy.ConnRequest) (proxy.Decision, proxy.Session) {
 	a.nAdmit.Add(1)
-	var d Decision
+	var d proxy.Decision
 	switch {
 	case a.admit != nil:
 		d = a.admit(r)
 	case a.target == nil:
-		d = Decision{Verdict: RefuseRST}
+		d = proxy.Decision{Verdict: proxy.RefuseRST}
 	default:
-		d = Decision{Verdict: Accept, Target: a.target, Action: a.action}
+		d = proxy.Decision{Verdict: proxy.Accept, Target: a.target, Action: a.action}
 	}
 	return d, &testSession{a: a, req: r}
 }
 
 // testSession is one connection's Session of a testAdmitter. It checks the
-// contract: End exactly once, nothing after it.
+// contract: End exactly once, nothing after it; Released at most once, and
+// before the End of a connection served by its target; TargetFailed only
+// with the first-byte timeout and a target.
 type testSession struct {
-	a     *testAdmitter
-	req   *ConnRequest
-	ended atomic.Bool
+	a        *testAdmitter
+	req      *proxy.ConnRequest
+	ended    atomic.Bool
+	released atomic.Bool
 }
 
-func (s *testSession) DialFailed(d Decision, err error) Decision {
+func (s *testSession) DialFailed(d proxy.Decision, err error) proxy.Decision {
 	if s.ended.Load() {
 		panic("DialFailed after End")
 	}
@@ -77,49 +83,72 @@ func (s *testSession) DialFailed(d Decision, err error) Decision {
 	if s.a.dialFailed != nil {
 		return s.a.dialFailed(s.req, d, err)
 	}
-	return Decision{Verdict: RefuseRST}
+	return proxy.Decision{Verdict: proxy.RefuseRST}
 }
 
-func (s *testSession) End(e *End) {
+func (s *testSession) TargetFailed(d proxy.Decision, err error) {
+	if s.ended.Load() {
+		panic("TargetFailed after End")
+	}
+	if !errors.Is(err, proxy.ErrFirstByteTimeout) || d.Target == nil {
+		panic("TargetFailed without the timeout or a target")
+	}
+	s.a.nTargetFailed.Add(1)
+}
+
+func (s *testSession) Released() {
+	if s.ended.Load() {
+		panic("Released after End")
+	}
+	if s.released.Swap(true) {
+		panic("Released called twice")
+	}
+	s.a.nReleased.Add(1)
+}
+
+func (s *testSession) End(e *proxy.End) {
 	if s.ended.Swap(true) {
 		panic("End called twice")
+	}
+	if (e.Outcome == proxy.Served || e.Outcome == proxy.IdleClosed) && e.Request == nil && !s.released.Load() {
+		panic("End of a spliced connection before Released")
 	}
 	a := s.a
 	a.mu.Lock()
 	a.ends = append(a.ends, e.Outcome)
-	if e.Outcome == RefusedReset || e.Outcome == RefusedPage {
+	if e.Outcome == proxy.RefusedReset || e.Outcome == proxy.RefusedPage {
 		a.refusals = append(a.refusals, e.Refusal)
 	}
-	if e.Decision.Verdict == Accept && a.keep {
+	if e.Decision.Verdict == proxy.Accept && a.keep {
 		a.closed = append(a.closed, e.Stats)
 	}
 	a.mu.Unlock()
-	if e.Decision.Verdict == Accept {
+	if e.Decision.Verdict == proxy.Accept {
 		a.nClosed.Add(1)
 	}
 	a.nEnds.Add(1)
 }
 
 // closedStats returns a copy of the kept final records.
-func (a *testAdmitter) closedStats() []ConnStats {
+func (a *testAdmitter) closedStats() []proxy.ConnStats {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return append([]ConnStats(nil), a.closed...)
+	return append([]proxy.ConnStats(nil), a.closed...)
 }
 
 // outcomes returns the outcomes of the Ends so far.
-func (a *testAdmitter) outcomes() []Outcome {
+func (a *testAdmitter) outcomes() []proxy.Outcome {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return append([]Outcome(nil), a.ends...)
+	return append([]proxy.Outcome(nil), a.ends...)
 }
 
 // lastRefusal returns what the last refused client was sent.
-func (a *testAdmitter) lastRefusal() Refusal {
+func (a *testAdmitter) lastRefusal() proxy.Refusal {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if len(a.refusals) == 0 {
-		return Refusal{}
+		return proxy.Refusal{}
 	}
 	return a.refusals[len(a.refusals)-1]
 }

@@ -1,7 +1,7 @@
 package netstack
 
 // HTTP request flow (virtual servers with protocol http, when the Admitter
-// is an HTTPAdmitter)
+// is a proxy.RequestAdmitter)
 //
 //	client established ──► AdmitClient (the service's client-connection
 //	    bound, apart from the request limits) ──► refused: 503 page, close
@@ -55,56 +55,6 @@ import (
 	"weir/policy"
 )
 
-// HTTPAdmitter is an Admitter that admits the requests of http virtual
-// servers one by one. For such a service the forwarder calls AdmitClient
-// once per client connection and AdmitRequest once per request head; Admit
-// is not called. Both are called from the connection's goroutine.
-type HTTPAdmitter interface {
-	Admitter
-	// AdmitClient admits a client connection: an Accept (Target unused)
-	// lets it send requests, and release is called exactly once when the
-	// connection is over (before weir's FIN). A refusal is answered as in
-	// Admit (the 503 page, or RST) and release may be nil.
-	AdmitClient(req *ConnRequest) (d Decision, release func())
-	// AdmitRequest decides about one request whose head was parsed, and
-	// returns its Session, as Admit does for a connection: the request is
-	// counted until that Session's End, which comes when its response has
-	// been written completely (End.Request is set).
-	AdmitRequest(req *ConnRequest, r *Request) (Decision, Session)
-	// BadRequest hears of a request refused before admission (400, 408,
-	// 431): e is valid only during the call.
-	BadRequest(req *ConnRequest, e *RequestEnd)
-}
-
-// Request is one parsed request head, for AdmitRequest.
-type Request struct {
-	Seq    int    // 1 for the connection's first request
-	Method string // as sent
-	Line   string // the request line, printable ASCII (see proxy.RequestLine)
-	Host   string
-	// Header is the head as parsed, hop-by-hop fields included. Read only.
-	Header http.Header
-	Start  time.Time // when the head was parsed
-}
-
-// RequestEnd is how one request ended: in End.Request, or BadRequest's.
-type RequestEnd struct {
-	Seq  int
-	Line string // request line; "" when none was read
-	// Status is the status sent to the client (0: none could be sent).
-	Status int
-	// RequestBytes and ResponseBytes are the bytes of the request sent to
-	// the target and of the response written to the client, heads
-	// included.
-	RequestBytes, ResponseBytes int64
-	Start                       time.Time // head parsed (or first byte, for BadRequest)
-	Duration                    time.Duration
-	// Reused says the request went over a pooled target connection;
-	// Retried that a pooled one failed and a fresh one carried it.
-	Reused, Retried bool
-}
-
-// Errors a RequestEnd's connection may end with, in End.Err.
 var (
 	ErrHeaderTimeout   = errors.New("netstack: request head not received within the header timeout")
 	ErrHeaderTooLarge  = errors.New("netstack: request head larger than maxHeaderBytes")
@@ -115,8 +65,8 @@ var (
 // httpConn is one client connection of an http virtual server.
 type httpConn struct {
 	f      *Forwarder
-	req    *ConnRequest
-	ha     HTTPAdmitter
+	req    *proxy.ConnRequest
+	ha     proxy.RequestAdmitter
 	client *Conn
 	br     *bufio.Reader
 	bw     *bufio.Writer
@@ -127,12 +77,12 @@ type httpConn struct {
 }
 
 // serveHTTP runs an http client connection in serve's goroutine.
-func (f *Forwarder) serveHTTP(req *ConnRequest, client *Conn, ha HTTPAdmitter, t policy.Timeouts, pendingDone func()) {
+func (f *Forwarder) serveHTTP(req *proxy.ConnRequest, client *Conn, ha proxy.RequestAdmitter, t policy.Timeouts, pendingDone func()) {
 	o := req.Service.HTTP
 	d, release := ha.AdmitClient(req)
 	pendingDone()
-	if d.Verdict != Accept {
-		if d.Verdict == Refuse503 {
+	if d.Verdict != proxy.Accept {
+		if d.Verdict == proxy.Refuse503 {
 			f.refused503.Add(1)
 			proxy.Serve503(client, pageOf(d), t.RequestRead)
 		} else {
@@ -158,7 +108,7 @@ func (f *Forwarder) serveHTTP(req *ConnRequest, client *Conn, ha HTTPAdmitter, t
 	for hc.one() {
 	}
 	// The client's slot goes back before weir's FIN, as a tcp
-	// connection's does (release.go).
+	// connection's does (proxy/release.go).
 	if release != nil {
 		release()
 	}
@@ -215,7 +165,7 @@ func (hc *httpConn) one() bool {
 		return false
 	}
 	_ = hc.client.SetReadDeadline(time.Time{})
-	r := &Request{Seq: hc.seq, Method: in.Method, Line: line, Host: in.Host, Header: in.Header, Start: time.Now()}
+	r := &proxy.Request{Seq: hc.seq, Method: in.Method, Line: line, Host: in.Host, Header: in.Header, Start: time.Now()}
 	f.requests.Add(1)
 	return hc.route(in, r)
 }
@@ -289,22 +239,22 @@ func (hc *httpConn) badRequest(line string, status int, start time.Time) {
 	if hc.bw.Flush() != nil {
 		sent = 0
 	}
-	hc.ha.BadRequest(hc.req, &RequestEnd{Seq: hc.seq, Line: line, Status: sent, ResponseBytes: hc.cw.n - before, Start: start, Duration: time.Since(start)})
+	hc.ha.BadRequest(hc.req, &proxy.RequestEnd{Seq: hc.seq, Line: line, Status: sent, ResponseBytes: hc.cw.n - before, Start: start, Duration: time.Since(start)})
 }
 
 // route admits a parsed request and serves it; it reports whether the
 // connection stays open.
-func (hc *httpConn) route(in *http.Request, r *Request) (keep bool) {
+func (hc *httpConn) route(in *http.Request, r *proxy.Request) (keep bool) {
 	f := hc.f
 	clientWantsClose := in.Close || (in.ProtoMajor == 1 && in.ProtoMinor == 0 && !hasToken(in.Header, "Connection", "keep-alive"))
 	var (
-		d    Decision
-		sess Session
+		d    proxy.Decision
+		sess proxy.Session
 	)
-	re := &RequestEnd{Seq: r.Seq, Line: r.Line, Start: r.Start}
-	end := End{Request: re, Stats: ConnStats{ID: hc.req.ID, Client: hc.req.Client, VIP: hc.req.VIP, Service: hc.req.Service.Name, Start: r.Start}}
+	re := &proxy.RequestEnd{Seq: r.Seq, Line: r.Line, Start: r.Start}
+	end := proxy.End{Request: re, Stats: proxy.ConnStats{ID: hc.req.ID, Client: hc.req.Client, VIP: hc.req.VIP, Service: hc.req.Service.Name, Start: r.Start}}
 	ended := false
-	report := func(o Outcome, err error) {
+	report := func(o proxy.Outcome, err error) {
 		if sess == nil || ended {
 			return
 		}
@@ -320,18 +270,18 @@ func (hc *httpConn) route(in *http.Request, r *Request) (keep bool) {
 		if v := recover(); v != nil {
 			func() {
 				defer func() { _ = recover() }()
-				report(Panicked, fmt.Errorf("panic: %v", v))
+				report(proxy.Panicked, fmt.Errorf("panic: %v", v))
 			}()
 			panic(v)
 		}
 	}()
 	hc.req.Attempt = 0
 	d, sess = hc.ha.AdmitRequest(hc.req, r)
-	if d.Verdict == Accept && sess == nil {
+	if d.Verdict == proxy.Accept && sess == nil {
 		f.noSession.Add(1)
-		d = Decision{Verdict: Refuse503, Reason: "accepted without a session"}
+		d = proxy.Decision{Verdict: proxy.Refuse503, Reason: "accepted without a session"}
 	}
-	if d.Verdict != Accept {
+	if d.Verdict != proxy.Accept {
 		f.refused503.Add(1)
 		f.requestsRefused.Add(1)
 		keep = !clientWantsClose && hc.dropBody(in)
@@ -346,8 +296,8 @@ func (hc *httpConn) route(in *http.Request, r *Request) (keep bool) {
 		if err == nil {
 			re.Status = http.StatusServiceUnavailable
 		}
-		end.Refusal = Refusal{Status: re.Status, RequestLine: r.Line, Bytes: int(re.ResponseBytes)}
-		report(RefusedPage, nil)
+		end.Refusal = proxy.Refusal{Status: re.Status, RequestLine: r.Line, Bytes: int(re.ResponseBytes)}
+		report(proxy.RefusedPage, nil)
 		return keep && err == nil
 	}
 	keep, outcome, err := hc.exchange(in, &d, sess, re, clientWantsClose)
@@ -382,7 +332,7 @@ func (hc *httpConn) dropBody(in *http.Request) bool {
 // exchange sends an admitted request to its target and its response to the
 // client. It returns whether the client connection stays open, the outcome
 // and its error.
-func (hc *httpConn) exchange(in *http.Request, d *Decision, sess Session, re *RequestEnd, clientWantsClose bool) (bool, Outcome, error) {
+func (hc *httpConn) exchange(in *http.Request, d *proxy.Decision, sess proxy.Session, re *proxy.RequestEnd, clientWantsClose bool) (bool, proxy.Outcome, error) {
 	f := hc.f
 	out := hc.outbound(in)
 	idempotent := out.Body == nil || out.Body == http.NoBody
@@ -401,7 +351,7 @@ func (hc *httpConn) exchange(in *http.Request, d *Decision, sess Session, re *Re
 		if err != nil {
 			if f.ctx.Err() != nil {
 				f.aborted.Add(1)
-				return false, Aborted, err
+				return false, proxy.Aborted, err
 			}
 			// Every target failed: the Session refused.
 			f.refused503.Add(1)
@@ -414,7 +364,7 @@ func (hc *httpConn) exchange(in *http.Request, d *Decision, sess Session, re *Re
 				keep = false
 			}
 			re.ResponseBytes = hc.cw.n - before
-			return keep, RefusedPage, nil
+			return keep, proxy.RefusedPage, nil
 		}
 		re.Reused = bc.uses > 0
 		resp, err = hc.roundTrip(bc, out, re)
@@ -423,26 +373,24 @@ func (hc *httpConn) exchange(in *http.Request, d *Decision, sess Session, re *Re
 		}
 		reused := bc.uses > 0
 		f.closeBackend(bc)
-		if reused && idempotent && attempt == 0 && !errors.Is(err, ErrFirstByteTimeout) {
+		if reused && idempotent && attempt == 0 && !errors.Is(err, proxy.ErrFirstByteTimeout) {
 			// The target closed the pooled connection: once more on a
 			// fresh one.
 			f.httpRetried.Add(1)
 			re.Retried = true
 			continue
 		}
-		if errors.Is(err, ErrFirstByteTimeout) {
+		if errors.Is(err, proxy.ErrFirstByteTimeout) {
 			f.targetTimedOut.Add(1)
-			if tf, ok := sess.(TargetFailer); ok {
-				tf.TargetFailed(*d, err)
-			}
+			sess.TargetFailed(*d, err)
 			fd := *d
-			fd.Verdict, fd.Limit, fd.Value, fd.Reason = Refuse503, "firstByte", 0, "the target sent no response in time"
+			fd.Verdict, fd.Limit, fd.Value, fd.Reason = proxy.Refuse503, "firstByte", 0, "the target sent no response in time"
 			before := hc.cw.n
 			if _, werr := hc.bw.Write(pageOf(fd).Render("close")); werr == nil && hc.bw.Flush() == nil {
 				re.Status = http.StatusServiceUnavailable
 			}
 			re.ResponseBytes = hc.cw.n - before
-			return false, TargetTimedOut, err
+			return false, proxy.TargetTimedOut, err
 		}
 		// The target failed mid-request: nothing sane can follow on this
 		// connection.
@@ -456,7 +404,7 @@ func (hc *httpConn) exchange(in *http.Request, d *Decision, sess Session, re *Re
 			re.ResponseBytes = hc.cw.n - before
 		}
 		f.httpBadGateway.Add(1)
-		return false, Served, err
+		return false, proxy.Served, err
 	}
 	bc.uses++
 	keep, backendOK := hc.respond(in, resp, re, clientWantsClose, sess)
@@ -465,15 +413,15 @@ func (hc *httpConn) exchange(in *http.Request, d *Decision, sess Session, re *Re
 	} else {
 		f.closeBackend(bc)
 	}
-	return keep, Served, nil
+	return keep, proxy.Served, nil
 }
 
 // backend returns a connection to d's target: a pooled one unless fresh,
 // else a dial; a failed dial asks the Session for another target, as for a
 // splice.
-func (hc *httpConn) backend(d *Decision, sess Session, fresh bool) (*backendConn, error) {
+func (hc *httpConn) backend(d *proxy.Decision, sess proxy.Session, fresh bool) (*backendConn, error) {
 	f := hc.f
-	for d.Verdict == Accept {
+	for d.Verdict == proxy.Accept {
 		if d.Target == nil {
 			return nil, errors.New("netstack: accept decision without a target")
 		}
@@ -569,7 +517,7 @@ func hasToken(h http.Header, name, token string) bool {
 // answers (100 Continue) to the client. A request body is written by a
 // goroutine of its own, so that a client waiting for 100 Continue, or a
 // target that answers before the body is in, cannot stall the exchange.
-func (hc *httpConn) roundTrip(bc *backendConn, out *http.Request, re *RequestEnd) (*http.Response, error) {
+func (hc *httpConn) roundTrip(bc *backendConn, out *http.Request, re *proxy.RequestEnd) (*http.Response, error) {
 	before := bc.entry.toTarget.Load()
 	_ = bc.leg.SetWriteDeadline(time.Now().Add(hc.idle()))
 	hasBody := out.Body != nil && out.Body != http.NoBody
@@ -608,7 +556,7 @@ func (hc *httpConn) roundTrip(bc *backendConn, out *http.Request, re *RequestEnd
 			}
 			re.RequestBytes = int64(bc.entry.toTarget.Load() - before)
 			if isTimeout(err) && hc.t.FirstByte > 0 {
-				return nil, ErrFirstByteTimeout
+				return nil, proxy.ErrFirstByteTimeout
 			}
 			return nil, err
 		}
@@ -651,7 +599,7 @@ type bodyJoin struct {
 	bodyErr chan error
 	bc      *backendConn
 	hc      *httpConn
-	re      *RequestEnd
+	re      *proxy.RequestEnd
 	before  uint64
 	joined  bool
 	err     error
@@ -705,11 +653,11 @@ func (b *bodyJoin) join(abandon bool) {
 // respond writes the response to the client. It returns whether the client
 // connection stays open and whether the target connection is reusable.
 //
-// The request's slots are released (Releaser) once the whole response is in
+// The request's slots are released (Session.Released) once the whole response is in
 // the client writer's buffer and before its last bytes go out: a client that
 // sends its next request the moment it has the response, on another
 // connection too, finds them free. End follows with the final counts.
-func (hc *httpConn) respond(in *http.Request, resp *http.Response, re *RequestEnd, clientWantsClose bool, sess Session) (keep, backendOK bool) {
+func (hc *httpConn) respond(in *http.Request, resp *http.Response, re *proxy.RequestEnd, clientWantsClose bool, sess proxy.Session) (keep, backendOK bool) {
 	bj := resp.Body.(*bodyJoin)
 	removeHopByHop(resp.Header)
 	http10 := in.ProtoMajor == 1 && in.ProtoMinor == 0
@@ -735,8 +683,8 @@ func (hc *httpConn) respond(in *http.Request, resp *http.Response, re *RequestEn
 	before := hc.cw.n
 	_ = hc.client.SetWriteDeadline(time.Now().Add(hc.idle()))
 	err := resp.Write(hc.bw)
-	if r, ok := sess.(Releaser); ok && err == nil {
-		r.Released()
+	if err == nil {
+		sess.Released()
 	}
 	if err == nil {
 		err = hc.bw.Flush()

@@ -24,22 +24,22 @@ import (
 type testHTTPAdmitter struct {
 	testAdmitter
 	mu      sync.Mutex
-	bad     []int        // protected by mu: BadRequest statuses
-	reqEnds []RequestEnd // protected by mu
+	bad     []int              // protected by mu: BadRequest statuses
+	reqEnds []proxy.RequestEnd // protected by mu
 	clients atomic.Int64
 }
 
-func (a *testHTTPAdmitter) AdmitClient(*ConnRequest) (Decision, func()) {
+func (a *testHTTPAdmitter) AdmitClient(*proxy.ConnRequest) (proxy.Decision, func()) {
 	a.clients.Add(1)
-	return Decision{Verdict: Accept}, func() { a.clients.Add(-1) }
+	return proxy.Decision{Verdict: proxy.Accept}, func() { a.clients.Add(-1) }
 }
 
-func (a *testHTTPAdmitter) AdmitRequest(r *ConnRequest, _ *Request) (Decision, Session) {
+func (a *testHTTPAdmitter) AdmitRequest(r *proxy.ConnRequest, _ *proxy.Request) (proxy.Decision, proxy.Session) {
 	d, s := a.Admit(r)
 	return d, &httpTestSession{testSession: s.(*testSession), a: a}
 }
 
-func (a *testHTTPAdmitter) BadRequest(_ *ConnRequest, e *RequestEnd) {
+func (a *testHTTPAdmitter) BadRequest(_ *proxy.ConnRequest, e *proxy.RequestEnd) {
 	a.mu.Lock()
 	a.bad = append(a.bad, e.Status)
 	a.mu.Unlock()
@@ -50,7 +50,7 @@ type httpTestSession struct {
 	a *testHTTPAdmitter
 }
 
-func (s *httpTestSession) End(e *End) {
+func (s *httpTestSession) End(e *proxy.End) {
 	s.a.mu.Lock()
 	s.a.reqEnds = append(s.a.reqEnds, *e.Request)
 	s.a.mu.Unlock()
@@ -77,7 +77,7 @@ func httpRig(t *testing.T, h http.Handler, o policy.HTTPOptions) (*rig, *testHTT
 	vs := &policy.VirtualServer{Name: "web", VIPs: []netip.Addr{vipV4}, Ports: policy.PortRange{Lo: 80, Hi: 80}, Proto: policy.ProtoHTTP, HTTP: o}
 	target := &policy.Target{Name: "t1", Addr: netip.MustParseAddrPort(ln.Addr().String())}
 	adm := &testHTTPAdmitter{testAdmitter: testAdmitter{target: target}}
-	r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: services(vs), Admitter: adm}})
+	r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: services(vs), Admitter: adm, RequestAdmitter: adm}})
 	return r, adm, &conns
 }
 

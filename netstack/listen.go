@@ -9,6 +9,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 	"gvisor.dev/gvisor/pkg/waiter"
 
+	"weir/netstack/proxy"
 	"weir/policy"
 )
 
@@ -150,7 +151,7 @@ func (f *Forwarder) accepted1(client *Conn, vip netip.AddrPort) {
 	f.pendingN.Add(1)
 	f.workers.Go(func() {
 		defer f.wg.Done()
-		var req *ConnRequest
+		var req *proxy.ConnRequest
 		defer f.recoverConn(&req, client.reset)
 		f.serve(&req, client, vip)
 	})

@@ -36,7 +36,7 @@ type poolKey struct {
 // backendConn is one target connection of an http virtual server.
 type backendConn struct {
 	key     poolKey
-	leg     Leg
+	leg     proxy.Leg
 	entry   *connEntry
 	br      *bufio.Reader
 	bw      *bufio.Writer
@@ -173,7 +173,7 @@ func (p *pool) idleCount() int {
 
 // dialBackend opens a target connection for an http request and registers
 // it for the sampler. client is the client connection that asked.
-func (f *Forwarder) dialBackend(req *ConnRequest, d Decision, client *Conn, k poolKey, timeout time.Duration) (*backendConn, error) {
+func (f *Forwarder) dialBackend(req *proxy.ConnRequest, d proxy.Decision, client *Conn, k poolKey, timeout time.Duration) (*backendConn, error) {
 	leg, err := f.dial(d, timeout)
 	if err != nil {
 		return nil, err
@@ -208,7 +208,7 @@ func (f *Forwarder) closeBackend(bc *backendConn) {
 // meteredLeg counts the bytes moved on a target leg into its connEntry, as
 // the splice does, for the sampler.
 type meteredLeg struct {
-	Leg
+	proxy.Leg
 	e   *connEntry
 	now func() time.Time // the forwarder's clock
 	// rd and wr meter each direction's reads for streamNs, as each splice

@@ -18,6 +18,7 @@ import (
 
 	"weir/datapath"
 	"weir/internal/testutil"
+	"weir/netstack/proxy"
 	"weir/policy"
 )
 
@@ -73,8 +74,8 @@ func TestRefusals(t *testing.T) {
 		}
 		return services(vsHTTP)(a, p)
 	}
-	refuse := Decision{Verdict: Refuse503, Limit: "MaxConnections", Value: 42, Reason: "Too many <connections>.", RetryAfter: 3 * time.Second}
-	adm := &testAdmitter{admit: func(*ConnRequest) Decision { return refuse }}
+	refuse := proxy.Decision{Verdict: proxy.Refuse503, Limit: "MaxConnections", Value: 42, Reason: "Too many <connections>.", RetryAfter: 3 * time.Second}
+	adm := &testAdmitter{admit: func(*proxy.ConnRequest) proxy.Decision { return refuse }}
 	var counter *tcpFlagCounter
 	r := newRig(t, rigOptions{
 		fwd: ForwarderOptions{Services: lookup, Admitter: adm},

@@ -23,7 +23,7 @@ package netstack
 // splice may still have work to do (the target's FIN, final counters,
 // teardown), but a client that reconnects at once must not find its slot
 // taken. So the half that completes the second of the two client-side closes
-// calls Releaser.Released right then (an error or an abort counts as both),
+// calls Session.Released right then (an error or an abort counts as both),
 // before it does anything else; End follows after the teardown.
 //
 // A panic in either half is recovered there: it ends this connection
@@ -50,11 +50,11 @@ const (
 
 // connEntry is one open, spliced connection in the forwarder's registry.
 type connEntry struct {
-	req    ConnRequest
-	d      Decision
+	req    proxy.ConnRequest
+	d      proxy.Decision
 	start  time.Time
 	client *Conn
-	target Leg
+	target proxy.Leg
 
 	toTarget atomic.Uint64 // bytes read from the client and written to the target
 	toClient atomic.Uint64 // bytes read from the target and written to the client
@@ -66,18 +66,13 @@ type connEntry struct {
 	streamNs atomic.Int64
 
 	closeOnce sync.Once
-	// clientClosed holds clientRcvClosed and clientSndClosed; the half
-	// that sets the second calls release.
-	clientClosed atomic.Uint32
-	firstClose   atomic.Int64 // unix ns of the first of the two (see release.go)
-	releaseOnce  sync.Once
-	released     chan struct{} // closed when release has run
-	releaser     Releaser      // nil: the Session does not hear Released
-	closing      *closingSet   // the forwarder's; nil in tests of a bare entry
-	gone         bool          // protected by closing.mu: released, not to be added
-	idle         atomic.Bool   // closed by the idle watchdog
-	aborted      atomic.Bool   // closed by Forwarder.Close
-	panicked     atomic.Value  // the first panic's value, if a half panicked
+	// rel releases the connection on the client's FIN (proxy.Release);
+	// nil for an http target connection, whose requests' Sessions hear
+	// Released from serveHTTP.
+	rel      *proxy.Release
+	idle     atomic.Bool  // closed by the idle watchdog
+	aborted  atomic.Bool  // closed by Forwarder.Close
+	panicked atomic.Value // the first panic's value, if a half panicked
 
 	fb      atomic.Int32 // fbWaiting, fbSpoke or fbExpired
 	fbArmed atomic.Bool  // the first-byte timer was started
@@ -89,42 +84,15 @@ type connEntry struct {
 	local, remote netip.AddrPort // the target leg's addresses, once read (gVisor legs)
 }
 
-// The client-side closes of a connEntry's clientClosed.
-const (
-	clientRcvClosed uint32 = 1 << iota // the client's FIN (or an error) was read
-	clientSndClosed                    // weir's FIN was sent to the client
-	clientFinished  = clientRcvClosed | clientSndClosed
-)
-
-// clientDone records one client-side close; once both are done the
-// connection is finished as the client sees it and its slots are released.
-func (c *connEntry) clientDone(bit uint32) {
-	old := c.clientClosed.Or(bit)
-	if old == 0 {
-		c.firstClose.Store(time.Now().UnixNano())
-	}
-	if old|bit == clientFinished {
-		c.release()
-	}
-}
+// clientDone records one client-side close (proxy.ClientRcvClosed or
+// proxy.ClientSndClosed); once both are done the connection is finished as
+// the client sees it and its slots are released.
+func (c *connEntry) clientDone(bit uint32) { c.rel.ClientDone(bit) }
 
 // release tells the Session, once, that the client is done with the
 // connection. A second caller waits until the first call has returned, so
 // End (which calls it first) always follows Released.
-func (c *connEntry) release() {
-	c.releaseOnce.Do(func() {
-		if c.releaser != nil {
-			c.releaser.Released()
-		}
-		// Only now: a settle that finds c in the set waits for this.
-		if c.closing != nil {
-			c.closing.remove(c)
-		}
-		if c.released != nil { // nil for an http target connection
-			close(c.released)
-		}
-	})
-}
+func (c *connEntry) release() { c.rel.Release() }
 
 // abort closes both legs at once, which ends both copy directions; the
 // client is done with the connection from here on.
@@ -139,12 +107,9 @@ func (c *connEntry) abort() {
 // splice starts copying between client and target; once both directions
 // have ended, endSplice reports the connection's End to sess. It returns at
 // once: the copying runs on two goroutines of its own.
-func (f *Forwarder) splice(req *ConnRequest, d Decision, sess Session, client *Conn, target Leg, t policy.Timeouts) {
+func (f *Forwarder) splice(req *proxy.ConnRequest, d proxy.Decision, sess proxy.Session, client *Conn, target proxy.Leg, t policy.Timeouts) {
 	c := &connEntry{req: *req, d: d, start: f.now(), client: client, target: target}
-	c.releaser, _ = sess.(Releaser)
-	c.released = make(chan struct{})
-	c.closing = &f.closing
-	c.closing.add(c)
+	c.rel = f.closing.Track(req.Client.Addr(), client, sess)
 	c.lastIO.Store(c.start.UnixNano())
 	c.last.at = c.start
 	f.mu.Lock()
@@ -226,7 +191,7 @@ func (f *Forwarder) splice(req *ConnRequest, d Decision, sess Session, client *C
 
 // endSplice finishes a spliced connection once both halves have ended: its
 // final counters, TIME_WAIT tracking, and the session's End.
-func (f *Forwarder) endSplice(c *connEntry, sess Session, dials int) {
+func (f *Forwarder) endSplice(c *connEntry, sess proxy.Session, dials int) {
 	if c.idle.Load() {
 		f.idleClosed.Add(1)
 	}
@@ -237,23 +202,21 @@ func (f *Forwarder) endSplice(c *connEntry, sess Session, dials int) {
 	f.tw.track(c.client)
 	c.abort()
 	f.open.Add(-1)
-	e := End{Outcome: Served, Decision: c.d, Stats: final, Dials: dials}
+	e := proxy.End{Outcome: proxy.Served, Decision: c.d, Stats: final, Dials: dials}
 	switch {
 	case c.panicked.Load() != nil:
-		e.Outcome = Panicked
+		e.Outcome = proxy.Panicked
 		e.Err = fmt.Errorf("panic: %v", c.panicked.Load())
 	case c.aborted.Load():
-		e.Outcome = Aborted
+		e.Outcome = proxy.Aborted
 		f.aborted.Add(1)
 	case c.fb.Load() == fbExpired:
-		e.Outcome = TargetTimedOut
-		e.Err = ErrFirstByteTimeout
+		e.Outcome = proxy.TargetTimedOut
+		e.Err = proxy.ErrFirstByteTimeout
 		f.targetTimedOut.Add(1)
-		if tf, ok := sess.(TargetFailer); ok {
-			tf.TargetFailed(c.d, ErrFirstByteTimeout)
-		}
+		sess.TargetFailed(c.d, proxy.ErrFirstByteTimeout)
 	case c.idle.Load():
-		e.Outcome = IdleClosed
+		e.Outcome = proxy.IdleClosed
 	}
 	sess.End(&e)
 }
@@ -283,7 +246,7 @@ func (p panicValue) String() string { return fmt.Sprint(p.v) }
 // first-byte race, and if the timer won instead it answers the client for
 // the silent target: the 503 page for http (d's Reason names the timeout),
 // RST for tcp. write bounds sending the page (the service's RequestRead).
-func (f *Forwarder) copyToClient(c *connEntry, d Decision, http bool, write time.Duration) {
+func (f *Forwarder) copyToClient(c *connEntry, d proxy.Decision, http bool, write time.Duration) {
 	f.copyHalf(c, c.client, c.target, &c.toClient, 0)
 	if c.fb.Load() != fbExpired || c.aborted.Load() {
 		return
@@ -292,7 +255,7 @@ func (f *Forwarder) copyToClient(c *connEntry, d Decision, http bool, write time
 		d.Limit, d.Value, d.Reason = "firstByte", 0, "the target sent no response in time"
 		_ = c.client.SetWriteDeadline(time.Now().Add(write))
 		if _, err := c.client.Write(pageOf(d).Render("close")); err == nil {
-			c.clientDone(clientSndClosed)
+			c.clientDone(proxy.ClientSndClosed)
 			_ = c.client.CloseWrite()
 		}
 	} else {
@@ -307,11 +270,11 @@ func (f *Forwarder) copyToClient(c *connEntry, d Decision, http bool, write time
 // starts the first-byte timer; the target→client half (firstByte 0) ends
 // the wait with its first byte. Once the timer has won, errors no longer
 // abort: copyToClient answers the client first.
-func (f *Forwarder) copyHalf(c *connEntry, dst, src Leg, n *atomic.Uint64, firstByte time.Duration) {
+func (f *Forwarder) copyHalf(c *connEntry, dst, src proxy.Leg, n *atomic.Uint64, firstByte time.Duration) {
 	// The buffer is lent only while src has data waiting (bufpool.go).
 	var bp *[]byte
 	defer func() { f.returnBuffer(bp) }()
-	toClient := dst == Leg(c.client)
+	toClient := dst == proxy.Leg(c.client)
 	var sm proxy.StreamMeter // this half's reads, for streamNs
 	ls, lending := src.(lendingLeg)
 	for {
@@ -357,9 +320,9 @@ func (f *Forwarder) copyHalf(c *connEntry, dst, src Leg, n *atomic.Uint64, first
 			// connection for the client: before weir's FIN to the client,
 			// and on the client's FIN before it is passed on.
 			if toClient {
-				c.clientDone(clientSndClosed)
+				c.clientDone(proxy.ClientSndClosed)
 			} else {
-				c.clientDone(clientRcvClosed)
+				c.clientDone(proxy.ClientRcvClosed)
 			}
 			if dst.CloseWrite() != nil {
 				c.abort()

@@ -1,41 +1,16 @@
 package netstack
 
 import (
-	"net/netip"
 	"sort"
 	"time"
 
 	"weir/netstack/proxy"
 )
 
-// LegStats are one leg's counters plus the bytes weir moved on it.
-type LegStats struct {
-	LegCounters
-	BytesSent     uint64 // bytes weir wrote to this leg
-	BytesReceived uint64 // bytes weir read from this leg
-}
-
-// ConnStats is one connection's record: both legs, measured.
-type ConnStats struct {
-	ID      uint64
-	Client  netip.AddrPort
-	VIP     netip.AddrPort
-	Service string // virtual server name
-	Target  string // target name ("" when no target leg was opened)
-	Action  string // policy action name, "" for none
-	Start   time.Time
-	// ClientLeg is weir ⇄ client, TargetLeg weir ⇄ target.
-	ClientLeg LegStats
-	TargetLeg LegStats
-	// Throughput is bytes per second, both directions, since the last
-	// Sample (or since Start).
-	Throughput float64
-}
-
 // sampleState is what the sampler saw of a connection at its last Sample.
 type sampleState struct {
 	at             time.Time
-	client, target LegCounters
+	client, target proxy.LegCounters
 	toClient       uint64
 	toTarget       uint64
 	from, to       proxy.DirCounters // the target leg's directions (see direction.go)
@@ -173,7 +148,7 @@ func serviceName(c *connEntry) string {
 	return c.req.Service.Name
 }
 
-func targetName(d Decision) string {
+func targetName(d proxy.Decision) string {
 	if d.Target == nil {
 		return ""
 	}
@@ -183,7 +158,7 @@ func targetName(d Decision) string {
 	return d.Target.Addr.String()
 }
 
-func actionName(d Decision) string {
+func actionName(d proxy.Decision) string {
 	if d.Action == nil {
 		return ""
 	}
@@ -193,7 +168,7 @@ func actionName(d Decision) string {
 // observe reads c's counters now and returns them with the target leg's
 // deltas since the last observation, which it records. Call with sampleMu
 // held.
-func (f *Forwarder) observe(c *connEntry, now time.Time) (cl, tg LegCounters, dt delta) {
+func (f *Forwarder) observe(c *connEntry, now time.Time) (cl, tg proxy.LegCounters, dt delta) {
 	cl = c.client.Counters()
 	tg = c.target.Counters()
 	from, to := f.dirs(c, tg)
@@ -218,7 +193,7 @@ func (f *Forwarder) observe(c *connEntry, now time.Time) (cl, tg LegCounters, dt
 
 // finish takes a closing connection's final statistics, adds its last deltas
 // to the sampler and removes it from the registry.
-func (f *Forwarder) finish(c *connEntry) ConnStats {
+func (f *Forwarder) finish(c *connEntry) proxy.ConnStats {
 	now := f.now()
 	f.sampleMu.Lock()
 	prev := c.last
@@ -245,17 +220,17 @@ func (f *Forwarder) finish(c *connEntry) ConnStats {
 }
 
 // stats builds the exported record from counters read now.
-func (c *connEntry) stats(cl, tg LegCounters, prev sampleState, now time.Time) ConnStats {
+func (c *connEntry) stats(cl, tg proxy.LegCounters, prev sampleState, now time.Time) proxy.ConnStats {
 	toC, toT := c.toClient.Load(), c.toTarget.Load()
-	cs := ConnStats{
+	cs := proxy.ConnStats{
 		ID:        c.req.ID,
 		Client:    c.req.Client,
 		VIP:       c.req.VIP,
 		Target:    targetName(c.d),
 		Action:    actionName(c.d),
 		Start:     c.start,
-		ClientLeg: LegStats{LegCounters: cl, BytesSent: toC, BytesReceived: toT},
-		TargetLeg: LegStats{LegCounters: tg, BytesSent: toT, BytesReceived: toC},
+		ClientLeg: proxy.LegStats{LegCounters: cl, BytesSent: toC, BytesReceived: toT},
+		TargetLeg: proxy.LegStats{LegCounters: tg, BytesSent: toT, BytesReceived: toC},
 	}
 	if c.req.Service != nil {
 		cs.Service = c.req.Service.Name
@@ -268,7 +243,7 @@ func (c *connEntry) stats(cl, tg LegCounters, prev sampleState, now time.Time) C
 
 // Conns returns the statistics of every open connection, sorted by ID (for
 // an admin /connections view). It reads each endpoint's counters.
-func (f *Forwarder) Conns() []ConnStats {
+func (f *Forwarder) Conns() []proxy.ConnStats {
 	f.mu.Lock()
 	list := make([]*connEntry, 0, len(f.conns))
 	for _, c := range f.conns {
@@ -276,7 +251,7 @@ func (f *Forwarder) Conns() []ConnStats {
 	}
 	f.mu.Unlock()
 	now := f.now()
-	out := make([]ConnStats, 0, len(list))
+	out := make([]proxy.ConnStats, 0, len(list))
 	f.sampleMu.Lock()
 	for _, c := range list {
 		out = append(out, c.stats(c.client.Counters(), c.target.Counters(), c.last, now))

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"weir/internal/testutil"
+	"weir/netstack/proxy"
 	"weir/policy"
 )
 
@@ -25,12 +26,12 @@ func TestSampleDeltas(t *testing.T) {
 	// does. The verdict is policy's, on the counts netstack reports.
 	slowAct := &policy.Action{Name: "gold", MinRate: 1_000_000, MeanRate: 1}
 	fastAct := &policy.Action{Name: "bronze", MinRate: 1, MeanRate: 1}
-	adm := &testAdmitter{admit: func(r *ConnRequest) Decision {
+	adm := &testAdmitter{admit: func(r *proxy.ConnRequest) proxy.Decision {
 		a := slowAct
 		if r.VIP.Port() == 81 {
 			a = fastAct
 		}
-		return Decision{Verdict: Accept, Target: target, Action: a}
+		return proxy.Decision{Verdict: proxy.Accept, Target: target, Action: a}
 	}}
 	clock := newManualClock()
 	r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: services(vs), Admitter: adm, Now: clock.Now}})
@@ -94,7 +95,7 @@ func TestSampleDeltas(t *testing.T) {
 	if len(conns) != 2 || conns[0].ID >= conns[1].ID {
 		t.Fatalf("Conns %+v: want two, by ID", conns)
 	}
-	actions := map[string]ConnStats{conns[0].Action: conns[0], conns[1].Action: conns[1]}
+	actions := map[string]proxy.ConnStats{conns[0].Action: conns[0], conns[1].Action: conns[1]}
 	if g, ok := actions["gold"]; !ok || actions["bronze"].Action != "bronze" || g.ClientLeg.BytesSent != 40_000 {
 		t.Errorf("Conns %+v: want one gold (40000 B sent) and one bronze", conns)
 	}
@@ -142,12 +143,12 @@ func TestSampleWaiting(t *testing.T) {
 	vs := &policy.VirtualServer{Name: "echo", VIPs: []netip.Addr{vipV4}, Ports: policy.PortRange{Lo: 80, Hi: 81}}
 	target := &policy.Target{Name: "t", Addr: live}
 	stream, idle := &policy.Action{Name: "stream"}, &policy.Action{Name: "idle"}
-	adm := &testAdmitter{admit: func(r *ConnRequest) Decision {
+	adm := &testAdmitter{admit: func(r *proxy.ConnRequest) proxy.Decision {
 		a := stream
 		if r.VIP.Port() == 81 {
 			a = idle
 		}
-		return Decision{Verdict: Accept, Target: target, Action: a}
+		return proxy.Decision{Verdict: proxy.Accept, Target: target, Action: a}
 	}}
 	clock := newManualClock()
 	r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: services(vs), Admitter: adm, Now: clock.Now}})
@@ -292,8 +293,8 @@ func TestSampleWaitingCappedLink(t *testing.T) {
 	vs := &policy.VirtualServer{Name: "dl", VIPs: []netip.Addr{vipV4}, Ports: policy.PortRange{Lo: 80, Hi: 80}}
 	target := &policy.Target{Name: "a", Addr: addr}
 	gold := &policy.Action{Name: "gold", MinRate: 500}
-	adm := &testAdmitter{admit: func(r *ConnRequest) Decision {
-		return Decision{Verdict: Accept, Target: target, Action: gold}
+	adm := &testAdmitter{admit: func(r *proxy.ConnRequest) proxy.Decision {
+		return proxy.Decision{Verdict: proxy.Accept, Target: target, Action: gold}
 	}}
 	r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: services(vs), Admitter: adm}})
 	var wg sync.WaitGroup
@@ -366,12 +367,12 @@ func TestSampleWaitingInteractive(t *testing.T) {
 	acts := map[uint16]*policy.Action{
 		80: {Name: "idle", MinRate: 500}, 81: {Name: "typist", MinRate: 500}, 82: {Name: "screen", MinRate: 500},
 	}
-	adm := &testAdmitter{admit: func(r *ConnRequest) Decision {
+	adm := &testAdmitter{admit: func(r *proxy.ConnRequest) proxy.Decision {
 		tg := &policy.Target{Name: "echo", Addr: echo}
 		if r.VIP.Port() == 82 {
 			tg = &policy.Target{Name: "screen", Addr: sl.Addr().(*net.TCPAddr).AddrPort()}
 		}
-		return Decision{Verdict: Accept, Target: tg, Action: acts[r.VIP.Port()]}
+		return proxy.Decision{Verdict: proxy.Accept, Target: tg, Action: acts[r.VIP.Port()]}
 	}}
 	r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: services(vs), Admitter: adm}})
 	var wg sync.WaitGroup

@@ -15,6 +15,7 @@ import (
 
 	"weir/internal/netns"
 	"weir/netstack"
+	"weir/netstack/proxy"
 	"weir/vmtest"
 )
 
@@ -277,7 +278,7 @@ func discardLoop(ln net.Listener) {
 }
 
 // halfCloser is a stream that can send its FIN: *net.TCPConn and weir's
-// netstack.Leg.
+// proxy.Leg.
 type halfCloser interface {
 	net.Conn
 	CloseWrite() error
@@ -307,7 +308,7 @@ func transfer(t *testing.T, c halfCloser, size int64) (int64, time.Duration) {
 	if _, err := io.Copy(io.Discard, c); err != nil {
 		t.Fatalf("waiting for the receiver's close: %v", err)
 	}
-	if l, ok := c.(netstack.Leg); ok {
+	if l, ok := c.(proxy.Leg); ok {
 		l.Counters() // the last read while the socket is open
 	}
 	return n, time.Since(start)

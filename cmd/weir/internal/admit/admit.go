@@ -30,7 +30,7 @@ import (
 	"weir/cmd/weir/api"
 	"weir/cmd/weir/internal/obs"
 	"weir/datapath"
-	"weir/netstack"
+	"weir/netstack/proxy"
 	"weir/policy"
 )
 
@@ -88,7 +88,7 @@ type Admitter struct {
 	limiter  obs.Limiter
 }
 
-var _ netstack.Admitter = (*Admitter)(nil)
+var _ proxy.Admitter = (*Admitter)(nil)
 
 // New returns an Admitter over opts.
 func New(opts Options) *Admitter {
@@ -182,19 +182,19 @@ func (c *counters) refusalList() []api.Refusal {
 // class chain, instance), then the balancer. It runs once the client's handshake has completed, and
 // returns the connection's session, which holds what admission reserved and
 // hears how the connection ends.
-func (a *Admitter) Admit(req *netstack.ConnRequest) (netstack.Decision, netstack.Session) {
+func (a *Admitter) Admit(req *proxy.ConnRequest) (proxy.Decision, proxy.Session) {
 	now := a.now()
 	s := &session{a: a, req: req, start: now}
 	if a.draining.Load() {
 		a.counters.refusedDraining.Add(1)
-		return netstack.Decision{Verdict: netstack.RefuseRST, Reason: "draining"}, s
+		return proxy.Decision{Verdict: proxy.RefuseRST, Reason: "draining"}, s
 	}
 	return a.admit(req, s, now)
 }
 
 // admit runs the policy limits and the balancer for a connection (tcp) or
 // a request (http), whose session s is.
-func (a *Admitter) admit(req *netstack.ConnRequest, s *session, now time.Time) (netstack.Decision, netstack.Session) {
+func (a *Admitter) admit(req *proxy.ConnRequest, s *session, now time.Time) (proxy.Decision, proxy.Session) {
 	vs := req.Service
 	ref, ok := a.opts.Admission.Admit(vs, &s.ticket)
 	if !ok && req.Settle() {
@@ -223,7 +223,7 @@ func (a *Admitter) admit(req *netstack.ConnRequest, s *session, now time.Time) (
 	b := a.balancer(vs.Name)
 	if b == nil { // reloaded away between lookup and admission
 		s.ticket.Release()
-		return netstack.Decision{Verdict: netstack.RefuseRST, Reason: "virtual server " + vs.Name + " removed"}, s
+		return proxy.Decision{Verdict: proxy.RefuseRST, Reason: "virtual server " + vs.Name + " removed"}, s
 	}
 	// The datapath classified the connection when its SYN passed: its flow
 	// holds the service's action, and binding it to the target makes the
@@ -250,13 +250,13 @@ func (a *Admitter) admit(req *netstack.ConnRequest, s *session, now time.Time) (
 	return s.accept(), s
 }
 
-// session is one connection's netstack.Session: what admission reserved for
+// session is one connection's proxy.Session: what admission reserved for
 // it (an admission ticket, a balancer lease and the targets it tried), the
 // datapath flow it arrived on. The forwarder calls it from the connection's
 // goroutine only, so its fields need no lock.
 type session struct {
 	a      *Admitter
-	req    *netstack.ConnRequest
+	req    *proxy.ConnRequest
 	start  time.Time
 	flow   *datapath.Flow // nil when the flow table refused the flow
 	hash   uint64         // the flow key's hash, for Maglev
@@ -268,7 +268,7 @@ type session struct {
 	counted bool
 	// http is the request of an http service's session (one per request,
 	// see http.go); nil for a tcp connection's.
-	http     *netstack.Request
+	http     *proxy.Request
 	inflight string // the target the request counts in flight at
 }
 
@@ -283,8 +283,8 @@ func (s *session) action() *policy.Action {
 
 // accept answers with the session's lease and binds the datapath flow to
 // the lease's target.
-func (s *session) accept() netstack.Decision {
-	d := netstack.Decision{Verdict: netstack.Accept, Target: keepPort(s.lease.Target(), s.req.VIP.Port())}
+func (s *session) accept() proxy.Decision {
+	d := proxy.Decision{Verdict: proxy.Accept, Target: keepPort(s.lease.Target(), s.req.VIP.Port())}
 	if f := s.flow; f != nil {
 		d.Action = f.Action
 		// The target's index in the meters' config: -1 when the lease
@@ -301,15 +301,15 @@ func (s *session) accept() netstack.Decision {
 
 // refuse answers a refusal the way the service speaks: an http service gets
 // the 503 page naming the limit, a tcp one RST.
-func refuse(vs *policy.VirtualServer, limit string, value int64, reason string) netstack.Decision {
-	v := netstack.RefuseRST
+func refuse(vs *policy.VirtualServer, limit string, value int64, reason string) proxy.Decision {
+	v := proxy.RefuseRST
 	if vs.Proto == policy.ProtoHTTP {
-		v = netstack.Refuse503
+		v = proxy.Refuse503
 	}
-	return netstack.Decision{Verdict: v, Limit: limit, Value: value, Reason: reason}
+	return proxy.Decision{Verdict: v, Limit: limit, Value: value, Reason: reason}
 }
 
-func (a *Admitter) noTarget(vs *policy.VirtualServer, req *netstack.ConnRequest, err error, now time.Time) netstack.Decision {
+func (a *Admitter) noTarget(vs *policy.VirtualServer, req *proxy.ConnRequest, err error, now time.Time) proxy.Decision {
 	a.counters.refusal("balancer", "targets")
 	var value int64
 	var nte *balancer.NoTargetError
@@ -326,7 +326,7 @@ func (a *Admitter) noTarget(vs *policy.VirtualServer, req *netstack.ConnRequest,
 // the balancer for another, excluding those tried; the tried-set's
 // MaxAttempts is the only bound, so a target is marked down only when it
 // was dialed and failed.
-func (s *session) DialFailed(failed netstack.Decision, err error) netstack.Decision {
+func (s *session) DialFailed(failed proxy.Decision, err error) proxy.Decision {
 	a, req, vs := s.a, s.req, s.req.Service
 	now := a.now()
 	name := s.lease.Name()
@@ -355,7 +355,7 @@ func (s *session) DialFailed(failed netstack.Decision, err error) netstack.Decis
 // TargetFailed marks a target that went silent after its dial succeeded
 // (the first-byte timeout) down for the retry interval, as a failed dial
 // is: passive health.
-func (s *session) TargetFailed(d netstack.Decision, err error) {
+func (s *session) TargetFailed(d proxy.Decision, err error) {
 	a, vs := s.a, s.req.Service
 	now := a.now()
 	name := s.lease.Name()
@@ -366,7 +366,7 @@ func (s *session) TargetFailed(d netstack.Decision, err error) {
 }
 
 // Released gives the target slot and the admission ticket back as soon as
-// the client is done with the connection (netstack.Releaser): a client that
+// the client is done with the connection (proxy.Session.Released): a client that
 // reconnects at once finds them free, whatever weir's teardown still does.
 // The forwarder calls it before End and never concurrently with another
 // Session call, so the lease needs no lock.
@@ -378,7 +378,7 @@ func (s *session) Released() {
 // End releases the connection's target slot and admission ticket (if
 // Released has not) and writes its access-log line, whose outcome is the
 // forwarder's account of the end.
-func (s *session) End(e *netstack.End) {
+func (s *session) End(e *proxy.End) {
 	a := s.a
 	s.Released()
 	if s.counted {
@@ -392,7 +392,7 @@ func (s *session) End(e *netstack.End) {
 		a.requestEnd(s, e)
 		return
 	}
-	if e.Decision.Verdict == netstack.Accept {
+	if e.Decision.Verdict == proxy.Accept {
 		a.counters.closed.Add(1)
 	}
 	if a.opts.Access == nil {
@@ -405,13 +405,13 @@ func (s *session) End(e *netstack.End) {
 		Duration: a.now().Sub(s.start), Outcome: e.Outcome.String(), Reason: e.Decision.Reason,
 	}
 	switch e.Outcome {
-	case netstack.RefusedReset, netstack.RefusedPage:
+	case proxy.RefusedReset, proxy.RefusedPage:
 		// For an http service the request line and 503 with the page's
 		// size, as the WebSphere plug-in's web server logs it.
 		r.Target, r.BytesIn = "", 0
 		r.BytesOut = uint64(e.Refusal.Bytes)
 		r.RequestLine, r.Status = e.Refusal.RequestLine, e.Refusal.Status
-	case netstack.HandshakeFailed, netstack.HandshakeTimedOut, netstack.Aborted, netstack.TargetTimedOut, netstack.Panicked:
+	case proxy.HandshakeFailed, proxy.HandshakeTimedOut, proxy.Aborted, proxy.TargetTimedOut, proxy.Panicked:
 		if e.Err != nil {
 			r.Reason = e.Err.Error()
 		}

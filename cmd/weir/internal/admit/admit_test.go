@@ -14,7 +14,7 @@ import (
 	"weir/cmd/weir/internal/lab"
 	"weir/cmd/weir/internal/obs"
 	"weir/internal/testutil"
-	"weir/netstack"
+	"weir/netstack/proxy"
 	"weir/policy"
 )
 
@@ -163,9 +163,9 @@ func TestMaxAttemptsOneOwner(t *testing.T) {
 // TestAccessOutcomes: the access log's outcomes are the forwarder's, each
 // with its Common Log Format status.
 func TestAccessOutcomes(t *testing.T) {
-	for o, code := range map[netstack.Outcome]string{
-		netstack.Served: "200", netstack.IdleClosed: "200", netstack.RefusedReset: "503", netstack.RefusedPage: "503",
-		netstack.HandshakeFailed: "408", netstack.HandshakeTimedOut: "408", netstack.Aborted: "500",
+	for o, code := range map[proxy.Outcome]string{
+		proxy.Served: "200", proxy.IdleClosed: "200", proxy.RefusedReset: "503", proxy.RefusedPage: "503",
+		proxy.HandshakeFailed: "408", proxy.HandshakeTimedOut: "408", proxy.Aborted: "500",
 	} {
 		line := obs.CLF(obs.AccessRecord{Client: "198.18.0.2:4000", VIP: "198.19.0.80:80", Target: "t1", Outcome: o.String()})
 		if !strings.Contains(line, `"TCP 198.19.0.80:80 t1" `+code+" ") {

@@ -23,10 +23,10 @@ import (
 
 	"weir/cmd/weir/api"
 	"weir/cmd/weir/internal/obs"
-	"weir/netstack"
+	"weir/netstack/proxy"
 )
 
-var _ netstack.HTTPAdmitter = (*Admitter)(nil)
+var _ proxy.RequestAdmitter = (*Admitter)(nil)
 
 // clientCount returns the open-client counter of a service.
 func (a *Admitter) clientCount(service string) *atomic.Int64 {
@@ -39,11 +39,11 @@ func (a *Admitter) clientCount(service string) *atomic.Int64 {
 
 // AdmitClient admits an http client connection against its service's
 // maxClients; release gives the slot back.
-func (a *Admitter) AdmitClient(req *netstack.ConnRequest) (netstack.Decision, func()) {
+func (a *Admitter) AdmitClient(req *proxy.ConnRequest) (proxy.Decision, func()) {
 	vs := req.Service
 	if a.draining.Load() {
 		a.counters.refusedDraining.Add(1)
-		return netstack.Decision{Verdict: netstack.RefuseRST, Reason: "draining"}, nil
+		return proxy.Decision{Verdict: proxy.RefuseRST, Reason: "draining"}, nil
 	}
 	c := a.clientCount(vs.Name)
 	max := vs.HTTP.MaxClients
@@ -55,20 +55,20 @@ func (a *Admitter) AdmitClient(req *netstack.ConnRequest) (netstack.Decision, fu
 			a.warnEvery("refuse:"+vs.Name+":maxClients", a.now(), func(e *zerolog.Event) {
 				e.Str("service", vs.Name).Str("client", req.Client.String()).Msg("refused: " + reason)
 			})
-			return netstack.Decision{Verdict: netstack.Refuse503, Limit: "maxClients", Value: max, Reason: reason}, nil
+			return proxy.Decision{Verdict: proxy.Refuse503, Limit: "maxClients", Value: max, Reason: reason}, nil
 		}
 		if c.CompareAndSwap(n, n+1) {
 			break
 		}
 	}
 	var once sync.Once
-	return netstack.Decision{Verdict: netstack.Accept}, func() { once.Do(func() { c.Add(-1) }) }
+	return proxy.Decision{Verdict: proxy.Accept}, func() { once.Do(func() { c.Add(-1) }) }
 }
 
 // AdmitRequest admits one http request as Admit admits a connection; its
 // session's End (the response written) releases what it holds and writes
 // the request's access-log line.
-func (a *Admitter) AdmitRequest(req *netstack.ConnRequest, r *netstack.Request) (netstack.Decision, netstack.Session) {
+func (a *Admitter) AdmitRequest(req *proxy.ConnRequest, r *proxy.Request) (proxy.Decision, proxy.Session) {
 	s := &session{a: a, req: req, start: r.Start, http: r}
 	if a.draining.Load() {
 		a.counters.refusedDraining.Add(1)
@@ -79,7 +79,7 @@ func (a *Admitter) AdmitRequest(req *netstack.ConnRequest, r *netstack.Request) 
 
 // BadRequest counts a request refused before admission (400, 408, 431) and
 // writes its access-log line.
-func (a *Admitter) BadRequest(req *netstack.ConnRequest, e *netstack.RequestEnd) {
+func (a *Admitter) BadRequest(req *proxy.ConnRequest, e *proxy.RequestEnd) {
 	limit := "badRequest"
 	switch e.Status {
 	case 408:
@@ -108,14 +108,14 @@ func orDashLine(s string) string {
 
 // requestEnd accounts one finished http request: its counters and its
 // access-log line.
-func (a *Admitter) requestEnd(s *session, e *netstack.End) {
+func (a *Admitter) requestEnd(s *session, e *proxy.End) {
 	r := e.Request
 	target := e.Stats.Target
-	if e.Outcome == netstack.RefusedPage && e.Decision.Verdict != netstack.Accept {
+	if e.Outcome == proxy.RefusedPage && e.Decision.Verdict != proxy.Accept {
 		target = ""
 	}
 	a.reqs.done(s.req.Service.Name, target, r.Status, r.Duration)
-	if e.Decision.Verdict == netstack.Accept {
+	if e.Decision.Verdict == proxy.Accept {
 		a.counters.closed.Add(1)
 	}
 	if a.opts.Access == nil {

@@ -41,6 +41,7 @@ import (
 	"weir/cmd/weir/internal/status"
 	"weir/datapath"
 	"weir/netstack"
+	"weir/netstack/proxy"
 	"weir/policy"
 )
 
@@ -220,6 +221,7 @@ func New(opts Options) (*Appliance, error) {
 	a.admit = admit.New(admit.Options{Admission: a.adm, Balancer: a.balancer, Flows: a.engine,
 		Log: &a.log, Access: opts.Access, Now: a.now, Borrow: a.borrow})
 	fo.Admitter = a.admit
+	fo.RequestAdmitter = a.admit
 	fo.Segments = a.engine.Segments
 	viaFront := false
 	for i, arm := range opts.Backs {
@@ -522,7 +524,7 @@ func (a *Appliance) listen(cfg *policy.Config) {
 // connPanic logs a panic recovered in a connection's goroutines, once, with
 // the connection and the stack; the forwarder has counted it
 // (weir_forwarder_panics_total) and closed that connection.
-func (a *Appliance) connPanic(req *netstack.ConnRequest, v any, stack []byte) {
+func (a *Appliance) connPanic(req *proxy.ConnRequest, v any, stack []byte) {
 	ev := a.log.Error().Str("panic", fmt.Sprint(v)).Bytes("stack", stack)
 	if req.ID != 0 {
 		ev = ev.Uint64("conn", req.ID).Str("client", req.Client.String()).Str("vip", req.VIP.String())

@@ -21,7 +21,7 @@ type AccessRecord struct {
 	BytesIn  uint64 // client → target
 	BytesOut uint64 // target → client
 	Duration time.Duration
-	// Outcome is how the connection ended, netstack.Outcome's String: "ok"
+	// Outcome is how the connection ended, proxy.Outcome's String: "ok"
 	// (served), "idle" (closed by the idle timeout), "reset" (refused with
 	// RST), "503" (refused with the page), "handshake-failed",
 	// "handshake-timeout" (the client never completed its handshake) or

@@ -14,6 +14,7 @@ import (
 	"weir/datapath"
 	"weir/datapath/tun"
 	"weir/netstack"
+	"weir/netstack/proxy"
 	"weir/policy"
 )
 
@@ -272,7 +273,7 @@ func findTUN(d datapath.Device) (tunDevice, bool) {
 
 // Leg is one leg of a connection (client or target side) as
 // /connections lists it.
-func Leg(l netstack.LegStats) api.Leg {
+func Leg(l proxy.LegStats) api.Leg {
 	return api.Leg{
 		SegmentsSent: l.SegmentsSent, SegmentsReceived: l.SegmentsReceived, Retransmits: l.Retransmits,
 		FastRetransmits: l.FastRetransmits, Timeouts: l.Timeouts, TimeoutsKnown: l.TimeoutsKnown,

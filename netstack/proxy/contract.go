@@ -1,0 +1,347 @@
+package proxy
+
+// The connection contract between the forwarder that accepts connections
+// (weir/netstack) and the Admitter that decides about them (weir's
+// cmd/weir/internal/admit): what a connection asks, what the Admitter
+// answers, and what it hears of the connection until its End. Nothing here
+// depends on gVisor: a leg is a net.Conn with half-close and counters.
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"net/netip"
+	"time"
+
+	"weir/policy"
+)
+
+// ConnRequest describes a new connection asking to be admitted. The
+// forwarder owns it; a Session may read it (it does not change after Admit
+// except Attempt) until its End returns.
+type ConnRequest struct {
+	// ID identifies the connection in Conns and in its End's Stats; it is
+	// unique for the forwarder's life.
+	ID      uint64
+	Client  netip.AddrPort        // the client's address and port
+	VIP     netip.AddrPort        // the virtual server address and port it asked for
+	Service *policy.VirtualServer // the virtual server found for VIP; never nil
+	// Attempt is 0 in Admit and counts the failed dials in DialFailed.
+	Attempt int
+	// SettleFunc is Settle's work, set by the forwarder; nil: Settle
+	// releases nothing.
+	SettleFunc func() bool
+}
+
+// Settle is for an Admitter about to refuse the connection at a limit: it
+// releases the client's earlier connections that are finished as the client
+// sees them but whose release weir has not processed yet (see release.go),
+// waiting at most SettleWait, and reports whether any was released; if so,
+// the Admitter should check its limits again. Call it only from Admit.
+func (r *ConnRequest) Settle() bool {
+	if r.SettleFunc == nil {
+		return false
+	}
+	return r.SettleFunc()
+}
+
+// Verdict is an admission answer.
+type Verdict uint8
+
+const (
+	// Accept connects the client to Decision.Target.
+	Accept Verdict = iota
+	// RefuseRST resets the (established) client connection.
+	RefuseRST
+	// Refuse503 answers with an HTTP 503 page naming Decision.Limit and
+	// Decision.Value, then closes. For a tcp virtual server it acts as
+	// RefuseRST.
+	Refuse503
+)
+
+// String returns the verdict's name.
+func (v Verdict) String() string {
+	switch v {
+	case Accept:
+		return "accept"
+	case RefuseRST:
+		return "refuse-rst"
+	case Refuse503:
+		return "refuse-503"
+	}
+	return "verdict(?)"
+}
+
+// Decision is the Admitter's answer for one connection request.
+type Decision struct {
+	Verdict Verdict
+	// Target is where an accepted connection goes; Accept needs it.
+	Target *policy.Target
+	// Action is the policy action the connection falls under (the datapath
+	// flow's), for the per-target, per-action aggregation of Sample; nil:
+	// none.
+	Action *policy.Action
+	// Dialer dials Target; nil means the forwarder's dialer for Target.Via.
+	Dialer Dialer
+	// Limit names the limit that tripped, as the Admitter spells it: weir's
+	// appliance sends policy.LimitKind's configuration names,
+	// "maxConnections" and "maxBandwidth", and "targets" when no target
+	// could serve. Value is the limit's configured value (for "targets",
+	// how many targets were named); Reason is a sentence for the 503 page.
+	// The page shows all three as given.
+	Limit  string
+	Value  int64
+	Reason string
+	// RetryAfter is the 503's Retry-After; zero means DefaultRetryAfter.
+	RetryAfter time.Duration
+}
+
+// Admitter decides about new connections. Admit is called from many
+// goroutines at once, once per connection to a virtual server, when the
+// client's handshake has completed (a half-open handshake never reaches
+// it).
+type Admitter interface {
+	// Admit returns the first decision and the connection's Session. The
+	// Session may be nil only with a refusal, when the Admitter wants to
+	// hear nothing more of the connection; an Accept without a Session is
+	// refused with RST. Admit must not keep req past the Session's End.
+	Admit(req *ConnRequest) (Decision, Session)
+}
+
+// Session follows one connection after Admit: it is where the Admitter keeps
+// what it reserved for the connection (an admission ticket, a target slot)
+// and learns what became of them. Every method is part of the contract: a
+// Session that has nothing to do in one writes it as an empty method. The
+// forwarder calls DialFailed and TargetFailed only from the connection's own
+// goroutine, one call at a time, then End exactly once; Released (below) may
+// come from another of the connection's goroutines, never at the same time
+// as another call. After End returns the forwarder holds no reference to the
+// Session, and the Session must release what it holds.
+type Session interface {
+	// DialFailed reports that dialing failed.Target failed with err and
+	// asks what to do next: another Accept to try another target, or a
+	// refusal. The forwarder dials every Accept it is given: bounding the
+	// attempts is the Session's (weir's balancer tried-set does it). A dial
+	// cut short by Forwarder.Close is not reported here; the connection
+	// ends with Aborted.
+	DialFailed(failed Decision, err error) Decision
+	// TargetFailed reports a target that failed after its dial succeeded:
+	// it stayed silent past the first-byte timeout (err is then
+	// ErrFirstByteTimeout). It comes before End, from the
+	// connection's goroutine. weir's appliance marks the target down for
+	// the retry interval, as for a failed dial.
+	TargetFailed(d Decision, err error)
+	// Released reports that the connection is finished as the client sees
+	// it, before End: the client has sent its FIN and weir its own (or the
+	// connection was reset or aborted). What remains then is weir's
+	// teardown (the target's side, final counters), which a client that
+	// reconnects at once must not have to wait for: weir's appliance gives
+	// the admission ticket and the target slot back here, so a sequential
+	// client at maxConnections 1 is never refused. The forwarder calls it at
+	// most once per spliced connection, always before End; it may come from
+	// any of the connection's goroutines (a copy half, the idle watchdog,
+	// Close) and must not block. An http request's Session hears it once
+	// the whole response is buffered for the client, before its last bytes
+	// are sent. A connection never spliced (refused, or every dial failed)
+	// goes straight to End.
+	Released()
+	// End reports how the connection ended. e is valid only during the
+	// call. It must not block.
+	End(e *End)
+}
+
+// ErrFirstByteTimeout is the error a TargetFailed and the End of a
+// TargetTimedOut connection carry.
+var ErrFirstByteTimeout = errors.New("netstack: target sent nothing within the first-byte timeout")
+
+// Outcome is how a connection ended.
+type Outcome uint8
+
+// The outcomes End reports. Their String forms are the access log's.
+const (
+	// Served: spliced to its target, then closed by the client or target.
+	Served Outcome = iota
+	// IdleClosed: spliced, then closed by IdleTimeout.
+	IdleClosed
+	// RefusedReset: refused with RST (a RefuseRST, or a Refuse503 for a
+	// tcp virtual server).
+	RefusedReset
+	// RefusedPage: answered with the 503 page.
+	RefusedPage
+	// HandshakeFailed and HandshakeTimedOut are no longer reported to a
+	// Session: the client's handshake completes before Admit, so a failed
+	// one has no Session (ForwarderStats counts it). They keep their
+	// values and names for the access log's codes.
+	HandshakeFailed
+	HandshakeTimedOut
+	// Aborted: Forwarder.Close ended the connection.
+	Aborted
+	// TargetTimedOut: spliced, then the target sent nothing within the
+	// first-byte timeout; the client got the 503 page (http) or RST.
+	TargetTimedOut
+	// Panicked: a panic in the connection's goroutines ended it.
+	Panicked
+	numOutcomes
+)
+
+var outcomeNames = [numOutcomes]string{"ok", "idle", "reset", "503", "handshake-failed", "handshake-timeout", "aborted", "target-timeout", "panic"}
+
+// String returns the outcome as the access log writes it: "ok", "idle",
+// "reset", "503", "handshake-failed", "handshake-timeout", "aborted",
+// "target-timeout", "panic".
+func (o Outcome) String() string {
+	if o < numOutcomes {
+		return outcomeNames[o]
+	}
+	return "outcome(?)"
+}
+
+// End is how one connection ended, for Session.End.
+type End struct {
+	Outcome Outcome
+	// Decision is the last decision made: the Accept whose target was
+	// dialed (Served, IdleClosed, handshake failures after a dial), or the
+	// refusal with its Limit, Value and Reason.
+	Decision Decision
+	// Refusal says what a refused client was sent (RefusedReset,
+	// RefusedPage).
+	Refusal Refusal
+	// Stats are the connection's final statistics. For a connection never
+	// spliced only ID, Client, VIP, Service, Target and Start are set.
+	Stats ConnStats
+	// Dials is the number of failed dials before the end.
+	Dials int
+	// Err is the handshake's error for the handshake outcomes, the dial's
+	// for an Aborted dial; nil otherwise.
+	Err error
+	// Request is set when the End is one http request's (a RequestAdmitter's
+	// Session): Stats then has the connection's ID, client, VIP, service
+	// and target, and the request's bytes (TargetLeg.BytesSent the
+	// request's, ClientLeg.BytesSent the response's); no leg counters.
+	Request *RequestEnd
+}
+
+// Refusal is what a refused client was sent.
+type Refusal struct {
+	// Status is 503 when a page was served, 0 for a RST.
+	Status int
+	// RequestLine is the HTTP request line read before the 503 page ("" if
+	// none arrived in time); Bytes is the size of the response sent.
+	RequestLine string
+	Bytes       int
+}
+
+// RequestAdmitter admits the requests of http virtual servers one by one
+// (netstack.ForwarderOptions.RequestAdmitter). For such a service the
+// forwarder calls AdmitClient once per client connection and AdmitRequest
+// once per request head; the connection Admitter's Admit is not called.
+// Both are called from the connection's goroutine.
+type RequestAdmitter interface {
+	// AdmitClient admits a client connection: an Accept (Target unused)
+	// lets it send requests, and release is called exactly once when the
+	// connection is over (before weir's FIN). A refusal is answered as in
+	// Admit (the 503 page, or RST) and release may be nil.
+	AdmitClient(req *ConnRequest) (d Decision, release func())
+	// AdmitRequest decides about one request whose head was parsed, and
+	// returns its Session, as Admit does for a connection: the request is
+	// counted until that Session's End, which comes when its response has
+	// been written completely (End.Request is set).
+	AdmitRequest(req *ConnRequest, r *Request) (Decision, Session)
+	// BadRequest hears of a request refused before admission (400, 408,
+	// 431): e is valid only during the call.
+	BadRequest(req *ConnRequest, e *RequestEnd)
+}
+
+// Request is one parsed request head, for AdmitRequest.
+type Request struct {
+	Seq    int    // 1 for the connection's first request
+	Method string // as sent
+	Line   string // the request line, printable ASCII (see RequestLine)
+	Host   string
+	// Header is the head as parsed, hop-by-hop fields included. Read only.
+	Header http.Header
+	Start  time.Time // when the head was parsed
+}
+
+// RequestEnd is how one request ended: in End.Request, or BadRequest's.
+type RequestEnd struct {
+	Seq  int
+	Line string // request line; "" when none was read
+	// Status is the status sent to the client (0: none could be sent).
+	Status int
+	// RequestBytes and ResponseBytes are the bytes of the request sent to
+	// the target and of the response written to the client, heads
+	// included.
+	RequestBytes, ResponseBytes int64
+	Start                       time.Time // head parsed (or first byte, for BadRequest)
+	Duration                    time.Duration
+	// Reused says the request went over a pooled target connection;
+	// Retried that a pooled one failed and a fresh one carried it.
+	Reused, Retried bool
+}
+
+// Dialer opens the target leg of a connection. One is chosen per target by
+// policy.Target.Via: weir/netstack's HostDialer for DialHost, StackDialer
+// for DialNetstack.
+type Dialer interface {
+	// DialTarget connects to addr, giving up when ctx is done.
+	DialTarget(ctx context.Context, addr netip.AddrPort) (Leg, error)
+}
+
+// Leg is one side of a proxied connection (the client leg or the target
+// leg): a stream with half-close whose TCP counters can be read.
+type Leg interface {
+	net.Conn
+	// CloseWrite shuts the sending direction down (sends FIN).
+	CloseWrite() error
+	// Counters returns the leg's TCP counters since it opened. It is safe
+	// to call at any time, also after Close (it then returns the last
+	// values it could read).
+	Counters() LegCounters
+}
+
+// LegCounters are one TCP connection's counters as the stack that
+// terminates it sees them. All counts are totals since the connection opened.
+type LegCounters struct {
+	SegmentsSent     uint64
+	SegmentsReceived uint64
+	Retransmits      uint64 // segments retransmitted, for any reason
+	FastRetransmits  uint64 // segments retransmitted in fast recovery
+	Timeouts         uint64 // retransmission timeouts (RTO expiries)
+	// TimeoutsKnown is false where the source does not count RTO expiries
+	// (a host socket on a kernel older than 6.7); Timeouts is then 0.
+	TimeoutsKnown bool
+	RTT           time.Duration // smoothed round-trip time
+	RTTVar        time.Duration // round-trip time variation
+	// DataSegmentsIn and DataSegmentsOut count the segments with payload
+	// received and sent, OutOfOrderIn those received beyond the next
+	// expected byte: TCP_INFO's data_segs_in, data_segs_out and
+	// rcv_ooopack on a host socket; 0 on a gVisor leg, whose data segments
+	// the datapath counts (see direction.go).
+	DataSegmentsIn, DataSegmentsOut, OutOfOrderIn uint64
+}
+
+// LegStats are one leg's counters plus the bytes weir moved on it.
+type LegStats struct {
+	LegCounters
+	BytesSent     uint64 // bytes weir wrote to this leg
+	BytesReceived uint64 // bytes weir read from this leg
+}
+
+// ConnStats is one connection's record: both legs, measured.
+type ConnStats struct {
+	ID      uint64
+	Client  netip.AddrPort
+	VIP     netip.AddrPort
+	Service string // virtual server name
+	Target  string // target name ("" when no target leg was opened)
+	Action  string // policy action name, "" for none
+	Start   time.Time
+	// ClientLeg is weir ⇄ client, TargetLeg weir ⇄ target.
+	ClientLeg LegStats
+	TargetLeg LegStats
+	// Throughput is bytes per second, both directions, since the last
+	// Sample (or since Start).
+	Throughput float64
+}
