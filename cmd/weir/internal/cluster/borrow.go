@@ -20,14 +20,7 @@ func (c *Cluster) Borrow(ctx context.Context, kind policy.LevelKind, name string
 	return c.borrow(ctx, c.levelKey("lease", kind, name))
 }
 
-// BorrowTarget is Borrow for a target's maxConnections (the share set by
-// Targets.SetTargetCapacity).
-func (c *Cluster) BorrowTarget(ctx context.Context, service, target string) bool {
-	return c.borrow(ctx, c.prefix+"lease:target:"+service+"/"+target)
-}
-
 func (c *Cluster) borrow(ctx context.Context, key string) bool {
-	c.borrows.Add(1)
 	ctx, cancel := context.WithTimeout(ctx, c.o.Config.BorrowTimeout)
 	defer cancel()
 	c.mu.Lock()
@@ -53,7 +46,6 @@ func (c *Cluster) borrow(ctx context.Context, key string) bool {
 	}
 	if l.share > before {
 		// A renewal in flight while we waited raised the share.
-		c.borrowed.Add(1)
 		return true
 	}
 	cur := l.share
@@ -78,6 +70,5 @@ func (c *Cluster) borrow(ctx context.Context, key string) bool {
 	}
 	c.setCap(l, res[0])
 	l.share = res[0]
-	c.borrowed.Add(1)
 	return true
 }

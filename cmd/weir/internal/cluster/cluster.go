@@ -213,8 +213,6 @@ type Cluster struct {
 	// most its timeout, never behind mu for a whole renewal.
 	rt chan struct{}
 
-	borrows, borrowed atomic.Uint64 // borrows asked, and granted
-
 	mu         sync.Mutex        // guards the fields below and Loop's state
 	levels     map[string]*lease // by Redis key
 	state      state
