@@ -192,6 +192,9 @@ type ForwarderStats struct {
 	TargetConnsIdle   int    // of those, idle in the pool
 	Open              int64  // connections open now (spliced)
 	Pending           int64  // connections between SYN (or accept) and splice now (handshake on the tcp.Forwarder path, admission, dial)
+
+	// ListenDropped: segments past the SYN that listeners dropped, by cause.
+	ListenDropped ListenDrops
 }
 
 // Forwarder terminates TCP connections to virtual servers on a Stack's
@@ -221,6 +224,12 @@ type Forwarder struct {
 	lmu       sync.Mutex
 	listeners map[netip.AddrPort]*listener // protected by lmu
 	lwg       sync.WaitGroup               // accept loops
+
+	// listenClosing holds retired listeners until their accept loop ends,
+	// then their drops go into listenGone (both protected by lmu).
+	listenClosing map[*listener]struct{}
+	listenGone    ListenDrops
+	sweepStop     chan struct{} // protected by lmu: closed to stop sweepHalfOpen; nil when none runs
 
 	vipMu      sync.Mutex
 	vipPending map[netip.Addr]int // protected by vipMu: tcp.Forwarder-path handshakes per VIP
@@ -291,6 +300,7 @@ func (f *Forwarder) Stats() ForwarderStats {
 		SYNCookiesSent:    st.TCP.ListenOverflowSynCookieSent.Value(),
 		SYNCookiesValid:   st.TCP.ListenOverflowSynCookieRcvd.Value(),
 		SYNCookiesInvalid: st.TCP.ListenOverflowInvalidSynCookieRcvd.Value(),
+		ListenDropped:     f.listenDrops(),
 		Listeners:         f.listenerCount(),
 		TargetTimedOut:    f.targetTimedOut.Load(),
 		Panics:            f.panics.Load(),

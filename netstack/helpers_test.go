@@ -175,6 +175,7 @@ type rigOptions struct {
 	wrapFront func(datapath.Device) datapath.Device // wraps weir's device end
 	rawClient bool                                  // no client stack: the test drives clientDev
 	listen    []*policy.VirtualServer               // Forwarder.Listen on these
+	client    Options                               // the client stack's options
 }
 
 func newRig(t testing.TB, o rigOptions) *rig {
@@ -216,7 +217,7 @@ func newRig(t testing.TB, o rigOptions) *rig {
 	if o.rawClient {
 		return r
 	}
-	c, err := New(Options{})
+	c, err := New(o.client)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -344,6 +344,12 @@ type Forwarder struct {
 	Listeners         int    `json:"listeners"`        // VIP and port pairs with a listener now
 	TargetTimedOut    uint64 `json:"target_timed_out"` // targets silent past the first-byte timeout (marked down)
 	Panics            uint64 `json:"panics"`           // panics recovered in connection goroutines
+	// ListenDropped counts, by reason, segments past the SYN that a VIP's
+	// listener dropped (each costs its client a retransmission timeout):
+	// segment_queue (the listener's queue refused it), accept_queue (a
+	// cookie ACK, with its data, while the accept queue was full), failed
+	// (the connection could not be made).
+	ListenDropped []Drop `json:"listen_dropped,omitempty"`
 	// http services: request heads parsed; refused with the 503 page;
 	// refused before admission (408 head too slow, 431 head too big, 400
 	// malformed or Content-Length with Transfer-Encoding); sent again on a

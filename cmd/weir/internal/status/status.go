@@ -212,7 +212,10 @@ func stackDoc(s netstack.StackStats) api.Stack {
 }
 
 func forwarderDoc(s netstack.ForwarderStats) api.Forwarder {
+	ld := s.ListenDropped
 	return api.Forwarder{
+		ListenDropped: []api.Drop{{Reason: "segment_queue", Count: ld.SegmentQueue},
+			{Reason: "accept_queue", Count: ld.AcceptQueue}, {Reason: "failed", Count: ld.Failed}},
 		Accepted: s.Accepted, Pending: s.Pending, NoService: s.NoService, RefusedClosed: s.RefusedClosed,
 		HandshakeTimedOut: s.HandshakeTimedOut, HandshakeFailed: s.HandshakeFailed,
 		IdleClosed: s.IdleClosed, TimeWaitReopened: s.TimeWaitReopened, Aborted: s.Aborted, NoSession: s.NoSession,
