@@ -96,7 +96,7 @@ type Engine struct {
 	mu    sync.Mutex // serialises SetConfig and Port creation
 
 	nextExpire atomic.Int64 // ns: when a Read next sweeps idle flows
-	expireStep int64
+	expireStep atomic.Int64 // ns between shard sweeps: see sweepEvery
 
 	shardMax int
 	stats    []engineCounters // one per stats shard, padded
@@ -149,14 +149,8 @@ func NewEngine(inner Device, cfg *policy.Config, o EngineOptions) *Engine {
 	}
 	e.start = e.now()
 	e.stats = make([]engineCounters, n)
-	idle := o.Flows.IdleTimeout
-	if idle <= 0 {
-		idle = 5 * time.Minute
-	}
-	// Every shard is swept once per IdleTimeout/4, one shard at a time.
-	e.expireStep = max(int64(idle/4)/int64(e.flows.Shards()), 1)
-	e.nextExpire.Store(e.expireStep)
 	e.install(cfg, nil)
+	e.nextExpire.Store(e.expireStep.Load())
 	e.ports = []*Port{{e: e, inner: inner, shard: 0}}
 	return e
 }
@@ -172,6 +166,7 @@ func (e *Engine) install(cfg *policy.Config, old *engineState) {
 		st.actIdx[a] = i
 	}
 	st.noRow = st.meters.NoRow()
+	e.expireStep.Store(e.sweepEvery(cfg))
 	if old != nil {
 		st.gen = old.gen + 1
 		if old.prev != nil {
@@ -349,6 +344,10 @@ func (p *Port) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 				if !last.same() {
 					last.set(p.flow(st, k, k.Hash(), now, c))
 				}
+				if last.v.half != nil && pk.TCPFlags&(TCPSyn|TCPRst|TCPAck) == TCPAck {
+					e.flows.confirm(last.v.half) // the client's handshake ACK
+					last.v.half = nil
+				}
 				row, target = last.v.row, last.v.target
 				if last.v.seg != nil {
 					last.v.seg.ingress(b, &pk, segs, now, e.targetMinRTO)
@@ -405,6 +404,7 @@ type verdict struct {
 	tos         uint8
 	setTOS      bool
 	seg         *SegStats
+	half        *Flow // the flow while half-open: Read confirms it on the client's ACK
 }
 
 // flow returns the verdict for k (hash h): from its cached flow, or, when
@@ -416,7 +416,11 @@ func (p *Port) flow(st *engineState, k *FlowKey, h uint64, now int64, c *engineC
 	e := p.e
 	f := e.flows.Lookup(k, h, now)
 	if f != nil && f.Gen == st.gen {
-		return verdict{f.Row, f.target.Load(), f.TOS, f.SetTOS, f.seg}
+		v := verdict{f.Row, f.target.Load(), f.TOS, f.SetTOS, f.seg, nil}
+		if f.half.Load() {
+			v.half = f
+		}
+		return v
 	}
 	return p.newFlow(st, k, h, now, c, f)
 }
@@ -425,7 +429,7 @@ func (p *Port) flow(st *engineState, k *FlowKey, h uint64, now int64, c *engineC
 func (p *Port) newFlow(st *engineState, k *FlowKey, h uint64, now int64, c *engineCounters, f *Flow) verdict {
 	e := p.e
 	vs, act, v := st.decide(k)
-	if f == nil && !e.flows.hasRoom(h) {
+	if f == nil && !e.flows.room(h) {
 		c.uncached.Add(1)
 		return v
 	}
@@ -438,6 +442,9 @@ func (p *Port) newFlow(st *engineState, k *FlowKey, h uint64, now int64, c *engi
 		}
 	}
 	nf := &Flow{Key: *k, Service: vs, Action: act, TOS: v.tos, SetTOS: v.setTOS, Gen: st.gen, Row: v.row}
+	if k.Proto == ProtoTCP && vs != nil && (f == nil || f.half.Load()) {
+		nf.half.Store(true) // confirmed by the client's next ACK (Read)
+	}
 	switch {
 	case f != nil:
 		nf.seg = f.seg // a replaced decision keeps the flow's measurement
@@ -538,16 +545,33 @@ func (p *Port) Write(bufs [][]byte, offset int) (int, error) {
 // engine's power-of-two count.
 func (e *Engine) shardOf(i int) *engineCounters { return &e.stats[i&(e.shardMax-1)] }
 
-// expire sweeps one flow-table shard for idle flows; the first Read or
-// Write past nextExpire does it (one caller wins the CAS). Shards are
-// swept in turn, each once per IdleTimeout/4, so no packet pays for a scan
-// of the whole table.
+// expire sweeps flow-table shards for idle and stale half-open flows; the
+// first Read or Write past nextExpire does it (one caller wins the CAS).
+// Shards are swept in turn, each once per quarter of the idle timeout or
+// of the shortest handshake timeout, whichever is less (sweepEvery), so no
+// packet pays for a scan of the whole table; after a quiet spell it sweeps
+// the shards it fell behind on, up to all of them.
 func (e *Engine) expire(now int64) {
-	next := e.nextExpire.Load()
-	if now < next || !e.nextExpire.CompareAndSwap(next, now+e.expireStep) {
+	next, step := e.nextExpire.Load(), e.expireStep.Load()
+	if now < next || !e.nextExpire.CompareAndSwap(next, now+step) {
 		return
 	}
-	e.flows.ExpireStep(now)
+	for n := min((now-next)/step+1, int64(e.flows.Shards())); n > 0; n-- {
+		e.flows.ExpireStep(now)
+	}
+}
+
+// sweepEvery is the time between two shard sweeps under cfg: every shard
+// is swept once per quarter of the idle timeout, or of the shortest
+// handshake timeout (half-open flows), whichever is less.
+func (e *Engine) sweepEvery(cfg *policy.Config) int64 {
+	period := min(e.flows.idle, e.flows.handshake)
+	for _, vs := range cfg.Services {
+		if hs := int64(vs.Timeouts.Handshake); hs > 0 {
+			period = min(period, hs)
+		}
+	}
+	return max(period/4/int64(e.flows.Shards()), 1)
 }
 
 // BatchSize implements Device.

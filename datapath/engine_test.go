@@ -316,9 +316,17 @@ func TestEngineBindSurvivesSwap(t *testing.T) {
 	}
 }
 
+// connect sends a client's SYN and then its handshake ACK, which confirms
+// the flow (no longer half-open).
+func (r *engineRig) connect(t *testing.T, src, dst net.IP, sport, dport uint16) {
+	t.Helper()
+	r.ingress(t, tcp4(t, src, dst, sport, dport, 0, true, false, 0))
+	r.ingress(t, tcp4(t, src, dst, sport, dport, 0, false, true, 0))
+}
+
 func TestEngineFlowExpiry(t *testing.T) {
 	r := newRig(t, testConfig(t), EngineOptions{Flows: FlowTableOptions{IdleTimeout: time.Minute, Shards: 2}})
-	r.ingress(t, tcp4(t, client4, vip4, 40000, 80, 0, true, false, 0))
+	r.connect(t, client4, vip4, 40000, 80)
 	if got := r.e.Flows().Stats().Flows; got != 1 {
 		t.Fatalf("flows = %d, want 1", got)
 	}
@@ -327,7 +335,7 @@ func TestEngineFlowExpiry(t *testing.T) {
 	// have swept them all and removed the flow.
 	r.clock.Advance(2 * time.Minute)
 	for i := range 2 {
-		r.ingress(t, tcp4(t, client4, vip4, uint16(40001+i), 80, 0, true, false, 0))
+		r.connect(t, client4, vip4, uint16(40001+i), 80)
 		r.clock.Advance(8 * time.Second)
 	}
 	st := r.e.Flows().Stats()
@@ -338,13 +346,16 @@ func TestEngineFlowExpiry(t *testing.T) {
 
 func TestEngineFullTableStillClassifies(t *testing.T) {
 	r := newRig(t, testConfig(t), EngineOptions{Flows: FlowTableOptions{MaxFlows: 1, Shards: 1}})
-	r.ingress(t, tcp4(t, client4, vip4, 40000, 80, 0, true, false, 0))
+	r.connect(t, client4, vip4, 40000, 80) // a confirmed flow fills the table
 	r.ingress(t, tcp4(t, client4, vip4, 40001, 80, 0, true, false, 0))
 	if got := tosOf(t, r.egress(t, tcp4(t, vip4, client4, 80, 40001, 0, true, true, 0))[0]); got != 0xa0 {
 		t.Errorf("uncached flow ToS = %#x, want 0xa0", got)
 	}
 	if st := r.e.Stats(); st.Uncached != 2 {
 		t.Errorf("Uncached = %d, want 2", st.Uncached)
+	}
+	if st := r.e.Flows().Stats(); st.Refused != 2 || st.Evicted != 0 {
+		t.Errorf("flow stats %+v, want 2 refused (the SYN and the SYN-ACK), none evicted", st)
 	}
 }
 

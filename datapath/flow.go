@@ -8,7 +8,15 @@ package datapath
 //	        empty slot. No lock, no write except a coarse last-seen stamp.
 //	Insert: lock the shard's writer mutex ─► probe ─► replace, reuse a
 //	        tombstone or take the empty slot; a full shard first expires idle
-//	        flows, then refuses (counted).
+//	        flows, then evicts a half-open one, then refuses (counted).
+//
+// Half-open flows: a TCP flow to a virtual server starts half-open (a SYN,
+// or any first packet: a spoofed ACK too) and is confirmed by the client's
+// next packet that carries ACK without SYN or RST (the handshake's ACK).
+// Until then it expires within timeouts.handshake of when it was made (the
+// sweep after three quarters of it), not after the idle timeout, and a full shard evicts it to make room: a flood of
+// spoofed SYNs neither fills the table for minutes nor keeps real clients'
+// flows out of it.
 //
 // Concurrency: a Flow is immutable once published except its last-seen time
 // and bound target, which are atomics. Slots are atomic pointers, so a
@@ -133,9 +141,19 @@ type Flow struct {
 	// others; set before publication, carried over when the Flow is
 	// replaced.
 	seg *SegStats
+	// born is when the flow was inserted (monotonic ns), for a half-open
+	// flow's handshake timeout.
+	born int64
+	// half is set while the flow is half-open (see the file comment);
+	// cleared once, by confirmation or removal, with a CAS.
+	half atomic.Bool
 
-	_ [40]byte // to 128 bytes: a size class the allocator aligns to 128
+	_ [28]byte // to 128 bytes: a size class the allocator aligns to 128
 }
+
+// HalfOpen reports whether the flow is a TCP handshake not yet confirmed
+// by the client's ACK.
+func (f *Flow) HalfOpen() bool { return f.half.Load() }
 
 // Seg returns the flow's passive TCP measurement (see SegStats), or nil
 // for a flow that is not a back leg.
@@ -159,6 +177,10 @@ type FlowTableOptions struct {
 	// Shards is the number of independently locked shards, rounded up to
 	// a power of two; zero means 64.
 	Shards int
+	// HandshakeTimeout is how long a half-open flow of a virtual server
+	// whose Timeouts.Handshake is zero stays; zero means
+	// policy.DefaultHandshakeTimeout.
+	HandshakeTimeout time.Duration
 }
 
 // FlowTableStats are the table's counters, totals since creation.
@@ -166,8 +188,12 @@ type FlowTableStats struct {
 	Flows    int    // live flows now, including idle ones not yet swept
 	Inserted uint64 // flows created
 	Replaced uint64 // decisions replaced (a config swap reclassified)
-	Expired  uint64 // flows removed after IdleTimeout
-	Refused  uint64 // flows not created because their shard was full
+	Expired  uint64 // flows removed after IdleTimeout, or half-open ones after their handshake timeout
+	Refused  uint64 // flows not created because their shard was full of confirmed flows
+	// HalfOpen is the live flows still half-open now; Evicted counts
+	// half-open flows a full shard removed to make room for a new flow.
+	HalfOpen int
+	Evicted  uint64
 }
 
 // FlowTable maps FlowKeys to Flows; see the file comment for its
@@ -178,9 +204,10 @@ type FlowTable struct {
 	shardMask uint64
 	idle      int64 // ns
 	stamp     int64 // ns: last-seen is rewritten only when this stale
+	handshake int64 // ns: FlowTableOptions.HandshakeTimeout
 
-	inserted, replaced, expired, refused atomic.Uint64
-	sweep                                atomic.Uint64 // next shard ExpireStep sweeps
+	inserted, replaced, expired, refused, evicted atomic.Uint64
+	sweep                                         atomic.Uint64 // next shard ExpireStep sweeps
 }
 
 type flowShard struct {
@@ -188,8 +215,10 @@ type flowShard struct {
 	_     [56]byte                               // so writers' state below does not share its line
 
 	mu   sync.Mutex   // serialises writers of this shard
-	live atomic.Int64 // written under mu, read by hasRoom without it
+	live atomic.Int64 // written under mu, read by room without it
+	half atomic.Int64 // of live, the half-open flows (confirm decrements it without mu)
 	tomb int          // guarded by mu
+	hand int          // guarded by mu: where evictHalfOpen looks next
 	max  int64
 
 	_ [64]byte // keep neighbouring shards' writer state off one cache line
@@ -210,6 +239,9 @@ func NewFlowTable(o FlowTableOptions) *FlowTable {
 	if o.Shards <= 0 {
 		o.Shards = 64
 	}
+	if o.HandshakeTimeout <= 0 {
+		o.HandshakeTimeout = policy.DefaultHandshakeTimeout
+	}
 	n := 1
 	for n < o.Shards {
 		n <<= 1
@@ -219,7 +251,7 @@ func NewFlowTable(o FlowTableOptions) *FlowTable {
 	for size < 2*per {
 		size <<= 1
 	}
-	t := &FlowTable{shards: make([]flowShard, n), shardMask: uint64(n - 1), idle: int64(o.IdleTimeout)}
+	t := &FlowTable{shards: make([]flowShard, n), shardMask: uint64(n - 1), idle: int64(o.IdleTimeout), handshake: int64(o.HandshakeTimeout)}
 	t.stamp = t.idle / 16
 	if t.stamp > int64(time.Second) {
 		t.stamp = int64(time.Second)
@@ -280,18 +312,48 @@ func probe(slots []atomic.Pointer[Flow], k *FlowKey, h uint64) *Flow {
 	return nil
 }
 
-// hasRoom reports, without locking, whether h's shard is below its bound.
-// A full shard may still take a flow after Expire or an Insert that sweeps.
-func (t *FlowTable) hasRoom(h uint64) bool {
+// room reports, without locking, whether h's shard can take a flow: it is
+// below its bound or holds a half-open flow to evict. When it cannot, the
+// flow is refused and counted. A full shard may still take a flow after
+// Expire or an Insert that sweeps.
+func (t *FlowTable) room(h uint64) bool {
 	s := t.shard(h)
-	return s.live.Load() < s.max
+	if s.live.Load() < s.max || s.half.Load() > 0 {
+		return true
+	}
+	t.refused.Add(1)
+	return false
+}
+
+// confirm ends f's half-open state: the client's ACK came. Lock-free.
+func (t *FlowTable) confirm(f *Flow) {
+	if f.half.CompareAndSwap(true, false) {
+		t.shard(uint64(f.tag)).half.Add(-1)
+	}
+}
+
+// unhalf clears the half-open state of f, a flow leaving shard s.
+func (s *flowShard) unhalf(f *Flow) {
+	if f.half.CompareAndSwap(true, false) {
+		s.half.Add(-1)
+	}
+}
+
+// handshakeOf is how long f may stay half-open: its service's handshake
+// timeout, or the table's.
+func (t *FlowTable) handshakeOf(f *Flow) int64 {
+	if f.Service != nil && f.Service.Timeouts.Handshake > 0 {
+		return int64(f.Service.Timeouts.Handshake)
+	}
+	return t.handshake
 }
 
 // Insert publishes f (whose exported fields are final) under f.Key with
 // hash h, replacing any flow with the same key, and returns f; its
 // last-seen time is set to now and its target to NoTarget. A full shard
-// first drops its idle flows; if it is still full, Insert refuses, counts
-// it and returns nil. It locks f's shard.
+// first drops its idle flows, then evicts a half-open one; if it is still
+// full, Insert refuses, counts it and returns nil. It locks f's shard.
+// The flow is confirmed (not half-open) unless the engine marked it.
 func (t *FlowTable) Insert(f *Flow, h uint64, now int64) *Flow {
 	return t.insert(f, h, now, NoTarget)
 }
@@ -300,6 +362,7 @@ func (t *FlowTable) Insert(f *Flow, h uint64, now int64) *Flow {
 func (t *FlowTable) insert(f *Flow, h uint64, now int64, target int32) *Flow {
 	f.tag = uint32(h)
 	f.lastSeen.Store(now)
+	f.born = now
 	f.target.Store(target)
 	s := t.shard(h)
 	s.mu.Lock()
@@ -319,18 +382,25 @@ func (t *FlowTable) insert(f *Flow, h uint64, now int64, target int32) *Flow {
 					free = int(i)
 				}
 			} else if old.tag == uint32(h) && old.Key.equal(&f.Key) {
+				if f.half.Load() {
+					s.half.Add(1)
+				}
 				slots[i].Store(f)
+				s.unhalf(old)
 				t.replaced.Add(1)
 				return f
 			}
 			i = (i + 1) & mask
 		}
 		if s.live.Load() >= s.max {
-			if expired || t.expireShard(s, now) == 0 {
+			if expired || t.expireShard(s, now) == 0 && !t.evictHalfOpen(s) {
 				t.refused.Add(1)
 				return nil
 			}
 			continue // expiry may have rebuilt the shard: probe again
+		}
+		if f.half.Load() {
+			s.half.Add(1)
 		}
 		if free >= 0 {
 			slots[free].Store(f)
@@ -372,25 +442,68 @@ func (t *FlowTable) ExpireStep(now int64) int {
 // Shards returns the number of shards.
 func (t *FlowTable) Shards() int { return len(t.shards) }
 
-// expireShard tombstones s's idle flows and rebuilds s when tombstones
-// fill a quarter of it. s.mu is held.
+// expireShard tombstones s's idle flows, and its half-open flows past
+// their handshake timeout, and rebuilds s when tombstones fill a quarter
+// of it. s.mu is held.
 func (t *FlowTable) expireShard(s *flowShard, now int64) int {
 	slots := *s.slots.Load()
 	n := 0
 	for i := range slots {
 		f := slots[i].Load()
-		if f != nil && f != tombstone && now-f.lastSeen.Load() > t.idle {
+		if f == nil || f == tombstone {
+			continue
+		}
+		// A shard is swept at least every quarter of the shortest
+		// handshake timeout (Engine.sweepEvery): past three quarters
+		// of its own, a half-open flow would outlive it before the next
+		// sweep.
+		if now-f.lastSeen.Load() > t.idle || f.half.Load() && now-f.born > t.handshakeOf(f)/4*3 {
 			slots[i].Store(tombstone)
+			s.unhalf(f)
 			n++
 		}
 	}
 	s.live.Add(-int64(n))
 	s.tomb += n
 	t.expired.Add(uint64(n))
+	t.maybeRebuild(s, slots)
+	return n
+}
+
+// evictHalfOpen tombstones one half-open flow of s, the next from where
+// the last eviction stopped (so evictions go round the shard, oldest
+// first in effect, at a cost of about one slot each during a flood), and
+// reports whether it found one. s.mu is held.
+func (t *FlowTable) evictHalfOpen(s *flowShard) bool {
+	if s.half.Load() <= 0 {
+		return false
+	}
+	slots := *s.slots.Load()
+	mask := len(slots) - 1
+	for range slots {
+		i := s.hand & mask
+		s.hand++
+		f := slots[i].Load()
+		if f == nil || f == tombstone || !f.half.Load() {
+			continue
+		}
+		slots[i].Store(tombstone)
+		s.unhalf(f)
+		s.live.Add(-1)
+		s.tomb++
+		t.evicted.Add(1)
+		t.maybeRebuild(s, slots)
+		return true
+	}
+	return false
+}
+
+// maybeRebuild rebuilds s when tombstones fill a quarter of slots, or
+// tombstones and live flows three quarters. s.mu is held.
+func (t *FlowTable) maybeRebuild(s *flowShard, slots []atomic.Pointer[Flow]) {
 	if s.tomb > 0 && (int(s.live.Load())+s.tomb)*4 > len(slots)*3 || s.tomb*4 > len(slots) {
 		t.rebuild(s, slots)
 	}
-	return n
 }
 
 // rebuild copies s's live flows into a fresh array without tombstones and
@@ -420,9 +533,11 @@ func (t *FlowTable) Stats() FlowTableStats {
 		Replaced: t.replaced.Load(),
 		Expired:  t.expired.Load(),
 		Refused:  t.refused.Load(),
+		Evicted:  t.evicted.Load(),
 	}
 	for i := range t.shards {
 		st.Flows += int(t.shards[i].live.Load())
+		st.HalfOpen += int(t.shards[i].half.Load())
 	}
 	return st
 }

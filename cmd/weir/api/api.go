@@ -301,6 +301,11 @@ type FlowTable struct {
 	Replaced uint64 `json:"replaced"` // flow decisions redone after a configuration swap
 	Expired  uint64 `json:"expired"`  // flows removed after their idle timeout
 	Refused  uint64 `json:"refused"`  // flows not created because their shard was full
+	// HalfOpen is the live TCP flows whose client has not yet sent its
+	// handshake ACK (they expire within timeouts.handshake); Evicted
+	// counts half-open flows removed to make room in a full shard.
+	HalfOpen int    `json:"half_open"`
+	Evicted  uint64 `json:"evicted"`
 }
 
 // Stack is the userspace TCP/IP stack's counters.

@@ -198,7 +198,8 @@ func datapathDoc(s datapath.EngineStats, f datapath.FlowTableStats) api.Datapath
 			out.Dropped = append(out.Dropped, api.Drop{Reason: r.String(), Count: n})
 		}
 	}
-	out.Flows = api.FlowTable{Live: f.Flows, Inserted: f.Inserted, Replaced: f.Replaced, Expired: f.Expired, Refused: f.Refused}
+	out.Flows = api.FlowTable{Live: f.Flows, Inserted: f.Inserted, Replaced: f.Replaced, Expired: f.Expired, Refused: f.Refused,
+		HalfOpen: f.HalfOpen, Evicted: f.Evicted}
 	return out
 }
 
