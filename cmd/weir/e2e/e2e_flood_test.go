@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"weir/policy"
 )
 
 // floodSYNs is the number of spoofed SYNs TestE2ESYNFlood sends:
@@ -84,7 +86,34 @@ func TestE2ESYNFlood(t *testing.T) {
 			t.Fatalf("%s before the flood: %v", vip, err)
 		}
 	}
+	// seqRun makes n sequential requests to the flooded VIP: latencies
+	// and wall time, for the figures before and after the flood.
+	seqRun := func(n int) (lat []time.Duration, total time.Duration) {
+		t0 := time.Now()
+		for i := 0; i < n; i++ {
+			if d, err := get("198.18.0.30"); err == nil {
+				lat = append(lat, d)
+			}
+		}
+		return lat, time.Since(t0)
+	}
+	figures := func(lat []time.Duration) string {
+		sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+		if len(lat) == 0 {
+			return "none ok"
+		}
+		slow := 0
+		for _, d := range lat {
+			if d >= 200*time.Millisecond {
+				slow++
+			}
+		}
+		return fmt.Sprintf("%d ok, p50 %v p99 %v max %v (%d at 200 ms or more)", len(lat), lat[len(lat)/2].Round(10*time.Microsecond),
+			lat[min(len(lat)-1, len(lat)*99/100)].Round(10*time.Microsecond), lat[len(lat)-1].Round(10*time.Microsecond), slow)
+	}
+	baseLat, baseTotal := seqRun(200)
 	baseFlooded, baseCalm := flooded.Load(), calm.Load()
+	m0 := w.metrics()
 
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -149,6 +178,8 @@ func TestE2ESYNFlood(t *testing.T) {
 		t.Fatalf("flood: %v", err)
 	}
 	elapsed := time.Since(start)
+	floodEnd := time.Now()
+	afterLat, afterTotal := seqRun(200)
 	if rss := w.rss(); rss > maxRSS.Load() {
 		maxRSS.Store(rss)
 	}
@@ -165,7 +196,16 @@ func TestE2ESYNFlood(t *testing.T) {
 	fams := w.metrics()
 	cookies := metricSum(fams, "weir_forwarder_syn_cookies_sent_total", nil)
 	ok := requests - failed
-	realFlooded, realCalm := flooded.Load()-baseFlooded, calm.Load()-baseCalm
+	realFlooded, realCalm := flooded.Load()-baseFlooded-int64(len(afterLat)), calm.Load()-baseCalm
+	t.Logf("sequential, 200 requests: baseline %s total %v; during the flood (paced over it) p50 %v p99 %v; right after it %s total %v",
+		figures(baseLat), baseTotal.Round(time.Millisecond), pct(0.50), pct(0.99), figures(afterLat), afterTotal.Round(time.Millisecond))
+	t.Logf("SYNs dropped %v, cookie ACKs invalid %v", metricSum(fams, "weir_stack_syns_dropped_total", nil), metricSum(fams, "weir_forwarder_syn_cookies_invalid_total", nil))
+	t.Logf("listener drops %v; nic drops %v; flows %v (half-open %v, evicted %v, refused %v); uncached %v",
+		metricSum(fams, "weir_forwarder_listen_dropped_total", nil)-metricSum(m0, "weir_forwarder_listen_dropped_total", nil),
+		metricSum(fams, "weir_nic_dropped_total", nil)-metricSum(m0, "weir_nic_dropped_total", nil),
+		metricSum(fams, "weir_datapath_flows", nil), metricSum(fams, "weir_datapath_flows_half_open", nil),
+		metricSum(fams, "weir_datapath_flows_evicted_total", nil), metricSum(fams, "weir_datapath_flows_refused_total", nil),
+		metricSum(fams, "weir_datapath_uncached_total", nil)-metricSum(m0, "weir_datapath_uncached_total", nil))
 	t.Logf("flood: %d spoofed SYNs sent in %v (%.0f/s); %d SYN cookies sent", sent.Load(), elapsed.Round(time.Millisecond), float64(sent.Load())/elapsed.Seconds(), int64(cookies))
 	t.Logf("legit: %d/%d ok (%.1f %%), latency p50 %v p99 %v max %v; second VIP %d/%d failed",
 		ok, requests, 100*float64(ok)/requests, pct(0.50), pct(0.99), pct(1), calmFailed, requests/10)
@@ -191,6 +231,23 @@ func TestE2ESYNFlood(t *testing.T) {
 	}
 	if rss := maxRSS.Load(); rss <= 0 || rss > 512<<20 {
 		t.Errorf("weir RSS %d bytes: unknown or above 512 MiB", rss)
+	}
+	// The flow table drains: the spoofed flows are half-open and expire
+	// within timeouts.handshake of the flood's end (swept as packets pass:
+	// a request every 100 ms), not after the 5-minute idle timeout.
+	peak := metricSum(fams, "weir_datapath_flows", nil)
+	halfOpen := func() float64 { return metricSum(w.metrics(), "weir_datapath_flows_half_open", nil) }
+	for halfOpen() > 0 && time.Since(floodEnd) < 30*time.Second {
+		_, _ = get("198.18.0.31")
+		time.Sleep(100 * time.Millisecond)
+	}
+	drained := time.Since(floodEnd)
+	end := w.metrics()
+	t.Logf("flow table: %v flows at the flood's end, half-open gone %v after it; now %v flows, %v expired, %v evicted, %v refused",
+		peak, drained.Round(10*time.Millisecond), metricSum(end, "weir_datapath_flows", nil), metricSum(end, "weir_datapath_flows_expired_total", nil),
+		metricSum(end, "weir_datapath_flows_evicted_total", nil), metricSum(end, "weir_datapath_flows_refused_total", nil))
+	if h := halfOpen(); h > 0 || drained > 2*policy.DefaultHandshakeTimeout {
+		t.Errorf("%v half-open flows %v after the flood, timeouts.handshake is %v", h, drained, policy.DefaultHandshakeTimeout)
 	}
 }
 
