@@ -112,10 +112,8 @@ func TestE2ESYNFloodSequential(t *testing.T) {
 	base := run("baseline")
 	m0 := w.metrics()
 	var phases []*phase
-	var lastFlood time.Time
 	for i := 1; i <= 3; i++ {
 		flood()
-		lastFlood = time.Now()
 		phases = append(phases, run(fmt.Sprintf("flood run %d", i)))
 	}
 	m1 := w.metrics()
@@ -177,7 +175,7 @@ func TestE2ESYNFloodSequential(t *testing.T) {
 		}
 	}
 	flood()
-	lastFlood = time.Now()
+	lastFlood := time.Now()
 	if !cookieProbe() {
 		t.Fatalf("200 spoofed SYNs did not put the VIP in cookie mode")
 	}
