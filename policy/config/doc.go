@@ -65,7 +65,7 @@
 //	        via: host          # host (default: kernel socket) or netstack (weir's back NIC)
 //	actions:                   # Policy Agent actions: the service level a flow gets
 //	  - name: telnetGold       # required, unique
-//	    outgoingTOS: "10100000" # ToS byte: 8 binary digits, 0xA0, or 0..255
+//	    outgoingTOS: "10100000" # ToS byte: 8 binary digits, 0xA0, 0b101 or 0d160; no bare decimal
 //	    minRate: 500           # Kbit/s per connection, 0: none
 //	    meanRate: 2000         # Kbit/s, the DiffServ mean rate, 0: none
 //	    maxConnections: 100    # the base of maxConnWeightFr; -1 or 0: none
@@ -178,7 +178,7 @@
 //	}
 //	PolicyAction telnetGold
 //	{
-//	  OutgoingTOS 10100000                   # binary: 0xA0
+//	  OutgoingTOS 10100000                   # 8 binary digits: 0xA0; or 0xA0, 0b101, 0d160
 //	  MinRate 500                            # Kbit/s
 //	  MeanRate 2000                          # Kbit/s
 //	  MaxConnections 100
@@ -192,6 +192,12 @@
 //	  DestinationAddressRange fd00::/8
 //	  PolicyActionReference telnetGold
 //	}
+//
+// A ToS byte (OutgoingTOS in either syntax) is spelled one of four ways that
+// cannot be misread: exactly 8 binary digits as the Policy Agent writes it,
+// 0x and hex, 0b and binary, or 0d and decimal. A bare number that is not 8
+// binary digits (101, 0100, 160) is an error naming these forms: read as
+// binary, decimal or octal it would be three different bytes.
 //
 // Rules apply in file order and the first match wins. Other Policy Agent
 // attributes weir knows of but does not implement (MaxRate, PolicyScope,
