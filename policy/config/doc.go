@@ -112,10 +112,16 @@
 //
 // LIMITS is the same mapping at each of the three levels; a zero or omitted
 // field is no limit at that level, and admission checks the service, then its
-// class chain, then the instance:
+// class chain, then the instance. A service's own maxConnections (with its
+// enforceConnections) overrides its classes' and the instance's for its
+// connections, and its own maxBandwidth (with enforceBandwidth and
+// burstBytes) theirs for bandwidth, as Sun's "override these server or
+// class-level settings for an individual virtual server"; the class and the
+// instance still count its connections and bytes in their sums, which their
+// limits hold the other services to:
 //
 //	maxBandwidth: 1MB          # bytes per second over metricInterval
-//	enforceBandwidth: true     # refuse new connections when over; false: log only
+//	enforceBandwidth: true     # refuse new connections on reaching it; false: log when exceeded
 //	maxConnections: 100        # concurrent connections; -1 or 0: no limit
 //	enforceConnections: true   # refuse at the limit; false: log only
 //	burstBytes: 64KiB          # optional token bucket refilled at maxBandwidth; needs maxBandwidth
