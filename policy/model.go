@@ -370,7 +370,7 @@ type Target struct {
 	// DialAddr).
 	Addr netip.AddrPort
 	// Weight is the WLM weight, ≥ 0; the QoS fraction cuts it. 0 is a
-	// real weight (no new connections while another primary has one), so
+	// real weight (draining: no new connections at all), so
 	// Compile does not default it: the YAML parser (policy/config) writes 1
 	// when the file gives none; a Target built in code has what it is given.
 	Weight int

@@ -59,7 +59,7 @@
 //	    targets:               # required, at least one
 //	      - name: member05     # default: the address; unique within the service
 //	        address: 198.18.1.5:9080 # required: IP:port ([fd00::5]:9080), no host names; an IP alone (or port 0) keeps the client's port
-//	        weight: 10         # WLM weight 0..1000, default 1; 0 takes no new connections
+//	        weight: 10         # WLM weight 0..1000, default 1; 0: draining, no new connections
 //	        maxConnections: 3  # -1 or 0: no limit (the default)
 //	        role: primary      # primary (default) or backup; backups are tried in order
 //	        via: host          # host (default: kernel socket) or netstack (weir's back NIC)
