@@ -248,7 +248,7 @@ func samplesFrom(cfg *policy.Config, s netstack.Sample, open map[policy.TargetKe
 		}
 		if act := actions[ag.Action]; act != nil {
 			ts.Actions = append(ts.Actions, policy.ActionSample{Action: act, ActiveConns: int64(ag.Active), Bytes: ag.Bytes,
-				WaitingConns: int64(ag.Waiting), WaitingBytes: ag.WaitingBytes, WaitingTime: ag.WaitingTime})
+				WaitingConns: int64(ag.Waiting), WaitingBytes: ag.WaitingBytes, WaitingTime: ag.WaitingTime, OpenTime: ag.OpenTime})
 		}
 	}
 	for _, ts := range out {
