@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"weir/bench"
 	"weir/cmd/weir/internal/appliance"
 	"weir/cmd/weir/internal/lab"
@@ -220,5 +222,39 @@ func TestRefusalPageNamesEveryLimit(t *testing.T) {
 			t.Errorf("page lacks %q:\n%s", want, page)
 		}
 	}
+	waitClosed(t, l.App)
+}
+
+// TestTCPRefusalLogNamesEveryLimit: a tcp service's refusal is a RST, and
+// its log line names every limit over, as the 503 page does.
+func TestTCPRefusalLogNamesEveryLimit(t *testing.T) {
+	cfg := lab.WebConfig([]int{1}, nil)
+	cfg.Services[0].Proto = policy.ProtoTCP
+	cl := &policy.Class{Name: "basic", Limits: policy.Limits{MaxConnections: 1, EnforceConnections: true}}
+	cfg.Classes = []*policy.Class{cl}
+	cfg.Services[0].Class = cl
+	cfg.Instance.Limits = policy.Limits{MaxConnections: 1, EnforceConnections: true}
+	var logBuf testutil.SyncBuffer
+	log := zerolog.New(&logBuf)
+	l := lab.Must(t, cfg, lab.Options{Appliance: appliance.Options{Log: &log}})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c1, err := l.Dial(ctx, "tcp", "198.19.0.80:80")
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 20*time.Second, func() bool { return l.App.OpenConnections() == 1 }, "the first connection admitted")
+	c2, err := l.Dial(ctx, "tcp", "198.19.0.80:80")
+	if err == nil {
+		_ = c2.SetReadDeadline(time.Now().Add(10 * time.Second))
+		_, err = c2.Read(make([]byte, 1))
+		c2.Close()
+	}
+	if err == nil {
+		t.Fatal("the second connection was not refused")
+	}
+	const want = `refused: class \"basic\": maxConnections 1 reached (1 open); instance \"weir\": maxConnections 1 reached (1 open)`
+	testutil.Eventually(t, 10*time.Second, func() bool { return strings.Contains(logBuf.String(), want) }, "the log line %s in:\n%s", want, &logBuf)
+	c1.Close()
 	waitClosed(t, l.App)
 }
