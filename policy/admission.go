@@ -249,8 +249,10 @@ func appendLimit(b []byte, lk LevelKind, name string, k LimitKind, value, measur
 // enforced reports its first excess at once, from Admit, and everything else
 // is reported by Recompute, so a statistic hovering at a limit yields at most
 // one pair of events per recompute interval. An enforced connection limit is
-// never exceeded by Admit; it reports only when a reload lowers it below the
-// open connections.
+// never exceeded by the connections it judges; it reports when a reload
+// lowers it below the open connections, or, at a class or the instance, when
+// a member that overrides it (see Override) takes the sum above it; that
+// excess is reported at once, from Admit.
 type Event struct {
 	// At is the time of the Recompute that saw the crossing, or for an
 	// excess seen by Admit, of the last Recompute before it (zero before the
@@ -697,7 +699,13 @@ func (st *admState) chain(vs *VirtualServer) *chain {
 // the current config lacks (or nil) is checked and counted at the instance
 // only. If t still holds a connection, that one is released first. Admit
 // takes no lock and does not allocate; a level's connection count never
-// exceeds an enforced MaxConnections, however many goroutines admit at once.
+// exceeds an enforced MaxConnections, however many goroutines admit at once,
+// except by the connections of members that override it (see Override),
+// which it counts but does not judge.
+//
+// A refusal names the limit that refused first and every other enforced
+// limit over at that moment (Refusal.Also), the rest of that level's and
+// those of the levels after it.
 func (a *Admission) Admit(vs *VirtualServer, t *Ticket) (Refusal, bool) {
 	t.Release()
 	c := a.st.Load().chain(vs)
