@@ -263,6 +263,7 @@ func addDir(d *policy.DirSample, c proxy.DirCounters) {
 	d.Retransmitted += c.Retransmitted
 	d.Timeouts += c.Timeouts
 	d.OutOfOrder += c.OutOfOrder
+	d.IPIDPackets += c.IPIDPackets
 	switch c.Source {
 	case proxy.DirPassive, proxy.DirKernel:
 		d.Measured = true

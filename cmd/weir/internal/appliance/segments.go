@@ -17,6 +17,12 @@ func addDirTotals(d *DirTotals, s policy.DirSample) {
 	d.Retransmitted += s.Retransmitted
 	d.Timeouts += s.Timeouts
 	d.OutOfOrder += s.OutOfOrder
+	if s.Measured {
+		d.Signal = "sequence"
+		if s.IPIDPackets > 0 {
+			d.Signal = "sequence+ip_id"
+		}
+	}
 	switch {
 	case s.Estimate:
 		d.Source = "estimate"
