@@ -31,7 +31,8 @@ package datapath
 // one whose global counter is shared by the host's other flows (Windows;
 // the target's other connections to weir take IDs in between, so the steps
 // are rarely exactly 1); gaps are counted only in force, so those flows keep
-// the sequence rule alone. A gap event costs idGapCost: the signal stays in
+// the sequence rule alone. A shared counter on a host that sends nothing
+// else looks sequential, and its rare packets to others read as losses. A gap event costs idGapCost: the signal stays in
 // force below about one loss event in five packets.
 //
 // A gap is confirmed lost when a packet arrives at least the reorder window
