@@ -14,7 +14,7 @@ package datapath
 // packet lost on the way (data or pure ACK), whatever followed it.
 //
 //	packet from the target (SYN-ACKs skipped: Linux sends them from the
-//	listener, ID 0) ─► d = ID − expected (16-bit, modulo 2¹⁶) ─┬─ 0: in step ─► confidence +1
+//	listener, ID 0 with DF) ─► d = ID − expected (16-bit, modulo 2¹⁶) ─┬─ 0: in step ─► confidence +1
 //	  ├─ 1..maxIDGap: a gap of d packets ─► confidence −idGapCost; counted
 //	  │    only while the signal is in force (opened as a gap: see below)
 //	  ├─ −maxIDLate..−1: a late packet ─► it fills an open gap (reordering,
@@ -32,8 +32,9 @@ package datapath
 // the target's other connections to weir take IDs in between, so the steps
 // are rarely exactly 1); gaps are counted only in force, so those flows keep
 // the sequence rule alone. A shared counter on a host that sends nothing
-// else looks sequential, and its rare packets to others read as losses. A gap event costs idGapCost: the signal stays in
-// force below about one loss event in five packets.
+// else looks sequential, and its rare packets to others read as losses. A
+// gap event costs idGapCost: the signal stays in force below about one loss
+// event in five packets.
 //
 // A gap is confirmed lost when a packet arrives at least the reorder window
 // (half the handshake RTT, as for the sequence holes; 0 without a handshake)
