@@ -87,9 +87,10 @@ type Instance struct {
 	Timeouts Timeouts
 	// BandwidthBytes chooses what the bandwidth limits count: the TCP
 	// payload of admitted connections (CountPayload, the zero value, what
-	// the Sun seed counts) or every byte on the wire of those connections,
-	// headers included (CountWire). Traffic of refused connections is never
-	// counted either way.
+	// the Sun seed counts: each byte once, a retransmission's payload not
+	// again; datapath/appspace.go) or every byte on the wire of those
+	// connections, headers and resends included (CountWire). Traffic of
+	// refused connections is never counted either way.
 	BandwidthBytes ByteCount
 }
 
