@@ -141,6 +141,9 @@ type Flow struct {
 	// others; set before publication, carried over when the Flow is
 	// replaced.
 	seg *SegStats
+	// app is the sequence-space state of the application byte count, by
+	// Dir (appspace.go); carried over when the Flow is replaced.
+	app [2]appSpace
 	// born is when the flow was inserted (monotonic ns), for a half-open
 	// flow's handshake timeout.
 	born int64
@@ -148,7 +151,7 @@ type Flow struct {
 	// cleared once, by confirmation or removal, with a CAS.
 	half atomic.Bool
 
-	_ [28]byte // to 128 bytes: a size class the allocator aligns to 128
+	_ [12]byte // to 128 bytes: a size class the allocator aligns to 128
 }
 
 // HalfOpen reports whether the flow is a TCP handshake not yet confirmed

@@ -200,6 +200,11 @@ type DirTotals struct {
 	// segments and out-of-order arrivals but no retransmission count, so
 	// retransmitted and timeouts read 0 and mean unknown) or "none".
 	Source string `json:"source"`
+	// Signal says what found the losses of the last measured interval:
+	// "sequence" (a segment below the highest sequence number seen) or
+	// "sequence+ip_id" (also the gaps in the target's IPv4 IP IDs, each
+	// loss counted once; docs/semantics.md). Empty until measured.
+	Signal string `json:"signal,omitempty"`
 }
 
 // Explanation is how one sampling interval's measurements became a target's
