@@ -196,7 +196,9 @@ func TestCookieModeEnds(t *testing.T) {
 	testutil.Eventually(t, 20*hs, func() bool { return r.fwd.Stats().HandshakeTimedOut >= 15 }, "half-open handshakes left: %+v", r.fwd.Stats())
 	took := time.Since(start)
 	t.Logf("15 half-open handshakes aborted %v after the flood (timeouts.handshake %v)", took, hs)
-	if took > 2*hs {
+	// The bound itself is timing: make test (-short) leaves it to the
+	// full run, and checks the expiry and the end of cookie mode only.
+	if !testing.Short() && took > 2*hs {
 		t.Errorf("the half-open handshakes lived %v, timeouts.handshake is %v", took, hs)
 	}
 	st := r.fwd.Stats()
