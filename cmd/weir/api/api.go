@@ -304,8 +304,8 @@ type FlowTable struct {
 	Live     int    `json:"live"`     // flows now, idle ones not yet swept included
 	Inserted uint64 `json:"inserted"` // flows created
 	Replaced uint64 `json:"replaced"` // flow decisions redone after a configuration swap
-	Expired  uint64 `json:"expired"`  // flows removed after their idle timeout
-	Refused  uint64 `json:"refused"`  // flows not created because their shard was full
+	Expired  uint64 `json:"expired"`  // flows removed after their idle timeout (half-open ones: timeouts.handshake)
+	Refused  uint64 `json:"refused"`  // flow creations refused: the shard was full of confirmed flows
 	// HalfOpen is the live TCP flows whose client has not yet sent its
 	// handshake ACK (they expire within timeouts.handshake); Evicted
 	// counts half-open flows removed to make room in a full shard.
