@@ -89,20 +89,9 @@ type Options struct {
 	// DisableSACK turns selective acknowledgements off; the zero value keeps
 	// them on.
 	DisableSACK bool
-	// RACK turns on RACK-TLP loss detection (RFC 8985); the zero value
-	// keeps gVisor's classic duplicate-ACK recovery with SACK (RFC 6675).
-	// Off by default: gVisor's tail loss probe can leave a connection with
-	// unacknowledged data and no timer armed. After a probe its sender arms
-	// the retransmission timer only while its Outstanding count is above
-	// zero (snd.go postXmit), and that count drifts to 0 under loss with
-	// SACK (SackedOut read -5): weir's upload to a target with 5 % loss then
-	// sat with 764 bytes unacknowledged, RTO 20 ms and nothing resent until
-	// the first-byte timeout (once in 16 800 uploads of 256 KiB, 8
-	// parallel, about 4 000 of them to the lossy target; the issue's "the
-	// tail segment and its probe lost, then nothing for 30 s", and
-	// TestLossMovesWeight's hang once in 20 runs). Without RACK the timer
-	// is re-armed on every ACK that acknowledges data.
-	RACK bool
+	// DisableRACK uses classic duplicate-ACK loss detection instead of RACK;
+	// the zero value keeps RACK on.
+	DisableRACK bool
 	// KeepaliveIdle, KeepaliveInterval and KeepaliveCount configure TCP
 	// keepalive on the connections weir accepts and dials; zero means the
 	// Default values. A negative KeepaliveIdle turns keepalive off.
@@ -170,9 +159,9 @@ func New(opts Options) (*Stack, error) {
 		HandleLocal:        false,
 	})
 	sack := tcpip.TCPSACKEnabled(!opts.DisableSACK)
-	recovery := tcpip.TCPRecovery(0)
-	if opts.RACK {
-		recovery = tcpip.TCPRACKLossDetection
+	recovery := tcpip.TCPRACKLossDetection
+	if opts.DisableRACK {
+		recovery = 0
 	}
 	moderate := tcpip.TCPModerateReceiveBufferOption(true)
 	minRTO := tcpip.TCPMinRTOOption(opts.MinRTO)
