@@ -39,6 +39,21 @@ soak: ## the soak tier (root for the e2e ones): reload soak, loss ratios, TIME_W
 	@bash scripts/deps.sh
 	$(GO) test -count=1 -timeout 40m -run '$(SOAK_TESTS)' $(PKGS)
 
+# make flaky T=TestName [P=./pkg/] [N=20] [FLAGS=-short]: one test N times
+# in one go test run (-count=N, -failfast off), to prove it passes N of N;
+# run it beside a parallel load to see what a loaded CI does to it. The
+# e2e ones (P=./cmd/weir/e2e/) need root.
+T     ?=
+P     ?= ./...
+N     ?= 20
+FLAGS ?=
+
+.PHONY: flaky
+flaky: ## run one test N times: make flaky T=TestName P=./pkg/ N=20 (FLAGS=-short)
+	@test -n "$(T)" || { echo "make flaky: name the test: T=TestName (P=./pkg/, N=20)"; exit 2; }
+	@set -o pipefail; $(GO) test -count=$(N) -timeout 60m $(FLAGS) -run '^($(T))$$' $(P) 2>&1 | \
+	  awk '{print} /^--- FAIL/ {f++} END {printf "flaky: %s: %d failed runs of %d\n", "$(T)", f, $(N); exit f > 0}'
+
 .PHONY: race
 race: ## the unit tier under the race detector (-short: the soaks run in make soak)
 	$(GO) test -race -short -count=1 -timeout 30m $(PKGS)

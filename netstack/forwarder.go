@@ -184,9 +184,10 @@ type ForwarderStats struct {
 	HTTPRefused       uint64 // of those, answered with the 503 page (also in Refused503)
 	HTTPHeaderTimeout uint64 // request heads not complete within HeaderTimeout (408)
 	HTTPHeaderTooBig  uint64 // request heads over MaxHeaderBytes (431)
-	HTTPBadRequest    uint64 // malformed heads, Content-Length with Transfer-Encoding (400)
+	HTTPBadRequest    uint64 // malformed heads, Content-Length with Transfer-Encoding, bodies the client malformed or cut short (400)
 	HTTPRetried       uint64 // idempotent requests sent again on a fresh target connection after a pooled one failed
 	HTTPBadGateway    uint64 // requests whose target failed mid-exchange (502, or a cut response)
+	HTTPBodyTimeout   uint64 // admitted requests whose client stalled its body past the idle timeout (408)
 	HTTPClients       int64  // http client connections open now
 	TargetConns       int64  // http target connections open now (in use or pooled)
 	TargetConnsIdle   int    // of those, idle in the pool
@@ -248,6 +249,7 @@ type Forwarder struct {
 	httpConns                                                              map[*Conn]struct{} // protected by mu: open http client connections
 	requests, requestsRefused, httpRetried                                 atomic.Uint64
 	httpHeaderTimedOut, httpHeaderTooLarge, httpBadRequest, httpBadGateway atomic.Uint64
+	httpBodyTimedOut                                                       atomic.Uint64
 	httpClients, backends                                                  atomic.Int64
 }
 
@@ -319,6 +321,7 @@ func (f *Forwarder) Stats() ForwarderStats {
 		HTTPBadRequest:    f.httpBadRequest.Load(),
 		HTTPRetried:       f.httpRetried.Load(),
 		HTTPBadGateway:    f.httpBadGateway.Load(),
+		HTTPBodyTimeout:   f.httpBodyTimedOut.Load(),
 		HTTPClients:       f.httpClients.Load(),
 		TargetConns:       f.backends.Load(),
 		TargetConnsIdle:   f.pool.idleCount(),

@@ -252,6 +252,9 @@ func TestFirstByteTimeout(t *testing.T) {
 	if n := adm.nTargetFailed.Load(); n != 2 {
 		t.Errorf("TargetFailed %d times, want 2", n)
 	}
+	if n := adm.nFailedLate.Load(); n != 0 {
+		t.Errorf("TargetFailed came after Released %d times: the lease was given back first, so weir marks nothing down", n)
+	}
 	if n := accepted.Load(); n != 2 {
 		t.Errorf("the silent target accepted %d, want 2", n)
 	}

@@ -45,6 +45,7 @@ type testAdmitter struct {
 	nClosed       atomic.Int64      // Ends of connections whose last decision was Accept
 	nFailed       atomic.Int64      // DialFailed calls
 	nTargetFailed atomic.Int64      // TargetFailed calls
+	nFailedLate   atomic.Int64      // TargetFailed calls after Released (the lease already given back)
 	nReleased     atomic.Int64      // Released calls
 	nEnds         atomic.Int64      // End calls
 	nAdmit        atomic.Int64      // Admit calls
@@ -94,6 +95,9 @@ func (s *testSession) TargetFailed(d proxy.Decision, err error) {
 		panic("TargetFailed without the timeout or a target")
 	}
 	s.a.nTargetFailed.Add(1)
+	if s.released.Load() {
+		s.a.nFailedLate.Add(1)
+	}
 }
 
 func (s *testSession) Released() {

@@ -373,6 +373,9 @@ func (hc *httpConn) exchange(in *http.Request, d *proxy.Decision, sess proxy.Ses
 		}
 		reused := bc.uses > 0
 		f.closeBackend(bc)
+		if cbe := (*clientBodyError)(nil); errors.As(err, &cbe) {
+			return hc.clientFailed(cbe, re)
+		}
 		if reused && idempotent && attempt == 0 && !errors.Is(err, proxy.ErrFirstByteTimeout) {
 			// The target closed the pooled connection: once more on a
 			// fresh one.
@@ -404,7 +407,7 @@ func (hc *httpConn) exchange(in *http.Request, d *proxy.Decision, sess proxy.Ses
 			re.ResponseBytes = hc.cw.n - before
 		}
 		f.httpBadGateway.Add(1)
-		return false, proxy.Served, err
+		return false, proxy.BadGateway, err
 	}
 	bc.uses++
 	keep, backendOK := hc.respond(in, resp, re, clientWantsClose, sess)
@@ -412,6 +415,11 @@ func (hc *httpConn) exchange(in *http.Request, d *proxy.Decision, sess proxy.Ses
 		f.pool.put(f, bc, hc.o.MaxIdlePerTarget, hc.o.BackendIdle)
 	} else {
 		f.closeBackend(bc)
+	}
+	if rerr := resp.Body.(*bodyJoin).rerr; rerr != nil && !backendOK {
+		// The target failed in its response body.
+		f.httpBadGateway.Add(1)
+		return false, proxy.BadGateway, rerr
 	}
 	return keep, proxy.Served, nil
 }
@@ -521,7 +529,15 @@ func (hc *httpConn) roundTrip(bc *backendConn, out *http.Request, re *proxy.Requ
 	before := bc.entry.toTarget.Load()
 	_ = bc.leg.SetWriteDeadline(time.Now().Add(hc.idle()))
 	hasBody := out.Body != nil && out.Body != http.NoBody
+	wait := hc.t.FirstByte
+	if wait <= 0 {
+		wait = hc.idle()
+	}
+	// The first-byte wait starts once the whole request is with the
+	// target (httpbody.go).
+	clock := &firstByteClock{leg: bc.leg, wait: wait}
 	var bodyErr chan error
+	var cb *clientBody
 	if !hasBody {
 		if err := out.Write(bc.bw); err != nil {
 			return nil, err
@@ -529,24 +545,29 @@ func (hc *httpConn) roundTrip(bc *backendConn, out *http.Request, re *proxy.Requ
 		if err := bc.bw.Flush(); err != nil {
 			return nil, err
 		}
+		clock.start()
 	} else {
+		_ = bc.leg.SetReadDeadline(time.Time{})
+		cb = &clientBody{ReadCloser: out.Body, client: hc.client, leg: bc.leg, idle: hc.idle(), write: wait}
+		out.Body = cb
 		bodyErr = make(chan error, 1)
 		go func() {
 			err := out.Write(bc.bw)
 			if err == nil {
 				err = bc.bw.Flush()
 			}
+			if cb.fault() != nil {
+				clock.stop()
+			} else {
+				clock.start()
+			}
 			bodyErr <- err
 		}()
 	}
-	wait := hc.t.FirstByte
-	if wait <= 0 {
-		wait = hc.idle()
-	}
-	_ = bc.leg.SetReadDeadline(time.Now().Add(wait))
 	for {
 		resp, err := http.ReadResponse(bc.br, out)
 		if err != nil {
+			fault := cb.fault()
 			if bodyErr != nil {
 				// Unblock and wait for the body writer before the leg
 				// is closed.
@@ -555,6 +576,9 @@ func (hc *httpConn) roundTrip(bc *backendConn, out *http.Request, re *proxy.Requ
 				<-bodyErr
 			}
 			re.RequestBytes = int64(bc.entry.toTarget.Load() - before)
+			if fault != nil {
+				return nil, bodyFault(fault)
+			}
 			if isTimeout(err) && hc.t.FirstByte > 0 {
 				return nil, proxy.ErrFirstByteTimeout
 			}
@@ -576,6 +600,7 @@ func (hc *httpConn) roundTrip(bc *backendConn, out *http.Request, re *proxy.Requ
 			}
 			continue
 		}
+		clock.headRead()
 		resp.Body = &bodyJoin{ReadCloser: resp.Body, bodyErr: bodyErr, bc: bc, hc: hc, re: re, before: before}
 		_ = bc.leg.SetReadDeadline(time.Time{})
 		return resp, nil
@@ -603,6 +628,7 @@ type bodyJoin struct {
 	before  uint64
 	joined  bool
 	err     error
+	rerr    error // the target's error reading the body (not EOF)
 }
 
 func (b *bodyJoin) Read(p []byte) (int, error) {
@@ -610,6 +636,8 @@ func (b *bodyJoin) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	if err == io.EOF {
 		b.join(false)
+	} else if err != nil && b.rerr == nil {
+		b.rerr = err
 	}
 	return n, err
 }
@@ -688,6 +716,11 @@ func (hc *httpConn) respond(in *http.Request, resp *http.Response, re *proxy.Req
 	}
 	if err == nil {
 		err = hc.bw.Flush()
+	}
+	if err != nil && bj.rerr != nil {
+		// The target cut its response: a 502 if none of it was sent,
+		// else the client's connection reset (httpbody.go).
+		re.Status = hc.targetCut(before, resp.StatusCode)
 	}
 	_ = hc.client.SetWriteDeadline(time.Time{})
 	re.ResponseBytes = hc.cw.n - before

@@ -13,9 +13,10 @@ package netstack
 //
 // First byte: when the client's first bytes have reached the target, a
 // timer waits the first-byte timeout for the target's first byte. If it
-// fires first, the target leg is closed, the target→client half sends the
-// 503 page (http) or resets the client (tcp), and the Session hears
-// TargetFailed. fb orders the race of the two: whoever moves it from
+// fires first, the target leg is closed, the Session hears TargetFailed
+// (before the release, which gives the lease back: reported after it, the
+// target would never be marked down), and the target→client half sends the
+// 503 page (http) or resets the client (tcp). fb orders the race of the two: whoever moves it from
 // fbWaiting wins.
 //
 // Finished as the client sees it: the connection is over for the client
@@ -76,7 +77,10 @@ type connEntry struct {
 
 	fb      atomic.Int32 // fbWaiting, fbSpoke or fbExpired
 	fbArmed atomic.Bool  // the first-byte timer was started
-	fbTimer atomic.Pointer[time.Timer]
+	// fbReported: the Session heard TargetFailed before the release (the
+	// lease it marks the target down with still held).
+	fbReported atomic.Bool
+	fbTimer    atomic.Pointer[time.Timer]
 
 	// Sampler state, protected by Forwarder.sampleMu.
 	last          sampleState
@@ -181,7 +185,7 @@ func (f *Forwarder) splice(req *proxy.ConnRequest, d proxy.Decision, sess proxy.
 	}
 	f.workers.Go(func() {
 		defer halfDone()
-		f.guard(c, func() { f.copyToClient(c, d, http, t.RequestRead) })
+		f.guard(c, func() { f.copyToClient(c, d, sess, http, t.RequestRead) })
 	})
 	f.workers.Go(func() {
 		defer halfDone()
@@ -214,7 +218,11 @@ func (f *Forwarder) endSplice(c *connEntry, sess proxy.Session, dials int) {
 		e.Outcome = proxy.TargetTimedOut
 		e.Err = proxy.ErrFirstByteTimeout
 		f.targetTimedOut.Add(1)
-		sess.TargetFailed(c.d, proxy.ErrFirstByteTimeout)
+		if !c.fbReported.Load() {
+			// Released already (the idle watchdog, or the target's
+			// FIN before the timer): reported all the same.
+			sess.TargetFailed(c.d, proxy.ErrFirstByteTimeout)
+		}
 	case c.idle.Load():
 		e.Outcome = proxy.IdleClosed
 	}
@@ -243,14 +251,18 @@ type panicValue struct{ v any }
 func (p panicValue) String() string { return fmt.Sprint(p.v) }
 
 // copyToClient copies target to client; on the first byte it wins the
-// first-byte race, and if the timer won instead it answers the client for
-// the silent target: the 503 page for http (d's Reason names the timeout),
-// RST for tcp. write bounds sending the page (the service's RequestRead).
-func (f *Forwarder) copyToClient(c *connEntry, d proxy.Decision, http bool, write time.Duration) {
+// first-byte race, and if the timer won instead it reports the silent
+// target to sess (TargetFailed, before anything releases the connection:
+// a released Session's lease has no target left to mark down) and answers
+// the client for it: the 503 page for http (d's Reason names the
+// timeout), RST for tcp. write bounds sending the page (the service's
+// RequestRead).
+func (f *Forwarder) copyToClient(c *connEntry, d proxy.Decision, sess proxy.Session, http bool, write time.Duration) {
 	f.copyHalf(c, c.client, c.target, &c.toClient, 0)
 	if c.fb.Load() != fbExpired || c.aborted.Load() {
 		return
 	}
+	c.fbReported.Store(c.rel.Report(func() { sess.TargetFailed(c.d, proxy.ErrFirstByteTimeout) }))
 	if http && c.toClient.Load() == 0 {
 		d.Limit, d.Value, d.Reason = "firstByte", 0, "the target sent no response in time"
 		_ = c.client.SetWriteDeadline(time.Now().Add(write))

@@ -146,9 +146,11 @@ type Timeouts struct {
 	// Connect bounds one dial to a target; a dial that times out counts as
 	// a failed target (down for the balancer's retry interval).
 	Connect time.Duration
-	// FirstByte bounds the wait for the target's first byte once the client
-	// has sent its first; a target that stays silent counts as failed and
-	// the client gets the 503 page (http) or RST (tcp). Negative: off.
+	// FirstByte bounds the wait for the target's first byte once it has
+	// the request: an http request's head and whole body, a tcp
+	// connection's first byte from the client. A target that stays silent
+	// counts as failed and the client gets the 503 page (http) or RST
+	// (tcp). Negative: off.
 	FirstByte time.Duration
 	// Idle closes a connection with no byte in either direction for this
 	// long. Negative: never.

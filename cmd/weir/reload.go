@@ -36,11 +36,20 @@ type Reloadable interface {
 // the file's content changes.
 //
 // A reload never swaps in a file caught while it is being written (an
-// editor or `cat > file` truncates, then writes):
+// editor or `cat > file` truncates, then writes, and may pause between its
+// writes):
+//   - where inotify works (Loop watches the file's directory), a change is
+//     taken when its writer closes the file (IN_CLOSE_WRITE) or a file is
+//     renamed onto it (IN_MOVED_TO), and never while the file has been
+//     modified and not closed since; no quiet period is guessed, so a
+//     writer that pauses mid-file is waited for however long it pauses;
+//   - elsewhere (and for a change inotify cannot see, such as a symlink
+//     swapped in another directory) the settle rule: the bytes are taken
+//     only when two reads Settle apart returned the same content and the
+//     file was last modified at least Settle before (two reads can both
+//     land between a truncate and its write); a pause longer than Settle
+//     defeats it, which is why the watch comes first;
 //   - it parses exactly the bytes it hashed, never a second read of the file;
-//   - it takes those bytes only when two reads Settle apart returned the same
-//     content and the file was last modified at least Settle before (two
-//     reads can both land between a truncate and its write);
 //   - it refuses a config that would remove every running service unless the
 //     file says `noServices: true`.
 //
@@ -59,6 +68,13 @@ type Reloader struct {
 	// Settle is the interval between the two reads that must agree; zero
 	// means DefaultSettle.
 	Settle time.Duration
+	// NoWatch makes Loop use the settle rule alone, as where inotify is
+	// unavailable.
+	NoWatch bool
+
+	// watching, when set, hears from Loop whether its watch is up, once
+	// it is set up (tests wait for it before they write).
+	watching func(bool)
 
 	sum []byte // hash of the content last loaded (or rejected)
 }
@@ -80,6 +96,21 @@ func (r *Reloader) Reload() error {
 		r.App.ReloadFailed(err)
 		return err
 	}
+	return r.load(data)
+}
+
+// reloadClosed loads the file as it is: its writer has closed it.
+func (r *Reloader) reloadClosed() error {
+	data, _, err := readFile(r.Path)
+	if err != nil {
+		r.App.ReloadFailed(err)
+		return err
+	}
+	return r.load(data)
+}
+
+// load parses data, the file's content, and swaps it in.
+func (r *Reloader) load(data []byte) error {
 	r.sum = hash(data)
 	cfg, err := r.Parse(r.Path, data)
 	if err != nil {
@@ -139,10 +170,29 @@ func (r *Reloader) Changed() bool {
 }
 
 // Loop runs in its own goroutine until stop closes: it reloads on every
-// value from hup (SIGHUP) and, every RefreshInterval of the running config,
-// when the file changed.
+// value from hup (SIGHUP) and, while RefreshInterval of the running config
+// is set, when the file changed: at its writer's close where inotify
+// watches it, else when a check every RefreshInterval finds it changed and
+// settled. With the watch, that check still runs (a change the watch
+// cannot see), but never takes a file being written.
 func (r *Reloader) Loop(hup <-chan struct{}, stop <-chan struct{}) {
 	const idle = time.Second // how often to look at RefreshInterval when it is off
+	var w *fileWatch
+	if !r.NoWatch {
+		if fw, err := watchFile(r.Path); err == nil {
+			w = fw
+			defer w.Close()
+		}
+	}
+	var closed <-chan struct{}
+	if w != nil {
+		closed = w.Closed()
+	}
+	if r.watching != nil {
+		r.watching(w != nil)
+	}
+	// writing: with the watch, the file is modified and not closed yet.
+	writing := func() bool { return w != nil && w.Writing() }
 	for {
 		every := r.App.Config().Balancer.RefreshInterval
 		wait := every
@@ -156,12 +206,42 @@ func (r *Reloader) Loop(hup <-chan struct{}, stop <-chan struct{}) {
 			return
 		case <-hup:
 			t.Stop()
+			if writing() {
+				r.waitClosed(closed, stop)
+			}
 			r.Reload()
+		case <-closed:
+			t.Stop()
+			if every > 0 && !writing() && r.Changed() {
+				r.reloadClosed()
+			}
 		case <-t.C:
-			if every > 0 && r.Changed() {
-				r.Reload()
+			if every > 0 && !writing() && r.Changed() {
+				if data, err := r.readSettled(); err != nil {
+					r.App.ReloadFailed(err)
+				} else if !writing() {
+					// A writer that began meanwhile: its close reloads.
+					r.load(data)
+				}
 			}
 		}
+	}
+}
+
+// waitClosed waits, at most as long as the settle rule would, for the
+// writer of the file to close it: a SIGHUP in mid-write reloads the whole
+// file.
+func (r *Reloader) waitClosed(closed <-chan struct{}, stop <-chan struct{}) {
+	settle := r.Settle
+	if settle <= 0 {
+		settle = DefaultSettle
+	}
+	t := time.NewTimer(settleTries * settle)
+	defer t.Stop()
+	select {
+	case <-closed:
+	case <-stop:
+	case <-t.C:
 	}
 }
 

@@ -132,9 +132,13 @@ type Session interface {
 	DialFailed(failed Decision, err error) Decision
 	// TargetFailed reports a target that failed after its dial succeeded:
 	// it stayed silent past the first-byte timeout (err is then
-	// ErrFirstByteTimeout). It comes before End, from the
-	// connection's goroutine. weir's appliance marks the target down for
-	// the retry interval, as for a failed dial.
+	// ErrFirstByteTimeout). It comes before Released and End, from the
+	// connection's goroutine (a spliced connection released first by the
+	// idle watchdog or Close hears it after Released). weir's appliance
+	// marks the target down for the retry interval, as for a failed
+	// dial, with the lease Released gives back. Only the target's own
+	// failures come here: a client that sends a bad body, cuts it short or
+	// sends it slowly fails its request, never the target.
 	TargetFailed(d Decision, err error)
 	// Released reports that the connection is finished as the client sees
 	// it, before End: the client has sent its FIN and weir its own (or the
@@ -186,14 +190,25 @@ const (
 	TargetTimedOut
 	// Panicked: a panic in the connection's goroutines ended it.
 	Panicked
+	// BadGateway (an http request): the target reset or closed its
+	// connection, or stalled, before its response was complete. Before
+	// the response head the client got a 502; after it, a response cut
+	// with a RST (a close-delimited body ended by a FIN would look
+	// complete). RequestEnd.Status is what the client was sent.
+	BadGateway
+	// ClientFailed (an http request): the client's request body was
+	// malformed, cut short, or stalled past the idle timeout; the client
+	// got a 400 (408 for the stall) and its connection closed. The target
+	// is not blamed for it.
+	ClientFailed
 	numOutcomes
 )
 
-var outcomeNames = [numOutcomes]string{"ok", "idle", "reset", "503", "handshake-failed", "handshake-timeout", "aborted", "target-timeout", "panic"}
+var outcomeNames = [numOutcomes]string{"ok", "idle", "reset", "503", "handshake-failed", "handshake-timeout", "aborted", "target-timeout", "panic", "bad-gateway", "client-error"}
 
 // String returns the outcome as the access log writes it: "ok", "idle",
 // "reset", "503", "handshake-failed", "handshake-timeout", "aborted",
-// "target-timeout", "panic".
+// "target-timeout", "panic", "bad-gateway", "client-error".
 func (o Outcome) String() string {
 	if o < numOutcomes {
 		return outcomeNames[o]

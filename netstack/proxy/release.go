@@ -69,6 +69,9 @@ type Release struct {
 	firstClose atomic.Int64 // unix ns of the first of the two
 	once       sync.Once
 	released   chan struct{} // closed when Release has run
+	// mu orders Report's call before Release's: the Session hears at
+	// most one of them at a time.
+	mu sync.Mutex
 }
 
 // ClientDone records one client-side close; once both are done the
@@ -94,11 +97,35 @@ func (r *Release) Release() {
 		return
 	}
 	r.once.Do(func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
 		r.sess.Released()
 		// Only now: a settle that finds r in the set waits for this.
 		r.set.remove(r)
 		close(r.released)
 	})
+}
+
+// Report runs f (a Session call such as TargetFailed) unless the
+// connection was released already, and reports whether it ran: a failure
+// of the target reported before the release still holds the target's slot,
+// the lease the Session marks down with (a lease released first has
+// nothing left to mark). A Release that comes meanwhile waits for f. A nil
+// *Release runs f.
+func (r *Release) Report(f func()) bool {
+	if r == nil {
+		f()
+		return true
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	select {
+	case <-r.released:
+		return false
+	default:
+	}
+	f()
+	return true
 }
 
 // finished reports whether both FINs have passed: weir's sent, the

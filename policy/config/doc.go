@@ -132,7 +132,7 @@
 //
 //	handshake: 5s              # a client handshake not completed in time is aborted (on a listener too: the VIP leaves SYN-cookie mode that long after a flood)
 //	connect: 3s                # one dial to a target; a timeout marks the target down (retryInterval)
-//	firstByte: 30s             # target's first byte after the client's first; "off" or a duration; a timeout marks it down
+//	firstByte: 30s             # target's first byte after the whole request (tcp: the client's first); "off" or a duration; a timeout marks it down
 //	idle: 5m                   # no byte either way closes the connection; "off" or a duration
 //	requestRead: 2s            # reading a refused HTTP request's head before the 503 page
 //	inFlightPerVIP: 128        # half-open handshakes per VIP and port, 1..65535; beyond: SYN cookies

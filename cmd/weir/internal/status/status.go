@@ -224,7 +224,7 @@ func forwarderDoc(s netstack.ForwarderStats) api.Forwarder {
 		Listeners: s.Listeners, TargetTimedOut: s.TargetTimedOut, Panics: s.Panics,
 		HTTPRequests: s.HTTPRequests, HTTPRefused: s.HTTPRefused, HTTPHeaderTimeout: s.HTTPHeaderTimeout,
 		HTTPHeaderTooBig: s.HTTPHeaderTooBig, HTTPBadRequest: s.HTTPBadRequest, HTTPRetried: s.HTTPRetried,
-		HTTPBadGateway: s.HTTPBadGateway, HTTPClients: s.HTTPClients, TargetConns: s.TargetConns, TargetConnsIdle: s.TargetConnsIdle,
+		HTTPBadGateway: s.HTTPBadGateway, HTTPBodyTimeout: s.HTTPBodyTimeout, HTTPClients: s.HTTPClients, TargetConns: s.TargetConns, TargetConnsIdle: s.TargetConnsIdle,
 	}
 }
 
