@@ -4,10 +4,15 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"weir/policy"
 )
@@ -119,6 +124,10 @@ func TestSimulate100Instances(t *testing.T) {
 		t.Fatalf("the %d members never all saw each other", members)
 	}
 
+	rdb := redis.NewClient(&redis.Options{Addr: r.Addr()})
+	defer rdb.Close()
+	rdb.ConfigResetStat(context.Background())
+	statsFrom := time.Now()
 	var peak atomic.Int64
 	sum := func(ns []*simNode) int64 {
 		var s int64
@@ -126,6 +135,76 @@ func TestSimulate100Instances(t *testing.T) {
 			s += n.open.Load()
 		}
 		return s
+	}
+	// burst starts from an idle cluster (every want 0, two lease
+	// intervals to settle), and sends per clients at once to each of on,
+	// clients that do not retry: each is admitted, or borrows (as
+	// admit does: up to 8 times while the cluster grants) and is admitted,
+	// or is refused. It reports the connections served at once, the
+	// refusals while the cluster-wide open count was below the limit, the
+	// time until every client had its answer and the p99 of the wait a
+	// client spent borrowing.
+	burst := func(name string, on []*simNode, per int) {
+		t.Helper()
+		for _, n := range nodes {
+			n.want.Store(0)
+		}
+		time.Sleep(2 * lease)
+		var open, served, refusedFree atomic.Int64
+		var mu sync.Mutex
+		var waits []time.Duration
+		var wg sync.WaitGroup
+		release := make(chan struct{})
+		start := time.Now()
+		for _, n := range on {
+			vs := n.cfg.ServiceByName("web")
+			for range per {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					var tk policy.Ticket
+					t0 := time.Now()
+					r, ok := n.adm.Admit(vs, &tk)
+					for i := 0; !ok && r.Shared && i < 8; i++ {
+						if !n.c.Borrow(context.Background(), policy.LevelVirtualServer, "web") {
+							break
+						}
+						r, ok = n.adm.Admit(vs, &tk)
+					}
+					w := time.Since(t0)
+					mu.Lock()
+					waits = append(waits, w)
+					mu.Unlock()
+					if !ok {
+						if open.Load() < limit {
+							refusedFree.Add(1)
+						}
+						return
+					}
+					o := open.Add(1)
+					peak.Store(max(peak.Load(), o))
+					served.Add(1)
+					<-release
+					open.Add(-1)
+					tk.Release()
+				}()
+			}
+		}
+		answered := func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(waits) == len(on)*per
+		}
+		for !answered() {
+			time.Sleep(time.Millisecond)
+		}
+		took := time.Since(start)
+		close(release)
+		wg.Wait()
+		slices.Sort(waits)
+		t.Logf("%s, from idle: %d of %d slots served at once, %d refused while a slot was free; every client answered after %v (%.2f lease intervals); borrow wait p50 %v, p99 %v, max %v",
+			name, served.Load(), limit, refusedFree.Load(), took.Round(time.Millisecond), took.Seconds()/lease.Seconds(),
+			waits[len(waits)/2].Round(10*time.Microsecond), waits[len(waits)*99/100].Round(10*time.Microsecond), waits[len(waits)-1].Round(10*time.Microsecond))
 	}
 	// phase sets the wants, waits for 95 % of the limit on the nodes that
 	// want, then watches the slack for 10 lease intervals.
@@ -164,6 +243,8 @@ func TestSimulate100Instances(t *testing.T) {
 		t.Logf("%s: 95 %% of the limit after %v (%.1f lease intervals); then slack mean %.1f, max %d slots of %d (over %d samples, 10 intervals)",
 			name, conv.Round(time.Millisecond), conv.Seconds()/lease.Seconds(), float64(slackSum)/float64(samples), slackMax, limit, samples)
 	}
+	burst("a burst of 2000 (2× the limit) spread over the 100", nodes, 20)
+	burst("a burst of 2000 at 10 of the 100", nodes[:10], 200)
 	phase("100 instances wanting 15 each (1500 for 1000)", func(int) int64 { return 15 }, nodes)
 	phase("demand moved: 10 instances wanting 200 each, 90 idle", func(i int) int64 {
 		if i < 10 {
@@ -179,6 +260,9 @@ func TestSimulate100Instances(t *testing.T) {
 		renewals += n.c.Status().Renewals
 	}
 	t.Logf("peak %d of %d; %d renewals in all", peak.Load(), limit, renewals)
+	calls, trips := redisCalls(t, rdb)
+	secs := time.Since(statsFrom).Seconds()
+	t.Logf("Redis cost per instance over the run: %.1f round trips/s, %.1f commands/s (lease %v)", float64(trips)/secs/members, float64(calls)/secs/members, lease)
 }
 
 func eventuallyMembers(nodes []*simNode, n int, d time.Duration) bool {
@@ -195,4 +279,31 @@ func eventuallyMembers(nodes []*simNode, n int, d time.Duration) bool {
 		}
 	}
 	return false
+}
+
+// redisCalls reads INFO commandstats: every command Redis ran since the
+// last CONFIG RESETSTAT (INFO and CONFIG left out), and the round trips
+// among them (EVAL, EVALSHA: one per script call).
+func redisCalls(t *testing.T, rdb *redis.Client) (calls, trips int64) {
+	t.Helper()
+	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
+		if !ok {
+			continue
+		}
+		k = strings.TrimPrefix(k, "cmdstat_")
+		if k == "info" || strings.HasPrefix(k, "config") {
+			continue
+		}
+		n, _ := strconv.ParseInt(strings.SplitN(v, ",", 2)[0], 10, 64)
+		calls += n
+		if k == "eval" || k == "evalsha" {
+			trips += n
+		}
+	}
+	return calls, trips
 }
