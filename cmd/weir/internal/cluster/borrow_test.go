@@ -31,7 +31,7 @@ func TestBorrow(t *testing.T) {
 	a.c.mu.Lock()
 	l := a.c.levels[key]
 	a.c.setCap(l, 2)
-	l.share = 2
+	l.setShare(2)
 	a.c.mu.Unlock()
 	if err := rdb.HSet(ctx, key, "a", "2 2 "+exp, "x", "5 5 "+exp).Err(); err != nil {
 		t.Fatal(err)

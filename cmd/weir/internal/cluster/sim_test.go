@@ -29,8 +29,9 @@ type simNode struct {
 	held []policy.Ticket
 }
 
-// drive runs in its own goroutine until stop: every 5 ms it admits until
-// open reaches want (or the share refuses) and releases what is above it.
+// drive runs in its own goroutine until stop: every 5 ms it tries to
+// admit a connection for each it lacks below want (clients that retry
+// every 5 ms) and releases what is above it.
 func (n *simNode) drive(stop <-chan struct{}, wg *sync.WaitGroup) {
 	defer wg.Done()
 	vs := n.cfg.ServiceByName("web")
@@ -51,11 +52,12 @@ func (n *simNode) drive(stop <-chan struct{}, wg *sync.WaitGroup) {
 			n.held[len(n.held)-1].Release()
 			n.held = n.held[:len(n.held)-1]
 		}
-		for int64(len(n.held)) < w {
+		// Every client not served tries again (a refusal each, the demand
+		// the share did not meet).
+		for missing := w - int64(len(n.held)); missing > 0; missing-- {
 			n.held = append(n.held, policy.Ticket{})
 			if _, ok := n.adm.Admit(vs, &n.held[len(n.held)-1]); !ok {
 				n.held = n.held[:len(n.held)-1]
-				break
 			}
 		}
 		n.open.Store(int64(len(n.held)))
