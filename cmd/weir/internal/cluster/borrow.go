@@ -60,8 +60,8 @@ func (c *Cluster) borrow(ctx context.Context, key string) bool {
 }
 
 // borrowOnce makes one borrow round trip. wait reports that nothing was
-// granted while another member holds slots above its part and its open
-// connections, and was nudged to give them back.
+// granted while another member holds slots above its part, and was
+// nudged to give back those it does not use.
 func (c *Cluster) borrowOnce(ctx context.Context, key string, before int64) (granted, wait bool) {
 	select {
 	case c.rt <- struct{}{}:

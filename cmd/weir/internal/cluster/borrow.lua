@@ -9,8 +9,9 @@
 -- (never lower than what was recorded) before the caller raises its
 -- share, so the recorded leases still bound the open connections.
 -- Otherwise it records the demand (the others see this member below its
--- part) and, when another member holds slots above its part and its open
--- connections, publishes on the nudge channel so that it gives them back.
+-- part) and, when another member holds slots above its part (it may no
+-- longer use them: its recorded open count is as old as its last
+-- renewal), publishes on the nudge channel so that it gives them back.
 -- Returns {grant, held, nudged}: grant <= cur means nothing granted.
 local id, hold, channel = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local limit, ask, cur, open = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
@@ -49,7 +50,7 @@ end
 redis.call('HSET', KEYS[1], id, mine .. ' ' .. d[id] .. ' ' .. myexp .. ' ' .. open)
 local spare = false
 for _, m in ipairs(ids) do
-  if m ~= id and s[m] > math.max(t[m], o[m]) then spare = true end
+  if m ~= id and s[m] > t[m] then spare = true end
 end
 if spare then
   redis.call('PUBLISH', channel, id)

@@ -259,7 +259,7 @@ type lease struct {
 	wants      int64 // the cluster-wide sum of wants at the last renewal
 	record     int64 // the lease recorded in Redis for this instance
 	short      bool  // at the last renewal another member was below its part
-	spare      bool  // at the last renewal another member held slots above its part and its open connections
+	spare      bool  // at the last renewal another member held slots above its part
 	open       int64
 	gone       bool // no longer enforced: release at the next renewal
 }
@@ -840,7 +840,7 @@ func (c *Cluster) graceMax() time.Duration {
 // grant exceeds ceil. Under mu.
 func (c *Cluster) plan(l *lease, grace bool) (want, floor, ceil int64) {
 	if l.gone {
-		return 0, 0, 0
+		return -1, 0, 0
 	}
 	cur := l.share
 	// Connections above the share cannot be added (SetCapacity's bound), so

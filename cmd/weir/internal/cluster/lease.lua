@@ -3,7 +3,8 @@
 -- key, KEYS[3..] one lease hash per shared limit.
 -- ARGV: id, ttl (ms), started (Unix ms), member key prefix, hold (ms: how
 -- long a field outlives its expiry, its slots still counted as held),
--- nudge channel, then per limit: limit, want (the local demand), floor
+-- nudge channel, then per limit: limit, want (the local demand; < 0: the
+-- limit is no longer shared here, its field is deleted), floor
 -- (the lease is never recorded below it: what may be in use), cap (no
 -- grant above it), cur (the share held now), open.
 -- A lease hash maps member id -> "slots want expiry(ms) open". A field
@@ -14,14 +15,14 @@
 -- A member aims at its part of alloc; it is granted that part out of
 -- what the others' leases leave, and it keeps a larger share unless
 -- another member is below its part. When this member is below its part
--- while another holds slots above its own part and its open
--- connections, or when it joins, it publishes on the nudge channel: the
+-- while another holds slots above its own part (which it may no longer
+-- use: the open count it recorded is as old as its last renewal), or
+-- when it joins, it publishes on the nudge channel: the
 -- others renew at once and give those slots back.
 -- Returns {nmembers, id, started, pttl, ..., then per limit grant,
 -- record, held, wants, short, spare} (short: 1 when another member is
 -- below its part, so that this one gives back slots as its connections
--- close; spare: 1 when another holds slots above its part and its open
--- connections, so that this one renews early when its share is full).
+-- close; spare: 1 when another holds slots above its part, so that this one renews early when its share is full).
 local id, ttl, started, prefix = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local hold, channel = tonumber(ARGV[5]), ARGV[6]
 local now = now_ms()
@@ -51,6 +52,10 @@ for i = 3, #KEYS do
   local a = 7 + (i - 3) * 6
   local limit, want, floor = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
   local cap, cur, open = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
+  -- want < 0: the limit is no longer shared here; its field goes (an idle
+  -- member keeps one, 0 slots, so that it can borrow).
+  local gone = want < 0
+  if gone then want = 0 end
   local others, wants = 0, want
   local d, s, o = {}, {}, {}
   for _, m in ipairs(ids) do d[m], s[m], o[m] = 0, 0, 0 end
@@ -76,7 +81,7 @@ for i = 3, #KEYS do
   for _, m in ipairs(ids) do
     if m ~= id then
       if t[m] > s[m] then short = true end
-      if s[m] > math.max(t[m], o[m]) then spare = true end
+      if s[m] > t[m] then spare = true end
     end
   end
   local free = math.max(limit - others, 0)
@@ -88,8 +93,9 @@ for i = 3, #KEYS do
   if grant < 0 then grant = 0 end
   if t[id] > grant and spare then nudge = true end
   local record = math.max(grant, floor)
-  if record == 0 and want == 0 then
+  if gone then
     redis.call('HDEL', KEYS[i], id)
+    grant, record = 0, 0
   else
     redis.call('HSET', KEYS[i], id, record .. ' ' .. want .. ' ' .. exp .. ' ' .. open)
     redis.call('PEXPIRE', KEYS[i], ttl * 4)
