@@ -95,8 +95,16 @@ func (c *Cluster) borrowOnce(ctx context.Context, key string, before int64) (gra
 	if want <= cur {
 		return false, false
 	}
+	// One nudge per borrowTimeout is enough: the members it reaches are
+	// already renewing (a burst's every connection borrowing would make
+	// each of them renew once per connection).
+	now := time.Now()
+	channel := ""
+	if last := c.nudgeSent.Load(); last == 0 || now.Sub(time.Unix(0, last)) >= c.o.Config.BorrowTimeout {
+		channel = c.nudgeChannel()
+	}
 	res, err := borrowScript.Run(ctx, c.rdb, []string{key},
-		c.o.Config.Instance, c.hold().Milliseconds(), c.nudgeChannel(), l.limit, want, cur, open, demand).Int64Slice()
+		c.o.Config.Instance, c.hold().Milliseconds(), channel, l.limit, want, cur, open, demand).Int64Slice()
 	c.renews.Add(1)
 	if err != nil || len(res) != 3 {
 		// No answer in time: the script may still have recorded a larger
@@ -106,6 +114,10 @@ func (c *Cluster) borrowOnce(ctx context.Context, key string, before int64) (gra
 	}
 	l.held = res[1]
 	if res[0] <= cur {
+		if res[2] != 0 && channel != "" {
+			c.nudgeSent.Store(now.UnixNano())
+		}
+		// Wait for the members nudged, by this call or a recent one.
 		return false, res[2] != 0
 	}
 	c.setCap(l, res[0])

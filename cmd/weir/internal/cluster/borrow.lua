@@ -1,5 +1,6 @@
 -- weir cluster borrow: one round trip for a limit whose local share is
--- full. KEYS[1] the lease hash; ARGV: id, hold (ms), nudge channel,
+-- full. KEYS[1] the lease hash; ARGV: id, hold (ms), nudge channel ('':
+-- do not publish),
 -- limit, ask (the share asked for), cur (the share held now), open,
 -- demand (the connections open and waiting).
 -- The members are the fields whose expiry has not passed; this member's
@@ -53,7 +54,8 @@ for _, m in ipairs(ids) do
   if m ~= id and s[m] > t[m] then spare = true end
 end
 if spare then
-  redis.call('PUBLISH', channel, id)
+  -- channel '': nudged lately, the members are renewing already.
+  if channel ~= '' then redis.call('PUBLISH', channel, id) end
   return {cur, others + mine, 1}
 end
 return {cur, others + mine, 0}

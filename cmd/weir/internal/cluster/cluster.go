@@ -28,37 +28,41 @@
 // trip for the membership and every level), which atomically
 //
 //   - drops the leases of members whose record expired (a dead instance's
-//     slots are free again after policy.LeaseTTLFactor intervals),
-//   - grants min(want, limit − the others' leases), and under contention
-//     (the wants add up to more than the limit) at most the member's part of
-//     the demand, so that slots follow demand,
+//     slots are free again after policy.LeaseTTLFactor intervals; under
+//     failClosed one lifetime later, see hold),
+//   - works out every live member's part of the limit from the demands
+//     recorded (alloc.lua: demand, spare and an even part of the rest while
+//     they fit, so that an idle member holds limit ÷ members; in proportion
+//     to demand under contention),
+//   - grants this member its part out of what the others' leases leave
+//     (it keeps a larger share unless another member is below its part),
 //   - records max(grant, floor), where floor bounds the connections the
 //     instance may still have open: a lease is never recorded below what is
 //     in use, so the recorded leases, and with them the open connections,
 //     never add up to more than the limit.
 //
-// want is the open connections plus a spare (a quarter of them; at least
-// one while the cluster has free slots and no unmet demand) plus the connections the share
-// refused since the last renewal; and while slots are free and the wants
-// add up to no more than the limit, at least the
-// instance's even part of the limit (limit ÷ members), so that an idle
-// instance admits a burst at once.
-// Growing is in the background: between renewals Loop checks the local
-// demand every tenth of the lease interval and renews early when a level's
-// share is full or refused a connection. A SYN arriving at a full share is
-// refused at once (policy.Refusal.Shared), never held while Redis answers:
-// the choice keeps admission free of I/O and its latency independent of
-// Redis; the cost is that a burst beyond the spare is refused for up to a
-// tenth of the lease interval plus a round trip.
+// A member's demand is its open connections plus those its share refused
+// since its last renewal. A share the answer lowers is lowered first and
+// its smaller lease recorded right after (release.lua), so that slots go
+// back at that renewal. The members nudge each other through a Pub/Sub
+// channel: one that joins or leaves, one below its part while another
+// holds slots above its own, and one that gave slots back publish, and
+// the others renew at once (rate-limited while their renewals move
+// nothing). Between renewals Loop also checks the local demand every tenth
+// of the lease interval and renews early when a level's share is full or
+// refused a connection while the cluster has room.
 //
 // Borrow (borrow.go) is the synchronous path for a connection refused by a
-// full share after its handshake: one Lua round trip, bounded by
-// cluster.borrowTimeout (default 5 ms) including the wait for a renewal in
-// flight, that grants up to a quarter more slots (at least one) out of
-// what the other members' live leases leave free, records them in Redis
-// and only then raises the share. It is exact like a renewal (the record
-// is written before the share grows); it cannot take slots another member
-// holds idle until that member's next renewal gives them back.
+// full share after its handshake: bounded by cluster.borrowTimeout
+// (default 5 ms) in all, it records the burst's demand and takes this
+// member's part out of what the other members' leases leave, recording it
+// in Redis before the share grows; when the slots it needs are held above
+// their part by others it nudges them and tries again once they gave back.
+//
+// A lease also ends on the holder's clock: half an interval before a lease
+// lifetime after the renewal was sent (Admission.SetShareDeadline), so that
+// a paused process does not admit on a lease the others may already have
+// re-taken, whatever runs first when it resumes.
 //
 // Shrinking is exact: the share is lowered locally first, and
 // Admission.SetCapacity returns the open connections after it took effect;
@@ -90,11 +94,13 @@
 // lease lifetime (three intervals): renewals start an interval apart and
 // each is bounded by half an interval. An instance stalled longer (a paused
 // VM, a starved process), or cut off from Redis alone while the others
-// still reach it, keeps using its lease or its fallback share after its
-// record expired, and the others may take those slots: the sum can then
-// exceed the limit by that instance's share until it renews or its
-// connections close. failClosed avoids it at the cost of refusing during an
-// outage.
+// still reach it, keeps the connections it has open (it admits no more on
+// its expired lease, but under localShare it admits up to its fallback
+// share while cut off), and the others may take those slots: the sum can
+// then exceed the limit by that instance's share until it renews or its
+// connections close. Under failClosed the others keep a silent member's
+// slots one more lifetime (hold), so that a pause up to two lifetimes, or a
+// partition whose open connections close within them, stays exact.
 package cluster
 
 import (
@@ -225,9 +231,10 @@ type Cluster struct {
 	// nudge wakes Loop for an early renewal: another member published on
 	// the cluster's nudge channel (it joined, left, is below its part
 	// while this one holds slots above its own, or gave slots back).
-	nudge   chan struct{}
-	nudgeMu sync.Mutex
-	nudged  chan struct{} // closed and replaced at each nudge: a borrow waits on it
+	nudge     chan struct{}
+	nudgeSent atomic.Int64 // UnixNano of the last nudge a borrow published
+	nudgeMu   sync.Mutex
+	nudged    chan struct{} // closed and replaced at each nudge: a borrow waits on it
 
 	mu         sync.Mutex                        // guards the fields below and Loop's state
 	levels     map[string]*lease                 // by Redis key
