@@ -64,6 +64,15 @@ local function alloc(limit, ids, w)
   return split(limit, ids, w)
 end
 
+-- slack is how far a member's lease may stray from its part before the
+-- others count it above or below (an eighth of the part: none for parts
+-- below 8): under contention the demands, refusals since the last
+-- renewal, move a little at every renewal, and without it the members
+-- would nudge each other and trade a slot at every one.
+local function slack(part)
+  return math.floor(part / 8)
+end
+
 -- parse reads a lease field "slots want expiry open" (open may be absent
 -- in a field an older weir wrote).
 local function parse(v)

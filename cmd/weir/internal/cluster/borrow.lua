@@ -51,7 +51,7 @@ end
 redis.call('HSET', KEYS[1], id, mine .. ' ' .. d[id] .. ' ' .. myexp .. ' ' .. open)
 local spare = false
 for _, m in ipairs(ids) do
-  if m ~= id and s[m] > t[m] then spare = true end
+  if m ~= id and s[m] > t[m] + slack(t[m]) then spare = true end
 end
 if spare then
   -- channel '': nudged lately, the members are renewing already.

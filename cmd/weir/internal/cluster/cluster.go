@@ -209,6 +209,9 @@ type Cluster struct {
 
 	outages atomic.Uint64
 	renews  atomic.Uint64 // Redis round trips made
+	// why counts the renewals by cause: periodic, early (wantsMore),
+	// nudged; tests read it.
+	why [3]atomic.Uint64
 
 	recomputed chan struct{} // Recomputed's signal to bandwidthLoop
 	bwRounds   atomic.Uint64 // bandwidth round trips made
@@ -460,12 +463,20 @@ func (c *Cluster) Loop(ctx context.Context) {
 	}()
 	defer func() { <-bwDone }()
 	// A nudge renews at once, then no sooner than gap after the previous
-	// nudged renewal: gap starts at a millisecond and doubles, up to a
-	// poll, each time a nudged renewal moved no share, so that members
+	// nudged renewal: gap starts at a millisecond (more with many members)
+	// and doubles, up to a poll, each time a nudged renewal moved no share, so that members
 	// that keep nudging cannot make this one renew more than 10 times an
 	// interval, while nudges that move slots are answered at once.
-	const minGap = time.Millisecond
-	gap := minGap
+	// The first gap grows with the members (a quarter millisecond each):
+	// a nudge makes up to members − 1 renewals, each reading every
+	// member, so that a storm of them (a release by each of 90 idle
+	// members) costs Redis O(members) renewals per gap, not per nudge.
+	minGap := func() time.Duration {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return max(time.Millisecond, time.Duration(c.members)*250*time.Microsecond)
+	}
+	gap := minGap()
 	var lastNudge time.Time
 	var wake *time.Timer // a nudge that came within gap, answered at its end
 	var wakeC <-chan time.Time
@@ -476,8 +487,9 @@ func (c *Cluster) Loop(ctx context.Context) {
 	}()
 	nudged := func(now time.Time) {
 		lastNudge, last, wakeC = now, now, nil
+		c.why[2].Add(1)
 		if c.Renew(ctx) {
-			gap = minGap
+			gap = minGap()
 		} else {
 			gap = min(2*gap, poll)
 		}
@@ -503,7 +515,12 @@ func (c *Cluster) Loop(ctx context.Context) {
 		case now := <-wakeC:
 			nudged(now)
 		case now := <-tick.C:
-			if now.Sub(last) >= interval || c.wantsMore() {
+			if now.Sub(last) >= interval {
+				c.why[0].Add(1)
+				last = now
+				c.Renew(ctx)
+			} else if c.wantsMore() {
+				c.why[1].Add(1)
 				last = now
 				c.Renew(ctx)
 			}
@@ -792,12 +809,19 @@ func (c *Cluster) expire() {
 
 // release records the smaller leases of the levels whose share apply
 // lowered (the share is already lowered, so each still bounds what is in
-// use), and nudges the members below their part. A failure leaves the
+// use), and nudges the members below their part (a member that joined and
+// has no lease yet is one). A failure leaves the
 // larger record, which only over-states what this instance holds until
 // the next renewal. Under mu, with the round trip held.
 func (c *Cluster) release(ctx context.Context, back []*lease) {
 	keys := make([]string, 0, len(back))
-	args := []any{c.o.Config.Instance, c.nudgeChannel()}
+	channel := "" // nobody below its part: nobody to tell
+	for _, l := range back {
+		if l.short {
+			channel = c.nudgeChannel()
+		}
+	}
+	args := []any{c.o.Config.Instance, channel}
 	for _, l := range back {
 		keys = append(keys, l.key)
 		args = append(args, max(l.share, l.open))

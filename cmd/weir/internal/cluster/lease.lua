@@ -80,8 +80,8 @@ for i = 3, #KEYS do
   local short, spare = false, false
   for _, m in ipairs(ids) do
     if m ~= id then
-      if t[m] > s[m] then short = true end
-      if s[m] > t[m] then spare = true end
+      if t[m] > s[m] + slack(t[m]) then short = true end
+      if s[m] > t[m] + slack(t[m]) then spare = true end
     end
   end
   local free = math.max(limit - others, 0)
@@ -91,7 +91,7 @@ for i = 3, #KEYS do
     grant = math.min(cur, cap, free)
   end
   if grant < 0 then grant = 0 end
-  if t[id] > grant and spare then nudge = true end
+  if t[id] > grant + slack(t[id]) and spare then nudge = true end
   local record = math.max(grant, floor)
   if gone then
     redis.call('HDEL', KEYS[i], id)

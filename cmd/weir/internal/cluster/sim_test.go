@@ -281,10 +281,15 @@ func TestSimulate100Instances(t *testing.T) {
 		return 0
 	}, nodes[:10])
 	var renewals, outages uint64
+	var why [3]uint64
 	for _, n := range nodes {
+		for i := range why {
+			why[i] += n.c.why[i].Load()
+		}
 		renewals += n.c.Status().Renewals
 		outages += n.c.Status().Outages
 	}
+	t.Logf("renewals by cause: %d periodic, %d early (local demand), %d nudged", why[0], why[1], why[2])
 	t.Logf("%d outages seen (renewals that failed twice in a row); the first: %q", outages, downLogs)
 	// The limit holds while every instance renews in time. An instance
 	// whose renewals failed (a starved test machine) runs on its
