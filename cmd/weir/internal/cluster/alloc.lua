@@ -64,11 +64,12 @@ local function alloc(limit, ids, w)
   return split(limit, ids, w)
 end
 
--- slack is how far a member's lease may stray from its part before the
--- others count it above or below (an eighth of the part: none for parts
--- below 8): under contention the demands, refusals since the last
--- renewal, move a little at every renewal, and without it the members
--- would nudge each other and trade a slot at every one.
+-- slack is how far a member's lease may exceed its part before the others
+-- nudge it (an eighth of the part: none for parts below 8): under
+-- contention the demands, refusals since the last renewal, move a little
+-- at every renewal, and without it the members would nudge each other at
+-- every one. (A member below its part by any amount still makes the
+-- others give back at their renewals.)
 local function slack(part)
   return math.floor(part / 8)
 end

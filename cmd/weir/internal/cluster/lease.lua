@@ -80,7 +80,7 @@ for i = 3, #KEYS do
   local short, spare = false, false
   for _, m in ipairs(ids) do
     if m ~= id then
-      if t[m] > s[m] + slack(t[m]) then short = true end
+      if t[m] > s[m] then short = true end
       if s[m] > t[m] + slack(t[m]) then spare = true end
     end
   end
