@@ -467,14 +467,15 @@ func (c *Cluster) Loop(ctx context.Context) {
 	// and doubles, up to a poll, each time a nudged renewal moved no share, so that members
 	// that keep nudging cannot make this one renew more than 10 times an
 	// interval, while nudges that move slots are answered at once.
-	// The first gap grows with the members (a quarter millisecond each):
-	// a nudge makes up to members − 1 renewals, each reading every
-	// member, so that a storm of them (a release by each of 90 idle
-	// members) costs Redis O(members) renewals per gap, not per nudge.
+	// The first gap grows with the members (a millisecond each, up to a
+	// poll): a nudge makes up to members − 1 renewals, each reading every
+	// member, so that a storm of them (100 instances starting at once, a
+	// release by each of 90 idle members) costs Redis O(members) renewals
+	// per gap, not per nudge.
 	minGap := func() time.Duration {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		return max(time.Millisecond, time.Duration(c.members)*250*time.Microsecond)
+		return min(max(time.Millisecond, time.Duration(c.members)*time.Millisecond), poll)
 	}
 	gap := minGap()
 	var lastNudge time.Time

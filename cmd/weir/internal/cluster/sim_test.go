@@ -303,6 +303,11 @@ func TestSimulate100Instances(t *testing.T) {
 	}
 	t.Logf("peak %d of %d (sampled sum of the nodes' counts %d); %d renewals in all", allPeak.Load(), limit, peak.Load(), renewals)
 	calls, trips := redisCalls(t, rdb)
+	for _, line := range strings.Split(rdb.Info(context.Background(), "commandstats").Val(), "\n") {
+		if strings.HasPrefix(line, "cmdstat_evalsha:") || strings.HasPrefix(line, "cmdstat_publish:") {
+			t.Logf("Redis %s", strings.TrimSpace(line))
+		}
+	}
 	secs := time.Since(statsFrom).Seconds()
 	t.Logf("Redis cost per instance over the run: %.1f round trips/s, %.1f commands/s (lease %v)", float64(trips)/secs/members, float64(calls)/secs/members, lease)
 }
