@@ -95,12 +95,14 @@ func (c *Cluster) borrowOnce(ctx context.Context, key string, before int64) (gra
 	if want <= cur {
 		return false, false
 	}
-	// One nudge per borrowTimeout is enough: the members it reaches are
-	// already renewing (a burst's every connection borrowing would make
-	// each of them renew once per connection).
+	// One nudge per borrowTimeout is enough while the demand it told is
+	// still this one: the members it reached are renewing already (a
+	// burst's every connection borrowing would make each of them renew
+	// once per connection). A larger demand is told at once: the members
+	// gave back only what the smaller one asked.
 	now := time.Now()
 	channel := ""
-	if last := c.nudgeSent.Load(); last == 0 || now.Sub(time.Unix(0, last)) >= c.o.Config.BorrowTimeout {
+	if now.Sub(l.nudgeAt) >= c.o.Config.BorrowTimeout || demand > l.nudgeDemand {
 		channel = c.nudgeChannel()
 	}
 	res, err := borrowScript.Run(ctx, c.rdb, []string{key},
@@ -115,7 +117,7 @@ func (c *Cluster) borrowOnce(ctx context.Context, key string, before int64) (gra
 	l.held = res[1]
 	if res[0] <= cur {
 		if res[2] != 0 && channel != "" {
-			c.nudgeSent.Store(now.UnixNano())
+			l.nudgeAt, l.nudgeDemand = now, demand
 		}
 		// Wait for the members nudged, by this call or a recent one.
 		return false, res[2] != 0

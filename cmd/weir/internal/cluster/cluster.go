@@ -234,10 +234,9 @@ type Cluster struct {
 	// nudge wakes Loop for an early renewal: another member published on
 	// the cluster's nudge channel (it joined, left, is below its part
 	// while this one holds slots above its own, or gave slots back).
-	nudge     chan struct{}
-	nudgeSent atomic.Int64 // UnixNano of the last nudge a borrow published
-	nudgeMu   sync.Mutex
-	nudged    chan struct{} // closed and replaced at each nudge: a borrow waits on it
+	nudge   chan struct{}
+	nudgeMu sync.Mutex
+	nudged  chan struct{} // closed and replaced at each nudge: a borrow waits on it
 
 	mu         sync.Mutex                        // guards the fields below and Loop's state
 	levels     map[string]*lease                 // by Redis key
@@ -268,10 +267,14 @@ type lease struct {
 	held       int64 // the cluster-wide sum of leases at the last renewal
 	wants      int64 // the cluster-wide sum of wants at the last renewal
 	record     int64 // the lease recorded in Redis for this instance
-	short      bool  // at the last renewal another member was below its part
-	spare      bool  // at the last renewal another member held slots above its part
-	open       int64
-	gone       bool // no longer enforced: release at the next renewal
+	// nudgeAt and nudgeDemand: when a borrow last nudged for this lease,
+	// and with what demand.
+	nudgeAt     time.Time
+	nudgeDemand int64
+	short       bool // at the last renewal another member was below its part
+	spare       bool // at the last renewal another member held slots above its part
+	open        int64
+	gone        bool // no longer enforced: release at the next renewal
 }
 
 // setShare records the share set (setCap). Under mu.
