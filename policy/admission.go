@@ -308,6 +308,10 @@ type Admission struct {
 	order   []*level            // by mu: retired levels, for Recompute
 	scratch map[*level]struct{} // by mu: Apply's dedup set
 	defCap  int64               // by mu: the capacity of a level Apply creates (noCapacity: none)
+
+	// shareUntil, when set, is when the shares stop counting (see
+	// SetShareDeadline).
+	shareUntil atomic.Pointer[time.Time]
 }
 
 // noCapacity is a level's capacity when no share is set: the limit alone
@@ -784,6 +788,9 @@ func (a *Admission) admitAt(l *link) (Over, bool) {
 				return Over{Level: lv.kind, Name: name, Limit: LimitMaxConnections, Value: lim.MaxConnections, Measured: n}, false
 			}
 			share := lv.capacity.Load()
+			if share != noCapacity && a.sharesExpired() {
+				share = 0
+			}
 			if n >= share {
 				lv.shareRefused.Add(1)
 				return Over{lv.kind, name, LimitMaxConnections, lim.MaxConnections, n, true, share}, false
@@ -1099,6 +1106,26 @@ func (a *Admission) SetRemoteConns(kind LevelKind, name string, n int64) (ok boo
 	}
 	lv.remoteConns.Store(max(n, 0))
 	return true
+}
+
+// SetShareDeadline bounds the shares set by SetCapacity in time: once d
+// has passed (on the monotonic clock of a time.Now value), every level
+// with a share admits as if its share were 0, until the next call. The
+// cluster sets it to the end of the lease its shares stand on, so that an
+// instance that could not renew it in time (a paused process) does not
+// admit on it, whatever runs first when it resumes. A zero d removes the
+// deadline. Safe from any goroutine.
+func (a *Admission) SetShareDeadline(d time.Time) {
+	if d.IsZero() {
+		a.shareUntil.Store(nil)
+		return
+	}
+	a.shareUntil.Store(&d)
+}
+
+func (a *Admission) sharesExpired() bool {
+	d := a.shareUntil.Load()
+	return d != nil && time.Now().After(*d)
 }
 
 // SetDefaultCapacity sets the share of every level, present, retired and

@@ -309,3 +309,34 @@ func TestSetRemoteConns(t *testing.T) {
 	}
 	t1.Release()
 }
+
+// TestSetShareDeadline: past the deadline every share admits as if it
+// were 0 (a Shared refusal), a level without a share is unaffected, and a
+// later deadline, or none, restores the shares.
+func TestSetShareDeadline(t *testing.T) {
+	cfg := shareCfg(t, 5)
+	a := NewAdmission(cfg, 0)
+	web := cfg.ServiceByName("web")
+	a.SetCapacity(LevelVirtualServer, "web", 3)
+	var t0, t1 Ticket
+	a.SetShareDeadline(time.Now().Add(time.Hour))
+	if r, ok := a.Admit(web, &t0); !ok {
+		t.Fatalf("before the deadline: %v", r)
+	}
+	a.SetShareDeadline(time.Now().Add(-time.Millisecond))
+	if r, ok := a.Admit(web, &t1); ok || !r.Shared || r.Share != 0 {
+		t.Fatalf("past the deadline: %v %+v", ok, r)
+	}
+	a.SetCapacity(LevelVirtualServer, "web", -1)
+	if r, ok := a.Admit(web, &t1); !ok {
+		t.Fatalf("no share, past the deadline: %v", r)
+	}
+	t1.Release()
+	a.SetCapacity(LevelVirtualServer, "web", 3)
+	a.SetShareDeadline(time.Time{})
+	if r, ok := a.Admit(web, &t1); !ok {
+		t.Fatalf("deadline removed: %v", r)
+	}
+	t0.Release()
+	t1.Release()
+}

@@ -798,9 +798,10 @@ type Cluster struct {
 	// reached; the zero value is LocalShare.
 	OnRedisDown RedisDown
 	// BorrowTimeout bounds the synchronous borrow of a connection that
-	// arrives at a full local share (one Redis round trip, after the
-	// handshake): refused when Redis has not answered within it; zero
-	// means DefaultBorrowTimeout (5 ms). At most half a LeaseInterval.
+	// arrives at a full local share (after the handshake): its Redis round
+	// trips and the wait for members holding unused slots to give them
+	// back; refused when no slot came within it. Zero means
+	// DefaultBorrowTimeout (5 ms). At most half a LeaseInterval.
 	BorrowTimeout time.Duration
 }
 
@@ -826,6 +827,9 @@ const (
 	// may reach members × limit).
 	FailOpen
 	// FailClosed refuses every connection at an enforced connection limit.
+	// The other members also keep a silent member's slots one lease
+	// lifetime longer (a crashed member's slots free after two), so that
+	// a paused member that resumes finds its slots still its own.
 	FailClosed
 )
 

@@ -76,6 +76,8 @@ cluster:
 // ecmpRig is the topology above.
 type ecmpRig struct {
 	t       *testing.T
+	bin     string
+	config  string
 	router  *netns.NS
 	targets *netns.NS
 	redis   *clustertest.Redis
@@ -143,14 +145,30 @@ func runIn(ns *netns.NS, name string, args ...string) error {
 
 func newECMPRig(t *testing.T) *ecmpRig {
 	t.Helper()
+	rg := newECMPRigWith(t, rigOptions{config: clusterConfig, delay: time.Second})
+	rg.startInstances()
+	return rg
+}
+
+// rigOptions vary the rig: the instances' config (a template taking the
+// instance id twice) and the backends' behaviour.
+type rigOptions struct {
+	config string
+	delay  time.Duration   // each request's wait at the backend
+	hold   <-chan struct{} // then held until closed (nil: not held)
+}
+
+// newECMPRigWith builds the topology and the backends, and starts no
+// instance (startInstances does).
+func newECMPRigWith(t *testing.T, o rigOptions) *ecmpRig {
+	t.Helper()
 	requireE2E(t)
 	for _, c := range []string{"redis-server", "ip", "nft"} {
 		if _, err := exec.LookPath(c); err != nil {
 			t.Skipf("skipping: %s not installed (scripts/deps.sh installs it): the ECMP cluster test needs it", c)
 		}
 	}
-	bin := weirBinary(t)
-	rg := &ecmpRig{t: t, router: testutil.NetNS(t), targets: testutil.NetNS(t)}
+	rg := &ecmpRig{t: t, bin: weirBinary(t), config: o.config, router: testutil.NetNS(t), targets: testutil.NetNS(t)}
 	must := func(err error) {
 		t.Helper()
 		if err != nil {
@@ -194,18 +212,29 @@ func newECMPRig(t *testing.T) *ecmpRig {
 	// Backends: a request takes 1 s, so that 30 clients keep every slot
 	// busy; t1's MaxActive is what its maxConnections must bound.
 	for i, a := range []string{"198.18.3.1:8081", "198.18.3.2:8082", "198.18.3.3:8083"} {
-		b := &bench.Backend{Name: fmt.Sprintf("t%d", i+1), Delay: time.Second}
+		b := &bench.Backend{Name: fmt.Sprintf("t%d", i+1), Delay: o.delay, Hold: o.hold}
 		ln, err := rg.targets.Listen("tcp", a)
 		must(err)
 		go b.Serve(ln)
 		t.Cleanup(func() { b.Close(); ln.Close() })
 		rg.backs = append(rg.backs, b)
 	}
+	return rg
+}
+
+// startInstances starts the three instances (w1, w2, w3, one per weir
+// namespace) and waits until each sees all three sharing.
+func (rg *ecmpRig) startInstances() {
+	t := rg.t
+	t.Helper()
+	rg.procs = nil
 	for i, w := range rg.ws {
 		id := fmt.Sprintf("w%d", i+1)
 		cfg := filepath.Join(t.TempDir(), "weir.yaml")
-		must(os.WriteFile(cfg, []byte(fmt.Sprintf(clusterConfig, id, id)), 0o644))
-		rg.procs = append(rg.procs, weirproc.Start(t, weirproc.Options{Binary: bin, Config: cfg, NS: w, Ready: 30 * time.Second}))
+		if err := os.WriteFile(cfg, []byte(fmt.Sprintf(rg.config, id, id)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		rg.procs = append(rg.procs, weirproc.Start(t, weirproc.Options{Binary: rg.bin, Config: cfg, NS: w, Ready: 30 * time.Second}))
 	}
 	for _, p := range rg.procs {
 		rg.waitStatus(p, 15*time.Second, "3 members sharing", func(st api.Status) bool {
@@ -213,7 +242,6 @@ func newECMPRig(t *testing.T) *ecmpRig {
 			return c != nil && c.Reachable && c.Mode == "shared" && len(c.Members) == 3
 		})
 	}
-	return rg
 }
 
 func (rg *ecmpRig) status(p *weirproc.Proc) (api.Status, error) {

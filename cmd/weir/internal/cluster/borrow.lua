@@ -1,38 +1,61 @@
--- weir cluster borrow: one round trip for a level whose local share is
--- full. KEYS[1] the level's lease hash; ARGV: id, ttl (ms), limit, want
--- (the share asked for), cur (the share held now).
--- Grants min(want, limit - the others' live leases) when that is above
--- cur, and records it (never lower than what was recorded) before the
--- caller raises its share, so the recorded leases still bound the open
--- connections. It grants nothing while another live member has unmet
--- demand (its recorded want above its lease): slots under contention are
--- split by the renewals in proportion to demand (lease.lua), and a borrow
--- would hand every slot that frees to the member whose clients retry
--- fastest.
--- Returns {grant, held}: grant <= cur means nothing granted.
-local id, ttl = ARGV[1], tonumber(ARGV[2])
-local limit, want, cur = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local others, unmet, mine, mywant, myexp = 0, false, 0, 0, now + ttl
+-- weir cluster borrow: one round trip for a limit whose local share is
+-- full. KEYS[1] the lease hash; ARGV: id, hold (ms), nudge channel ('':
+-- do not publish),
+-- limit, ask (the share asked for), cur (the share held now), open,
+-- demand (the connections open and waiting).
+-- The members are the fields whose expiry has not passed; this member's
+-- own must be live (an expired lease is renewed, not borrowed on).
+-- Grants min(ask, this member's part of alloc with its demand raised to
+-- demand, limit - the others' leases) when that is above cur, and records it
+-- (never lower than what was recorded) before the caller raises its
+-- share, so the recorded leases still bound the open connections.
+-- Otherwise it records the demand (the others see this member below its
+-- part) and, when another member holds slots above its part (it may no
+-- longer use them: its recorded open count is as old as its last
+-- renewal), publishes on the nudge channel so that it gives them back.
+-- Returns {grant, held, nudged}: grant <= cur means nothing granted.
+local id, hold, channel = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local limit, ask, cur, open = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local demand = tonumber(ARGV[8])
+local now = now_ms()
+local others, mine, mywant, myexp = 0, -1, 0, 0
+local ids, d, s, o = {}, {}, {}, {}
 local h = redis.call('HGETALL', KEYS[1])
 for j = 1, #h, 2 do
-  local s, w, e = string.match(h[j + 1], '^(%d+) (%d+) (%d+)$')
-  if h[j] == id then
-    if s ~= nil then mine, mywant, myexp = tonumber(s), tonumber(w), tonumber(e) end
-  elseif s ~= nil and tonumber(e) > now then
-    others = others + tonumber(s)
-    unmet = unmet or tonumber(w) > tonumber(s)
+  local m = h[j]
+  local fs, fw, fe, fo = parse(h[j + 1])
+  if fs ~= nil and fe + hold > now then
+    if m == id then
+      mine, mywant, myexp = fs, fw, fe
+    else
+      others = others + fs
+    end
+    if fe > now then
+      ids[#ids + 1] = m
+      d[m], s[m], o[m] = fw, fs, fo
+    end
   end
 end
-local grant = math.min(want, limit - others)
-if unmet then
-  grant = cur
+if mine < 0 or myexp <= now then
+  return {cur, others + math.max(mine, 0), 0}
 end
-if grant <= cur then
-  return {cur, others + math.max(mine, cur)}
+d[id] = math.max(mywant, demand)
+table.sort(ids)
+local t = alloc(limit, ids, d)
+local grant = math.min(ask, t[id], limit - others)
+if grant > cur then
+  local record = math.max(grant, mine)
+  redis.call('HSET', KEYS[1], id, record .. ' ' .. d[id] .. ' ' .. myexp .. ' ' .. open)
+  return {grant, others + record, 0}
 end
-local record = math.max(grant, mine)
-redis.call('HSET', KEYS[1], id, record .. ' ' .. math.max(mywant, grant) .. ' ' .. myexp)
-redis.call('PEXPIRE', KEYS[1], ttl * 4)
-return {grant, others + record}
+redis.call('HSET', KEYS[1], id, mine .. ' ' .. d[id] .. ' ' .. myexp .. ' ' .. open)
+local spare = false
+for _, m in ipairs(ids) do
+  if m ~= id and s[m] > t[m] + slack(t[m]) then spare = true end
+end
+if spare then
+  -- channel '': nudged lately, the members are renewing already.
+  if channel ~= '' then redis.call('PUBLISH', channel, id) end
+  return {cur, others + mine, 1}
+end
+return {cur, others + mine, 0}

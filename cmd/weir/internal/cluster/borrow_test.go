@@ -31,7 +31,7 @@ func TestBorrow(t *testing.T) {
 	a.c.mu.Lock()
 	l := a.c.levels[key]
 	a.c.setCap(l, 2)
-	l.share = 2
+	l.setShare(2)
 	a.c.mu.Unlock()
 	if err := rdb.HSet(ctx, key, "a", "2 2 "+exp, "x", "5 5 "+exp).Err(); err != nil {
 		t.Fatal(err)
@@ -105,4 +105,40 @@ func TestBorrowTimeout(t *testing.T) {
 	if d := time.Since(start); d > a.cfg.Cluster.BorrowTimeout+100*time.Millisecond {
 		t.Errorf("borrow took %v, timeout %v", d, a.cfg.Cluster.BorrowTimeout)
 	}
+}
+
+// TestLeaseEndsOnHolderClock: an instance that could not renew (its Loop
+// stopped, as in a paused process) stops admitting on its lease half an
+// interval before the lease's lifetime ends, on its own clock, and a
+// borrow on the ended lease grants nothing; the next renewal restores it.
+func TestLeaseEndsOnHolderClock(t *testing.T) {
+	r := startRedis(t)
+	a := newNode(t, r.Addr(), "a", 10, policy.FailClosed)
+	eventually(t, 5*time.Second, func() bool { return a.level().Share == 10 }, func() string { return fmt.Sprintf("%+v", a.level()) })
+	a.cancel()
+	<-a.done
+	var t0 policy.Ticket
+	if r, ok := a.adm.Admit(a.web(), &t0); !ok {
+		t.Fatalf("on a live lease: %v", r)
+	}
+	t0.Release()
+	a.c.mu.Lock()
+	until := a.c.leaseUntil
+	a.c.mu.Unlock()
+	if d := time.Until(until); d <= 0 || d > a.c.ttl {
+		t.Fatalf("lease ends in %v, lifetime %v", d, a.c.ttl)
+	}
+	time.Sleep(time.Until(until) + time.Millisecond)
+	r2, ok := a.adm.Admit(a.web(), &t0)
+	if ok || !r2.Shared {
+		t.Fatalf("past the lease's end: admitted %v (%+v)", ok, r2)
+	}
+	if a.c.Borrow(context.Background(), policy.LevelVirtualServer, "web") {
+		t.Fatal("borrowed on an ended lease")
+	}
+	a.c.Renew(context.Background())
+	if r, ok := a.adm.Admit(a.web(), &t0); !ok {
+		t.Fatalf("renewed: %v", r)
+	}
+	t0.Release()
 }

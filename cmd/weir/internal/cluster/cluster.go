@@ -28,37 +28,41 @@
 // trip for the membership and every level), which atomically
 //
 //   - drops the leases of members whose record expired (a dead instance's
-//     slots are free again after policy.LeaseTTLFactor intervals),
-//   - grants min(want, limit − the others' leases), and under contention
-//     (the wants add up to more than the limit) at most the member's part of
-//     the demand, so that slots follow demand,
+//     slots are free again after policy.LeaseTTLFactor intervals; under
+//     failClosed one lifetime later, see hold),
+//   - works out every live member's part of the limit from the demands
+//     recorded (alloc.lua: demand, spare and an even part of the rest while
+//     they fit, so that an idle member holds limit ÷ members; in proportion
+//     to demand under contention),
+//   - grants this member its part out of what the others' leases leave
+//     (it keeps a larger share unless another member is below its part),
 //   - records max(grant, floor), where floor bounds the connections the
 //     instance may still have open: a lease is never recorded below what is
 //     in use, so the recorded leases, and with them the open connections,
 //     never add up to more than the limit.
 //
-// want is the open connections plus a spare (a quarter of them; at least
-// one while the cluster has free slots and no unmet demand) plus the connections the share
-// refused since the last renewal; and while slots are free and the wants
-// add up to no more than the limit, at least the
-// instance's even part of the limit (limit ÷ members), so that an idle
-// instance admits a burst at once.
-// Growing is in the background: between renewals Loop checks the local
-// demand every tenth of the lease interval and renews early when a level's
-// share is full or refused a connection. A SYN arriving at a full share is
-// refused at once (policy.Refusal.Shared), never held while Redis answers:
-// the choice keeps admission free of I/O and its latency independent of
-// Redis; the cost is that a burst beyond the spare is refused for up to a
-// tenth of the lease interval plus a round trip.
+// A member's demand is its open connections plus those its share refused
+// since its last renewal. A share the answer lowers is lowered first and
+// its smaller lease recorded right after (release.lua), so that slots go
+// back at that renewal. The members nudge each other through a Pub/Sub
+// channel: one that joins or leaves, one below its part while another
+// holds slots above its own, and one that gave slots back publish, and
+// the others renew at once (rate-limited while their renewals move
+// nothing). Between renewals Loop also checks the local demand every tenth
+// of the lease interval and renews early when a level's share is full or
+// refused a connection while the cluster has room.
 //
 // Borrow (borrow.go) is the synchronous path for a connection refused by a
-// full share after its handshake: one Lua round trip, bounded by
-// cluster.borrowTimeout (default 5 ms) including the wait for a renewal in
-// flight, that grants up to a quarter more slots (at least one) out of
-// what the other members' live leases leave free, records them in Redis
-// and only then raises the share. It is exact like a renewal (the record
-// is written before the share grows); it cannot take slots another member
-// holds idle until that member's next renewal gives them back.
+// full share after its handshake: bounded by cluster.borrowTimeout
+// (default 5 ms) in all, it records the burst's demand and takes this
+// member's part out of what the other members' leases leave, recording it
+// in Redis before the share grows; when the slots it needs are held above
+// their part by others it nudges them and tries again once they gave back.
+//
+// A lease also ends on the holder's clock: half an interval before a lease
+// lifetime after the renewal was sent (Admission.SetShareDeadline), so that
+// a paused process does not admit on a lease the others may already have
+// re-taken, whatever runs first when it resumes.
 //
 // Shrinking is exact: the share is lowered locally first, and
 // Admission.SetCapacity returns the open connections after it took effect;
@@ -90,11 +94,13 @@
 // lease lifetime (three intervals): renewals start an interval apart and
 // each is bounded by half an interval. An instance stalled longer (a paused
 // VM, a starved process), or cut off from Redis alone while the others
-// still reach it, keeps using its lease or its fallback share after its
-// record expired, and the others may take those slots: the sum can then
-// exceed the limit by that instance's share until it renews or its
-// connections close. failClosed avoids it at the cost of refusing during an
-// outage.
+// still reach it, keeps the connections it has open (it admits no more on
+// its expired lease, but under localShare it admits up to its fallback
+// share while cut off), and the others may take those slots: the sum can
+// then exceed the limit by that instance's share until it renews or its
+// connections close. Under failClosed the others keep a silent member's
+// slots one more lifetime (hold), so that a pause up to two lifetimes, or a
+// partition whose open connections close within them, stays exact.
 package cluster
 
 import (
@@ -114,6 +120,9 @@ import (
 	"weir/policy"
 )
 
+//go:embed alloc.lua
+var allocSrc string
+
 //go:embed lease.lua
 var leaseSrc string
 
@@ -123,10 +132,16 @@ var leaveSrc string
 //go:embed borrow.lua
 var borrowSrc string
 
+//go:embed release.lua
+var releaseSrc string
+
+// The lease, borrow and release scripts share alloc.lua's split of a
+// limit and its field parser.
 var (
-	leaseScript  = redis.NewScript(leaseSrc)
-	leaveScript  = redis.NewScript(leaveSrc)
-	borrowScript = redis.NewScript(borrowSrc)
+	leaseScript   = redis.NewScript(allocSrc + leaseSrc)
+	leaveScript   = redis.NewScript(leaveSrc)
+	borrowScript  = redis.NewScript(allocSrc + borrowSrc)
+	releaseScript = redis.NewScript(allocSrc + releaseSrc)
 )
 
 // maxLimit bounds the limits sent to Redis: Lua numbers are doubles.
@@ -194,6 +209,9 @@ type Cluster struct {
 
 	outages atomic.Uint64
 	renews  atomic.Uint64 // Redis round trips made
+	// why counts the renewals by cause: periodic, early (wantsMore),
+	// nudged; tests read it.
+	why [3]atomic.Uint64
 
 	recomputed chan struct{} // Recomputed's signal to bandwidthLoop
 	bwRounds   atomic.Uint64 // bandwidth round trips made
@@ -213,8 +231,16 @@ type Cluster struct {
 	// most its timeout, never behind mu for a whole renewal.
 	rt chan struct{}
 
-	mu         sync.Mutex        // guards the fields below and Loop's state
-	levels     map[string]*lease // by Redis key
+	// nudge wakes Loop for an early renewal: another member published on
+	// the cluster's nudge channel (it joined, left, is below its part
+	// while this one holds slots above its own, or gave slots back).
+	nudge   chan struct{}
+	nudgeMu sync.Mutex
+	nudged  chan struct{} // closed and replaced at each nudge: a borrow waits on it
+
+	mu         sync.Mutex                        // guards the fields below and Loop's state
+	levels     map[string]*lease                 // by Redis key
+	byKey      atomic.Pointer[map[string]*lease] // a copy of levels, read without mu (Borrow)
 	state      state
 	st         Status
 	members    int       // live members at the last renewal, ≥ 1
@@ -222,6 +248,7 @@ type Cluster struct {
 	graceWait  []string  // or until these members, live before it, are back
 	downAt     time.Time // when the current outage was seen
 	fails      int       // renewals failed in a row
+	leaseUntil time.Time // the shares stand on leases that end then (zero: none)
 	closed     bool
 }
 
@@ -232,14 +259,28 @@ type lease struct {
 	target  string // a target's name; "" for a level
 	key     string
 	limit   int64
-	share   int64  // the capacity set in Admission
-	refused uint64 // Admission's ShareRefused at the last renewal
+	share   int64        // the capacity set in Admission; by mu
+	cur     atomic.Int64 // share, read without mu (Borrow)
+	refused uint64       // Admission's ShareRefused at the last renewal
 	// refusedNow and open are Admission's figures read by this renewal.
 	refusedNow uint64
 	held       int64 // the cluster-wide sum of leases at the last renewal
 	wants      int64 // the cluster-wide sum of wants at the last renewal
-	open       int64
-	gone       bool // no longer enforced: release at the next renewal
+	record     int64 // the lease recorded in Redis for this instance
+	// nudgeAt and nudgeDemand: when a borrow last nudged for this lease,
+	// and with what demand.
+	nudgeAt     time.Time
+	nudgeDemand int64
+	short       bool // at the last renewal another member was below its part
+	spare       bool // at the last renewal another member held slots above its part
+	open        int64
+	gone        bool // no longer enforced: release at the next renewal
+}
+
+// setShare records the share set (setCap). Under mu.
+func (l *lease) setShare(n int64) {
+	l.share = n
+	l.cur.Store(n)
 }
 
 type state uint8
@@ -354,6 +395,8 @@ func New(o Options) (*Cluster, error) {
 
 		recomputed: make(chan struct{}, 1),
 		rt:         make(chan struct{}, 1),
+		nudge:      make(chan struct{}, 1),
+		nudged:     make(chan struct{}),
 	}
 	c.st = Status{Name: cfg.Name, Instance: cfg.Instance, Redis: redactRedis(cfg.Redis), Mode: "starting"}
 	o.Admission.SetDefaultCapacity(0)
@@ -388,11 +431,27 @@ func redactRedis(addr string) string {
 }
 
 // Loop renews the membership and the leases every lease interval, and
-// early when local demand outgrows a share, until ctx ends. It runs in its
-// own goroutine; call it once.
+// early when local demand outgrows a share or another member nudges,
+// until ctx ends. It runs in its own goroutine; call it once.
 func (c *Cluster) Loop(ctx context.Context) {
 	interval := c.o.Config.LeaseInterval
 	poll := max(interval/10, 5*time.Millisecond)
+	// The nudges: subscribed before the first renewal, so that the
+	// answers to this instance's joining are heard. Without them (no
+	// answer in time) the renewals alone converge, an interval at a time.
+	ps := c.rdb.Subscribe(ctx, c.nudgeChannel())
+	sctx, cancel := context.WithTimeout(ctx, interval/2)
+	_, err := ps.Receive(sctx)
+	cancel()
+	if err != nil {
+		c.o.Logf("cluster %s: no nudge subscription yet (%v): shares move at the renewals", c.st.Name, err)
+	}
+	psDone := make(chan struct{})
+	go func() {
+		defer close(psDone)
+		c.nudgeLoop(ps.Channel())
+	}()
+	defer func() { ps.Close(); <-psDone }()
 	tick := time.NewTicker(poll)
 	defer tick.Stop()
 	// Renewals start an interval apart (start to start, whatever each
@@ -406,12 +465,66 @@ func (c *Cluster) Loop(ctx context.Context) {
 		c.bandwidthLoop(ctx)
 	}()
 	defer func() { <-bwDone }()
+	// A nudge renews at once, then no sooner than gap after the previous
+	// nudged renewal: gap starts at a millisecond (more with many members)
+	// and doubles, up to a poll, each time a nudged renewal moved no share, so that members
+	// that keep nudging cannot make this one renew more than 10 times an
+	// interval, while nudges that move slots are answered at once.
+	// The first gap grows with the members (a millisecond each, up to a
+	// poll): a nudge makes up to members − 1 renewals, each reading every
+	// member, so that a storm of them (100 instances starting at once, a
+	// release by each of 90 idle members) costs Redis O(members) renewals
+	// per gap, not per nudge.
+	minGap := func() time.Duration {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return min(max(time.Millisecond, time.Duration(c.members)*time.Millisecond), poll)
+	}
+	gap := minGap()
+	var lastNudge time.Time
+	var wake *time.Timer // a nudge that came within gap, answered at its end
+	var wakeC <-chan time.Time
+	defer func() {
+		if wake != nil {
+			wake.Stop()
+		}
+	}()
+	nudged := func(now time.Time) {
+		lastNudge, last, wakeC = now, now, nil
+		c.why[2].Add(1)
+		if c.Renew(ctx) {
+			gap = minGap()
+		} else {
+			gap = min(2*gap, poll)
+		}
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-c.nudge:
+			now := time.Now()
+			switch {
+			case wakeC != nil:
+			case now.Sub(lastNudge) >= gap:
+				nudged(now)
+			default:
+				if wake == nil {
+					wake = time.NewTimer(gap - now.Sub(lastNudge))
+				} else {
+					wake.Reset(gap - now.Sub(lastNudge))
+				}
+				wakeC = wake.C
+			}
+		case now := <-wakeC:
+			nudged(now)
 		case now := <-tick.C:
-			if now.Sub(last) >= interval || c.wantsMore() {
+			if now.Sub(last) >= interval {
+				c.why[0].Add(1)
+				last = now
+				c.Renew(ctx)
+			} else if c.wantsMore() {
+				c.why[1].Add(1)
 				last = now
 				c.Renew(ctx)
 			}
@@ -419,12 +532,50 @@ func (c *Cluster) Loop(ctx context.Context) {
 	}
 }
 
-// wantsMore reports whether a level's share is full or refused a
-// connection since the last renewal while the cluster has room.
+// nudgeChannel is the Pub/Sub channel of the cluster's nudges.
+func (c *Cluster) nudgeChannel() string { return c.prefix + "nudge" }
+
+// nudgeLoop runs in its own goroutine until ch closes: each message from
+// another member wakes Loop and every borrow waiting for slots.
+func (c *Cluster) nudgeLoop(ch <-chan *redis.Message) {
+	for m := range ch {
+		if m.Payload == c.o.Config.Instance {
+			continue
+		}
+		select {
+		case c.nudge <- struct{}{}:
+		default:
+		}
+		c.nudgeMu.Lock()
+		close(c.nudged)
+		c.nudged = make(chan struct{})
+		c.nudgeMu.Unlock()
+	}
+}
+
+// nudgedCh returns the channel the next nudge closes.
+func (c *Cluster) nudgedCh() <-chan struct{} {
+	c.nudgeMu.Lock()
+	defer c.nudgeMu.Unlock()
+	return c.nudged
+}
+
+// wantsMore reports whether a renewal is due before its interval: a
+// level's share is full or refused a connection since the last renewal
+// while the cluster has room (a slot free, or held above its part by a
+// member that does not use it: the renewal nudges it); another member is below its part while this
+// one's recorded lease is above what it uses (connections closed since);
+// or the leases the shares stand on ended (a paused process resumed).
 func (c *Cluster) wantsMore() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.state != stateShared || c.inGrace() {
+	if c.state != stateShared {
+		return false
+	}
+	if !c.leaseUntil.IsZero() && time.Now().After(c.leaseUntil) {
+		return true
+	}
+	if c.inGrace() {
 		return false
 	}
 	for _, d := range c.demands() {
@@ -434,7 +585,15 @@ func (c *Cluster) wantsMore() bool {
 		}
 		// Demand only: refusals, or a share filled by connections (an idle
 		// share of zero is not demand).
-		if (d.refused != l.refused || d.open > 0 && d.open >= l.share) && l.held < l.limit {
+		if (d.refused != l.refused || d.open > 0 && d.open >= l.share) && (l.held < l.limit || l.spare) {
+			return true
+		}
+		if l.short && l.record > max(l.share, d.open) {
+			return true
+		}
+		// Under contention, connections closed: record it, so that the
+		// members waiting see the slots this one no longer uses.
+		if l.wants > l.limit && d.open+max(2, l.open/4) <= l.open {
 			return true
 		}
 	}
@@ -502,22 +661,29 @@ func (c *Cluster) levelKey(what string, kind policy.LevelKind, name string) stri
 }
 
 // Renew makes one renewal: the membership and every enforced level's lease
-// in one script call, then the shares in Admission; on failure, the
-// fallback. Loop calls it; it is exported for tests and for a caller that
-// wants the first leases before it serves.
-func (c *Cluster) Renew(ctx context.Context) {
+// in one script call, then the shares in Admission (a share that shrank is
+// lowered first and its smaller lease recorded in a second call, so that
+// the slots go back at this renewal); on failure, the fallback. Loop calls
+// it; it is exported for tests and for a caller that wants the first
+// leases before it serves. It reports whether a share moved.
+func (c *Cluster) Renew(ctx context.Context) (moved bool) {
 	select {
 	case c.rt <- struct{}{}:
 	case <-ctx.Done():
-		return
+		return false
 	}
 	defer func() { <-c.rt }()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
-		return
+		return false
+	}
+	start := time.Now()
+	if !c.leaseUntil.IsZero() && start.After(c.leaseUntil) {
+		c.expire()
 	}
 	seen := map[string]bool{}
+	added := false
 	for _, d := range c.demands() {
 		seen[d.key] = true
 		l := c.levels[d.key]
@@ -527,6 +693,7 @@ func (c *Cluster) Renew(ctx context.Context) {
 		}
 		l.gone = false
 		l.limit = min(d.limit, maxLimit)
+		added = added || c.byKeyMissing(d.key)
 		l.open, l.refusedNow = d.open, d.refused
 	}
 	for k, l := range c.levels {
@@ -534,8 +701,12 @@ func (c *Cluster) Renew(ctx context.Context) {
 			l.gone = true
 		}
 	}
+	if added {
+		c.publishLevels()
+	}
 	keys := []string{c.prefix + "members", c.prefix + "member:" + c.o.Config.Instance}
-	args := []any{c.o.Config.Instance, c.ttl.Milliseconds(), c.o.Started.UnixMilli(), c.prefix + "member:"}
+	args := []any{c.o.Config.Instance, c.ttl.Milliseconds(), c.o.Started.UnixMilli(), c.prefix + "member:",
+		c.hold().Milliseconds(), c.nudgeChannel()}
 	order := make([]*lease, 0, len(c.levels))
 	for _, l := range c.levels {
 		order = append(order, l)
@@ -543,16 +714,17 @@ func (c *Cluster) Renew(ctx context.Context) {
 	slices.SortFunc(order, func(a, b *lease) int { return strings.Compare(a.key, b.key) })
 	grace := c.state == stateDown || c.inGrace()
 	for _, l := range order {
-		want, floor := c.plan(l, grace)
+		want, floor, ceil := c.plan(l, grace)
 		keys = append(keys, l.key)
-		args = append(args, l.limit, want, floor)
+		args = append(args, l.limit, want, floor, ceil, l.share, l.open)
 	}
 	rctx, cancel := context.WithTimeout(ctx, c.o.Config.LeaseInterval/2)
+	defer cancel()
 	res, err := leaseScript.Run(rctx, c.rdb, keys, args...).Slice()
-	cancel()
 	c.renews.Add(1)
+	var back []*lease
 	if err == nil {
-		err = c.apply(res, order)
+		back, moved, err = c.apply(res, order)
 	}
 	if err != nil {
 		c.fails++
@@ -560,17 +732,30 @@ func (c *Cluster) Renew(ctx context.Context) {
 			// One slow or lost answer: the recorded leases outlive it (a
 			// lifetime is three intervals), so keep them and retry.
 			c.st.LastError = err.Error()
-			return
+			return false
 		}
 		c.down(err)
-		return
+		return false
 	}
 	c.fails = 0
+	// The shares stand on leases Redis recorded to end a lifetime after it
+	// ran the script, which was after start: this instance stops using
+	// them a margin before that, on its own clock.
+	c.leaseUntil = start.Add(c.ttl - c.o.Config.LeaseInterval/2)
+	c.o.Admission.SetShareDeadline(c.leaseUntil)
+	if len(back) > 0 {
+		c.release(rctx, back)
+	}
+	removed := false
 	for k, l := range c.levels {
 		if l.gone {
 			c.setCap(l, 0)
 			delete(c.levels, k)
+			removed = true
 		}
+	}
+	if removed {
+		c.publishLevels()
 	}
 	if c.state != stateShared {
 		if c.state == stateDown {
@@ -580,6 +765,79 @@ func (c *Cluster) Renew(ctx context.Context) {
 		c.state = stateShared
 	}
 	c.st.Reachable, c.st.Mode, c.st.LastError = true, "shared", ""
+	return moved
+}
+
+// byKeyMissing reports whether the levels copy Borrow reads lacks key.
+func (c *Cluster) byKeyMissing(key string) bool {
+	m := c.byKey.Load()
+	return m == nil || (*m)[key] == nil
+}
+
+// publishLevels copies levels for Borrow, after a level was added or
+// removed. Under mu.
+func (c *Cluster) publishLevels() {
+	m := make(map[string]*lease, len(c.levels))
+	for k, l := range c.levels {
+		m[k] = l
+	}
+	c.byKey.Store(&m)
+}
+
+// hold is how long Redis keeps a lease whose member stopped renewing
+// beyond its expiry, its slots still held: one more lifetime under
+// failClosed, so that a paused member that resumes within it (and whose
+// open connections were frozen, not closed) finds its slots still its
+// own; none otherwise (a dead member's slots are free after one lifetime).
+func (c *Cluster) hold() time.Duration {
+	if c.o.Config.OnRedisDown == policy.FailClosed {
+		return c.ttl
+	}
+	return 0
+}
+
+// expire drops every share to zero: the leases they stood on ended
+// before this instance could renew them (it was paused, or starved).
+// Admission already admits nothing on them (SetShareDeadline); this sets
+// the targets' shares too and lets the next renewal record only the
+// connections still open. Under mu.
+func (c *Cluster) expire() {
+	for _, l := range c.levels {
+		if l.share != 0 {
+			c.setCap(l, 0)
+			l.setShare(0)
+		}
+	}
+	c.leaseUntil = time.Time{}
+}
+
+// release records the smaller leases of the levels whose share apply
+// lowered (the share is already lowered, so each still bounds what is in
+// use), and nudges the members below their part (a member that joined and
+// has no lease yet is one). A failure leaves the
+// larger record, which only over-states what this instance holds until
+// the next renewal. Under mu, with the round trip held.
+func (c *Cluster) release(ctx context.Context, back []*lease) {
+	keys := make([]string, 0, len(back))
+	channel := "" // nobody below its part: nobody to tell
+	for _, l := range back {
+		if l.short {
+			channel = c.nudgeChannel()
+		}
+	}
+	args := []any{c.o.Config.Instance, channel}
+	for _, l := range back {
+		keys = append(keys, l.key)
+		args = append(args, max(l.share, l.open))
+	}
+	c.renews.Add(1)
+	if err := releaseScript.Run(ctx, c.rdb, keys, args...).Err(); err != nil {
+		return
+	}
+	for _, l := range back {
+		l.held -= l.record - max(l.share, l.open)
+		l.record = max(l.share, l.open)
+	}
 }
 
 // inGrace reports whether Redis came back lately and a member seen before
@@ -609,35 +867,26 @@ func (c *Cluster) graceMax() time.Duration {
 	return max(c.ttl, 2*time.Second) + c.o.Config.LeaseInterval
 }
 
-// plan works out a level's want and floor for a renewal: want is the
-// slots the local demand asks for, floor bounds the connections the level
-// may hold whatever the answer (the lease is never recorded below it). A
-// shrink lowers the local share first. Under mu.
-func (c *Cluster) plan(l *lease, grace bool) (want, floor int64) {
+// plan works out a level's want, floor and ceiling for a renewal: want
+// is the slots the local demand asks for (the script adds this
+// instance's part of what the demands leave free, or splits the limit in
+// proportion to the demands), floor bounds the connections the level may
+// hold whatever the answer (the lease is never recorded below it), and no
+// grant exceeds ceil. Under mu.
+func (c *Cluster) plan(l *lease, grace bool) (want, floor, ceil int64) {
 	if l.gone {
-		return 0, 0
+		return -1, 0, 0
 	}
 	cur := l.share
 	// Connections above the share cannot be added (SetCapacity's bound), so
 	// the open count read after the share was set bounds them from now on.
 	floor = max(cur, l.open)
-	// The spare: a quarter of the open connections, and one more while the
-	// cluster has free slots, so that an idle instance admits its first
-	// connection at once; when every slot is held, an idle instance holds
-	// none.
-	spare := (l.open + 3) / 4
-	free := l.wants <= l.limit // the demand, spares included, fits: nobody waits for slots
-	if free {
-		spare = max(spare, 1)
-	}
+	// The demand: the connections open and those the share refused since
+	// the last renewal (the script adds the spare).
 	delta := int64(min(l.refusedNow-l.refused, maxLimit))
 	l.refused = l.refusedNow
-	need := min(l.limit, l.open+spare+delta)
-	if free {
-		// Free slots: an instance holds its even part of the limit even
-		// when idle, so that a burst admits at once, up to what is free.
-		need = max(need, min(l.limit/int64(c.members), cur+l.limit-l.held))
-	}
+	want = min(l.limit, l.open+delta)
+	ceil = l.limit
 	if grace {
 		// The fallback share as during the outage: with the members seen
 		// before it, not the fewer that have renewed since.
@@ -645,17 +894,9 @@ func (c *Cluster) plan(l *lease, grace bool) (want, floor int64) {
 		if c.o.Config.OnRedisDown == policy.LocalShare {
 			share = l.limit / int64(max(c.members, len(c.graceWait), 1))
 		}
-		need = min(need, max(min(cur, l.limit), share))
+		ceil = max(min(cur, l.limit), share)
 	}
-	switch {
-	case need >= cur:
-		return need, floor
-	case cur-need <= spare:
-		return cur, floor // keep: no churn for a connection or two
-	}
-	open := c.setCap(l, need)
-	l.share = need
-	return need, max(need, open)
+	return want, floor, ceil
 }
 
 // fallbackShare is a level's share while Redis is unreachable.
@@ -669,9 +910,11 @@ func (c *Cluster) fallbackShare(l *lease) int64 {
 	return l.limit / int64(max(c.members, 1))
 }
 
-// apply reads the script's answer: the members, then grant, record and
-// the cluster-wide sum per level, and sets the shares. Under mu.
-func (c *Cluster) apply(res []any, order []*lease) error {
+// apply reads the script's answer: the members, then grant, record, the
+// cluster-wide sums of leases and wants and whether another member is
+// short, per level, and sets the shares. It returns the levels whose
+// share it lowered below their record, for release. Under mu.
+func (c *Cluster) apply(res []any, order []*lease) (back []*lease, moved bool, err error) {
 	num := func(i int) (int64, error) {
 		if i >= len(res) {
 			return 0, fmt.Errorf("cluster: short answer from the lease script (%d values)", len(res))
@@ -686,10 +929,11 @@ func (c *Cluster) apply(res []any, order []*lease) error {
 	}
 	n, err := num(0)
 	if err != nil {
-		return err
+		return nil, false, err
 	}
-	if n < 0 || len(res) != 1+3*int(n)+4*len(order) {
-		return fmt.Errorf("cluster: lease script answered %d values for %d members and %d levels", len(res), n, len(order))
+	const per = 6 // values per level
+	if n < 0 || len(res) != 1+3*int(n)+per*len(order) {
+		return nil, false, fmt.Errorf("cluster: lease script answered %d values for %d members and %d levels", len(res), n, len(order))
 	}
 	members := make([]Member, 0, n)
 	for i := range int(n) {
@@ -697,7 +941,7 @@ func (c *Cluster) apply(res []any, order []*lease) error {
 		started, err1 := num(2 + 3*i)
 		left, err2 := num(3 + 3*i)
 		if err := errors.Join(err1, err2); err != nil {
-			return err
+			return nil, false, err
 		}
 		members = append(members, Member{ID: id, Started: time.UnixMilli(started), Seen: max(c.ttl-time.Duration(left)*time.Millisecond, 0)})
 	}
@@ -706,20 +950,30 @@ func (c *Cluster) apply(res []any, order []*lease) error {
 	c.members = max(len(members), 1)
 	base := 1 + 3*int(n)
 	for i, l := range order {
-		grant, err1 := num(base + 4*i)
-		held, err2 := num(base + 4*i + 2)
-		wants, err3 := num(base + 4*i + 3)
-		if err := errors.Join(err1, err2, err3); err != nil {
-			return err
+		grant, err1 := num(base + per*i)
+		record, err2 := num(base + per*i + 1)
+		held, err3 := num(base + per*i + 2)
+		wants, err4 := num(base + per*i + 3)
+		short, err5 := num(base + per*i + 4)
+		spare, err6 := num(base + per*i + 5)
+		if err := errors.Join(err1, err2, err3, err4, err5, err6); err != nil {
+			return nil, false, err
 		}
-		l.held, l.wants = held, wants
+		l.held, l.wants, l.record, l.short, l.spare = held, wants, record, short != 0, spare != 0
 		if l.gone || grant == l.share {
 			continue
 		}
-		c.setCap(l, grant)
-		l.share = grant
+		// Lowered first, then recorded (release); raised after Redis
+		// recorded it.
+		moved = true
+		open := c.setCap(l, grant)
+		l.setShare(grant)
+		l.open = open
+		if max(grant, open) < record {
+			back = append(back, l)
+		}
 	}
-	return nil
+	return back, moved, nil
 }
 
 // down applies the fallback after a failed renewal. Under mu.
@@ -738,10 +992,25 @@ func (c *Cluster) down(err error) {
 		}
 	}
 	c.st.Reachable, c.st.Mode, c.st.LastError = false, mode.String(), err.Error()
+	// The fallback shares stand on no lease: no deadline (failClosed's
+	// are 0 anyway). A share that stood on a lease that already ended is
+	// 0 before the fallback applies.
+	if !c.leaseUntil.IsZero() && time.Now().After(c.leaseUntil) {
+		c.expire()
+	}
+	c.leaseUntil = time.Time{}
+	c.o.Admission.SetShareDeadline(time.Time{})
+	removed := false
+	defer func() {
+		if removed {
+			c.publishLevels()
+		}
+	}()
 	for k, l := range c.levels {
 		if l.gone {
 			c.setCap(l, 0)
 			delete(c.levels, k)
+			removed = true
 			continue
 		}
 		share := c.fallbackShare(l)
@@ -758,7 +1027,7 @@ func (c *Cluster) down(err error) {
 		}
 		if share != l.share {
 			c.setCap(l, capacity)
-			l.share = share
+			l.setShare(share)
 		}
 		l.held = 0
 	}
@@ -832,9 +1101,10 @@ func (c *Cluster) Close() error {
 	}
 	keys = append(keys, c.bwKeys...)
 	ctx, cancel := context.WithTimeout(context.Background(), c.o.Config.LeaseInterval)
-	err := leaveScript.Run(ctx, c.rdb, keys, c.o.Config.Instance).Err()
+	err := leaveScript.Run(ctx, c.rdb, keys, c.o.Config.Instance, c.nudgeChannel()).Err()
 	cancel()
 	c.o.Admission.SetDefaultCapacity(-1)
+	c.o.Admission.SetShareDeadline(time.Time{})
 	if c.o.Targets != nil {
 		c.o.Targets.SetDefaultTargetCapacity(-1)
 	}

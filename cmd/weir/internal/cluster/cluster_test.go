@@ -387,3 +387,50 @@ func eventually(t *testing.T, d time.Duration, cond func() bool, msg func() stri
 		t.Fatalf("not within %v: %s", d, msg())
 	}
 }
+
+// TestSharesFollowDemand: under contention the slots follow demand in
+// proportion, measured: a member with 20 clients and one with 2 (each
+// client holds a connection 20 ms and retries a refusal after a
+// millisecond) against a limit of 10 do not get equal shares; the small
+// one is not starved either. Equal shares would give a 5 and b its 2.
+func TestSharesFollowDemand(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipping the 3 s fairness measurement in -short mode")
+	}
+	r := startRedis(t)
+	a := newNode(t, r.Addr(), "a", 10, policy.LocalShare)
+	b := newNode(t, r.Addr(), "b", 10, policy.LocalShare)
+	for _, n := range []*node{a, b} {
+		eventually(t, 5*time.Second, func() bool { return len(n.c.Status().Members) == 2 }, func() string { return "members" })
+	}
+	la, lb := newLoad(), newLoad()
+	la.clients(a, 20, 20*time.Millisecond)
+	lb.clients(b, 2, 20*time.Millisecond)
+	time.Sleep(5 * interval) // settle
+	var sumA, sumB, n, bZero int64
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		oa, ob := la.open.Load(), lb.open.Load()
+		sumA += oa
+		sumB += ob
+		if ob == 0 {
+			bZero++
+		}
+		n++
+		time.Sleep(time.Millisecond)
+	}
+	la.end()
+	lb.end()
+	ma, mb := float64(sumA)/float64(n), float64(sumB)/float64(n)
+	t.Logf("20 clients at a, 2 at b, limit 10: open on average a %.2f, b %.2f (%d samples; b at 0 in %d); peaks a %d, b %d",
+		ma, mb, n, bZero, la.peak.Load(), lb.peak.Load())
+	if ma < 6.5 {
+		t.Errorf("a (20 clients) averaged %.2f open, b (2 clients) %.2f: the slots do not follow demand", ma, mb)
+	}
+	if mb < 0.5 {
+		t.Errorf("b (2 clients) averaged %.2f open: starved", mb)
+	}
+	if p := la.peak.Load() + lb.peak.Load(); p > 10+2 {
+		t.Logf("peaks add to %d (not at the same moment)", p)
+	}
+}

@@ -1,0 +1,89 @@
+-- weir cluster allocation, shared by lease.lua, borrow.lua and
+-- release.lua (prepended to each). Every member aims at the same
+-- deterministic split of a limit over the live members, from the demands
+-- recorded in Redis (a member's demand: its open connections and those
+-- its share refused since its last renewal). Each member also has a spare,
+-- a quarter of its demand and at least one, so that it admits its next
+-- connections at once. In that order:
+--   * demands and spares fit in the limit: each member gets its demand,
+--     its spare and an even part of the rest (the remainder to the first
+--     ids), so that an idle member holds its even part of the limit and
+--     admits a burst at once;
+--   * the demands fit but not the spares: each gets its demand, and the
+--     rest goes to the spares in proportion;
+--   * contention (the demands exceed the limit): each gets its part of
+--     the limit in proportion to its demand, no spare.
+-- Proportional parts are rounded down and the remainder goes to the
+-- largest fractions, ties to the first ids. ids is the sorted list of
+-- live members, w maps id -> demand; returns id -> part.
+local function split(total, ids, weight)
+  local sum = 0
+  for _, x in ipairs(ids) do sum = sum + weight[x] end
+  local t, given, frac = {}, 0, {}
+  for r, x in ipairs(ids) do
+    local exact = 0
+    if sum > 0 then exact = total * weight[x] / sum end
+    t[x] = math.floor(exact)
+    given = given + t[x]
+    frac[#frac + 1] = {exact - t[x], r, x}
+  end
+  table.sort(frac, function(a, b)
+    if a[1] ~= b[1] then return a[1] > b[1] end
+    return a[2] < b[2]
+  end)
+  for k = 1, math.min(total - given, #frac) do
+    local x = frac[k][3]
+    t[x] = t[x] + 1
+  end
+  return t
+end
+
+local function alloc(limit, ids, w)
+  local n, sw, ss = #ids, 0, 0
+  local sp = {}
+  for _, x in ipairs(ids) do
+    sp[x] = math.max(1, math.ceil(w[x] / 4))
+    sw, ss = sw + w[x], ss + sp[x]
+  end
+  local t = {}
+  if n == 0 then return t end
+  if sw + ss <= limit then
+    local extra = limit - sw - ss
+    local each, rest = math.floor(extra / n), extra % n
+    for r, x in ipairs(ids) do
+      t[x] = w[x] + sp[x] + each
+      if r <= rest then t[x] = t[x] + 1 end
+    end
+    return t
+  end
+  if sw <= limit then
+    local s = split(limit - sw, ids, sp)
+    for _, x in ipairs(ids) do t[x] = w[x] + s[x] end
+    return t
+  end
+  return split(limit, ids, w)
+end
+
+-- slack is how far a member's lease may exceed its part before the others
+-- nudge it (an eighth of the part: none for parts below 8): under
+-- contention the demands, refusals since the last renewal, move a little
+-- at every renewal, and without it the members would nudge each other at
+-- every one. (A member below its part by any amount still makes the
+-- others give back at their renewals.)
+local function slack(part)
+  return math.floor(part / 8)
+end
+
+-- parse reads a lease field "slots want expiry open" (open may be absent
+-- in a field an older weir wrote).
+local function parse(v)
+  local s, w, e, o = string.match(v, '^(%d+) (%d+) (%d+) ?(%d*)$')
+  if s == nil then return nil end
+  if o == '' then o = s end
+  return tonumber(s), tonumber(w), tonumber(e), tonumber(o)
+end
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
