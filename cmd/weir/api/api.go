@@ -149,6 +149,8 @@ type Target struct {
 	Down      bool      `json:"down"`
 	DownUntil time.Time `json:"down_until"`
 	HealthUp  bool      `json:"health_up"` // false while health checks fail
+	// Check is the last active health check, absent before the first.
+	Check *HealthCheck `json:"check,omitempty"`
 	// SkippedAtLimit counts picks that passed the target over because it
 	// was at maxConnections.
 	SkippedAtLimit uint64       `json:"skipped_at_limit"`
@@ -157,6 +159,17 @@ type Target struct {
 	Explanation    *Explanation `json:"explanation,omitempty"`
 	// Segments are the target's data segments per direction since start.
 	Segments *Segments `json:"segments,omitempty"`
+}
+
+// HealthCheck is a target's last active health check and its count toward
+// the next change: Streak of Need failures in a row (fall) while the target
+// is up, passes in a row (rise) while it is down.
+type HealthCheck struct {
+	At     time.Time `json:"at"`
+	OK     bool      `json:"ok"`
+	Reason string    `json:"reason,omitempty"` // refused, timeout, unreachable, reset, closed, status 503, expect mismatch, bad response
+	Streak int       `json:"streak"`
+	Need   int       `json:"need"`
 }
 
 // ActionLevel is one policy action's service level at a target: the

@@ -159,6 +159,9 @@ func Target(t balancer.TargetStatus, e *policy.Explanation, fr map[string]map[st
 		Open: t.Open, Max: t.Max, Down: t.Down, DownUntil: t.DownUntil, HealthUp: t.HealthUp,
 		SkippedAtLimit: t.SkippedAtLimit, Picked: t.Picked, Failed: t.Failed,
 	}
+	if c := t.Check; c != nil {
+		out.Check = &api.HealthCheck{At: c.At, OK: c.OK, Reason: c.Reason, Streak: c.Streak, Need: c.Need}
+	}
 	// The balancer's own tables say which levels exist and their weights;
 	// a target missing from a level's fractions is at its base weight
 	// there (balancer.SetFractions), fraction 0.
