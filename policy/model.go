@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"net/textproto"
 	"regexp"
 	"strconv"
 	"strings"
@@ -305,6 +306,10 @@ type VirtualServer struct {
 	// Targets in configured order: primaries first in the order given, then
 	// backups in the order they are to be tried.
 	Targets []*Target
+	// HashBy is the service's own Maglev hash key, nil for the balancer's.
+	// After Compile it is never nil; a tcp service given header or cookie
+	// by the balancer hashes by client (it has no requests).
+	HashBy *HashBy
 	// Health is the service's own health check, nil for the balancer's.
 	// After Compile it is never nil: the check its targets get (see
 	// Config.resolveHealth).
@@ -565,6 +570,67 @@ type BalancerSettings struct {
 	// SlowStart ramps a recovered target's weight over this window; zero: off.
 	SlowStart time.Duration
 	Health    HealthCheck
+	// HashBy is the key Maglev hashes (algorithm maglev only); the zero
+	// value is HashConnection. A service's own (VirtualServer.HashBy)
+	// overrides it.
+	HashBy HashBy
+}
+
+// HashKind says what a Maglev pick hashes.
+type HashKind uint8
+
+const (
+	// HashConnection hashes the connection's 5-tuple: every new source
+	// port may reach another target.
+	HashConnection HashKind = iota
+	// HashClient hashes the client's address alone: every connection of
+	// a client reaches one target while the table holds.
+	HashClient
+	// HashHeader hashes a request header's value (http services, per
+	// request); a request without it hashes the client's address.
+	HashHeader
+	// HashCookie hashes a request cookie's value (http services, per
+	// request); a request without it hashes the client's address.
+	HashCookie
+)
+
+// HashBy is a Maglev hash key: a kind and, for header and cookie, the name.
+type HashBy struct {
+	Kind HashKind
+	Name string // the header (canonical form) or cookie name
+}
+
+func (h HashBy) String() string {
+	switch h.Kind {
+	case HashClient:
+		return "client"
+	case HashHeader:
+		return "header:" + h.Name
+	case HashCookie:
+		return "cookie:" + h.Name
+	}
+	return "connection"
+}
+
+// ParseHashBy parses connection, client, header:NAME or cookie:NAME.
+func ParseHashBy(s string) (HashBy, error) {
+	switch s {
+	case "connection":
+		return HashBy{}, nil
+	case "client":
+		return HashBy{Kind: HashClient}, nil
+	}
+	kind, name, ok := strings.Cut(s, ":")
+	valid := ok && name != "" && strings.IndexFunc(name, func(c rune) bool {
+		return c <= ' ' || c >= 0x7f || strings.ContainsRune("()<>@,;:\\\"/[]?={}", c)
+	}) < 0
+	switch {
+	case kind == "header" && valid:
+		return HashBy{Kind: HashHeader, Name: textproto.CanonicalMIMEHeaderKey(name)}, nil
+	case kind == "cookie" && valid:
+		return HashBy{Kind: HashCookie, Name: name}, nil
+	}
+	return HashBy{}, fmt.Errorf("hashBy %q: want connection, client, header:NAME or cookie:NAME (NAME a header or cookie name)", s)
 }
 
 // HealthCheck configures active health checks; Interval zero turns them off.
@@ -744,6 +810,9 @@ func compileBalancer(b *BalancerSettings, bad func(string, ...any)) {
 		bad("balancer slowStart %v is negative", b.SlowStart)
 	}
 	b.Health.compile(bad, "balancer")
+	if b.HashBy.Kind != HashConnection && b.Algorithm != Maglev {
+		bad("balancer hashBy %v needs algorithm maglev, not %v", b.HashBy, b.Algorithm)
+	}
 }
 
 // compile fills a health check's defaults and checks it; where names the
@@ -779,6 +848,28 @@ func (h *HealthCheck) compile(bad func(string, ...any), where string) {
 			bad("%s health check: http status range %v is not within 100..599, low first", where, x.Status)
 		}
 	}
+}
+
+// resolveHashBy sets vs.HashBy: the service's own or the balancer's; it
+// needs algorithm maglev unless it is connection, and header or cookie of
+// the service's own need an http service.
+func (c *Config) resolveHashBy(vs *VirtualServer, bad func(string, ...any)) {
+	if vs.HashBy == nil {
+		h := c.Balancer.HashBy
+		if (h.Kind == HashHeader || h.Kind == HashCookie) && vs.Proto != ProtoHTTP {
+			h = HashBy{Kind: HashClient}
+		}
+		vs.HashBy = &h
+		return
+	}
+	h := *vs.HashBy
+	if (h.Kind == HashHeader || h.Kind == HashCookie) && vs.Proto != ProtoHTTP {
+		bad("virtual server %q: hashBy %v needs protocol http", vs.Name, h)
+	}
+	if h.Kind != HashConnection && c.Balancer.Algorithm != Maglev {
+		bad("virtual server %q: hashBy %v needs balancer algorithm maglev, not %v", vs.Name, h, c.Balancer.Algorithm)
+	}
+	vs.HashBy = &h
 }
 
 // resolveHealth sets vs.Health, the check its targets get: the balancer's
@@ -837,6 +928,7 @@ func (c *Config) compileServices(bad func(string, ...any)) {
 		vs.Timeouts.resolve(c.Instance.Timeouts, bad, "virtual server "+strconv.Quote(vs.Name))
 		vs.HTTP.resolve(bad, "virtual server "+strconv.Quote(vs.Name))
 		c.resolveHealth(vs, bad)
+		c.resolveHashBy(vs, bad)
 		if vs.Ports.Lo == 0 || vs.Ports.Hi < vs.Ports.Lo {
 			bad("virtual server %q: bad port range %v", vs.Name, vs.Ports)
 		}

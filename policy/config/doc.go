@@ -56,6 +56,7 @@
 //	    limits: LIMITS
 //	    timeouts: TIMEOUTS     # overrides the instance's, field by field
 //	    http: HTTP             # protocol http only: request handling
+//	    hashBy: client         # overrides balancer.hashBy; header and cookie need protocol http (a tcp service given them by the balancer hashes by client)
 //	    healthCheck: HEALTH    # overrides balancer.healthCheck: omitted interval, timeout, rise, fall take the balancer's; the probe (http, send/expect) is this one's (none: a TCP connect)
 //	    targets:               # required, at least one
 //	      - name: member05     # default: the address; unique within the service
@@ -97,6 +98,7 @@
 //	  refreshInterval: 0s      # config file check period; 0 (default): off, SIGHUP still reloads
 //	  slowStart: 0s            # weight ramp of a recovered target; 0: off
 //	  healthCheck: HEALTH      # active checks of every service's targets; a service's own overrides it
+//	  hashBy: connection       # maglev's key: connection (default: the 5-tuple), client (the client's address), header:X-User or cookie:session (http, per request; absent: the client's address); other than connection needs algorithm maglev
 //	cluster:                   # optional: instances sharing their limits and measurements through Redis
 //	  redis: 127.0.0.1:6379    # required: host:port or redis://[user:pass@]host:port/db (rediss:// for TLS)
 //	  name: edge               # required: instances with the same name share state

@@ -552,6 +552,11 @@ func (p *yparser) service(n *yaml.Node) {
 		{name: "limits", fn: func(_, v *yaml.Node) { p.limits(&vs.Limits, v) }},
 		{name: "timeouts", fn: func(_, v *yaml.Node) { p.timeouts(&vs.Timeouts, v) }},
 		{name: "http", fn: func(_, v *yaml.Node) { p.httpOptions(&vs.HTTP, v) }},
+		{name: "hashBy", fn: func(k, v *yaml.Node) {
+			if h, ok := parse(p, k, v, "connection, client, header:NAME or cookie:NAME", policy.ParseHashBy); ok {
+				vs.HashBy = &h
+			}
+		}},
 		{name: "healthCheck", fn: func(_, v *yaml.Node) {
 			vs.Health = &policy.HealthCheck{}
 			p.healthCheck(vs.Health, v)
@@ -769,6 +774,9 @@ func (p *yparser) balancer(b *policy.BalancerSettings, v *yaml.Node) {
 		{name: "refreshInterval", fn: func(k, v *yaml.Node) { b.RefreshInterval, _ = parse(p, k, v, "a duration", parseDuration) }},
 		{name: "slowStart", fn: func(k, v *yaml.Node) { b.SlowStart, _ = parse(p, k, v, "a duration", parseDuration) }},
 		{name: "healthCheck", fn: func(_, v *yaml.Node) { p.healthCheck(&b.Health, v) }},
+		{name: "hashBy", fn: func(k, v *yaml.Node) {
+			b.HashBy, _ = parse(p, k, v, "connection, client, header:NAME or cookie:NAME", policy.ParseHashBy)
+		}},
 	})
 }
 
