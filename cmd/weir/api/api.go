@@ -116,9 +116,12 @@ type Service struct {
 	Class string   `json:"class,omitempty"`
 	// Refused counts connections refused because no target could serve
 	// (all down, unhealthy or at maxConnections).
-	Refused  uint64   `json:"refused_no_target"`
-	Balancer string   `json:"algorithm"`
-	Targets  []Target `json:"targets"`
+	Refused  uint64 `json:"refused_no_target"`
+	Balancer string `json:"algorithm"`
+	// HashBy is what maglev hashes (connection, client, header:NAME or
+	// cookie:NAME); empty for the other algorithms.
+	HashBy  string   `json:"hash_by,omitempty"`
+	Targets []Target `json:"targets"`
 	// Clients is the open client connections of an http service now and
 	// MaxClients their bound (apart from the request limits).
 	Clients    int64 `json:"clients,omitempty"`

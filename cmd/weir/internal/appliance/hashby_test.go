@@ -23,6 +23,9 @@ func TestHashByHeaderPerRequest(t *testing.T) {
 	cfg.Services[0].HashBy = &by
 	l := lab.Must(t, cfg, lab.Options{})
 	l.App.Start()
+	if s := l.App.Status().Services[0]; s.Balancer != "maglev" || s.HashBy != "header:X-User" {
+		t.Errorf("status: algorithm %q hash_by %q, want maglev, header:X-User", s.Balancer, s.HashBy)
+	}
 	get := func(c *http.Client, user string) string {
 		t.Helper()
 		req, _ := http.NewRequest("GET", "http://198.19.0.80/", nil)

@@ -121,6 +121,9 @@ func Services(cfg *policy.Config, sm Sampled, snapshot func(service string) (bal
 	var out []api.Service
 	for _, vs := range cfg.Services {
 		s := api.Service{Name: vs.Name, Proto: vs.Proto.String(), Ports: vs.Ports.String(), Balancer: cfg.Balancer.Algorithm.String()}
+		if cfg.Balancer.Algorithm == policy.Maglev && vs.HashBy != nil {
+			s.HashBy = vs.HashBy.String()
+		}
 		if vs.Class != nil {
 			s.Class = vs.Class.Name
 		}

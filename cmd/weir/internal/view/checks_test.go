@@ -14,6 +14,7 @@ import (
 func TestWriteTableHealthChecks(t *testing.T) {
 	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	st := sample()
+	st.Services[0].Balancer, st.Services[0].HashBy = "maglev", "header:X-User"
 	tg := st.Services[0].Targets
 	tg[0].Check = &api.HealthCheck{At: at, OK: false, Reason: "status 503", Streak: 2, Need: 3}
 	tg[1].HealthUp = false
@@ -24,6 +25,7 @@ func TestWriteTableHealthChecks(t *testing.T) {
 	}
 	out := b.String()
 	for _, want := range []string{
+		"web (http 198.18.0.80 port 80, maglev by header:X-User), 2 refused",
 		"CHECK  LAST      RESULT              TOWARD\n",
 		"  t1     03:04:05  failed: status 503  fall 2/3\n",
 		"  t2     03:04:05  ok                  rise 1/2\n",

@@ -77,7 +77,11 @@ func writeTable(w io.Writer, st api.Status) {
 	writeCluster(w, st.Cluster)
 
 	for _, s := range st.Services {
-		fmt.Fprintf(w, "\n%s (%s %s port %s, %s)", s.Name, s.Proto, strings.Join(s.VIPs, " "), s.Ports, s.Balancer)
+		algo := s.Balancer
+		if s.HashBy != "" {
+			algo += " by " + s.HashBy
+		}
+		fmt.Fprintf(w, "\n%s (%s %s port %s, %s)", s.Name, s.Proto, strings.Join(s.VIPs, " "), s.Ports, algo)
 		if s.Class != "" {
 			fmt.Fprintf(w, " class %s", s.Class)
 		}
