@@ -121,12 +121,13 @@ func (b *Balancer) Update(vs *policy.VirtualServer, s policy.BalancerSettings) e
 			}
 		}
 	}
-	if s.Health.Interval <= 0 {
+	if healthOf(vs, s).Interval <= 0 {
 		// Health checks off: nothing will ever report these targets up
 		// again, so forget what the checks said.
 		for _, st := range b.states {
 			st.mu.Lock()
 			st.health = Health{}
+			st.check = CheckStatus{}
 			st.healthDown.Store(false)
 			st.mu.Unlock()
 		}

@@ -45,6 +45,8 @@ type TargetStatus struct {
 	DownUntil time.Time
 	// HealthUp is false while active health checks mark the target down.
 	HealthUp bool
+	// Check is the last active health check, nil before the first.
+	Check *CheckStatus
 	// SkippedAtLimit counts picks that passed the target over because it was
 	// at MaxConnections (the WebSphere plug-in's "has reached maximum
 	// connections and is not selected" warning, as a counter).
@@ -83,6 +85,7 @@ func (b *Balancer) Snapshot(now time.Time) Status {
 			Max:            e.max,
 			Down:           ns < du,
 			HealthUp:       !e.st.healthDown.Load(),
+			Check:          e.st.lastCheck(),
 			Capacity:       capOut(e.st.capacity.Load()),
 			SkippedAtLimit: e.st.skippedAtLimit.Load(),
 			SkippedAtShare: e.st.skippedAtShare.Load(),

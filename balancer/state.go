@@ -44,8 +44,9 @@ type targetState struct {
 	picked         atomic.Uint64 // connections reserved on it
 	failed         atomic.Uint64 // connects reported failed through Lease.Failed
 
-	mu     sync.Mutex // guards health
+	mu     sync.Mutex // guards health and check
 	health Health
+	check  CheckStatus // the last check's result; zero At: none yet
 }
 
 // reserve takes one connection slot if the target is under max (≤ 0: no

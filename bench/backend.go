@@ -29,6 +29,11 @@ type Backend struct {
 	// Body, when > 0, is the size in bytes of the response body (the name is
 	// padded), for bulk-transfer loads.
 	Body int
+	// HealthPath, when set, is a health endpoint: requests for it are
+	// answered with the status HealthStatus holds (0: 200), an empty body,
+	// and are not counted in Served.
+	HealthPath   string
+	HealthStatus atomic.Int32
 
 	served  atomic.Int64
 	active  atomic.Int64
@@ -59,6 +64,14 @@ func (b *Backend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if n <= m || b.maxSeen.CompareAndSwap(m, n) {
 			break
 		}
+	}
+	if b.HealthPath != "" && r.URL.Path == b.HealthPath {
+		code := int(b.HealthStatus.Load())
+		if code == 0 {
+			code = http.StatusOK
+		}
+		w.WriteHeader(code)
+		return
 	}
 	// Read the whole request body (an upload) before answering.
 	if _, err := io.Copy(io.Discard, r.Body); err != nil {

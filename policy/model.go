@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"net/textproto"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -304,6 +306,14 @@ type VirtualServer struct {
 	// Targets in configured order: primaries first in the order given, then
 	// backups in the order they are to be tried.
 	Targets []*Target
+	// HashBy is the service's own Maglev hash key, nil for the balancer's.
+	// After Compile it is never nil; a tcp service given header or cookie
+	// by the balancer hashes by client (it has no requests).
+	HashBy *HashBy
+	// Health is the service's own health check, nil for the balancer's.
+	// After Compile it is never nil: the check its targets get (see
+	// Config.resolveHealth).
+	Health *HealthCheck
 }
 
 // Role says whether a target is balanced (primary) or only tried, in order,
@@ -560,14 +570,153 @@ type BalancerSettings struct {
 	// SlowStart ramps a recovered target's weight over this window; zero: off.
 	SlowStart time.Duration
 	Health    HealthCheck
+	// HashBy is the key Maglev hashes (algorithm maglev only); the zero
+	// value is HashConnection. A service's own (VirtualServer.HashBy)
+	// overrides it.
+	HashBy HashBy
 }
 
-// HealthCheck configures active TCP health checks; Interval zero turns them off.
+// HashKind says what a Maglev pick hashes.
+type HashKind uint8
+
+const (
+	// HashConnection hashes the connection's 5-tuple: every new source
+	// port may reach another target.
+	HashConnection HashKind = iota
+	// HashClient hashes the client's address alone: every connection of
+	// a client reaches one target while the table holds.
+	HashClient
+	// HashHeader hashes a request header's value (http services, per
+	// request); a request without it hashes the client's address.
+	HashHeader
+	// HashCookie hashes a request cookie's value (http services, per
+	// request); a request without it hashes the client's address.
+	HashCookie
+)
+
+// HashBy is a Maglev hash key: a kind and, for header and cookie, the name.
+type HashBy struct {
+	Kind HashKind
+	Name string // the header (canonical form) or cookie name
+}
+
+func (h HashBy) String() string {
+	switch h.Kind {
+	case HashClient:
+		return "client"
+	case HashHeader:
+		return "header:" + h.Name
+	case HashCookie:
+		return "cookie:" + h.Name
+	}
+	return "connection"
+}
+
+// ParseHashBy parses connection, client, header:NAME or cookie:NAME.
+func ParseHashBy(s string) (HashBy, error) {
+	switch s {
+	case "connection":
+		return HashBy{}, nil
+	case "client":
+		return HashBy{Kind: HashClient}, nil
+	}
+	kind, name, ok := strings.Cut(s, ":")
+	valid := ok && name != "" && strings.IndexFunc(name, func(c rune) bool {
+		return c <= ' ' || c >= 0x7f || strings.ContainsRune("()<>@,;:\\\"/[]?={}", c)
+	}) < 0
+	switch {
+	case kind == "header" && valid:
+		return HashBy{Kind: HashHeader, Name: textproto.CanonicalMIMEHeaderKey(name)}, nil
+	case kind == "cookie" && valid:
+		return HashBy{Kind: HashCookie, Name: name}, nil
+	}
+	return HashBy{}, fmt.Errorf("hashBy %q: want connection, client, header:NAME or cookie:NAME (NAME a header or cookie name)", s)
+}
+
+// HealthCheck configures active health checks; Interval zero turns them off.
+// A check dials the target on a fresh connection; with no probe set the
+// completed TCP handshake passes it. The probe is HTTP (an HTTP request, the
+// response status judged) or, for a TCP check, Send then Expect or
+// ExpectRegexp (the first bytes read within Timeout judged).
 type HealthCheck struct {
 	Interval time.Duration
 	Timeout  time.Duration // default Interval/2
 	Rise     int           // successes to mark up, default DefaultHealthRise
 	Fall     int           // failures to mark down, default DefaultHealthFall
+	// HTTP, when set, makes the check an HTTP/1.1 request; Send and Expect
+	// are then unused (Compile refuses both at once).
+	HTTP *HTTPCheck
+	// Send is written once the connection is up (may be empty).
+	Send string
+	// Expect, when set, must be the first bytes the target sends.
+	Expect string
+	// ExpectRegexp, when set, must match within the first bytes the target
+	// sends (at most HealthExpectMax). At most one of Expect and
+	// ExpectRegexp is set.
+	ExpectRegexp *regexp.Regexp
+}
+
+// HTTPCheck is an HTTP health check's request and the statuses that pass.
+type HTTPCheck struct {
+	Method string // default "GET"
+	Path   string // default "/"; must start with "/"
+	// Host is the Host header; empty: the target's address.
+	Host string
+	// Status is the passing status range, default DefaultHealthStatus.
+	Status StatusRange
+}
+
+// StatusRange is an inclusive range of HTTP status codes.
+type StatusRange struct{ Lo, Hi int }
+
+// DefaultHealthStatus is an HTTP check's default passing range: 200-399.
+var DefaultHealthStatus = StatusRange{200, 399}
+
+// Contains reports whether code is in r.
+func (r StatusRange) Contains(code int) bool { return code >= r.Lo && code <= r.Hi }
+
+func (r StatusRange) String() string {
+	if r.Lo == r.Hi {
+		return strconv.Itoa(r.Lo)
+	}
+	return strconv.Itoa(r.Lo) + "-" + strconv.Itoa(r.Hi)
+}
+
+// ParseStatusRange parses a status code ("200") or an inclusive range
+// ("200-399") of codes 100..599, low before high.
+func ParseStatusRange(s string) (StatusRange, error) {
+	lo, hi, isRange := strings.Cut(strings.TrimSpace(s), "-")
+	code := func(x string) (int, error) {
+		x = strings.TrimSpace(x)
+		n, err := strconv.Atoi(x)
+		if err != nil || len(x) != 3 || n < 100 || n > 599 {
+			return 0, fmt.Errorf("status range %q: %q is not a status code 100..599", s, x)
+		}
+		return n, nil
+	}
+	l, err := code(lo)
+	if err != nil {
+		return StatusRange{}, err
+	}
+	h := l
+	if isRange {
+		if h, err = code(hi); err != nil {
+			return StatusRange{}, err
+		}
+	}
+	if h < l {
+		return StatusRange{}, fmt.Errorf("status range %q: %d is below %d", s, h, l)
+	}
+	return StatusRange{l, h}, nil
+}
+
+// HealthExpectMax bounds the bytes a send/expect check reads looking for
+// its expectation.
+const HealthExpectMax = 4096
+
+// HasProbe reports whether the check sends anything or judges a reply.
+func (h *HealthCheck) HasProbe() bool {
+	return h.HTTP != nil || h.Send != "" || h.Expect != "" || h.ExpectRegexp != nil
 }
 
 // Health-check defaults applied by Compile when Interval is set.
@@ -660,16 +809,91 @@ func compileBalancer(b *BalancerSettings, bad func(string, ...any)) {
 	if b.SlowStart < 0 {
 		bad("balancer slowStart %v is negative", b.SlowStart)
 	}
-	if h := &b.Health; h.Interval > 0 {
+	b.Health.compile(bad, "balancer")
+	if b.HashBy.Kind != HashConnection && b.Algorithm != Maglev {
+		bad("balancer hashBy %v needs algorithm maglev, not %v", b.HashBy, b.Algorithm)
+	}
+}
+
+// compile fills a health check's defaults and checks it; where names the
+// check in errors.
+func (h *HealthCheck) compile(bad func(string, ...any), where string) {
+	if h.Interval > 0 {
 		setDefault(&h.Timeout, h.Interval/2)
 		setDefault(&h.Rise, DefaultHealthRise)
 		setDefault(&h.Fall, DefaultHealthFall)
 		if h.Timeout < 0 || h.Rise < 0 || h.Fall < 0 {
-			bad("health check timeout %v, rise %d, fall %d: none may be negative", h.Timeout, h.Rise, h.Fall)
+			bad("%s health check timeout %v, rise %d, fall %d: none may be negative", where, h.Timeout, h.Rise, h.Fall)
 		}
 	} else if h.Interval < 0 {
-		bad("health check interval %v is negative", h.Interval)
+		bad("%s health check interval %v is negative", where, h.Interval)
 	}
+	if h.Expect != "" && h.ExpectRegexp != nil {
+		bad("%s health check: expect and expectRegexp both set", where)
+	}
+	if x := h.HTTP; x != nil {
+		if h.Send != "" || h.Expect != "" || h.ExpectRegexp != nil {
+			bad("%s health check: http and send/expect both set", where)
+		}
+		setDefault(&x.Method, "GET")
+		setDefault(&x.Path, "/")
+		setDefault(&x.Status, DefaultHealthStatus)
+		if !strings.HasPrefix(x.Path, "/") || strings.ContainsAny(x.Path, " \r\n") {
+			bad("%s health check: http path %q must start with / and hold no space or line break", where, x.Path)
+		}
+		if strings.ContainsAny(x.Method, " \r\n/:") || strings.ContainsAny(x.Host, " \r\n/") {
+			bad("%s health check: http method %q or host %q holds a space, line break or slash", where, x.Method, x.Host)
+		}
+		if x.Status.Lo < 100 || x.Status.Hi > 599 || x.Status.Hi < x.Status.Lo {
+			bad("%s health check: http status range %v is not within 100..599, low first", where, x.Status)
+		}
+	}
+}
+
+// resolveHashBy sets vs.HashBy: the service's own or the balancer's; it
+// needs algorithm maglev unless it is connection, and header or cookie of
+// the service's own need an http service.
+func (c *Config) resolveHashBy(vs *VirtualServer, bad func(string, ...any)) {
+	if vs.HashBy == nil {
+		h := c.Balancer.HashBy
+		if (h.Kind == HashHeader || h.Kind == HashCookie) && vs.Proto != ProtoHTTP {
+			h = HashBy{Kind: HashClient}
+		}
+		vs.HashBy = &h
+		return
+	}
+	h := *vs.HashBy
+	if (h.Kind == HashHeader || h.Kind == HashCookie) && vs.Proto != ProtoHTTP {
+		bad("virtual server %q: hashBy %v needs protocol http", vs.Name, h)
+	}
+	if h.Kind != HashConnection && c.Balancer.Algorithm != Maglev {
+		bad("virtual server %q: hashBy %v needs balancer algorithm maglev, not %v", vs.Name, h, c.Balancer.Algorithm)
+	}
+	vs.HashBy = &h
+}
+
+// resolveHealth sets vs.Health, the check its targets get: the balancer's
+// when the service has none of its own; else the service's, where a zero
+// interval, timeout, rise or fall takes the balancer's and the probe
+// (http, send/expect) is the service's alone (none: a TCP connect).
+func (c *Config) resolveHealth(vs *VirtualServer, bad func(string, ...any)) {
+	b := c.Balancer.Health
+	if vs.Health == nil {
+		vs.Health = &b
+		return
+	}
+	h := *vs.Health
+	if h.Interval == 0 {
+		h.Interval = b.Interval
+		setDefault(&h.Timeout, b.Timeout)
+	}
+	setDefault(&h.Rise, b.Rise)
+	setDefault(&h.Fall, b.Fall)
+	h.compile(bad, "virtual server "+strconv.Quote(vs.Name))
+	if h.Interval > 0 && h.Timeout >= h.Interval {
+		bad("virtual server %q health check timeout %v must be shorter than interval %v", vs.Name, h.Timeout, h.Interval)
+	}
+	vs.Health = &h
 }
 
 // compileClasses checks that every class's parent chain ends.
@@ -703,6 +927,8 @@ func (c *Config) compileServices(bad func(string, ...any)) {
 		names[vs.Name] = true
 		vs.Timeouts.resolve(c.Instance.Timeouts, bad, "virtual server "+strconv.Quote(vs.Name))
 		vs.HTTP.resolve(bad, "virtual server "+strconv.Quote(vs.Name))
+		c.resolveHealth(vs, bad)
+		c.resolveHashBy(vs, bad)
 		if vs.Ports.Lo == 0 || vs.Ports.Hi < vs.Ports.Lo {
 			bad("virtual server %q: bad port range %v", vs.Name, vs.Ports)
 		}

@@ -56,6 +56,8 @@
 //	    limits: LIMITS
 //	    timeouts: TIMEOUTS     # overrides the instance's, field by field
 //	    http: HTTP             # protocol http only: request handling
+//	    hashBy: client         # overrides balancer.hashBy; header and cookie need protocol http (a tcp service given them by the balancer hashes by client)
+//	    healthCheck: HEALTH    # overrides balancer.healthCheck: omitted interval, timeout, rise, fall take the balancer's; the probe (http, send/expect) is this one's (none: a TCP connect)
 //	    targets:               # required, at least one
 //	      - name: member05     # default: the address; unique within the service
 //	        address: 198.18.1.5:9080 # required: IP:port ([fd00::5]:9080), no host names; an IP alone (or port 0) keeps the client's port
@@ -95,11 +97,8 @@
 //	  maxAttempts: 3           # targets tried per connection, 1..16, default 3
 //	  refreshInterval: 0s      # config file check period; 0 (default): off, SIGHUP still reloads
 //	  slowStart: 0s            # weight ramp of a recovered target; 0: off
-//	  healthCheck:             # active TCP checks, dialed as the target's connections are (its via); interval 0 (default): off
-//	    interval: 5s
-//	    timeout: 2s            # default interval/2; must be shorter than interval
-//	    rise: 2                # successes to mark up, 1..100, default 2
-//	    fall: 3                # failures to mark down, 1..100, default 3
+//	  healthCheck: HEALTH      # active checks of every service's targets; a service's own overrides it
+//	  hashBy: connection       # maglev's key: connection (default: the 5-tuple), client (the client's address), header:X-User or cookie:session (http, per request; absent: the client's address); other than connection needs algorithm maglev
 //	cluster:                   # optional: instances sharing their limits and measurements through Redis
 //	  redis: 127.0.0.1:6379    # required: host:port or redis://[user:pass@]host:port/db (rediss:// for TLS)
 //	  name: edge               # required: instances with the same name share state
@@ -109,6 +108,29 @@
 //	  borrowTimeout: 5ms       # a connection or request refused by this instance's full share of a cluster-wide limit asks Redis for more slots, waiting at most this long, default 5ms, at most leaseInterval/2
 //	include: [zos-telnet.pa]   # Policy Agent files (a list or one name), relative to this file
 //	noServices: true           # say that no service is defined on purpose; default false
+//
+// HEALTH is an active health check: each target dialed on a fresh
+// connection the way its traffic goes (its via), every interval; fall
+// failures in a row mark it down (no new connections), rise passes in a row
+// bring it back. With no probe a completed TCP handshake passes; http or
+// send/expect test the service:
+//
+//	interval: 5s               # 0 (default): off
+//	timeout: 2s                # default interval/2; must be shorter than interval; bounds the whole check
+//	rise: 2                    # successes to mark up, 1..100, default 2
+//	fall: 3                    # failures to mark down, 1..100, default 3
+//	http:                      # an HTTP/1.1 request, Connection: close; the response status judged
+//	  method: GET              # default GET
+//	  path: /healthz           # default /; starts with /
+//	  host: www.example.com    # the Host header, default the target's address
+//	  expectStatus: 200-399    # passing statuses: a code or a range lo-hi within 100..599, default 200-399
+//	send: "PING\r\n"           # tcp: bytes written once connected (not with http)
+//	expect: "+PONG"            # tcp: the first bytes read must be these; or a mapping:
+//	expect: {regexp: "^SSH-2\\.0-"} # the first bytes read (up to 4096) must match this Go regular expression
+//
+// A failed check's reason is shown in /status and weir status: refused,
+// timeout, unreachable, reset, status 503, expect mismatch or closed (the
+// target closed before answering).
 //
 // LIMITS is the same mapping at each of the three levels; a zero or omitted
 // field is no limit at that level, and admission checks the service, then its

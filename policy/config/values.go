@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -299,4 +300,44 @@ func editDistance(a, b string) int {
 		prev, cur = cur, prev
 	}
 	return prev[len(b)]
+}
+
+// parseHTTPMethod accepts an HTTP method token (GET, HEAD, OPTIONS ...).
+func parseHTTPMethod(s string) (string, error) {
+	if s == "" || len(s) > 32 {
+		return "", fmt.Errorf("want a method such as GET or HEAD, got %q", s)
+	}
+	for _, c := range s {
+		if (c < 'A' || c > 'Z') && (c < 'a' || c > 'z') && c != '-' {
+			return "", fmt.Errorf("want a method such as GET or HEAD, got %q", s)
+		}
+	}
+	return strings.ToUpper(s), nil
+}
+
+// parseHTTPPath accepts a request path: it starts with / and holds no
+// space or control character.
+func parseHTTPPath(s string) (string, error) {
+	if !strings.HasPrefix(s, "/") || strings.IndexFunc(s, func(c rune) bool { return c <= ' ' || c == 0x7f }) >= 0 {
+		return "", fmt.Errorf("want a path starting with / without spaces, got %q", s)
+	}
+	return s, nil
+}
+
+// parseHTTPHost accepts a Host header value: a name or address, with an
+// optional port; no space, slash or control character.
+func parseHTTPHost(s string) (string, error) {
+	if s == "" || strings.IndexFunc(s, func(c rune) bool { return c <= ' ' || c == 0x7f || c == '/' }) >= 0 {
+		return "", fmt.Errorf("want a host name, optionally with :port, got %q", s)
+	}
+	return s, nil
+}
+
+// parseRegexp compiles an expect regular expression (Go RE2 syntax).
+func parseRegexp(s string) (*regexp.Regexp, error) {
+	re, err := regexp.Compile(s)
+	if err != nil {
+		return nil, fmt.Errorf("bad regular expression: %v", err)
+	}
+	return re, nil
 }

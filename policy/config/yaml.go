@@ -552,6 +552,15 @@ func (p *yparser) service(n *yaml.Node) {
 		{name: "limits", fn: func(_, v *yaml.Node) { p.limits(&vs.Limits, v) }},
 		{name: "timeouts", fn: func(_, v *yaml.Node) { p.timeouts(&vs.Timeouts, v) }},
 		{name: "http", fn: func(_, v *yaml.Node) { p.httpOptions(&vs.HTTP, v) }},
+		{name: "hashBy", fn: func(k, v *yaml.Node) {
+			if h, ok := parse(p, k, v, "connection, client, header:NAME or cookie:NAME", policy.ParseHashBy); ok {
+				vs.HashBy = &h
+			}
+		}},
+		{name: "healthCheck", fn: func(_, v *yaml.Node) {
+			vs.Health = &policy.HealthCheck{}
+			p.healthCheck(vs.Health, v)
+		}},
 		{name: "targets", required: true, fn: func(k, v *yaml.Node) {
 			p.seq(k, v, func(item *yaml.Node) {
 				t, at := p.target(item)
@@ -764,29 +773,66 @@ func (p *yparser) balancer(b *policy.BalancerSettings, v *yaml.Node) {
 		}},
 		{name: "refreshInterval", fn: func(k, v *yaml.Node) { b.RefreshInterval, _ = parse(p, k, v, "a duration", parseDuration) }},
 		{name: "slowStart", fn: func(k, v *yaml.Node) { b.SlowStart, _ = parse(p, k, v, "a duration", parseDuration) }},
-		{name: "healthCheck", fn: func(_, v *yaml.Node) {
-			h := &b.Health
-			var timeoutAt *yaml.Node
-			p.mapping(v, "healthCheck", []field{
-				{name: "interval", fn: func(k, v *yaml.Node) { h.Interval, _ = parse(p, k, v, "a duration", parseDuration) }},
-				{name: "timeout", fn: func(k, v *yaml.Node) {
-					h.Timeout, _ = parse(p, k, v, "a duration", parseDuration)
-					timeoutAt = k
-				}},
-				{name: "rise", fn: func(k, v *yaml.Node) {
-					x, _ := p.int(k, v, 1, maxHealthRuns)
-					h.Rise = int(x)
-				}},
-				{name: "fall", fn: func(k, v *yaml.Node) {
-					x, _ := p.int(k, v, 1, maxHealthRuns)
-					h.Fall = int(x)
-				}},
-			})
-			if timeoutAt != nil && h.Interval > 0 && h.Timeout >= h.Interval {
-				p.errf(timeoutAt, "timeout %v must be shorter than interval %v", h.Timeout, h.Interval)
-			}
+		{name: "healthCheck", fn: func(_, v *yaml.Node) { p.healthCheck(&b.Health, v) }},
+		{name: "hashBy", fn: func(k, v *yaml.Node) {
+			b.HashBy, _ = parse(p, k, v, "connection, client, header:NAME or cookie:NAME", policy.ParseHashBy)
 		}},
 	})
+}
+
+// healthCheck parses a health check: the balancer's or a service's own.
+func (p *yparser) healthCheck(h *policy.HealthCheck, v *yaml.Node) {
+	var timeoutAt, httpAt *yaml.Node
+	p.mapping(v, "healthCheck", []field{
+		{name: "interval", fn: func(k, v *yaml.Node) { h.Interval, _ = parse(p, k, v, "a duration", parseDuration) }},
+		{name: "timeout", fn: func(k, v *yaml.Node) {
+			h.Timeout, _ = parse(p, k, v, "a duration", parseDuration)
+			timeoutAt = k
+		}},
+		{name: "rise", fn: func(k, v *yaml.Node) {
+			x, _ := p.int(k, v, 1, maxHealthRuns)
+			h.Rise = int(x)
+		}},
+		{name: "fall", fn: func(k, v *yaml.Node) {
+			x, _ := p.int(k, v, 1, maxHealthRuns)
+			h.Fall = int(x)
+		}},
+		{name: "http", fn: func(k, v *yaml.Node) {
+			httpAt = k
+			x := &policy.HTTPCheck{}
+			h.HTTP = x
+			p.mapping(v, "http", []field{
+				{name: "method", fn: func(k, v *yaml.Node) { x.Method, _ = parse(p, k, v, "a method", parseHTTPMethod) }},
+				{name: "path", fn: func(k, v *yaml.Node) { x.Path, _ = parse(p, k, v, "a path", parseHTTPPath) }},
+				{name: "host", fn: func(k, v *yaml.Node) { x.Host, _ = parse(p, k, v, "a host", parseHTTPHost) }},
+				{name: "expectStatus", fn: func(k, v *yaml.Node) {
+					x.Status, _ = parse(p, k, v, "a status or range (200-399)", policy.ParseStatusRange)
+				}},
+			})
+		}},
+		{name: "send", fn: func(k, v *yaml.Node) { h.Send, _ = p.str(k, v) }},
+		{name: "expect", fn: func(k, v *yaml.Node) {
+			x := v
+			for x != nil && x.Kind == yaml.AliasNode {
+				x = x.Alias
+			}
+			if x == nil || x.Kind != yaml.MappingNode {
+				h.Expect, _ = p.str(k, v)
+				return
+			}
+			p.mapping(v, "expect", []field{
+				{name: "regexp", required: true, fn: func(k, v *yaml.Node) {
+					h.ExpectRegexp, _ = parse(p, k, v, "a regular expression", parseRegexp)
+				}},
+			})
+		}},
+	})
+	if timeoutAt != nil && h.Interval > 0 && h.Timeout >= h.Interval {
+		p.errf(timeoutAt, "timeout %v must be shorter than interval %v", h.Timeout, h.Interval)
+	}
+	if httpAt != nil && (h.Send != "" || h.Expect != "" || h.ExpectRegexp != nil) {
+		p.errf(httpAt, "http: a check is http or send/expect, not both")
+	}
 }
 
 // cluster parses the scale-out section; redis and name are required.

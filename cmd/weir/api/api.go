@@ -116,9 +116,12 @@ type Service struct {
 	Class string   `json:"class,omitempty"`
 	// Refused counts connections refused because no target could serve
 	// (all down, unhealthy or at maxConnections).
-	Refused  uint64   `json:"refused_no_target"`
-	Balancer string   `json:"algorithm"`
-	Targets  []Target `json:"targets"`
+	Refused  uint64 `json:"refused_no_target"`
+	Balancer string `json:"algorithm"`
+	// HashBy is what maglev hashes (connection, client, header:NAME or
+	// cookie:NAME); empty for the other algorithms.
+	HashBy  string   `json:"hash_by,omitempty"`
+	Targets []Target `json:"targets"`
 	// Clients is the open client connections of an http service now and
 	// MaxClients their bound (apart from the request limits).
 	Clients    int64 `json:"clients,omitempty"`
@@ -149,6 +152,8 @@ type Target struct {
 	Down      bool      `json:"down"`
 	DownUntil time.Time `json:"down_until"`
 	HealthUp  bool      `json:"health_up"` // false while health checks fail
+	// Check is the last active health check, absent before the first.
+	Check *HealthCheck `json:"check,omitempty"`
 	// SkippedAtLimit counts picks that passed the target over because it
 	// was at maxConnections.
 	SkippedAtLimit uint64       `json:"skipped_at_limit"`
@@ -157,6 +162,17 @@ type Target struct {
 	Explanation    *Explanation `json:"explanation,omitempty"`
 	// Segments are the target's data segments per direction since start.
 	Segments *Segments `json:"segments,omitempty"`
+}
+
+// HealthCheck is a target's last active health check and its count toward
+// the next change: Streak of Need failures in a row (fall) while the target
+// is up, passes in a row (rise) while it is down.
+type HealthCheck struct {
+	At     time.Time `json:"at"`
+	OK     bool      `json:"ok"`
+	Reason string    `json:"reason,omitempty"` // refused, timeout, unreachable, reset, closed, status 503, expect mismatch, bad response
+	Streak int       `json:"streak"`
+	Need   int       `json:"need"`
 }
 
 // ActionLevel is one policy action's service level at a target: the

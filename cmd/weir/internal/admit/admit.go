@@ -235,10 +235,9 @@ func (a *Admitter) admit(req *proxy.ConnRequest, s *session, now time.Time) (pro
 	}
 	// The datapath classified the connection when its SYN passed: its flow
 	// holds the service's action, and binding it to the target makes the
-	// target's meters count it. Its key's hash is the flow hash Maglev
-	// needs (the same on every instance: see datapath.FlowKey.Hash).
-	key := datapath.NewFlowKey(req.Client, req.VIP, datapath.ProtoTCP)
-	s.hash = key.Hash()
+	// target's meters count it. Maglev maps the service's hashBy key
+	// (pickHash: the flow's 5-tuple by default) to a target.
+	s.hash = pickHash(vs, req.Client, req.VIP, s.http)
 	s.flow = a.opts.Flows.Flow(req.Client, req.VIP, datapath.ProtoTCP)
 	lease, err := b.PickAction(now, s.hash, s.action(), &s.tried)
 	if err != nil && req.Settle() {

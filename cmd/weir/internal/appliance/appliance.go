@@ -365,7 +365,7 @@ func (a *Appliance) syncCheckers() {
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		a.checks[name] = cancel
-		c := &health.Checker{Plan: a.healthPlan(name), Report: func(target string, ok bool, now time.Time) { b.ReportHealth(target, ok, now) }, Now: a.now}
+		c := &health.Checker{Plan: a.healthPlan(name), Report: func(target string, r health.Result, now time.Time) { b.ReportCheck(target, r.OK, r.Reason, now) }, Now: a.now}
 		a.wg.Go(func() { c.Loop(ctx) })
 	}
 }
@@ -388,7 +388,7 @@ func (a *Appliance) healthPlan(name string) func() health.Plan {
 		if vs == nil {
 			return health.Plan{}
 		}
-		return health.Plan{Settings: cfg.Balancer.Health, Targets: health.ServiceTargets(vs, dial)}
+		return health.Plan{Settings: *vs.Health, Targets: health.ServiceTargets(vs, dial)}
 	}
 }
 

@@ -1,18 +1,30 @@
-// Package health runs weir's active TCP health checks: the control-plane
-// half of health checking. The balancer keeps each target's rise/fall state
-// (balancer.Health, Balancer.ReportHealth) and never dials; a Checker dials
+// Package health runs weir's active health checks: the control-plane half
+// of health checking. The balancer keeps each target's rise/fall state
+// (balancer.Health, Balancer.ReportCheck) and never dials; a Checker dials
 // each target the way its connections go (the target's own `via`: a host
-// socket or the back arm) and reports each verdict.
+// socket or the back arm) and reports each verdict with its reason.
 //
-// A check passes when the TCP handshake completes within the timeout; the
-// connection is closed at once.
+// A check dials a fresh connection within the timeout, which bounds the
+// whole check. With no probe it passes when the TCP handshake completes; an
+// HTTP probe sends one request and judges the response's status; a
+// send/expect probe writes Send and judges the first bytes read against
+// Expect or ExpectRegexp. The connection is closed at the end.
 package health
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"errors"
+	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"net/netip"
+	"os"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"weir/policy"
@@ -57,7 +69,7 @@ type Checker struct {
 	// Report receives each verdict, at the time Now returned when the
 	// check ended. It is called from the check's goroutine, concurrently
 	// with the other checks of the round.
-	Report func(name string, ok bool, now time.Time)
+	Report func(name string, r Result, now time.Time)
 	// Parallel bounds the checks in flight at once; 0 means 32.
 	Parallel int
 	// Now returns the time verdicts are reported at; nil means time.Now.
@@ -119,36 +131,179 @@ func (c *Checker) round(ctx context.Context, p Plan) {
 		}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			ok := check(ctx, t, p.Settings.Timeout)
+			r := Check(ctx, t, &p.Settings)
 			if ctx.Err() != nil {
 				return // cancelled, not a verdict on the target
 			}
-			c.Report(t.Name, ok, now())
+			c.Report(t.Name, r, now())
 		})
 	}
 }
 
-// check dials t once within timeout (0: no bound but ctx's).
-func check(ctx context.Context, t Target, timeout time.Duration) bool {
+// Result is one check's verdict.
+type Result struct {
+	OK bool
+	// Reason says why a check failed: one of the Reason constants, "status
+	// NNN" for an HTTP status outside the passing range, or a short error
+	// text. Empty when OK.
+	Reason string
+}
+
+// The reasons a check fails, besides "status NNN".
+const (
+	ReasonRefused   = "refused"         // the connect was refused (RST)
+	ReasonTimeout   = "timeout"         // no connect or no answer within the timeout
+	ReasonUnreach   = "unreachable"     // no route to the target
+	ReasonReset     = "reset"           // the connection was reset after it was up
+	ReasonClosed    = "closed"          // the target closed before answering
+	ReasonMismatch  = "expect mismatch" // the first bytes do not match expect
+	ReasonBadReply  = "bad response"    // not an HTTP response
+	ReasonNoAddress = "no address"      // the target has no address to check
+)
+
+// Check runs one check of t with h's probe, bounded by h.Timeout (0: no
+// bound but ctx's).
+func Check(ctx context.Context, t Target, h *policy.HealthCheck) Result {
 	if !t.Addr.IsValid() {
-		return false
+		return Result{Reason: ReasonNoAddress}
 	}
 	dial := t.Dial
 	if dial == nil {
 		dial = HostDial
 	}
-	if timeout > 0 {
+	if h.Timeout > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, timeout)
+		ctx, cancel = context.WithTimeout(ctx, h.Timeout)
 		defer cancel()
 	}
 	conn, err := dial(ctx, t.Addr)
 	if err != nil {
-		return false
+		return Result{Reason: reason(ctx, err)}
 	}
-	conn.Close()
-	return true
+	defer conn.Close()
+	if !h.HasProbe() {
+		return Result{OK: true}
+	}
+	if d, ok := ctx.Deadline(); ok {
+		conn.SetDeadline(d)
+	}
+	// Stop a blocked read or write when ctx ends before its deadline (the
+	// checker is stopped).
+	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	// Where a target gets a PROXY-protocol header on its connections, the
+	// check writes the same header here, before the probe, so that the
+	// target sees a check as it sees traffic.
+	if h.HTTP != nil {
+		return probeHTTP(ctx, conn, t, h.HTTP)
+	}
+	return probeExpect(ctx, conn, h)
 }
+
+// probeHTTP sends one request and judges the response's status.
+func probeHTTP(ctx context.Context, conn net.Conn, t Target, x *policy.HTTPCheck) Result {
+	host := x.Host
+	if host == "" {
+		host = t.Addr.String()
+	}
+	req := x.Method + " " + x.Path + " HTTP/1.1\r\nHost: " + host + "\r\nUser-Agent: weir-health-check\r\nAccept: */*\r\nConnection: close\r\n\r\n"
+	if _, err := io.WriteString(conn, req); err != nil {
+		return Result{Reason: reason(ctx, err)}
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), &http.Request{Method: x.Method})
+	if err != nil {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || isTimeout(ctx, err) || isErrno(err, syscall.ECONNRESET) {
+			return Result{Reason: reason(ctx, err)}
+		}
+		return Result{Reason: ReasonBadReply}
+	}
+	resp.Body.Close()
+	if !x.Status.Contains(resp.StatusCode) {
+		return Result{Reason: fmt.Sprintf("status %d", resp.StatusCode)}
+	}
+	return Result{OK: true}
+}
+
+// probeExpect writes Send and reads until the first bytes decide Expect or
+// ExpectRegexp (none: passing once Send is written).
+func probeExpect(ctx context.Context, conn net.Conn, h *policy.HealthCheck) Result {
+	if h.Send != "" {
+		if _, err := io.WriteString(conn, h.Send); err != nil {
+			return Result{Reason: reason(ctx, err)}
+		}
+	}
+	want, re := []byte(h.Expect), h.ExpectRegexp
+	if len(want) == 0 && re == nil {
+		return Result{OK: true}
+	}
+	limit := policy.HealthExpectMax
+	if re == nil {
+		limit = len(want)
+	}
+	buf := make([]byte, 0, limit)
+	for {
+		n, err := conn.Read(buf[len(buf):limit])
+		buf = buf[:len(buf)+n]
+		if re != nil {
+			if re.Match(buf) {
+				return Result{OK: true}
+			}
+			if len(buf) == limit {
+				return Result{Reason: ReasonMismatch}
+			}
+		} else {
+			if !bytes.HasPrefix(want, buf) {
+				return Result{Reason: ReasonMismatch}
+			}
+			if len(buf) == len(want) {
+				return Result{OK: true}
+			}
+		}
+		if err != nil {
+			if len(buf) > 0 && re != nil {
+				// Bytes came and did not match before the end or the
+				// timeout: the answer is wrong, not missing.
+				return Result{Reason: ReasonMismatch}
+			}
+			return Result{Reason: reason(ctx, err)}
+		}
+	}
+}
+
+// reason names a dial, read or write error.
+func reason(ctx context.Context, err error) string {
+	switch {
+	case isTimeout(ctx, err):
+		return ReasonTimeout
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return ReasonClosed
+	case isErrno(err, syscall.ECONNREFUSED):
+		return ReasonRefused
+	case isErrno(err, syscall.ECONNRESET), isErrno(err, syscall.EPIPE):
+		return ReasonReset
+	case isErrno(err, syscall.EHOSTUNREACH), isErrno(err, syscall.ENETUNREACH):
+		return ReasonUnreach
+	}
+	// The back arm's errors (gVisor's) carry only their text.
+	msg := err.Error()
+	for _, r := range []struct{ text, reason string }{
+		{"refused", ReasonRefused}, {"reset", ReasonReset}, {"unreachable", ReasonUnreach}, {"timed out", ReasonTimeout},
+	} {
+		if strings.Contains(msg, r.text) {
+			return r.reason
+		}
+	}
+	if len(msg) > 60 {
+		msg = msg[:60]
+	}
+	return msg
+}
+
+func isTimeout(ctx context.Context, err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) || ctx.Err() != nil
+}
+
+func isErrno(err error, e syscall.Errno) bool { return errors.Is(err, e) }
 
 // ServiceTargets lists the checks of vs's targets: each at the address a
 // client's connection to the service's first port goes to (a target that

@@ -87,9 +87,10 @@ func newRig(t *testing.T, hc policy.HealthCheck, dial func(policy.DialVia) DialF
 	r := &rig{cfg: cfg, b: b}
 	r.c = &Checker{
 		Plan: func() Plan {
-			return Plan{Settings: cfg.Balancer.Health, Targets: ServiceTargets(cfg.ServiceByName("web"), dial)}
+			vs := cfg.ServiceByName("web")
+			return Plan{Settings: *vs.Health, Targets: ServiceTargets(vs, dial)}
 		},
-		Report: func(name string, ok bool, now time.Time) { b.ReportHealth(name, ok, now) },
+		Report: func(name string, r Result, now time.Time) { b.ReportCheck(name, r.OK, r.Reason, now) },
 		Now:    func() time.Time { return t0 },
 	}
 	return r
@@ -199,7 +200,7 @@ func TestCheckerTimeoutAndCancel(t *testing.T) {
 		Plan: func() Plan {
 			return Plan{Settings: policy.HealthCheck{Interval: time.Second, Timeout: time.Millisecond}, Targets: target}
 		},
-		Report: func(name string, ok bool, _ time.Time) { got <- verdict{name, ok} },
+		Report: func(name string, r Result, _ time.Time) { got <- verdict{name, r.OK} },
 	}
 	c.CheckOnce(context.Background())
 	if v := <-got; v != (verdict{"silent", false}) {
@@ -239,7 +240,7 @@ func TestCheckerInvalidAddrFailsWithoutDial(t *testing.T) {
 				return nil, errors.New("dialed")
 			}}}}
 		},
-		Report: func(_ string, ok bool, _ time.Time) { verdicts = append(verdicts, ok) },
+		Report: func(_ string, r Result, _ time.Time) { verdicts = append(verdicts, r.OK) },
 	}
 	c.CheckOnce(context.Background())
 	if dialed || len(verdicts) != 1 || verdicts[0] {
@@ -261,7 +262,7 @@ func TestLoopIdleWhenChecksOff(t *testing.T) {
 				return nil, errors.New("dialed")
 			}}}}
 		},
-		Report: func(string, bool, time.Time) { t.Error("a verdict with checks off") },
+		Report: func(string, Result, time.Time) { t.Error("a verdict with checks off") },
 	}
 	if err := c.Loop(ctx); !errors.Is(err, context.Canceled) {
 		t.Errorf("Loop: %v", err)

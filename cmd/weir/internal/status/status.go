@@ -121,6 +121,9 @@ func Services(cfg *policy.Config, sm Sampled, snapshot func(service string) (bal
 	var out []api.Service
 	for _, vs := range cfg.Services {
 		s := api.Service{Name: vs.Name, Proto: vs.Proto.String(), Ports: vs.Ports.String(), Balancer: cfg.Balancer.Algorithm.String()}
+		if cfg.Balancer.Algorithm == policy.Maglev && vs.HashBy != nil {
+			s.HashBy = vs.HashBy.String()
+		}
 		if vs.Class != nil {
 			s.Class = vs.Class.Name
 		}
@@ -158,6 +161,9 @@ func Target(t balancer.TargetStatus, e *policy.Explanation, fr map[string]map[st
 		Weight: t.Weight, Effective: t.Effective, Exact: t.Exact, SlowStart: t.SlowStart,
 		Open: t.Open, Max: t.Max, Down: t.Down, DownUntil: t.DownUntil, HealthUp: t.HealthUp,
 		SkippedAtLimit: t.SkippedAtLimit, Picked: t.Picked, Failed: t.Failed,
+	}
+	if c := t.Check; c != nil {
+		out.Check = &api.HealthCheck{At: c.At, OK: c.OK, Reason: c.Reason, Streak: c.Streak, Need: c.Need}
 	}
 	// The balancer's own tables say which levels exist and their weights;
 	// a target missing from a level's fractions is at its base weight

@@ -55,7 +55,11 @@ func Changes(prev, cur api.Status) []string {
 				out = append(out, fmt.Sprintf("%s: %s", name, map[bool]string{true: "down after a failed connect", false: "up again"}[t.Down]))
 			}
 			if t.HealthUp != p.HealthUp {
-				out = append(out, fmt.Sprintf("%s: health check %s", name, map[bool]string{true: "passes again", false: "fails"}[t.HealthUp]))
+				why := ""
+				if c := t.Check; c != nil && !c.OK {
+					why = " (" + c.Reason + ")"
+				}
+				out = append(out, fmt.Sprintf("%s: health check %s%s", name, map[bool]string{true: "passes again", false: "fails"}[t.HealthUp], why))
 			}
 			if d := t.SkippedAtLimit - p.SkippedAtLimit; t.SkippedAtLimit > p.SkippedAtLimit {
 				out = append(out, fmt.Sprintf("%s: skipped %d time(s) at maxConnections %d", name, d, t.Max))

@@ -77,7 +77,11 @@ func writeTable(w io.Writer, st api.Status) {
 	writeCluster(w, st.Cluster)
 
 	for _, s := range st.Services {
-		fmt.Fprintf(w, "\n%s (%s %s port %s, %s)", s.Name, s.Proto, strings.Join(s.VIPs, " "), s.Ports, s.Balancer)
+		algo := s.Balancer
+		if s.HashBy != "" {
+			algo += " by " + s.HashBy
+		}
+		fmt.Fprintf(w, "\n%s (%s %s port %s, %s)", s.Name, s.Proto, strings.Join(s.VIPs, " "), s.Ports, algo)
 		if s.Class != "" {
 			fmt.Fprintf(w, " class %s", s.Class)
 		}
@@ -115,6 +119,7 @@ func writeTable(w io.Writer, st api.Status) {
 		}
 		tw.Flush()
 		writeActionLevels(w, s.Targets)
+		writeChecks(w, s.Targets)
 		writeSegments(w, s.Targets)
 	}
 	if len(st.Refusals) > 0 {
@@ -243,6 +248,32 @@ func exact(v float64) string { return strconv.FormatFloat(math.Round(v*100)/100,
 
 // writeSegments lists each target's data segments per direction since
 // start (api.Segments), marking the direction the ratios read.
+// writeChecks lists each checked target's last health check: its result,
+// the reason it failed and the count toward rise or fall.
+func writeChecks(w io.Writer, targets []api.Target) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	header := false
+	for _, t := range targets {
+		c := t.Check
+		if c == nil {
+			continue
+		}
+		if !header {
+			fmt.Fprintln(tw, "  CHECK\tLAST\tRESULT\tTOWARD")
+			header = true
+		}
+		result, toward := "ok", "fall"
+		if !c.OK {
+			result = "failed: " + c.Reason
+		}
+		if !t.HealthUp {
+			toward = "rise"
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s %d/%d\n", t.Name, c.At.Format(time.TimeOnly), result, toward, c.Streak, c.Need)
+	}
+	tw.Flush()
+}
+
 func writeSegments(w io.Writer, targets []api.Target) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	header := false
