@@ -1,0 +1,183 @@
+package appliance_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"weir/bench"
+	"weir/cmd/weir/api"
+	"weir/cmd/weir/internal/appliance"
+	"weir/cmd/weir/internal/lab"
+	"weir/internal/testutil"
+	"weir/policy"
+)
+
+// TestHTTPIdlePooledConnsNoLevel (issue 22, N1): two gold requests held at
+// the one target at once dial two target connections; once both are
+// answered the connections sit idle in the pool. They are no service
+// level's active connections: gold (maxConnections 2) is not at its
+// connection fraction with nothing in flight. Before, gold read 2
+// connections, fraction 100 %, weight 0, for up to http.backendIdle.
+func TestHTTPIdlePooledConnsNoLevel(t *testing.T) {
+	cfg := lab.WebConfig([]int{1}, nil)
+	cfg.Actions[0].MaxConnections = 2
+	hold := make(chan struct{})
+	l := lab.Must(t, cfg, lab.Options{Backend: func(_ policy.TargetKey, b *bench.Backend) { b.Hold = hold }})
+	done := make(chan bench.Result, 1)
+	go func() {
+		done <- bench.Load{Dial: l.Dial, Addr: "198.19.0.80:80", Clients: 2, Requests: 2, Duration: 30 * time.Second}.Run(context.Background())
+	}()
+	be := l.Backends[policy.TargetKey{Service: "web", Target: "t1"}]
+	held := testutil.Within(20*time.Second, func() bool { return be.Active() == 2 })
+	close(hold)
+	if res := <-done; !held || res.OK != 2 {
+		t.Fatalf("2 held requests: held %v, %+v", held, res)
+	}
+	if !testutil.Within(10*time.Second, func() bool { return l.App.RawStats().Forwarder.TargetConnsIdle == 2 }) {
+		t.Fatalf("idle target connections %d, want 2: %+v", l.App.RawStats().Forwarder.TargetConnsIdle, l.App.RawStats().Forwarder)
+	}
+	l.App.SampleNow()
+	e, ok := l.App.Explanation(policy.TargetKey{Service: "web", Target: "t1"})
+	if !ok {
+		t.Fatal("no explanation for t1")
+	}
+	for _, lv := range e.Levels {
+		if lv.Action == "gold" && (lv.Conns != 0 || lv.ConnFraction != 0 || lv.Weight == 0) {
+			t.Errorf("gold level with nothing in flight: %d connections, connection fraction %d %%, weight %d; want 0, 0, uncut (%+v)", lv.Conns, lv.ConnFraction, lv.Weight, lv)
+		}
+	}
+	st := l.App.Status()
+	for _, tg := range st.Services[0].Targets {
+		for _, a := range tg.Actions {
+			if a.Action == "gold" && (a.Fraction != 0 || a.Effective == 0) {
+				t.Errorf("%s: gold level %+v with nothing in flight, want fraction 0, weight uncut", tg.Name, a)
+			}
+		}
+	}
+}
+
+// clock is a manual clock for the appliance (Options.Now).
+type clock struct{ ns atomic.Int64 }
+
+func (c *clock) Now() time.Time          { return time.Unix(0, c.ns.Load()) }
+func (c *clock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
+
+// countConn counts a client's bytes both ways.
+type countConn struct {
+	net.Conn
+	n int64
+}
+
+func (c *countConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	c.n += int64(n)
+	return n, err
+}
+
+func (c *countConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	c.n += int64(n)
+	return n, err
+}
+
+// vsBandwidth is the virtual server web's bandwidth in /status.
+func vsBandwidth(t *testing.T, st api.Status) int64 {
+	t.Helper()
+	for _, lv := range st.Levels {
+		if lv.Level == "virtual server" && lv.Name == "web" {
+			return lv.Bandwidth
+		}
+	}
+	t.Fatalf("no level for web in %+v", st.Levels)
+	return 0
+}
+
+// TestHTTPBandwidthCountsRequests (issue 22, N3 and N4), on the
+// appliance's own clock with a 1 s metric interval, so the bandwidth
+// reads the bytes of the last second exactly. Two requests on one
+// keep-alive connection count every byte the client sent and received,
+// the first request's head too (N4: it was missed, 138 B/s where the
+// second identical request read 167). Over maxBandwidth 1000 (enforced),
+// the client retries on the same connection every 100 ms: its refused
+// requests and their 503 pages never count, so it is served again once
+// the window has let the first two go (N3: its own 503 pages kept it over
+// the limit, 503 15 times of 15).
+func TestHTTPBandwidthCountsRequests(t *testing.T) {
+	cfg := lab.WebConfig([]int{1}, nil)
+	cfg.Instance.MetricInterval, cfg.Instance.RecomputeInterval = time.Second, 100*time.Millisecond
+	cfg.Services[0].Limits = policy.Limits{MaxBandwidth: 1000, EnforceBandwidth: true}
+	clk := &clock{}
+	clk.ns.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	l := lab.Must(t, cfg, lab.Options{
+		Backend:   func(_ policy.TargetKey, b *bench.Backend) { b.Body = 700 },
+		Appliance: appliance.Options{Now: clk.Now},
+	})
+	l.App.RecomputeNow()
+	raw, err := l.Dial(context.Background(), "tcp", "198.19.0.80:80")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	raw.SetDeadline(time.Now().Add(30 * time.Second))
+	c := &countConn{Conn: raw}
+	br := bufio.NewReader(c)
+	get := func(i int) int {
+		t.Helper()
+		fmt.Fprintf(c, "GET /r HTTP/1.1\r\nHost: web\r\nUser-Agent: issue22\r\n\r\n")
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		return resp.StatusCode
+	}
+	// The request's End (its last bytes counted) comes right after its
+	// response: wait for it before the window is read.
+	served := func(n int) {
+		t.Helper()
+		if !testutil.Within(10*time.Second, func() bool { return l.App.Status().Closed == uint64(n) }) {
+			t.Fatalf("%d requests ended, want %d", l.App.Status().Closed, n)
+		}
+	}
+	for i := 1; i <= 2; i++ {
+		if s := get(i); s != 200 {
+			t.Fatalf("request %d: %d, want 200", i, s)
+		}
+	}
+	served(2)
+	clk.Advance(100 * time.Millisecond)
+	l.App.RecomputeNow()
+	both := c.n
+	if bw := vsBandwidth(t, l.App.Status()); bw != both {
+		t.Fatalf("bandwidth %d B/s over 1 s after two requests of %d bytes in all, want %d (every head counts, the first too)", bw, both, both)
+	}
+	refused := 0
+	for i := 3; i < 18; i++ {
+		clk.Advance(100 * time.Millisecond)
+		l.App.RecomputeNow()
+		bw := vsBandwidth(t, l.App.Status())
+		if bw > both {
+			t.Fatalf("request %d: bandwidth %d B/s after %d refusals, above the %d of the two served requests: refused requests count", i, bw, refused, both)
+		}
+		s := get(i)
+		if s == 200 {
+			if bw > 1000 || refused == 0 {
+				t.Fatalf("request %d served at %d B/s after %d refusals", i, bw, refused)
+			}
+			t.Logf("served again after %d refusals on the keep-alive connection", refused)
+			return
+		}
+		if s != 503 || bw <= 1000 {
+			t.Fatalf("request %d: %d at %d B/s, want 503 while over 1000", i, s, bw)
+		}
+		refused++
+	}
+	t.Fatalf("refused %d times of %d on its keep-alive connection: kept over the limit", refused, refused)
+}
