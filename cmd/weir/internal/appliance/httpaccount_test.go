@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -180,4 +181,88 @@ func TestHTTPBandwidthCountsRequests(t *testing.T) {
 		refused++
 	}
 	t.Fatalf("refused %d times of %d on its keep-alive connection: kept over the limit", refused, refused)
+}
+
+// TestHTTPPooledConnTakesRequestLevel (issue 22, N2): rules put requests
+// to the IPv4 VIP under gold and to the IPv6 one under silver. A gold
+// request dials the one target connection; silver requests reuse it from
+// the pool and are measured under silver: with one of them in flight
+// (its body half sent) silver has a level with that connection and gold
+// none. Before, the connection kept the action of the request that dialed
+// it: the silver request was measured as gold, and silver had no level.
+func TestHTTPPooledConnTakesRequestLevel(t *testing.T) {
+	cfg := lab.WebConfig([]int{1}, nil)
+	gold := cfg.Actions[0]
+	silver := &policy.Action{Name: "silver"}
+	cfg.Actions = append(cfg.Actions, silver)
+	cfg.Rules = []*policy.Rule{
+		{Name: "v4", ProtoLo: 6, ProtoHi: 6, Src: netip.MustParsePrefix("198.19.0.80/32"), Action: gold},
+		{Name: "v6", ProtoLo: 6, ProtoHi: 6, Src: netip.MustParsePrefix("fd00::80/128"), Action: silver},
+	}
+	l := lab.Must(t, cfg, lab.Options{})
+	key := policy.TargetKey{Service: "web", Target: "t1"}
+	be := l.Backends[key]
+	open := func(addr string) (net.Conn, *bufio.Reader) {
+		t.Helper()
+		c, err := l.Dial(context.Background(), "tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		c.SetDeadline(time.Now().Add(20 * time.Second))
+		return c, bufio.NewReader(c)
+	}
+	read := func(br *bufio.Reader) {
+		t.Helper()
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		if resp.StatusCode != 200 {
+			t.Fatalf("status %d", resp.StatusCode)
+		}
+	}
+	pooled := func(ended uint64) {
+		t.Helper()
+		if !testutil.Within(10*time.Second, func() bool {
+			return l.App.Status().Closed == ended && l.App.RawStats().Forwarder.TargetConnsIdle == 1
+		}) {
+			t.Fatalf("ended %d, idle target connections %d; want %d, 1", l.App.Status().Closed, l.App.RawStats().Forwarder.TargetConnsIdle, ended)
+		}
+	}
+	levels := func() map[string]int64 {
+		l.App.SampleNow()
+		e, ok := l.App.Explanation(key)
+		if !ok {
+			t.Fatal("no explanation for t1")
+		}
+		m := map[string]int64{}
+		for _, lv := range e.Levels {
+			m[lv.Action] = lv.Conns
+		}
+		return m
+	}
+	g, gbr := open("198.19.0.80:80")
+	io.WriteString(g, "GET /gold HTTP/1.1\r\nHost: web\r\n\r\n")
+	read(gbr)
+	pooled(1)
+	s, sbr := open("[fd00::80]:80")
+	io.WriteString(s, "GET /silver HTTP/1.1\r\nHost: web\r\n\r\n")
+	read(sbr)
+	pooled(2)
+	// The next silver request in flight: its head at the target, half of
+	// its body sent.
+	io.WriteString(s, "POST /silver HTTP/1.1\r\nHost: web\r\nContent-Length: 10\r\n\r\n12345")
+	if !testutil.Within(10*time.Second, func() bool { return be.Active() == 1 }) {
+		t.Fatal("the silver request did not reach the target")
+	}
+	if n := l.App.RawStats().Forwarder.TargetConns; n != 1 {
+		t.Fatalf("%d target connections, want the one pooled, lent to silver", n)
+	}
+	if lv := levels(); lv["silver"] != 1 || lv["gold"] != 0 {
+		t.Errorf("a silver request in flight over the pooled connection: levels %v, want silver with 1 connection, no gold", lv)
+	}
+	io.WriteString(s, "67890")
+	read(sbr)
 }
