@@ -9,7 +9,10 @@ package admit
 // the balancer's MaxConnections, as Admit does for a connection). A request
 // holds its admission ticket and target slot from its parsed head to its
 // last response byte (its Session's End); an idle client connection holds
-// neither.
+// neither. A request's bytes count at its ticket's levels as the proxy
+// reports them (session.Moved): its client connection's datapath flow is
+// never bound to a target, so the meters count none of it toward a level,
+// and a refused request, which reports nothing, never counts.
 
 import (
 	"fmt"

@@ -14,7 +14,8 @@ import (
 
 // recomputeLoop runs in its own goroutine: every RecomputeInterval the
 // admission reads the datapath's running byte totals (the engine is its
-// policy.ByteTotals: the one byte path from the meters to the limits) and
+// policy.ByteTotals: the byte path from the meters to the limits; an http
+// request's bytes come from the proxy, policy.Ticket.AddBytes) and
 // recomputes the bandwidths; then each limit crossing is logged once and
 // the access log flushed.
 func (a *Appliance) recomputeLoop() {
