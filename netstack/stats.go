@@ -264,13 +264,15 @@ func (c *connEntry) stats(cl, tg proxy.LegCounters, prev sampleState, now time.T
 		Client:    c.req.Client,
 		VIP:       c.req.VIP,
 		Target:    targetName(c.d),
-		Action:    actionName(c.d),
 		Start:     c.start,
 		ClientLeg: proxy.LegStats{LegCounters: cl, BytesSent: toC, BytesReceived: toT},
 		TargetLeg: proxy.LegStats{LegCounters: tg, BytesSent: toT, BytesReceived: toC},
 	}
 	if c.req.Service != nil {
 		cs.Service = c.req.Service.Name
+	}
+	if !c.pooled {
+		cs.Action = actionName(c.d) // an idle pooled connection is no level's
 	}
 	if el := now.Sub(prev.at).Seconds(); el > 0 {
 		cs.Throughput = float64(sub(toC, prev.toClient)+sub(toT, prev.toTarget)) / el

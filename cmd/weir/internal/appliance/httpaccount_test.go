@@ -17,6 +17,7 @@ import (
 	"weir/cmd/weir/internal/appliance"
 	"weir/cmd/weir/internal/lab"
 	"weir/internal/testutil"
+	"weir/netstack/proxy"
 	"weir/policy"
 )
 
@@ -265,4 +266,49 @@ func TestHTTPPooledConnTakesRequestLevel(t *testing.T) {
 	}
 	io.WriteString(s, "67890")
 	read(sbr)
+}
+
+// TestHTTPBandwidthWire: with instance.bandwidthBytes wire a request counts
+// its bytes plus 52 B of TCP/IP header (IPv4, timestamps) per segment of
+// the client connection since its previous report: more than the payload,
+// at most every client segment's header on top.
+func TestHTTPBandwidthWire(t *testing.T) {
+	cfg := lab.WebConfig([]int{1}, nil)
+	cfg.Instance.MetricInterval, cfg.Instance.RecomputeInterval = time.Second, 100*time.Millisecond
+	cfg.Instance.BandwidthBytes = policy.CountWire
+	clk := &clock{}
+	clk.ns.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	l := lab.Must(t, cfg, lab.Options{
+		Backend:   func(_ policy.TargetKey, b *bench.Backend) { b.Body = 5000 },
+		Appliance: appliance.Options{Now: clk.Now},
+	})
+	l.App.RecomputeNow()
+	raw, err := l.Dial(context.Background(), "tcp", "198.19.0.80:80")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	raw.SetDeadline(time.Now().Add(30 * time.Second))
+	c := &countConn{Conn: raw}
+	br := bufio.NewReader(c)
+	for i := range 3 {
+		fmt.Fprintf(c, "GET /%d HTTP/1.1\r\nHost: web\r\n\r\n", i)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+	}
+	if !testutil.Within(10*time.Second, func() bool { return l.App.Status().Closed == 3 }) {
+		t.Fatalf("%d requests ended, want 3", l.App.Status().Closed)
+	}
+	clk.Advance(100 * time.Millisecond)
+	l.App.RecomputeNow()
+	cnt := raw.(interface{ Counters() proxy.LegCounters }).Counters()
+	segs := int64(cnt.SegmentsSent + cnt.SegmentsReceived)
+	bw := vsBandwidth(t, l.App.Status())
+	if bw <= c.n || bw > c.n+52*segs {
+		t.Errorf("wire bandwidth %d B/s for %d payload bytes in %d client segments: want above the payload, at most %d", bw, c.n, segs, c.n+52*segs)
+	}
+	t.Logf("wire %d B/s: payload %d + %d of %d client segments' headers", bw, c.n, (bw-c.n)/52, segs)
 }
