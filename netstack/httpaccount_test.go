@@ -145,7 +145,14 @@ func (m *meterConn) Write(b []byte) (int, error) {
 // request on the same keep-alive connection reports nothing, neither its
 // head and body nor its 503 page.
 func TestHTTPRequestBytesReported(t *testing.T) {
-	r, adm, _ := httpRig(t, echoHeaders, policy.HTTPOptions{})
+	big := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/big" {
+			w.Write([]byte(strings.Repeat("B", 100<<10))) // chunked, over many reports
+			return
+		}
+		echoHeaders(w, r)
+	})
+	r, adm, _ := httpRig(t, big, policy.HTTPOptions{})
 	var n atomic.Int64
 	adm.admit = func(*proxy.ConnRequest) proxy.Decision {
 		if i := n.Add(1); i == 3 || i == 4 {
@@ -166,6 +173,7 @@ func TestHTTPRequestBytesReported(t *testing.T) {
 		"GET /4 HTTP/1.1\r\nHost: x\r\n\r\n",
 		"POST /5 HTTP/1.1\r\nHost: x\r\nContent-Length: 2000\r\n\r\n" + strings.Repeat("b", 2000),
 		"POST /6 HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n400\r\n" + strings.Repeat("c", 1024) + "\r\n0\r\n\r\n",
+		"GET /big HTTP/1.1\r\nHost: x\r\n\r\n",
 	} {
 		in, out := mc.in, mc.out
 		io.WriteString(mc, req)
@@ -185,16 +193,16 @@ func TestHTTPRequestBytesReported(t *testing.T) {
 			want += mc.in - in + mc.out - out
 		}
 	}
-	if !testutil.Within(5*time.Second, func() bool { return adm.nEnds.Load() == 6 }) {
-		t.Fatalf("%d request Ends, want 6", adm.nEnds.Load())
+	if !testutil.Within(5*time.Second, func() bool { return adm.nEnds.Load() == 7 }) {
+		t.Fatalf("%d request Ends, want 7", adm.nEnds.Load())
 	}
 	if got := adm.moved.Load(); got != want {
-		t.Errorf("requests reported %d bytes, want %d: the four admitted requests' heads, bodies and responses, nothing of the two refused ones", got, want)
+		t.Errorf("requests reported %d bytes, want %d: the five admitted requests' heads, bodies and responses, nothing of the two refused ones", got, want)
 	}
 	if w := adm.movedWire.Load(); w <= adm.moved.Load() {
 		t.Errorf("wire bytes %d, payload %d: want the segments' headers on top", w, adm.moved.Load())
 	}
-	if a := adm.movedAfterEnd.Load(); a != 0 {
-		t.Errorf("%d reports after a request's End", a)
+	if a, b := adm.movedAfterEnd.Load(), adm.movedAfterRelease.Load(); a != 0 || b != 0 {
+		t.Errorf("%d reports after a request's End, %d after its Released: the slot is given back before all of its bytes counted", a, b)
 	}
 }

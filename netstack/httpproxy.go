@@ -95,6 +95,7 @@ type httpConn struct {
 	sink proxy.RequestSession
 	mw   meteredWriter
 	mr   meteredReader
+	pend int64 // response bytes written for sink, not reported yet
 	// inDone is the client bytes consumed from br already accounted for
 	// (reported or skipped), segDone the client connection's segments;
 	// both change from the body writer too. hdr is the TCP/IP header
@@ -337,7 +338,7 @@ func (hc *httpConn) route(in *http.Request, r *proxy.Request) (keep bool) {
 		return keep && err == nil
 	}
 	keep, outcome, err := hc.exchange(in, &d, sess, re, clientWantsClose)
-	hc.sink = nil
+	hc.endSink()
 	report(outcome, err)
 	return keep
 }
@@ -396,7 +397,7 @@ func (hc *httpConn) exchange(in *http.Request, d *proxy.Decision, sess proxy.Req
 			// Every target failed: the Session refused.
 			f.refused503.Add(1)
 			f.requestsRefused.Add(1)
-			hc.sink = nil
+			hc.endSink()
 			if mb, ok := in.Body.(*meteredBody); ok {
 				in.Body = mb.ReadCloser // dropped, not reported
 			}
@@ -437,7 +438,7 @@ func (hc *httpConn) exchange(in *http.Request, d *proxy.Decision, sess proxy.Req
 			sess.TargetFailed(*d, err)
 			fd := *d
 			fd.Verdict, fd.Limit, fd.Value, fd.Reason = proxy.Refuse503, "firstByte", 0, "the target sent no response in time"
-			hc.sink = nil
+			hc.endSink()
 			before := hc.cw.n
 			if _, werr := hc.bw.Write(pageOf(fd).Render("close")); werr == nil && hc.bw.Flush() == nil {
 				re.Status = http.StatusServiceUnavailable
@@ -447,7 +448,7 @@ func (hc *httpConn) exchange(in *http.Request, d *proxy.Decision, sess proxy.Req
 		}
 		// The target failed mid-request: nothing sane can follow on this
 		// connection.
-		hc.sink = nil
+		hc.endSink()
 		before := hc.cw.n
 		if re.ResponseBytes == 0 {
 			body := "502 Bad Gateway\n"
@@ -643,6 +644,7 @@ func (hc *httpConn) roundTrip(bc *backendConn, out *http.Request, re *proxy.Requ
 			removeHopByHop(resp.Header)
 			_ = resp.Header.Write(hc.mw)
 			_, _ = io.WriteString(hc.mw, "\r\n")
+			hc.flushOut()
 			if err := hc.bw.Flush(); err != nil {
 				if bodyErr != nil {
 					_ = bc.leg.SetDeadline(time.Unix(1, 0))
@@ -764,6 +766,7 @@ func (hc *httpConn) respond(in *http.Request, resp *http.Response, re *proxy.Req
 	before := hc.cw.n
 	_ = hc.client.SetWriteDeadline(time.Now().Add(hc.idle()))
 	err := resp.Write(hc.mw)
+	hc.flushOut() // all of the response, before its slot goes
 	if err == nil {
 		sess.Released()
 	}
@@ -856,10 +859,45 @@ type meteredWriter struct{ hc *httpConn }
 
 func (w meteredWriter) Write(b []byte) (int, error) {
 	n, err := w.hc.bw.Write(b)
-	if s := w.hc.sink; s != nil && n > 0 {
-		w.hc.moved(s, int64(n))
-	}
+	w.hc.wrote(n)
 	return n, err
+}
+
+// WriteString keeps bw's (net/http writes header lines with it).
+func (w meteredWriter) WriteString(str string) (int, error) {
+	n, err := w.hc.bw.WriteString(str)
+	w.hc.wrote(n)
+	return n, err
+}
+
+// reportEvery is how many response bytes are gathered before a report.
+const reportEvery = 16 << 10
+
+// wrote counts n response bytes for the request being served, reporting
+// them once reportEvery have gathered (flushOut reports the rest).
+func (hc *httpConn) wrote(n int) {
+	if hc.sink == nil || n <= 0 {
+		return
+	}
+	if hc.pend += int64(n); hc.pend >= reportEvery {
+		hc.flushOut()
+	}
+}
+
+// endSink reports what the request being served has pending and stops
+// reporting: its exchange is over, or weir writes a page of its own.
+func (hc *httpConn) endSink() {
+	hc.flushOut()
+	hc.sink = nil
+}
+
+// flushOut reports the response bytes gathered so far: before Released,
+// and whenever the client is sent what was written.
+func (hc *httpConn) flushOut() {
+	if hc.sink != nil && hc.pend > 0 {
+		hc.moved(hc.sink, hc.pend)
+	}
+	hc.pend = 0
 }
 
 func (w meteredWriter) ReadFrom(r io.Reader) (int64, error) {
@@ -877,9 +915,7 @@ type meteredReader struct {
 
 func (m *meteredReader) Read(b []byte) (int, error) {
 	n, err := m.r.Read(b)
-	if s := m.hc.sink; s != nil && n > 0 {
-		m.hc.moved(s, int64(n))
-	}
+	m.hc.wrote(n)
 	return n, err
 }
 

@@ -28,8 +28,9 @@ type testHTTPAdmitter struct {
 	reqEnds []proxy.RequestEnd // protected by mu
 	clients atomic.Int64
 	// moved and movedWire add up every request's Moved reports;
-	// movedAfterEnd counts reports after a session's End (a bug).
-	moved, movedWire, movedAfterEnd atomic.Int64
+	// movedAfterEnd counts reports after a session's End (a bug),
+	// movedAfterRelease those after its Released.
+	moved, movedWire, movedAfterEnd, movedAfterRelease atomic.Int64
 }
 
 func (a *testHTTPAdmitter) AdmitClient(*proxy.ConnRequest) (proxy.Decision, func()) {
@@ -56,6 +57,9 @@ type httpTestSession struct {
 func (s *httpTestSession) Moved(payload, wire int64) {
 	if s.ended.Load() {
 		s.a.movedAfterEnd.Add(1)
+	}
+	if s.released.Load() {
+		s.a.movedAfterRelease.Add(1)
 	}
 	s.a.moved.Add(payload)
 	s.a.movedWire.Add(wire)
