@@ -291,9 +291,9 @@ type RequestSession interface {
 	// request's head and body, and every page weir writes itself (the 503
 	// of a refusal or a first-byte timeout, the 502), never are. The head
 	// is reported once a target connection is ready, then the body as it
-	// is read, the response as it is written to the client's buffer (all
-	// of it before Released; request body bytes still arriving after
-	// Released are not reported). It may be called from the connection's
+	// is read, the response as it is written to the client's buffer, 16
+	// KiB at a time (all of it before Released; request body bytes still
+	// arriving after Released are not reported). It may be called from the connection's
 	// goroutine and from its request body writer at once, and must not
 	// block.
 	Moved(payload, wire int64)
