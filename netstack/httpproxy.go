@@ -462,9 +462,8 @@ func (hc *httpConn) exchange(in *http.Request, d *proxy.Decision, sess proxy.Req
 		return false, proxy.BadGateway, err
 	}
 	bc.uses++
-	targetCloses := resp.Close // respond sets resp.Close for the client's side
 	keep, backendOK := hc.respond(in, resp, re, clientWantsClose, sess)
-	if backendOK && !targetCloses && !f.draining.Load() {
+	if backendOK && !resp.Close && !f.draining.Load() {
 		f.park(bc)
 		f.pool.put(f, bc, hc.o.MaxIdlePerTarget, hc.o.BackendIdle)
 	} else {

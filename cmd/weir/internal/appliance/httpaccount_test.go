@@ -32,15 +32,35 @@ func TestHTTPIdlePooledConnsNoLevel(t *testing.T) {
 	cfg.Actions[0].MaxConnections = 2
 	hold := make(chan struct{})
 	l := lab.Must(t, cfg, lab.Options{Backend: func(_ policy.TargetKey, b *bench.Backend) { b.Hold = hold }})
-	done := make(chan bench.Result, 1)
-	go func() {
-		done <- bench.Load{Dial: l.Dial, Addr: "198.19.0.80:80", Clients: 2, Requests: 2, Duration: 30 * time.Second}.Run(context.Background())
-	}()
+	// Two keep-alive clients (a client's Connection: close makes weir
+	// close the target connection too), each with a request held at the
+	// target: two target connections.
+	var brs []*bufio.Reader
+	for range 2 {
+		c, err := l.Dial(context.Background(), "tcp", "198.19.0.80:80")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(30 * time.Second))
+		io.WriteString(c, "GET / HTTP/1.1\r\nHost: web\r\n\r\n")
+		brs = append(brs, bufio.NewReader(c))
+	}
 	be := l.Backends[policy.TargetKey{Service: "web", Target: "t1"}]
 	held := testutil.Within(20*time.Second, func() bool { return be.Active() == 2 })
 	close(hold)
-	if res := <-done; !held || res.OK != 2 {
-		t.Fatalf("2 held requests: held %v, %+v", held, res)
+	if !held {
+		t.Fatalf("2 requests not held at the target: %d", be.Active())
+	}
+	for _, br := range brs {
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		if resp.StatusCode != 200 {
+			t.Fatalf("status %d", resp.StatusCode)
+		}
 	}
 	if !testutil.Within(10*time.Second, func() bool { return l.App.RawStats().Forwarder.TargetConnsIdle == 2 }) {
 		t.Fatalf("idle target connections %d, want 2: %+v", l.App.RawStats().Forwarder.TargetConnsIdle, l.App.RawStats().Forwarder)
