@@ -12,7 +12,9 @@ package datapath
 //	        policy.Admission's levels (the one byte path to the limits): the
 //	        service's target rows only, so only admitted connections count
 //	        (a flow is bound to its target when admission accepts it; a
-//	        refused one, its handshake and its 503 page, never is)
+//	        refused one, its handshake and its 503 page, never is; an http
+//	        client connection never is either: its requests count their
+//	        own bytes, policy.Ticket.AddBytes)
 //
 // Each worker writes only its own shard, whose counters sit in their own
 // cache lines, so workers never contend. The adds are atomic anyway: a

@@ -65,6 +65,13 @@ func (c *Conn) Counters() proxy.LegCounters {
 	return lc
 }
 
+// segments is the number of segments the connection sent and received
+// (pure ACKs and retransmissions too): two atomic loads.
+func (c *Conn) segments() uint64 {
+	st := c.ep.Stats().(*tcp.Stats)
+	return st.SegmentsSent.Value() + st.SegmentsReceived.Value()
+}
+
 // reset aborts the connection with a RST and closes it.
 func (c *Conn) reset() {
 	c.ep.Abort()

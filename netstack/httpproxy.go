@@ -31,6 +31,17 @@ package netstack
 //	    slot free.
 //	connection done ──► the client slot is released, then weir's FIN
 //
+// Bytes per request. The datapath meters a client connection as a whole;
+// the bandwidth limits count requests: each request that reaches a target
+// reports its own bytes on the client connection to its RequestSession
+// (Moved) as they move: its head once the target connection is ready, its
+// body as the body writer reads it, its response as it goes into the
+// client writer's buffer. The bytes between two reports are what was
+// consumed from the client reader (read from the socket less what is still
+// buffered) and what was written for the request; a refused request's head
+// and body are skipped, and weir's own pages (503, 502) are written with no
+// request to report to.
+//
 // Parsing is net/http's (http.ReadRequest, http.ReadResponse on bufio
 // readers; Request.Write, Response.Write stream the bodies). What net/http
 // does not do for a proxy is here: the head's size and time bounds checked on
@@ -49,6 +60,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"weir/netstack/proxy"
@@ -71,9 +83,26 @@ type httpConn struct {
 	br     *bufio.Reader
 	bw     *bufio.Writer
 	cw     countWriter // under bw: counts the bytes written to the client
+	cr     countReader // under br: counts the bytes read from the client
 	t      policy.Timeouts
 	o      policy.HTTPOptions
 	seq    int
+
+	// Per-request bytes (see the file comment). sink is the request whose
+	// response bytes mw reports, nil between requests and while weir
+	// writes a page of its own (the connection's goroutine only); mw is bw
+	// with that report, mr the reader mw.ReadFrom wraps.
+	sink proxy.RequestSession
+	mw   meteredWriter
+	mr   meteredReader
+	pend int64 // response bytes written for sink, not reported yet
+	// inDone is the client bytes consumed from br already accounted for
+	// (reported or skipped), segDone the client connection's segments;
+	// both change from the body writer too. hdr is the TCP/IP header
+	// bytes counted per segment for Moved's wire count.
+	inDone  atomic.Int64
+	segDone atomic.Uint64
+	hdr     int64
 }
 
 // serveHTTP runs an http client connection in serve's goroutine.
@@ -98,11 +127,17 @@ func (f *Forwarder) serveHTTP(req *proxy.ConnRequest, client *Conn, ha proxy.Req
 	f.httpClients.Add(1)
 	defer f.httpClients.Add(-1)
 	hc := &httpConn{f: f, req: req, ha: ha, client: client, t: t, o: o}
-	hc.cw.w = client
+	hc.cw.w, hc.cr.r = client, client
 	// The reader's buffer holds a whole head: the bounds are checked on
 	// it before net/http parses it.
-	hc.br = bufio.NewReaderSize(client, o.MaxHeaderBytes+1)
+	hc.br = bufio.NewReaderSize(&hc.cr, o.MaxHeaderBytes+1)
 	hc.bw = bufio.NewWriterSize(&hc.cw, 16<<10)
+	hc.mw.hc, hc.mr.hc = hc, hc
+	hc.hdr = 40 + 32 // IPv6 and TCP with timestamps
+	if req.Client.Addr().Unmap().Is4() {
+		hc.hdr = 20 + 32
+	}
+	hc.skipSegs() // the handshake is no request's
 	f.trackHTTP(client, true)
 	defer f.trackHTTP(client, false)
 	for hc.one() {
@@ -132,6 +167,7 @@ func (hc *httpConn) one() bool {
 	}
 	start := time.Now()
 	hc.seq++
+	hc.skipBytes() // what the last request left unreported is no one's
 	_ = hc.client.SetReadDeadline(start.Add(hc.o.HeaderTimeout))
 	head, herr := hc.peekHead()
 	if herr != nil {
@@ -249,7 +285,7 @@ func (hc *httpConn) route(in *http.Request, r *proxy.Request) (keep bool) {
 	clientWantsClose := in.Close || (in.ProtoMajor == 1 && in.ProtoMinor == 0 && !hasToken(in.Header, "Connection", "keep-alive"))
 	var (
 		d    proxy.Decision
-		sess proxy.Session
+		sess proxy.RequestSession
 	)
 	re := &proxy.RequestEnd{Seq: r.Seq, Line: r.Line, Start: r.Start}
 	end := proxy.End{Request: re, Stats: proxy.ConnStats{ID: hc.req.ID, Client: hc.req.Client, VIP: hc.req.VIP, Service: hc.req.Service.Name, Start: r.Start}}
@@ -292,6 +328,7 @@ func (hc *httpConn) route(in *http.Request, r *proxy.Request) (keep bool) {
 			err = hc.bw.Flush()
 		}
 		_ = hc.client.SetWriteDeadline(time.Time{})
+		hc.skipSegs()
 		re.ResponseBytes = hc.cw.n - before
 		if err == nil {
 			re.Status = http.StatusServiceUnavailable
@@ -301,6 +338,7 @@ func (hc *httpConn) route(in *http.Request, r *proxy.Request) (keep bool) {
 		return keep && err == nil
 	}
 	keep, outcome, err := hc.exchange(in, &d, sess, re, clientWantsClose)
+	hc.endSink()
 	report(outcome, err)
 	return keep
 }
@@ -332,8 +370,11 @@ func (hc *httpConn) dropBody(in *http.Request) bool {
 // exchange sends an admitted request to its target and its response to the
 // client. It returns whether the client connection stays open, the outcome
 // and its error.
-func (hc *httpConn) exchange(in *http.Request, d *proxy.Decision, sess proxy.Session, re *proxy.RequestEnd, clientWantsClose bool) (bool, proxy.Outcome, error) {
+func (hc *httpConn) exchange(in *http.Request, d *proxy.Decision, sess proxy.RequestSession, re *proxy.RequestEnd, clientWantsClose bool) (bool, proxy.Outcome, error) {
 	f := hc.f
+	if in.Body != nil && in.Body != http.NoBody {
+		in.Body = &meteredBody{ReadCloser: in.Body, hc: hc, s: sess}
+	}
 	out := hc.outbound(in)
 	idempotent := out.Body == nil || out.Body == http.NoBody
 	switch in.Method {
@@ -356,6 +397,10 @@ func (hc *httpConn) exchange(in *http.Request, d *proxy.Decision, sess proxy.Ses
 			// Every target failed: the Session refused.
 			f.refused503.Add(1)
 			f.requestsRefused.Add(1)
+			hc.endSink()
+			if mb, ok := in.Body.(*meteredBody); ok {
+				in.Body = mb.ReadCloser // dropped, not reported
+			}
 			keep := !clientWantsClose && hc.dropBody(in)
 			before := hc.cw.n
 			if _, werr := hc.bw.Write(pageOf(*d).Render(hc.connField(in, keep))); werr == nil && hc.bw.Flush() == nil {
@@ -363,9 +408,14 @@ func (hc *httpConn) exchange(in *http.Request, d *proxy.Decision, sess proxy.Ses
 			} else {
 				keep = false
 			}
+			hc.skipSegs()
 			re.ResponseBytes = hc.cw.n - before
 			return keep, proxy.RefusedPage, nil
 		}
+		// A target connection is ready: from here on the request's bytes
+		// count, its head first.
+		hc.sink = sess
+		hc.reportIn(sess)
 		re.Reused = bc.uses > 0
 		resp, err = hc.roundTrip(bc, out, re)
 		if err == nil {
@@ -388,6 +438,7 @@ func (hc *httpConn) exchange(in *http.Request, d *proxy.Decision, sess proxy.Ses
 			sess.TargetFailed(*d, err)
 			fd := *d
 			fd.Verdict, fd.Limit, fd.Value, fd.Reason = proxy.Refuse503, "firstByte", 0, "the target sent no response in time"
+			hc.endSink()
 			before := hc.cw.n
 			if _, werr := hc.bw.Write(pageOf(fd).Render("close")); werr == nil && hc.bw.Flush() == nil {
 				re.Status = http.StatusServiceUnavailable
@@ -397,6 +448,7 @@ func (hc *httpConn) exchange(in *http.Request, d *proxy.Decision, sess proxy.Ses
 		}
 		// The target failed mid-request: nothing sane can follow on this
 		// connection.
+		hc.endSink()
 		before := hc.cw.n
 		if re.ResponseBytes == 0 {
 			body := "502 Bad Gateway\n"
@@ -412,6 +464,7 @@ func (hc *httpConn) exchange(in *http.Request, d *proxy.Decision, sess proxy.Ses
 	bc.uses++
 	keep, backendOK := hc.respond(in, resp, re, clientWantsClose, sess)
 	if backendOK && !resp.Close && !f.draining.Load() {
+		f.park(bc)
 		f.pool.put(f, bc, hc.o.MaxIdlePerTarget, hc.o.BackendIdle)
 	} else {
 		f.closeBackend(bc)
@@ -427,7 +480,7 @@ func (hc *httpConn) exchange(in *http.Request, d *proxy.Decision, sess proxy.Ses
 // backend returns a connection to d's target: a pooled one unless fresh,
 // else a dial; a failed dial asks the Session for another target, as for a
 // splice.
-func (hc *httpConn) backend(d *proxy.Decision, sess proxy.Session, fresh bool) (*backendConn, error) {
+func (hc *httpConn) backend(d *proxy.Decision, sess proxy.RequestSession, fresh bool) (*backendConn, error) {
 	f := hc.f
 	for d.Verdict == proxy.Accept {
 		if d.Target == nil {
@@ -436,8 +489,8 @@ func (hc *httpConn) backend(d *proxy.Decision, sess proxy.Session, fresh bool) (
 		k := poolKey{service: hc.req.Service.Name, target: targetName(*d), via: d.Target.Via, addr: d.Target.Addr.String()}
 		if !fresh && d.Dialer == nil {
 			if bc := f.pool.get(f, k, hc.o.BackendIdle); bc != nil {
-				// Its entry keeps the decision it was dialed with (same
-				// service and target; the sampler reads it unlocked).
+				// From now on its activity is this request's (its action).
+				f.lend(bc, hc.req, *d)
 				return bc, nil
 			}
 		}
@@ -586,10 +639,11 @@ func (hc *httpConn) roundTrip(bc *backendConn, out *http.Request, re *proxy.Requ
 		}
 		if resp.StatusCode >= 100 && resp.StatusCode < 200 && resp.StatusCode != http.StatusSwitchingProtocols {
 			// 100 Continue and the like: relay, then the real answer.
-			fmt.Fprintf(hc.bw, "HTTP/1.1 %s\r\n", resp.Status)
+			fmt.Fprintf(hc.mw, "HTTP/1.1 %s\r\n", resp.Status)
 			removeHopByHop(resp.Header)
-			_ = resp.Header.Write(hc.bw)
-			hc.bw.WriteString("\r\n")
+			_ = resp.Header.Write(hc.mw)
+			_, _ = io.WriteString(hc.mw, "\r\n")
+			hc.flushOut()
 			if err := hc.bw.Flush(); err != nil {
 				if bodyErr != nil {
 					_ = bc.leg.SetDeadline(time.Unix(1, 0))
@@ -685,7 +739,7 @@ func (b *bodyJoin) join(abandon bool) {
 // the client writer's buffer and before its last bytes go out: a client that
 // sends its next request the moment it has the response, on another
 // connection too, finds them free. End follows with the final counts.
-func (hc *httpConn) respond(in *http.Request, resp *http.Response, re *proxy.RequestEnd, clientWantsClose bool, sess proxy.Session) (keep, backendOK bool) {
+func (hc *httpConn) respond(in *http.Request, resp *http.Response, re *proxy.RequestEnd, clientWantsClose bool, sess proxy.RequestSession) (keep, backendOK bool) {
 	bj := resp.Body.(*bodyJoin)
 	removeHopByHop(resp.Header)
 	http10 := in.ProtoMajor == 1 && in.ProtoMinor == 0
@@ -710,7 +764,8 @@ func (hc *httpConn) respond(in *http.Request, resp *http.Response, re *proxy.Req
 	resp.Close = !keep
 	before := hc.cw.n
 	_ = hc.client.SetWriteDeadline(time.Now().Add(hc.idle()))
-	err := resp.Write(hc.bw)
+	err := resp.Write(hc.mw)
+	hc.flushOut() // all of the response, before its slot goes
 	if err == nil {
 		sess.Released()
 	}
@@ -749,6 +804,132 @@ type countWriter struct {
 func (c *countWriter) Write(b []byte) (int, error) {
 	n, err := c.w.Write(b)
 	c.n += int64(n)
+	return n, err
+}
+
+// countReader counts the bytes read from the client. The connection's
+// goroutine and the request body writer read through it, never at once.
+type countReader struct {
+	r net.Conn
+	n atomic.Int64
+}
+
+func (c *countReader) Read(b []byte) (int, error) {
+	n, err := c.r.Read(b)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+// consumed is the client bytes taken out of br: read from the socket less
+// those still buffered. Call it from the goroutine reading br.
+func (hc *httpConn) consumed() int64 { return hc.cr.n.Load() - int64(hc.br.Buffered()) }
+
+// skipBytes marks the client bytes consumed so far as accounted for,
+// unreported: a refused request's head and body are no level's.
+func (hc *httpConn) skipBytes() { hc.inDone.Store(hc.consumed()) }
+
+// skipSegs marks the client connection's segments so far as accounted for,
+// unreported (the handshake, a page of weir's own).
+func (hc *httpConn) skipSegs() { hc.segDone.Store(hc.client.segments()) }
+
+// reportIn reports to s the client bytes consumed since the last account
+// (the head, then the body as it is read). Call it from the goroutine
+// reading br.
+func (hc *httpConn) reportIn(s proxy.RequestSession) {
+	c := hc.consumed()
+	if n := c - hc.inDone.Swap(c); n > 0 {
+		hc.moved(s, n)
+	}
+}
+
+// moved reports n bytes to s, with the TCP/IP headers of the client
+// connection's segments since the last report for the wire count.
+func (hc *httpConn) moved(s proxy.RequestSession, n int64) {
+	seg := hc.client.segments()
+	segs := int64(seg - hc.segDone.Swap(seg))
+	s.Moved(n, n+segs*hc.hdr)
+}
+
+// meteredWriter is the client writer of a response: bw, reporting what goes
+// in to the request being served (httpConn.sink), so that the whole
+// response is reported before Released. It keeps bw's ReadFrom (no copy
+// buffer per response).
+type meteredWriter struct{ hc *httpConn }
+
+func (w meteredWriter) Write(b []byte) (int, error) {
+	n, err := w.hc.bw.Write(b)
+	w.hc.wrote(n)
+	return n, err
+}
+
+// WriteString keeps bw's (net/http writes header lines with it).
+func (w meteredWriter) WriteString(str string) (int, error) {
+	n, err := w.hc.bw.WriteString(str)
+	w.hc.wrote(n)
+	return n, err
+}
+
+// reportEvery is how many response bytes are gathered before a report.
+const reportEvery = 16 << 10
+
+// wrote counts n response bytes for the request being served, reporting
+// them once reportEvery have gathered (flushOut reports the rest).
+func (hc *httpConn) wrote(n int) {
+	if hc.sink == nil || n <= 0 {
+		return
+	}
+	if hc.pend += int64(n); hc.pend >= reportEvery {
+		hc.flushOut()
+	}
+}
+
+// endSink reports what the request being served has pending and stops
+// reporting: its exchange is over, or weir writes a page of its own.
+func (hc *httpConn) endSink() {
+	hc.flushOut()
+	hc.sink = nil
+}
+
+// flushOut reports the response bytes gathered so far: before Released,
+// and whenever the client is sent what was written.
+func (hc *httpConn) flushOut() {
+	if hc.sink != nil && hc.pend > 0 {
+		hc.moved(hc.sink, hc.pend)
+	}
+	hc.pend = 0
+}
+
+func (w meteredWriter) ReadFrom(r io.Reader) (int64, error) {
+	w.hc.mr.r = r
+	n, err := w.hc.bw.ReadFrom(&w.hc.mr)
+	w.hc.mr.r = nil
+	return n, err
+}
+
+// meteredReader reports each read of a response body copied into bw.
+type meteredReader struct {
+	hc *httpConn
+	r  io.Reader
+}
+
+func (m *meteredReader) Read(b []byte) (int, error) {
+	n, err := m.r.Read(b)
+	m.hc.wrote(n)
+	return n, err
+}
+
+// meteredBody is an admitted request's body: each read reports the client
+// bytes it consumed (chunk framing included) to the request's session. The
+// body writer reads it.
+type meteredBody struct {
+	io.ReadCloser
+	hc *httpConn
+	s  proxy.RequestSession
+}
+
+func (b *meteredBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.hc.reportIn(b.s)
 	return n, err
 }
 

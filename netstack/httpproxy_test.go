@@ -27,6 +27,10 @@ type testHTTPAdmitter struct {
 	bad     []int              // protected by mu: BadRequest statuses
 	reqEnds []proxy.RequestEnd // protected by mu
 	clients atomic.Int64
+	// moved and movedWire add up every request's Moved reports;
+	// movedAfterEnd counts reports after a session's End (a bug),
+	// movedAfterRelease those after its Released.
+	moved, movedWire, movedAfterEnd, movedAfterRelease atomic.Int64
 }
 
 func (a *testHTTPAdmitter) AdmitClient(*proxy.ConnRequest) (proxy.Decision, func()) {
@@ -34,7 +38,7 @@ func (a *testHTTPAdmitter) AdmitClient(*proxy.ConnRequest) (proxy.Decision, func
 	return proxy.Decision{Verdict: proxy.Accept}, func() { a.clients.Add(-1) }
 }
 
-func (a *testHTTPAdmitter) AdmitRequest(r *proxy.ConnRequest, _ *proxy.Request) (proxy.Decision, proxy.Session) {
+func (a *testHTTPAdmitter) AdmitRequest(r *proxy.ConnRequest, _ *proxy.Request) (proxy.Decision, proxy.RequestSession) {
 	d, s := a.Admit(r)
 	return d, &httpTestSession{testSession: s.(*testSession), a: a}
 }
@@ -48,6 +52,17 @@ func (a *testHTTPAdmitter) BadRequest(_ *proxy.ConnRequest, e *proxy.RequestEnd)
 type httpTestSession struct {
 	*testSession
 	a *testHTTPAdmitter
+}
+
+func (s *httpTestSession) Moved(payload, wire int64) {
+	if s.ended.Load() {
+		s.a.movedAfterEnd.Add(1)
+	}
+	if s.released.Load() {
+		s.a.movedAfterRelease.Add(1)
+	}
+	s.a.moved.Add(payload)
+	s.a.movedWire.Add(wire)
 }
 
 func (s *httpTestSession) End(e *proxy.End) {

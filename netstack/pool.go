@@ -13,8 +13,12 @@ package netstack
 // connection (a connEntry in the forwarder's registry) for as long as it is
 // open, so Sample and Conns see its segments, retransmissions, timeouts and
 // bytes: the weights of an http service follow the same measurements as
-// those of a tcp one. The entry's client leg is the client connection that
-// opened it.
+// those of a tcp one. What a target connection does belongs to the request
+// in flight on it: lend (pool.get) and park (before pool.put) settle its
+// activity with the request that is done and hand it to the next one, its
+// action and client (Forwarder.hand); idle in the pool it is its target's
+// alone, no service level's, and not an active connection. The entry's
+// client leg stays the client connection that opened it.
 
 import (
 	"bufio"
@@ -196,6 +200,15 @@ func (f *Forwarder) dialBackend(req *proxy.ConnRequest, d proxy.Decision, client
 	m := &meteredLeg{Leg: leg, e: e, now: f.opts.Now}
 	return &backendConn{key: k, leg: leg, entry: e, br: bufio.NewReaderSize(m, 16<<10), bw: bufio.NewWriterSize(m, 16<<10)}, nil
 }
+
+// lend gives a target connection from the pool to the request of d.
+func (f *Forwarder) lend(bc *backendConn, req *proxy.ConnRequest, d proxy.Decision) {
+	f.hand(bc.entry, req, &d)
+}
+
+// park takes a target connection back from its request before it goes to
+// the pool.
+func (f *Forwarder) park(bc *backendConn) { f.hand(bc.entry, nil, nil) }
 
 // closeBackend closes a target connection and takes its final counters
 // into the sampler.

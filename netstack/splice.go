@@ -86,6 +86,9 @@ type connEntry struct {
 	last          sampleState
 	finished      bool           // final deltas taken
 	local, remote netip.AddrPort // the target leg's addresses, once read (gVisor legs)
+	// pooled: an http target connection idle in the pool, which belongs to
+	// no request, so to no level, and is not an active connection.
+	pooled bool
 }
 
 // clientDone records one client-side close (proxy.ClientRcvClosed or

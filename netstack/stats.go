@@ -209,20 +209,51 @@ func (f *Forwarder) finish(c *connEntry) proxy.ConnStats {
 	}
 	cl, tg, dt := f.observe(c, now)
 	c.finished = true
-	svc, tn := serviceName(c), targetName(c.d)
-	closedT := aggFor(f.sampler.closedTargets, aggKey{service: svc, name: tn})
-	closedT.add(dt)
-	closedT.Closed++
-	if an := actionName(c.d); an != "" {
-		ta := aggFor(f.sampler.closedFlows, aggKey{service: svc, name: tn, action: an})
-		ta.add(dt)
-		ta.Closed++
-	}
+	f.settle(c, dt, 1)
 	f.sampleMu.Unlock()
 	f.mu.Lock()
 	delete(f.conns, c.req.ID)
 	f.mu.Unlock()
 	return c.stats(cl, tg, prev, now)
+}
+
+// settle adds a delta of c to the sampler's aggregates of ended activity:
+// its target's and, unless c is pooled, its action's; closed is 1 when c
+// ended. Call with sampleMu held.
+func (f *Forwarder) settle(c *connEntry, dt delta, closed int) {
+	svc, tn := serviceName(c), targetName(c.d)
+	t := aggFor(f.sampler.closedTargets, aggKey{service: svc, name: tn})
+	t.add(dt)
+	t.Closed += closed
+	if an := actionName(c.d); an != "" && !c.pooled {
+		ta := aggFor(f.sampler.closedFlows, aggKey{service: svc, name: tn, action: an})
+		ta.add(dt)
+		ta.Closed += closed
+	}
+}
+
+// hand settles an http target connection's activity since the last
+// observation with its current owner, then gives the connection to the
+// request of d (from req's client) or, with d nil, to no one: pooled. So a
+// pooled connection's segments, bytes and streaming time belong to the
+// request in flight on it, under that request's action, and while it is
+// idle in the pool to its target alone, in no Active count.
+func (f *Forwarder) hand(c *connEntry, req *proxy.ConnRequest, d *proxy.Decision) {
+	now := f.now()
+	f.sampleMu.Lock()
+	defer f.sampleMu.Unlock()
+	if c.finished {
+		return
+	}
+	_, _, dt := f.observe(c, now)
+	f.settle(c, dt, 0)
+	if d == nil {
+		c.pooled = true
+		return
+	}
+	c.pooled = false
+	c.d = *d
+	c.req.Client, c.req.VIP = req.Client, req.VIP
 }
 
 // stats builds the exported record from counters read now.
@@ -233,13 +264,15 @@ func (c *connEntry) stats(cl, tg proxy.LegCounters, prev sampleState, now time.T
 		Client:    c.req.Client,
 		VIP:       c.req.VIP,
 		Target:    targetName(c.d),
-		Action:    actionName(c.d),
 		Start:     c.start,
 		ClientLeg: proxy.LegStats{LegCounters: cl, BytesSent: toC, BytesReceived: toT},
 		TargetLeg: proxy.LegStats{LegCounters: tg, BytesSent: toT, BytesReceived: toC},
 	}
 	if c.req.Service != nil {
 		cs.Service = c.req.Service.Name
+	}
+	if !c.pooled {
+		cs.Action = actionName(c.d) // an idle pooled connection is no level's
 	}
 	if el := now.Sub(prev.at).Seconds(); el > 0 {
 		cs.Throughput = float64(sub(toC, prev.toClient)+sub(toT, prev.toTarget)) / el
@@ -293,6 +326,9 @@ func (f *Forwarder) Sample() Sample {
 		svc, tn := serviceName(c), targetName(c.d)
 		t := aggFor(targets, aggKey{service: svc, name: tn})
 		t.add(dt)
+		if c.pooled {
+			continue // idle in the pool: its target's, no level's, not active
+		}
 		t.Active++
 		if an := actionName(c.d); an != "" {
 			ta := aggFor(flows, aggKey{service: svc, name: tn, action: an})

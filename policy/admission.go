@@ -41,7 +41,9 @@ import (
 // events are those of the sum. A virtual server that sets no limit of a
 // kind inherits every enclosing level's limit of that kind, as before.
 //
-// Bytes take one path: every RecomputeInterval the control plane calls
+// Bytes take two paths. An http request's bytes are counted as the proxy
+// moves them (Ticket.AddBytes, at every level of the ticket's chain). All
+// other bytes: every RecomputeInterval the control plane calls
 // Recompute with the datapath's meters (a ByteTotals), which reads each
 // virtual server's running byte total once, adds what is new since the last
 // read to every level of its chain (so a class's bytes are the exact sum of
@@ -668,6 +670,22 @@ func (t *Ticket) Release() {
 		return
 	}
 	c.release()
+}
+
+// AddBytes counts n bytes of the connection's own traffic at every level t
+// holds, at once: the bytes of an http request, which the proxy reports as
+// they move (the datapath meters the client connection as a whole, see
+// ByteTotals). It does nothing once t is released. It takes no lock and does
+// not allocate.
+func (t *Ticket) AddBytes(n uint64) {
+	c := t.c.Load()
+	if c == nil || n == 0 {
+		return
+	}
+	for isFrozen(c.held.Load()) {
+		c = c.moved.Load() // counted on the chain its connection moved to
+	}
+	c.addBytes(n)
 }
 
 func (c *chain) addBytes(n uint64) {

@@ -266,10 +266,37 @@ type RequestAdmitter interface {
 	// returns its Session, as Admit does for a connection: the request is
 	// counted until that Session's End, which comes when its response has
 	// been written completely (End.Request is set).
-	AdmitRequest(req *ConnRequest, r *Request) (Decision, Session)
+	AdmitRequest(req *ConnRequest, r *Request) (Decision, RequestSession)
 	// BadRequest hears of a request refused before admission (400, 408,
 	// 431): e is valid only during the call.
 	BadRequest(req *ConnRequest, e *RequestEnd)
+}
+
+// RequestSession is the Session of one http request (AdmitRequest's). Besides
+// a Session's calls it hears the request's bytes on the client connection as
+// they move, for the bandwidth limits: the datapath meters a client
+// connection as a whole and cannot tell one request from the next.
+type RequestSession interface {
+	Session
+	// Moved reports bytes of the request that went over the client
+	// connection since the previous call: payload is the bytes weir read
+	// from or wrote to the client for it (its head, its body as sent,
+	// chunk framing included, its response with the 1xx heads relayed);
+	// wire adds to them the TCP/IP headers of the client connection's
+	// segments (pure ACKs too) sent and received since the previous call,
+	// counted from the connection's segment counters at IPv4 20 B or IPv6
+	// 40 B plus 32 B of TCP header (timestamps on).
+	//
+	// Only a request that reached a target is reported: a refused
+	// request's head and body, and every page weir writes itself (the 503
+	// of a refusal or a first-byte timeout, the 502), never are. The head
+	// is reported once a target connection is ready, then the body as it
+	// is read, the response as it is written to the client's buffer, 16
+	// KiB at a time (all of it before Released; request body bytes still
+	// arriving after Released are not reported). It may be called from the connection's
+	// goroutine and from its request body writer at once, and must not
+	// block.
+	Moved(payload, wire int64)
 }
 
 // Request is one parsed request head, for AdmitRequest.

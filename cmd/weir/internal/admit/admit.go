@@ -195,7 +195,7 @@ func (a *Admitter) Admit(req *proxy.ConnRequest) (proxy.Decision, proxy.Session)
 
 // admit runs the policy limits and the balancer for a connection (tcp) or
 // a request (http), whose session s is.
-func (a *Admitter) admit(req *proxy.ConnRequest, s *session, now time.Time) (proxy.Decision, proxy.Session) {
+func (a *Admitter) admit(req *proxy.ConnRequest, s *session, now time.Time) (proxy.Decision, *session) {
 	vs := req.Service
 	ref, ok := a.opts.Admission.Admit(vs, &s.ticket)
 	if !ok && req.Settle() {
@@ -277,6 +277,7 @@ type session struct {
 	// see http.go); nil for a tcp connection's.
 	http     *proxy.Request
 	inflight string // the target the request counts in flight at
+	wire     bool   // an http request's bytes count as wire bytes (Moved)
 }
 
 // action is the policy action the datapath classified the connection into,
@@ -292,6 +293,15 @@ func (s *session) action() *policy.Action {
 // the lease's target.
 func (s *session) accept() proxy.Decision {
 	d := proxy.Decision{Verdict: proxy.Accept, Target: keepPort(s.lease.Target(), s.req.VIP.Port())}
+	if s.http != nil {
+		// An http request counts its own bytes (Moved): its client
+		// connection's flow is never bound, so the meters do not count the
+		// connection as a whole (its refused requests, its first head
+		// missed) toward the levels.
+		d.Action = s.action()
+		s.wire = s.a.opts.Flows.Meters().Config().Instance.BandwidthBytes == policy.CountWire
+		return d
+	}
 	if f := s.flow; f != nil {
 		d.Action = f.Action
 		// The target's index in the meters' config: -1 when the lease

@@ -9,7 +9,10 @@ package admit
 // the balancer's MaxConnections, as Admit does for a connection). A request
 // holds its admission ticket and target slot from its parsed head to its
 // last response byte (its Session's End); an idle client connection holds
-// neither.
+// neither. A request's bytes count at its ticket's levels as the proxy
+// reports them (session.Moved): its client connection's datapath flow is
+// never bound to a target, so the meters count none of it toward a level,
+// and a refused request, which reports nothing, never counts.
 
 import (
 	"fmt"
@@ -68,13 +71,27 @@ func (a *Admitter) AdmitClient(req *proxy.ConnRequest) (proxy.Decision, func()) 
 // AdmitRequest admits one http request as Admit admits a connection; its
 // session's End (the response written) releases what it holds and writes
 // the request's access-log line.
-func (a *Admitter) AdmitRequest(req *proxy.ConnRequest, r *proxy.Request) (proxy.Decision, proxy.Session) {
+func (a *Admitter) AdmitRequest(req *proxy.ConnRequest, r *proxy.Request) (proxy.Decision, proxy.RequestSession) {
 	s := &session{a: a, req: req, start: r.Start, http: r}
 	if a.draining.Load() {
 		a.counters.refusedDraining.Add(1)
 		return refuse(req.Service, "draining", 0, "weir is draining"), s
 	}
 	return a.admit(req, s, r.Start)
+}
+
+// Moved counts an admitted request's bytes on its client connection at
+// every level its ticket holds, as the proxy moves them: the payload, or
+// with instance.bandwidthBytes wire the wire estimate. Once Released (the
+// ticket given back) nothing more counts.
+func (s *session) Moved(payload, wire int64) {
+	n := payload
+	if s.wire {
+		n = wire
+	}
+	if n > 0 {
+		s.ticket.AddBytes(uint64(n))
+	}
 }
 
 // BadRequest counts a request refused before admission (400, 408, 431) and

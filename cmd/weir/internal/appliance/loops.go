@@ -14,20 +14,26 @@ import (
 
 // recomputeLoop runs in its own goroutine: every RecomputeInterval the
 // admission reads the datapath's running byte totals (the engine is its
-// policy.ByteTotals: the one byte path from the meters to the limits) and
+// policy.ByteTotals: the byte path from the meters to the limits; an http
+// request's bytes come from the proxy, policy.Ticket.AddBytes) and
 // recomputes the bandwidths; then each limit crossing is logged once and
 // the access log flushed.
 func (a *Appliance) recomputeLoop() {
-	a.every(func(c *policy.Config) time.Duration { return c.Instance.RecomputeInterval }, func() {
-		a.adm.Recompute(a.now(), a.engine)
-		if a.clu != nil {
-			a.clu.Recomputed() // publish the new rates, read the others' (never blocks)
-		}
-		a.drainEvents()
-		if a.opts.Access != nil {
-			a.opts.Access.Flush() // lines reach the file within a recompute interval
-		}
-	})
+	a.every(func(c *policy.Config) time.Duration { return c.Instance.RecomputeInterval }, a.RecomputeNow)
+}
+
+// RecomputeNow runs one recompute step at once: the loop calls it every
+// RecomputeInterval; tests call it to step the bandwidth windows on their
+// own clock (Options.Now).
+func (a *Appliance) RecomputeNow() {
+	a.adm.Recompute(a.now(), a.engine)
+	if a.clu != nil {
+		a.clu.Recomputed() // publish the new rates, read the others' (never blocks)
+	}
+	a.drainEvents()
+	if a.opts.Access != nil {
+		a.opts.Access.Flush() // lines reach the file within a recompute interval
+	}
 }
 
 // every calls step each period of the running config until Close, following
