@@ -13,11 +13,16 @@ import (
 //	            │    datapath's passive counts of the flow (datapath.SegStats),
 //	            │    both directions, exact by the segments on the wire; the
 //	            │    to_target timeouts from the gVisor endpoint (exact)
-//	            └─ host socket (*HostConn) ─► TCP_INFO: to_target exact from
-//	                 the kernel sender (data_segs_out, total_retrans,
-//	                 total_rto); from_target only an estimate: the kernel
-//	                 gives data_segs_in and rcv_ooopack per socket, but no
-//	                 count of the retransmissions it received
+//	            └─ host socket (*HostConn) ─┬─ capture on and the flow seen
+//	                 │  (ForwarderOptions.HostSegments: datapath/hostcap's
+//	                 │  SegStats): both directions counted from the segments
+//	                 │  like a back-arm leg; the to_target timeouts from
+//	                 │  TCP_INFO (total_rto, exact)
+//	                 └─ else TCP_INFO: to_target exact from the kernel
+//	                    sender (data_segs_out, total_retrans, total_rto);
+//	                    from_target only an estimate: the kernel gives
+//	                    data_segs_in and rcv_ooopack per socket, but no
+//	                    count of the retransmissions it received
 //
 // Every count is of data segments (a payload), never of pure ACKs, so a
 // download's ACK stream does not dilute weir's own loss ratio.
@@ -27,6 +32,18 @@ import (
 func (f *Forwarder) dirs(c *connEntry, tg proxy.LegCounters) (from, to proxy.DirCounters) {
 	switch leg := c.target.(type) {
 	case *HostConn:
+		if f.opts.HostSegments != nil {
+			if !c.local.IsValid() {
+				c.local = addrPortOf(leg.LocalAddr())
+				c.remote = addrPortOf(leg.RemoteAddr())
+			}
+			if s := f.opts.HostSegments(c.local, c.remote); s != nil {
+				fr, tt := s.FromTarget(), s.ToTarget()
+				from = proxy.DirCounters{DataSegments: fr.DataSegments, Retransmitted: fr.Retransmitted, Timeouts: fr.Timeouts, OutOfOrder: fr.OutOfOrder, Source: proxy.DirCapture}
+				to = proxy.DirCounters{DataSegments: tt.DataSegments, Retransmitted: tt.Retransmitted, Timeouts: tg.Timeouts, OutOfOrder: tt.OutOfOrder, Source: proxy.DirCapture}
+				return from, to
+			}
+		}
 		from = proxy.DirCounters{DataSegments: tg.DataSegmentsIn, OutOfOrder: tg.OutOfOrderIn, Source: proxy.DirEstimate}
 		to = proxy.DirCounters{DataSegments: tg.DataSegmentsOut, Retransmitted: tg.Retransmits, Timeouts: tg.Timeouts, Source: proxy.DirKernel}
 	case *Conn:

@@ -53,6 +53,14 @@ type Def struct {
 // emitter is the function a Def's samples calls per sample.
 type emitter = func(v float64, labels ...string)
 
+// hostCap reads a host-capture counter, 0 without one.
+func hostCap(st *api.Status, f func(*api.HostCapture) uint64) float64 {
+	if st.HostCapture == nil {
+		return 0
+	}
+	return float64(f(st.HostCapture))
+}
+
 func one(f func(st *api.Status) float64) func(*api.Status, emitter) {
 	return func(st *api.Status, emit emitter) { emit(f(st)) }
 }
@@ -286,6 +294,23 @@ var Defs = []Def{
 	{Name: "weir_datapath_flows_refused_total", Type: Counter,
 		Help:    "Flows not created because their flow-table shard was full; rising means more concurrent flows than the table holds (or a SYN flood).",
 		samples: one(func(st *api.Status) float64 { return float64(st.Datapath.Flows.Refused) })},
+
+	// Host-leg capture.
+	{Name: "weir_host_capture_up", Type: Gauge,
+		Help:    "1 while the host-leg capture measures the via: host legs (AF_PACKET); 0 when it is off, could not be opened (no CAP_NET_RAW) or failed: their from_target is then TCP_INFO's estimate. /status host_capture.reason says why.",
+		samples: one(func(st *api.Status) float64 { return bool01(st.HostCapture != nil && st.HostCapture.State == "on") })},
+	{Name: "weir_host_capture_packets_total", Type: Counter,
+		Help:    "Packets of via: host legs the host-leg capture read.",
+		samples: one(func(st *api.Status) float64 { return hostCap(st, func(h *api.HostCapture) uint64 { return h.Packets }) })},
+	{Name: "weir_host_capture_dropped_total", Type: Counter,
+		Help:    "Packets of via: host legs the kernel dropped before the capture read them (its socket buffer overran): capture loss. An interval with any makes the host legs' sources partial. Rising: the host is too busy for the capture; a loaded host, or set monitor.hostCapture: off.",
+		samples: one(func(st *api.Status) float64 { return hostCap(st, func(h *api.HostCapture) uint64 { return h.Dropped }) })},
+	{Name: "weir_host_capture_malformed_total", Type: Counter,
+		Help:    "Captured packets the capture could not decode (an unknown link type, a header cut short).",
+		samples: one(func(st *api.Status) float64 { return hostCap(st, func(h *api.HostCapture) uint64 { return h.Malformed }) })},
+	{Name: "weir_host_capture_flows", Type: Gauge,
+		Help:    "Host-leg TCP flows the capture tracks now.",
+		samples: one(func(st *api.Status) float64 { return float64(hostCap(st, func(h *api.HostCapture) uint64 { return uint64(h.Flows) })) })},
 
 	// Stack.
 	{Name: "weir_stack_tcp_segments_sent_total", Type: Counter,
