@@ -131,6 +131,10 @@ type ForwarderOptions struct {
 	// target); nil, or a nil result, means TCP_INFO alone (see
 	// direction.go).
 	HostSegments proxy.SegmentsFunc
+	// HostSync, when set, is called before a host socket leg's final
+	// reading: it waits (briefly) until the capture behind HostSegments
+	// has caught up with the traffic.
+	HostSync func()
 	// Now is the clock of the per-connection samples and the streaming
 	// meter (ConnStats.Start, Throughput, Sample's intervals, the
 	// streaming time of AggSample.Waiting) and of the idle watchdog's

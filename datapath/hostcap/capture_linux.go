@@ -33,6 +33,7 @@ type Capture struct {
 	statsMu                     sync.Mutex
 	dropped                     uint64 // guarded by statsMu: tp_drops summed
 	err                         atomic.Pointer[error]
+	drainedAt                   atomic.Int64 // wall ns: everything queued before it was read
 	done                        chan struct{}
 
 	// The reader's own state.
@@ -214,6 +215,29 @@ func (c *Capture) Err() error {
 	return nil
 }
 
+// Sync waits until the reader has read every packet queued before the
+// call, or for wait at most, and reports whether it had. A connection's
+// final reading calls it first: the reader may lag the traffic (tens of
+// ms on a loaded host), and a short connection would otherwise be read
+// before its segments, or its SYN, were.
+func (c *Capture) Sync(wait time.Duration) bool {
+	t0 := time.Now().UnixNano()
+	for end := t0 + int64(wait); ; {
+		if c.drainedAt.Load() >= t0 {
+			return true
+		}
+		select {
+		case <-c.done:
+			return false
+		default:
+		}
+		if time.Now().UnixNano() >= end {
+			return false
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+}
+
 // Close stops the reader and closes the socket.
 func (c *Capture) Close() error {
 	err := c.file.Close()
@@ -233,8 +257,12 @@ func (c *Capture) run() {
 				c.msgs[i].hdr.Namelen = unix.SizeofSockaddrLinklayer
 				c.msgs[i].n = 0
 			}
+			at := time.Now().UnixNano()
 			r, _, e := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&c.msgs[0])), uintptr(len(c.msgs)), unix.MSG_DONTWAIT, 0, 0)
 			n, errno = int(r), e
+			if e == unix.EAGAIN {
+				c.drainedAt.Store(at) // the queue was empty: all before at is read
+			}
 			return e != unix.EAGAIN
 		})
 		if err != nil {

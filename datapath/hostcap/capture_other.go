@@ -5,6 +5,7 @@ package hostcap
 import (
 	"errors"
 	"net/netip"
+	"time"
 
 	"weir/datapath"
 )
@@ -28,6 +29,9 @@ func (c *Capture) Stats() Stats { return Stats{} }
 
 // Err returns ErrClosed.
 func (c *Capture) Err() error { return ErrClosed }
+
+// Sync returns false.
+func (c *Capture) Sync(time.Duration) bool { return false }
 
 // Close does nothing.
 func (c *Capture) Close() error { return nil }

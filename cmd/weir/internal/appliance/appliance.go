@@ -235,6 +235,8 @@ func New(opts Options) (*Appliance, error) {
 	a.host.cap, a.host.why = opts.HostCapture, opts.HostCaptureWhy
 	if a.host.cap != nil {
 		fo.HostSegments = a.host.cap.Segments
+		hc := a.host.cap
+		fo.HostSync = func() { hc.Sync(100 * time.Millisecond) }
 		a.setHostTargets(cfg)
 	} else if a.host.why == "" {
 		a.host.why = "no capture was opened"
