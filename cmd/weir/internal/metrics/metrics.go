@@ -306,11 +306,15 @@ var Defs = []Def{
 		Help:    "Packets of via: host legs the kernel dropped before the capture read them (its socket buffer overran): capture loss. An interval with any makes the host legs' sources partial. Rising: the host is too busy for the capture; a loaded host, or set monitor.hostCapture: off.",
 		samples: one(func(st *api.Status) float64 { return hostCap(st, func(h *api.HostCapture) uint64 { return h.Dropped }) })},
 	{Name: "weir_host_capture_malformed_total", Type: Counter,
-		Help:    "Captured packets the capture could not decode (an unknown link type, a header cut short).",
-		samples: one(func(st *api.Status) float64 { return hostCap(st, func(h *api.HostCapture) uint64 { return h.Malformed }) })},
+		Help: "Captured packets the capture could not decode (an unknown link type, a header cut short).",
+		samples: one(func(st *api.Status) float64 {
+			return hostCap(st, func(h *api.HostCapture) uint64 { return h.Malformed })
+		})},
 	{Name: "weir_host_capture_flows", Type: Gauge,
-		Help:    "Host-leg TCP flows the capture tracks now.",
-		samples: one(func(st *api.Status) float64 { return float64(hostCap(st, func(h *api.HostCapture) uint64 { return uint64(h.Flows) })) })},
+		Help: "Host-leg TCP flows the capture tracks now.",
+		samples: one(func(st *api.Status) float64 {
+			return float64(hostCap(st, func(h *api.HostCapture) uint64 { return uint64(h.Flows) }))
+		})},
 
 	// Stack.
 	{Name: "weir_stack_tcp_segments_sent_total", Type: Counter,
