@@ -241,7 +241,7 @@ var Defs = []Def{
 		Help:    "Data segments (with payload; pure ACKs never count) on the target's legs that the monitor covers (monitor.scope), by direction: from_target (the target's own, the monitor's default input) or to_target (weir's).",
 		samples: perDirection(func(d *api.DirTotals) float64 { return float64(d.DataSegments) })},
 	{Name: "weir_target_retransmitted_segments_total", Type: Counter, Labels: dirLabels,
-		Help:    "Of those, retransmitted: divided by weir_target_data_segments_total, the loss ratio of that direction. On a via: host leg from_target is unknown (0; /status says source=estimate).",
+		Help:    "Of those, retransmitted: divided by weir_target_data_segments_total, the loss ratio of that direction. On a via: host leg without the host capture from_target is unknown (0; /status says source=estimate).",
 		samples: perDirection(func(d *api.DirTotals) float64 { return float64(d.Retransmitted) })},
 	{Name: "weir_target_timeouts_total", Type: Counter, Labels: dirLabels,
 		Help:    "Retransmission timeouts on those legs by direction (from_target: retransmissions after a silence longer than the flow's RTO estimate).",
