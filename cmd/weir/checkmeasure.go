@@ -14,7 +14,11 @@ import (
 func writeMeasurement(w io.Writer, cfg *policy.Config) error {
 	s := &summary{w: w}
 	m := &cfg.Monitor
-	if !m.Enabled {
+	n := 0
+	for _, vs := range cfg.Services {
+		n += len(vs.Targets)
+	}
+	if !m.Enabled || n == 0 {
 		return nil
 	}
 	s.printf("measurement (monitor.direction %s, monitor.hostCapture %s):", m.Direction, onOff(!m.HostCaptureOff))
