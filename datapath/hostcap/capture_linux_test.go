@@ -29,11 +29,11 @@ func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }
 //
 //	host a0 198.18.5.1 fd00:5::1 ⇄ r0 router r1 198.18.6.1 fd00:6::1 ⇄ t0 198.18.6.2 fd00:6::2 target
 type lab struct {
-	t                *testing.T
+	t                testing.TB
 	host, router, tg *netns.NS
 }
 
-func newLab(t *testing.T, hostGSO bool) *lab {
+func newLab(t testing.TB, hostGSO bool) *lab {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("skipping: a netns test of real TCP connections under loss (-short)")
@@ -146,7 +146,7 @@ func (l *lab) open(o Options, targets ...netip.AddrPort) *Capture {
 	return c
 }
 
-func tcpInfo(t *testing.T, c net.Conn) *unix.TCPInfo {
+func tcpInfo(t testing.TB, c net.Conn) *unix.TCPInfo {
 	t.Helper()
 	rc, err := c.(*net.TCPConn).SyscallConn()
 	if err != nil {
