@@ -8,7 +8,10 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/user"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -283,4 +286,54 @@ func (w *weirProc) judgeHost(before api.Status, dir string, load func() bench.Re
 	if st.HostCapture == nil || st.HostCapture.Dropped != 0 {
 		t.Logf("note: the capture lost packets: %+v", st.HostCapture)
 	}
+}
+
+// TestE2EHostCaptureAfterDrop: weir run --user opens the host capture
+// before it drops its privileges (CAP_NET_RAW goes), keeps measuring with
+// it, and a reload that adds a via: host target points the capture's
+// filter at it too (setting a filter needs no capability).
+func TestE2EHostCaptureAfterDrop(t *testing.T) {
+	requireE2E(t)
+	if _, err := user.Lookup("nobody"); err != nil {
+		t.Skip("skipping: no user nobody")
+	}
+	cfg, err := os.ReadFile(filepath.Join("testdata", "e2e", "measure_host.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := startWeirText(t, staticWeir(t), string(cfg), "--user", "nobody")
+	_, tns := w.routedTargets()
+	w.bodyBackend(tns, "t1", "198.18.3.1:8081", 64<<10)
+	w.bodyBackend(tns, "t2", "198.18.3.2:8082", 64<<10)
+	w.bodyBackend(tns, "t3", "198.18.3.1:8083", 64<<10)
+	// CAP_NET_RAW (bit 13) is gone from the effective set.
+	var eff uint64
+	fmt.Sscanf(procStatus(t, fmt.Sprintf("/proc/%d/status", w.pid()))["CapEff"], "%x", &eff)
+	if eff&(1<<13) != 0 {
+		t.Fatalf("weir kept CAP_NET_RAW: CapEff %x", eff)
+	}
+	measured := func(target string) {
+		t.Helper()
+		st := w.waitSampled(time.Now())
+		s, _ := segmentsOf(st, target)
+		if st.HostCapture == nil || st.HostCapture.State != "on" || s.FromTarget.Source != "measured" || s.FromTarget.DataSegments == 0 {
+			t.Fatalf("%s after the drop: %+v, capture %+v; want measured by the capture", target, s, st.HostCapture)
+		}
+	}
+	if res := w.downloads(2, 20); res.OK != 20 {
+		t.Fatalf("downloads: %+v", res)
+	}
+	measured("t1")
+	more := strings.Replace(string(cfg), `      - {name: t2, address: "198.18.3.2:8082", weight: 10}`,
+		`      - {name: t2, address: "198.18.3.2:8082", weight: 10}
+      - {name: t3, address: "198.18.3.1:8083", weight: 10}`, 1)
+	if err := os.WriteFile(w.cfgPath, []byte(more), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w.signal(syscall.SIGHUP)
+	w.waitStatus(5*time.Second, "reloaded", func(st api.Status) bool { return st.Generation == 2 })
+	if res := w.downloads(3, 30); res.OK != 30 || res.PerTarget["t3"] == 0 {
+		t.Fatalf("downloads after the reload: %+v", res)
+	}
+	measured("t3")
 }
