@@ -15,7 +15,7 @@ package balancer
 //	every primary once, from a rotating start (no slow-start thinning)
 //	primaries the QoS cut to weight 0, once each
 //	backups in configured order: the first that is up and under its limit
-//	primaries configured with weight 0 (draining), once each
+//	targets configured with weight 0 (draining): never
 //	none: *NoTargetError naming each target and why (allocates; refusal only)
 
 import (
@@ -282,8 +282,10 @@ func (b *Balancer) swap(vs *policy.VirtualServer, s policy.BalancerSettings) {
 // configured algorithm over their effective weights. A primary the QoS cut to
 // weight 0 is passed over while another primary can serve, and serves (before
 // any backup) when none can; if every weighted primary is cut to 0 they are
-// balanced as if equal. A primary configured with weight 0 (draining) serves
-// only when neither another primary nor a backup can. A primary in slow start is
+// balanced as if equal. A target configured with weight 0, primary or
+// backup, is draining: it takes no new connection at all (HAProxy's weight
+// 0), even when nothing else can serve, and its open connections go on
+// until they end; the refusal names it "draining (weight 0)". A primary in slow start is
 // passed over with a probability that falls from 90 % to 0 over the window,
 // but never when no other target could serve. When no primary can serve, the
 // backups are tried in configured order and the first that can serve is
@@ -485,9 +487,9 @@ func (t *table) pickMaglev(ns int64, flowHash uint64, tried *Tried, sk *skipSet)
 // pickAny is the pass after the fast path, without slow-start thinning: every
 // usable primary once from start; then the primaries the QoS fraction cut to
 // weight 0 (a cut steers connections to the others, it does not refuse them
-// when no other primary can serve); then the backups in configured order;
-// and last the primaries configured with weight 0 (draining: they take a
-// connection only when no other target can).
+// when no other primary can serve); then the backups in configured order.
+// Targets configured with weight 0 (draining) are never offered a
+// connection.
 func (t *table) pickAny(ns int64, start int, tried *Tried, sk *skipSet) int {
 	for k := range t.nPrimary {
 		i := (start + k) % t.nPrimary
@@ -497,7 +499,7 @@ func (t *table) pickAny(ns int64, start int, tried *Tried, sk *skipSet) int {
 	}
 	free := func(i int) bool {
 		e := &t.entries[i]
-		return !e.st.down(ns) && !tried.has(e.st) && e.st.reserve(e.max, sk)
+		return e.base > 0 && !e.st.down(ns) && !tried.has(e.st) && e.st.reserve(e.max, sk)
 	}
 	for k := range t.nPrimary {
 		i := (start + k) % t.nPrimary
@@ -507,12 +509,6 @@ func (t *table) pickAny(ns int64, start int, tried *Tried, sk *skipSet) int {
 	}
 	for i := t.nPrimary; i < len(t.entries); i++ {
 		if free(i) {
-			return i
-		}
-	}
-	for k := range t.nPrimary {
-		i := (start + k) % t.nPrimary
-		if t.entries[i].base <= 0 && free(i) {
 			return i
 		}
 	}

@@ -18,6 +18,9 @@ const (
 	HealthDown
 	// AlreadyTried: this connection was already given the target (PickAction's tried).
 	AlreadyTried
+	// Draining: the target is configured with weight 0 and takes no new
+	// connection.
+	Draining
 )
 
 // String returns the reason as the refusal text words it.
@@ -31,6 +34,8 @@ func (w Why) String() string {
 		return "health check failed"
 	case AlreadyTried:
 		return "already tried"
+	case Draining:
+		return "draining (weight 0)"
 	}
 	return "why(" + strconv.Itoa(int(w)) + ")"
 }
@@ -49,7 +54,7 @@ type Reason struct {
 }
 
 // String renders the reason as the 503 page and log line show it:
-// "a (at limit 3/3)", "b (down until 12:00:05)", "c (weight 0)".
+// "a (at limit 3/3)", "b (down until 12:00:05)", "c (draining (weight 0))".
 func (r Reason) String() string {
 	var sb strings.Builder
 	r.write(&sb)
@@ -91,7 +96,7 @@ const maxReasons = 16
 // NoTargetError is returned by PickAction when no target can take the connection.
 // Its message is the text of the 503 page and the log line:
 //
-//	all targets unavailable: a (at limit 3/3), b (down until 12:00:05), c (weight 0)
+//	all targets unavailable: a (at limit 3/3), b (down until 12:00:05), c (draining (weight 0))
 //
 // or, when a connection has used up its attempts,
 //
@@ -165,6 +170,8 @@ func (t *table) refuse(now time.Time, tried *Tried, exhausted bool, sk *skipSet)
 		switch {
 		case tried.has(en.st) && !exhausted:
 			r.Why = AlreadyTried
+		case en.base <= 0:
+			r.Why = Draining
 		case en.st.healthDown.Load():
 			r.Why = HealthDown
 		case ns < en.st.downUntil.Load():

@@ -103,10 +103,12 @@ func TestPickActionLevels(t *testing.T) {
 	}
 }
 
-// TestDrainingPrimaries: primaries configured with weight 0 take no new
-// connection while a backup can; they serve only when nothing else can.
+// TestDrainingPrimaries: a target configured with weight 0 is draining, as
+// HAProxy's weight 0: it takes no new connection, not even when every
+// other target is full (a weight-0 primary with a full backup took 4 of 5),
+// and the refusal says why.
 func TestDrainingPrimaries(t *testing.T) {
-	b := mustNew(t, makeVS("p1:0", "p2:0", "z:1:backup:max=2"), policy.BalancerSettings{})
+	b := mustNew(t, makeVS("p1:0", "p2:0", "z:1:backup:max=2", "y:0:backup"), policy.BalancerSettings{})
 	var held []Lease
 	for i := range 2 {
 		l, err := b.PickAction(t0, uint64(i), nil, nil)
@@ -115,18 +117,36 @@ func TestDrainingPrimaries(t *testing.T) {
 		}
 		held = append(held, l)
 	}
-	l, err := b.PickAction(t0, 0, nil, nil)
-	if err != nil || (l.Name() != "p1" && l.Name() != "p2") {
-		t.Fatalf("backup full: %q %v, want a draining primary rather than a refusal", l.Name(), err)
+	for i := range 3 {
+		l, err := b.PickAction(t0, uint64(i), nil, nil)
+		if err == nil {
+			t.Fatalf("backup full: %q took a new connection, want a refusal", l.Name())
+		}
+		const want = "all targets unavailable: p1 (draining (weight 0)), p2 (draining (weight 0)), z (at limit 2/2), y (draining (weight 0))"
+		if err.Error() != want {
+			t.Errorf("refusal %q, want %q", err, want)
+		}
 	}
-	held = append(held, l)
 	for i := range held {
 		held[i].Release()
 	}
-	// QoS weights do not revive a draining primary.
-	b.SetWeights(map[string]int{"p1": 5})
+	// QoS weights do not revive a draining target.
+	b.SetWeights(map[string]int{"p1": 5, "y": 5})
 	if got := countPicks(t, b, 10, t0); got["z"] != 10 {
 		t.Errorf("after SetWeights: %v, want z 10", got)
+	}
+}
+
+// TestSoleDrainingTarget: a sole weight-0 target took 5 of 5; it takes 0.
+func TestSoleDrainingTarget(t *testing.T) {
+	for _, algo := range []policy.Algorithm{policy.RoundRobin, policy.LeastConn, policy.Maglev} {
+		b := mustNew(t, makeVS("a:0"), policy.BalancerSettings{Algorithm: algo})
+		for i := range 5 {
+			if l, err := b.PickAction(t0, uint64(i), nil, nil); err == nil {
+				l.Release()
+				t.Fatalf("%v: the draining sole target took connection %d", algo, i+1)
+			}
+		}
 	}
 }
 

@@ -15,8 +15,8 @@ import (
 // connects, QoS weights, reloads, health reports and clock steps, and checks
 // every outcome against a plain model of the documented rules: the target
 // chosen could serve, weighted primaries, then primaries the QoS cut to 0,
-// then backups in order, then primaries configured with weight 0; refusals
-// only when nothing could serve, and open counts exact.
+// then backups in order; targets configured with weight 0 (draining) never;
+// refusals only when nothing could serve, and open counts exact.
 func TestAgainstModel(t *testing.T) {
 	for _, algo := range []policy.Algorithm{policy.RoundRobin, policy.LeastConn, policy.Maglev} {
 		for seed := range uint64(5) {
@@ -83,14 +83,14 @@ func runModel(t *testing.T, algo policy.Algorithm, seed uint64) {
 		return !m.healthDown && !now.Before(m.downUntil) && (tg.MaxConnections <= 0 || m.open < tg.MaxConnections)
 	}
 	// tier orders who may serve: 0 weighted primaries (every cut one too
-	// when all are cut), 1 primaries cut to 0, 2 backups in order, 3
-	// primaries configured with weight 0 (draining).
+	// when all are cut), 1 primaries cut to 0, 2 backups in order; 4
+	// (never) targets configured with weight 0 (draining).
 	tier := func(tg *policy.Target, allCut bool) int {
 		switch {
+		case tg.Weight <= 0:
+			return 4
 		case tg.Role == policy.RoleBackup:
 			return 2
-		case tg.Weight <= 0:
-			return 3
 		case weight(tg) > 0 || allCut:
 			return 0
 		}
@@ -117,7 +117,7 @@ func runModel(t *testing.T, algo policy.Algorithm, seed uint64) {
 					continue
 				}
 				best = min(best, tier(tg, allCut))
-				if tg.Role == policy.RoleBackup && firstBackup == nil {
+				if tg.Role == policy.RoleBackup && tg.Weight > 0 && firstBackup == nil {
 					firstBackup = tg
 				}
 			}

@@ -45,8 +45,8 @@ type table struct {
 	// are then balanced as if each had weight 1, rather than refusing every
 	// connection while targets that can take it stand idle. A weight of 0
 	// steers traffic to the others; it is not a reason to refuse when there
-	// are no others. Primaries configured with weight 0 (draining) are not
-	// among them: they come after the backups (see pickAny).
+	// are no others. Targets configured with weight 0 (draining) are not
+	// among them: they take no new connection (see pickAny).
 	allZero bool
 
 	// levels holds one table per policy action name with weights of its

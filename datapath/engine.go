@@ -366,7 +366,7 @@ func (p *Port) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 					copy(bufs[w][offset-VirtioNetHdrLen:offset], bufs[i][offset-VirtioNetHdrLen:offset])
 				}
 			}
-			run.addSegs(row, target, segs, size, PayloadLen(b, &pk))
+			run.addSegs(row, target, segs, size, appPayload(last.v.app, Ingress, target, b, &pk, PayloadLen(b, &pk)))
 			w++
 		}
 		run.flush()
@@ -405,6 +405,7 @@ type verdict struct {
 	tos         uint8
 	setTOS      bool
 	seg         *SegStats
+	app         *[2]appSpace // the flow's application byte state, nil without a Flow
 }
 
 // flow returns the verdict for k (hash h): from its cached flow, or, when
@@ -416,7 +417,7 @@ func (p *Port) flow(st *engineState, k *FlowKey, h uint64, now int64, c *engineC
 	e := p.e
 	f := e.flows.Lookup(k, h, now)
 	if f != nil && f.Gen == st.gen {
-		return verdict{f.Row, f.target.Load(), f.TOS, f.SetTOS, f.seg}
+		return verdict{f.Row, f.target.Load(), f.TOS, f.SetTOS, f.seg, &f.app}
 	}
 	return p.newFlow(st, k, h, now, c, f)
 }
@@ -441,10 +442,13 @@ func (p *Port) newFlow(st *engineState, k *FlowKey, h uint64, now int64, c *engi
 	switch {
 	case f != nil:
 		nf.seg = f.seg // a replaced decision keeps the flow's measurement
+		for d := range nf.app {
+			nf.app[d].w.Store(f.app[d].w.Load())
+		}
 	case k.Proto == ProtoTCP && vs == nil && len(e.back) > 0 && isBack(e.back, addrFrom16(k.Server)):
 		nf.seg = new(SegStats)
 	}
-	v.seg = nf.seg
+	v.seg, v.app = nf.seg, &nf.app
 	if e.flows.insert(nf, h, now, v.target) == nil {
 		c.uncached.Add(1)
 	}
@@ -518,7 +522,7 @@ func (p *Port) Write(bufs [][]byte, offset int) (int, error) {
 			last.set(p.flow(st, k, h, now, e.shardOf(run.shard)))
 		}
 		segs, size := Segments(gsoHdr(gso, buf, offset), b, &pk)
-		run.addSegs(last.v.row, last.v.target, segs, size, PayloadLen(b, &pk))
+		run.addSegs(last.v.row, last.v.target, segs, size, appPayload(last.v.app, Egress, last.v.target, b, &pk, PayloadLen(b, &pk)))
 		if last.v.seg != nil {
 			last.v.seg.egress(b, &pk, segs, now, e.ownMinRTO)
 		}

@@ -133,8 +133,11 @@ type Flow struct {
 	// others; set before publication, carried over when the Flow is
 	// replaced.
 	seg *SegStats
+	// app is the sequence-space state of the application byte count, by
+	// Dir (appspace.go); carried over when the Flow is replaced.
+	app [2]appSpace
 
-	_ [40]byte // to 128 bytes: a size class the allocator aligns to 128
+	_ [24]byte // to 128 bytes: a size class the allocator aligns to 128
 }
 
 // Seg returns the flow's passive TCP measurement (see SegStats), or nil

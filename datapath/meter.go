@@ -4,7 +4,8 @@ package datapath
 //
 //	per packet: worker w ─► shard w ─► row (service, action) += 1 packet, n bytes
 //	                                 ─► target row        += 1 packet, n bytes (if bound)
-//	                                 ─► target payload row += 1 packet, TCP/UDP payload (if bound)
+//	                                 ─► target payload row += 1 packet, TCP/UDP payload (if bound;
+//	                                    TCP: new sequence space only, appspace.go)
 //	per read (recompute loop, API): Σ shards ─► rows ─► services, classes (their
 //	        services, through the parent chain), actions, targets, instance
 //	admission (every recompute): Engine.ServiceBytes ─► Meters.ServiceBytes ─►

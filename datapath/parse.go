@@ -107,6 +107,10 @@ type Packet struct {
 	Proto uint8
 	// TOS is the IPv4 ToS byte or the IPv6 traffic class.
 	TOS uint8
+	// IPID is the IPv4 header's identification field; zero for IPv6 (its
+	// fragment header's identification is not read). The passive loss
+	// tracker reads it (ipid.go).
+	IPID uint16
 	// TCPFlags holds the TCP flag bits (TCPSyn, …) for TCP.
 	TCPFlags uint8
 	// ICMPType and ICMPCode are set for ICMP and ICMPv6.
@@ -177,6 +181,7 @@ func parse4(b []byte, p *Packet) DropReason {
 	}
 	p.Version = 4
 	p.TOS = b[1]
+	p.IPID = binary.BigEndian.Uint16(b[4:6])
 	p.Proto = b[9]
 	p.Len = total
 	p.L4Off = ihl

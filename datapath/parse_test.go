@@ -223,6 +223,9 @@ func FuzzParse(f *testing.F) {
 		if p.NonFirstFragment && (p.SrcPort != 0 || p.DstPort != 0) {
 			t.Fatalf("non-first fragment with ports")
 		}
+		if id := uint16(b[4])<<8 | uint16(b[5]); (p.Version == 4 && p.IPID != id) || (p.Version == 6 && p.IPID != 0) {
+			t.Fatalf("IPID %#x from header bytes %#x", p.IPID, id)
+		}
 	})
 }
 

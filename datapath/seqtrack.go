@@ -13,6 +13,11 @@ package datapath
 //	              ─► below it: fills a hole quickly (reordering) or late, or
 //	                 repeats bytes already received ─► Retransmitted++
 //	                 ─► after a silence ≥ the RTO estimate ─► Timeouts++
+//	FromTarget, IPv4, every packet but the SYN-ACK: the IP-ID signal first
+//	         (ipid.go: a gap in a sequential flow's IP IDs is a lost packet,
+//	         seen even when nothing follows it), then the sequence rule; a
+//	         retransmission it counts takes one waiting IP-ID loss as its
+//	         repair (SegCounters.Loss counts each loss once)
 //
 // The counts are what a receiver (for FromTarget) or a sender-side capture
 // (for ToTarget) can judge from the segments alone, the way Wireshark's
@@ -70,12 +75,24 @@ const (
 const maxHoles = 4
 
 // SegCounters are the passive counts of one direction of a back-leg TCP
-// flow, totals since the flow was first seen.
+// flow, totals since the flow was first seen. The first four are the
+// sequence rule's, the IPID ones the IP-ID signal's (FromTarget only, see
+// ipid.go); Loss combines them.
 type SegCounters struct {
 	DataSegments  uint64 // segments carrying payload, retransmissions included
 	Retransmitted uint64 // of those, retransmissions (see the file comment)
 	Timeouts      uint64 // of those, sent after a silence ≥ the RTO estimate
 	OutOfOrder    uint64 // data segments starting beyond rcv_nxt
+	IPIDPackets   uint64 // packets judged by the IP-ID signal (0: never in force)
+	IPIDLost      uint64 // packets missing from the IP ID sequence: lost
+	IPIDMatched   uint64 // retransmissions (by sequence) that repaired one of those
+}
+
+// Loss returns the data segments and the retransmitted (lost) ones under the
+// combined rule (ipid.go): each lost packet once, whichever signal saw it.
+// Without the IP-ID signal they are DataSegments and Retransmitted.
+func (c SegCounters) Loss() (dataSegments, retransmitted uint64) {
+	return c.DataSegments + c.IPIDLost, c.Retransmitted + c.IPIDLost - min(c.IPIDMatched, c.Retransmitted)
 }
 
 // SegStats is one back-leg flow's passive measurement: the segments the
@@ -85,12 +102,20 @@ type SegCounters struct {
 // replaces the Flow.
 type SegStats struct {
 	from, to seqDir
+	fromID   ipidDir      // the IP-ID signal of the target's packets
 	synAt    int64        // egress SYN time (ns); the egress writer owns it
 	rtt      atomic.Int64 // handshake RTT in ns, 0 until the SYN-ACK
 }
 
 // FromTarget returns the counts of the target's segments.
-func (s *SegStats) FromTarget() SegCounters { return s.from.counters() }
+func (s *SegStats) FromTarget() SegCounters {
+	// matched first: it never exceeds the lost and retransmitted counts
+	// loaded after it.
+	m := s.fromID.matched.Load()
+	c := s.from.counters()
+	c.IPIDPackets, c.IPIDLost, c.IPIDMatched = s.fromID.judged.Load(), s.fromID.lost.Load(), m
+	return c
+}
 
 // ToTarget returns the counts of weir's segments toward the target.
 func (s *SegStats) ToTarget() SegCounters { return s.to.counters() }
@@ -150,7 +175,13 @@ func (s *SegStats) ingress(b []byte, pk *Packet, segs int, now, minRTO int64) {
 			s.rtt.Store(now - at)
 		}
 	}
-	s.from.observe(seq, plen, segs, pk.TCPFlags, now, s.rto(minRTO), s.rtt.Load()/2)
+	reorder := s.rtt.Load() / 2
+	if pk.Version == 4 && pk.TCPFlags&TCPSyn == 0 {
+		s.fromID.step(pk.IPID, segs, now, reorder)
+	}
+	if r := s.from.observe(seq, plen, segs, pk.TCPFlags, now, s.rto(minRTO), reorder); r > 0 {
+		s.fromID.repaired(r)
+	}
 }
 
 // egress records a segment toward the target, or a super-packet standing
@@ -174,25 +205,26 @@ func (s *SegStats) rto(minRTO int64) int64 { return max(3*s.rtt.Load(), minRTO) 
 // for a GSO/GRO super-packet: data and retransmitted counts are in wire
 // segments, so offload does not change the ratios), now its arrival (ns),
 // rto the RTO estimate and reorder the reorder window (ns). A timeout and an
-// out-of-order arrival are one event each, whatever the size.
-func (d *seqDir) observe(seq uint32, plen, segs int, flags uint8, now, rto, reorder int64) {
+// out-of-order arrival are one event each, whatever the size. It returns the
+// segments it counted as retransmitted (0 or segs).
+func (d *seqDir) observe(seq uint32, plen, segs int, flags uint8, now, rto, reorder int64) int {
 	if flags&TCPSyn != 0 {
 		d.init, d.next, d.nholes, d.lastAt = true, seq+1+uint32(plen), 0, now
-		return
+		return 0
 	}
 	if plen == 0 {
-		return
+		return 0
 	}
 	end := seq + uint32(plen)
 	if plen <= 1 && d.init && seq == d.next-1 {
-		return // a keepalive or zero-window probe: one old byte, not data
+		return 0 // a keepalive or zero-window probe: one old byte, not data
 	}
 	d.data.Add(uint64(segs))
 	if !d.init {
 		// The flow was first seen mid-stream (the table dropped it): start
 		// from here.
 		d.init, d.next, d.lastAt = true, end, now
-		return
+		return 0
 	}
 	silence := now - d.lastAt
 	d.lastAt = now
@@ -208,7 +240,7 @@ func (d *seqDir) observe(seq uint32, plen, segs int, flags uint8, now, rto, reor
 			d.addHole(d.next, seq, now)
 		}
 		d.next = end
-		return
+		return 0
 	}
 	// Below the high-water mark: a fill or a repeat.
 	top := end
@@ -220,12 +252,13 @@ func (d *seqDir) observe(seq uint32, plen, segs int, flags uint8, now, rto, reor
 		d.next = end
 	}
 	if filled && now-oldest < reorder {
-		return // a reordered segment, not a retransmission
+		return 0 // a reordered segment, not a retransmission
 	}
 	d.retrans.Add(uint64(segs))
 	if silence >= rto {
 		d.timeouts.Add(1)
 	}
+	return segs
 }
 
 // addHole records the gap [start, end) opened at now, merging into the

@@ -12,12 +12,14 @@ import (
 //	target leg ─┬─ gVisor back arm (*Conn) ─► ForwarderOptions.Segments: the
 //	            │    datapath's passive counts of the flow (datapath.SegStats),
 //	            │    both directions, exact by the segments on the wire; the
-//	            │    to_target timeouts from the gVisor endpoint (exact)
+//	            │    to_target timeouts from the gVisor endpoint (exact);
+//	            │    from_target adds the IP-ID losses (SegCounters.Loss)
 //	            └─ host socket (*HostConn) ─┬─ capture on and the flow seen
 //	                 │  (ForwarderOptions.HostSegments: datapath/hostcap's
 //	                 │  SegStats): both directions counted from the segments
-//	                 │  like a back-arm leg; the to_target timeouts from
-//	                 │  TCP_INFO (total_rto, exact)
+//	                 │  like a back-arm leg, from_target with the IP-ID
+//	                 │  losses; the to_target timeouts from TCP_INFO
+//	                 │  (total_rto, exact)
 //	                 └─ else TCP_INFO: to_target exact from the kernel
 //	                    sender (data_segs_out, total_retrans, total_rto);
 //	                    from_target only an estimate: the kernel gives
@@ -39,7 +41,9 @@ func (f *Forwarder) dirs(c *connEntry, tg proxy.LegCounters) (from, to proxy.Dir
 			}
 			if s := f.opts.HostSegments(c.local, c.remote); s != nil {
 				fr, tt := s.FromTarget(), s.ToTarget()
-				from = proxy.DirCounters{DataSegments: fr.DataSegments, Retransmitted: fr.Retransmitted, Timeouts: fr.Timeouts, OutOfOrder: fr.OutOfOrder, Source: proxy.DirCapture}
+				data, lost := fr.Loss() // as a back-arm leg's: sequence and IP ID
+				from = proxy.DirCounters{DataSegments: data, Retransmitted: lost, Timeouts: fr.Timeouts, OutOfOrder: fr.OutOfOrder,
+					IPIDPackets: fr.IPIDPackets, Source: proxy.DirCapture}
 				to = proxy.DirCounters{DataSegments: tt.DataSegments, Retransmitted: tt.Retransmitted, Timeouts: tg.Timeouts, OutOfOrder: tt.OutOfOrder, Source: proxy.DirCapture}
 				return from, to
 			}
@@ -59,7 +63,11 @@ func (f *Forwarder) dirs(c *connEntry, tg proxy.LegCounters) (from, to proxy.Dir
 			return
 		}
 		fr, tt := s.FromTarget(), s.ToTarget()
-		from = proxy.DirCounters{DataSegments: fr.DataSegments, Retransmitted: fr.Retransmitted, Timeouts: fr.Timeouts, OutOfOrder: fr.OutOfOrder, Source: proxy.DirPassive}
+		// The target's direction combines the sequence rule with the
+		// IP-ID signal, each loss once (SegCounters.Loss).
+		data, lost := fr.Loss()
+		from = proxy.DirCounters{DataSegments: data, Retransmitted: lost, Timeouts: fr.Timeouts, OutOfOrder: fr.OutOfOrder,
+			IPIDPackets: fr.IPIDPackets, Source: proxy.DirPassive}
 		// weir's own timeouts are the gVisor endpoint's, exact; the
 		// passive heuristic is for a sender weir cannot ask.
 		to = proxy.DirCounters{DataSegments: tt.DataSegments, Retransmitted: tt.Retransmitted, Timeouts: tg.Timeouts, OutOfOrder: tt.OutOfOrder, Source: proxy.DirPassive}

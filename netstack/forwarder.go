@@ -85,7 +85,7 @@ const (
 
 // pageOf is the 503 page for a refusal.
 func pageOf(d proxy.Decision) proxy.Page503 {
-	return proxy.Page503{Limit: d.Limit, Value: d.Value, Reason: d.Reason, RetryAfter: d.RetryAfter}
+	return proxy.Page503{Limit: d.Limit, Value: d.Value, Reason: d.Reason, Limits: d.Limits, RetryAfter: d.RetryAfter}
 }
 
 // MaxListenPorts is the widest port range per VIP that gets listening

@@ -80,6 +80,11 @@ type AggSample struct {
 	// connection while they had data waiting: fair to a connection that
 	// opened, closed or paused in the interval.
 	WaitingTime time.Duration
+	// OpenTime is the sum of each connection's time open in the interval
+	// (to its end for one that closed, from its start for one that
+	// opened): Bytes/OpenTime is the rate per connection, whatever number
+	// closed before the interval ended (policy.ActionSample.OpenTime).
+	OpenTime time.Duration
 	// TimeoutsUnknown counts the connections whose target leg cannot count
 	// RTO expiries (a host socket on a kernel before 6.7): Timeouts is then
 	// a lower bound.
@@ -93,6 +98,7 @@ func (a *AggSample) add(d delta) {
 	a.Bytes += d.bytes
 	a.FromTarget.Add(d.from)
 	a.ToTarget.Add(d.to)
+	a.OpenTime += d.elapsed
 	if d.waiting {
 		a.Waiting++
 		a.WaitingBytes += d.bytes

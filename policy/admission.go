@@ -15,12 +15,31 @@ import (
 //
 //	virtual server ──► its class ──► the class's parents ──► instance
 //	   each level, in that order:
-//	     bandwidth: the level's window rate  > MaxBandwidth  ─┐ enforced: refuse,
+//	     bandwidth: the level's window rate  ≥ MaxBandwidth  ─┐ enforced: refuse,
 //	     burst:     the level's token bucket ≤ 0 (optional)  ─┤ undo the levels
-//	     connections: open + 1               > MaxConnections ┘ already counted
+//	     connections: open + 1               > MaxConnections ┘ already counted,
+//	                                                            name every limit over
 //	   not enforced and over: admit anyway; the crossing is an Event
+//	   a limit the virtual server sets itself replaces the same limit of its
+//	   classes and the instance for its connections (not checked there,
+//	   still counted there)
 //	accepted: every level counted +1, the Ticket remembers the levels
 //	Ticket.Release −1 once
+//
+// Override, Sun's "you can override these server or class-level settings
+// for an individual virtual server": a virtual server that sets
+// maxConnections (> 0) has its connections judged on its own connection
+// limit and its own enforce flag only, not on the connection limit of its
+// class, parent classes or instance; one that sets maxBandwidth (> 0) has
+// them judged on its own bandwidth limit, enforce flag and burst bucket
+// only. The two are independent: a virtual server that sets only
+// maxConnections keeps its class's bandwidth limit. The enclosing levels
+// still count its connections and bytes: a class's open connections and
+// bandwidth are always the sum of all its members', so the class's limit
+// still refuses (or logs for) the members that do not override, the
+// overriding one's traffic included in the sum, and the class's crossing
+// events are those of the sum. A virtual server that sets no limit of a
+// kind inherits every enclosing level's limit of that kind, as before.
 //
 // Bytes take one path: every RecomputeInterval the control plane calls
 // Recompute with the datapath's meters (a ByteTotals), which reads each
@@ -92,10 +111,27 @@ func (k LimitKind) String() string {
 func (k LimitKind) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
 
 // Refusal says why a connection was refused: the level and its name, the
-// limit, the limit's value and the measured statistic that tripped it. Its
-// Error text is the one line that goes into the log, the 503 page and the
-// admin API.
+// limit, the limit's value and the measured statistic that tripped it
+// first, and in Also every other limit that was over at the same moment
+// (Sun's error page states "which limits caused the 503"). Its Error text
+// is the one line that goes into the log, the 503 page and the admin API,
+// and names them all.
 type Refusal struct {
+	Over
+	// Also holds the other limits over when the connection was refused, in
+	// the order Admit checks them (NAlso of them; AlsoMore counts those
+	// beyond MaxAlso). An array, not a slice: a refusal does not allocate.
+	Also     [MaxAlso]Over
+	NAlso    uint8
+	AlsoMore uint8
+}
+
+// MaxAlso bounds the limits a Refusal names besides its first: 3 levels of 3
+// limits is 9 in all.
+const MaxAlso = 8
+
+// Over is one enforced limit found over at a refusal.
+type Over struct {
 	Level LevelKind
 	Name  string
 	Limit LimitKind
@@ -111,21 +147,58 @@ type Refusal struct {
 	Share  int64
 }
 
-// Error returns the refusal as one line, for example
+// Error returns the refusal as one line naming every limit over, the first
+// one first, for example
 //
-//	virtual server "web": maxBandwidth 100 B/s exceeded (measured 166 B/s)
+//	virtual server "web": maxBandwidth 100 B/s exceeded (measured 166 B/s); class "gold": maxConnections 3 reached (3 open)
 func (r Refusal) Error() string {
-	if r.Shared {
-		b := appendLimit(nil, r.Level, r.Name, r.Limit, r.Value, r.Measured, true)
-		b = append(b[:len(b)-1], " here, this instance's share of the cluster-wide limit is "...)
-		b = strconv.AppendInt(b, r.Share, 10)
-		return string(append(b, ')'))
+	b := r.Over.append(nil)
+	for i := 0; i < int(r.NAlso); i++ {
+		b = append(b, "; "...)
+		b = r.Also[i].append(b)
 	}
-	return string(appendLimit(nil, r.Level, r.Name, r.Limit, r.Value, r.Measured, true))
+	if r.AlsoMore > 0 {
+		b = append(b, "; and "...)
+		b = strconv.AppendInt(b, int64(r.AlsoMore), 10)
+		b = append(b, " more"...)
+	}
+	return string(b)
 }
 
 // String is Error.
 func (r Refusal) String() string { return r.Error() }
+
+// Limits returns every limit over, the first one first: Over, then Also.
+func (r Refusal) Limits() []Over {
+	out := make([]Over, 0, 1+int(r.NAlso))
+	out = append(out, r.Over)
+	return append(out, r.Also[:r.NAlso]...)
+}
+
+// add records o as one more limit over.
+func (r *Refusal) add(o Over) {
+	if int(r.NAlso) < MaxAlso {
+		r.Also[r.NAlso] = o
+		r.NAlso++
+	} else if r.AlsoMore < 255 {
+		r.AlsoMore++
+	}
+}
+
+// Error returns the one limit as a line, for example
+//
+//	virtual server "web": maxBandwidth 100 B/s exceeded (measured 166 B/s)
+func (o Over) Error() string { return string(o.append(nil)) }
+
+func (o Over) append(b []byte) []byte {
+	if o.Shared {
+		b = appendLimit(b, o.Level, o.Name, o.Limit, o.Value, o.Measured, true)
+		b = append(b[:len(b)-1], " here, this instance's share of the cluster-wide limit is "...)
+		b = strconv.AppendInt(b, o.Share, 10)
+		return append(b, ')')
+	}
+	return appendLimit(b, o.Level, o.Name, o.Limit, o.Value, o.Measured, true)
+}
 
 // appendLimit renders a level's limit and statistic, over or back under.
 func appendLimit(b []byte, lk LevelKind, name string, k LimitKind, value, measured int64, over bool) []byte {
@@ -149,7 +222,9 @@ func appendLimit(b []byte, lk LevelKind, name string, k LimitKind, value, measur
 		b = append(b, " open)"...)
 	case LimitMaxBandwidth:
 		b = append(b, " B/s"...)
-		if over {
+		if over && measured == value {
+			b = append(b, " reached"...) // an enforced limit refuses on reaching it
+		} else if over {
 			b = append(b, " exceeded"...)
 		}
 		b = append(b, " (measured "...)
@@ -174,8 +249,10 @@ func appendLimit(b []byte, lk LevelKind, name string, k LimitKind, value, measur
 // enforced reports its first excess at once, from Admit, and everything else
 // is reported by Recompute, so a statistic hovering at a limit yields at most
 // one pair of events per recompute interval. An enforced connection limit is
-// never exceeded by Admit; it reports only when a reload lowers it below the
-// open connections.
+// never exceeded by the connections it judges; it reports when a reload
+// lowers it below the open connections, or, at a class or the instance, when
+// a member that overrides it (see Override) takes the sum above it; that
+// excess is reported at once, from Admit.
 type Event struct {
 	// At is the time of the Recompute that saw the crossing, or for an
 	// excess seen by Admit, of the last Recompute before it (zero before the
@@ -369,7 +446,16 @@ type link struct {
 	lvl  *level
 	name string // the level's name in this config (the instance may be renamed)
 	lim  Limits
+	// skip is what this chain does not check here, because the chain's
+	// virtual server overrides it (skipConns, skipBandwidth): the level
+	// still counts the connection and its bytes.
+	skip uint8
 }
+
+const (
+	skipConns     uint8 = 1 << iota // the virtual server sets maxConnections
+	skipBandwidth                   // the virtual server sets maxBandwidth (and its burst)
+)
 
 // level is the statistics of one level; it outlives configurations.
 type level struct {
@@ -475,14 +561,14 @@ func (a *Admission) Apply(cfg *Config) {
 			l.lvl.applyBurst(l.lim)
 		}
 	}
-	inst := link{get(LevelInstance, cfg.Instance.Name), cfg.Instance.Name, cfg.Instance.Limits}
+	inst := link{get(LevelInstance, cfg.Instance.Name), cfg.Instance.Name, cfg.Instance.Limits, 0}
 	st.inst = &chain{links: []link{inst}}
 	add(inst)
 	for _, cl := range cfg.Classes {
-		add(link{get(LevelClass, cl.Name), cl.Name, cl.Limits})
+		add(link{get(LevelClass, cl.Name), cl.Name, cl.Limits, 0})
 	}
 	for _, vs := range cfg.Services {
-		c := &chain{links: []link{{get(LevelVirtualServer, vs.Name), vs.Name, vs.Limits}}}
+		c := &chain{links: []link{{get(LevelVirtualServer, vs.Name), vs.Name, vs.Limits, 0}}}
 	chain:
 		for cl := vs.Class; cl != nil; cl = cl.Parent {
 			lv := get(LevelClass, cl.Name)
@@ -491,11 +577,23 @@ func (a *Admission) Apply(cfg *Config) {
 					break chain
 				}
 			}
-			c.links = append(c.links, link{lv, cl.Name, cl.Limits})
+			c.links = append(c.links, link{lv, cl.Name, cl.Limits, 0})
 		}
 		c.links = append(c.links, inst)
 		for _, l := range c.links {
 			add(l)
+		}
+		// The virtual server's own limits override its classes' and the
+		// instance's for its connections (see Override above).
+		var skip uint8
+		if vs.Limits.MaxConnections > 0 {
+			skip |= skipConns
+		}
+		if vs.Limits.MaxBandwidth > 0 {
+			skip |= skipBandwidth
+		}
+		for i := 1; i < len(c.links); i++ {
+			c.links[i].skip = skip
 		}
 		st.byVS[vs] = c
 		st.byName[vs.Name] = c
@@ -601,14 +699,27 @@ func (st *admState) chain(vs *VirtualServer) *chain {
 // the current config lacks (or nil) is checked and counted at the instance
 // only. If t still holds a connection, that one is released first. Admit
 // takes no lock and does not allocate; a level's connection count never
-// exceeds an enforced MaxConnections, however many goroutines admit at once.
+// exceeds an enforced MaxConnections, however many goroutines admit at once,
+// except by the connections of members that override it (see Override),
+// which it counts but does not judge.
+//
+// A refusal names the limit that refused first and every other enforced
+// limit over at that moment (Refusal.Also), the rest of that level's and
+// those of the levels after it.
 func (a *Admission) Admit(vs *VirtualServer, t *Ticket) (Refusal, bool) {
 	t.Release()
 	c := a.st.Load().chain(vs)
 	for i := range c.links {
-		if r, ok := a.admitAt(&c.links[i]); !ok {
+		if o, ok := a.admitAt(&c.links[i]); !ok {
 			for j := 0; j < i; j++ {
 				c.links[j].lvl.conns.Add(-1)
+			}
+			r := Refusal{Over: o}
+			// Name every other limit over: the rest of this level's and
+			// those of the levels after it (the levels before it were
+			// under).
+			for j := i; j < len(c.links); j++ {
+				c.links[j].overs(&r, o.Limit, j == i)
 			}
 			return r, false
 		}
@@ -617,29 +728,65 @@ func (a *Admission) Admit(vs *VirtualServer, t *Ticket) (Refusal, bool) {
 	return Refusal{}, true
 }
 
-// admitAt checks one level and counts the connection there.
-func (a *Admission) admitAt(l *link) (Refusal, bool) {
+// overs adds to r the enforced limits over at l, as admitAt judges them
+// but without counting anything; at the refusing level (first) the limit
+// that refused (done) is already r's first and the connection check is
+// the one it made, so only the limits before it are read again.
+func (l *link) overs(r *Refusal, done LimitKind, first bool) {
 	lv, lim, name := l.lvl, &l.lim, l.name
-	if lim.MaxBandwidth > 0 && lim.EnforceBandwidth {
-		if r := lv.rate.Load(); r > lim.MaxBandwidth {
-			return Refusal{Level: lv.kind, Name: name, Limit: LimitMaxBandwidth, Value: lim.MaxBandwidth, Measured: r}, false
+	if lim.MaxBandwidth > 0 && lim.EnforceBandwidth && l.skip&skipBandwidth == 0 {
+		if first && done == LimitMaxBandwidth {
+			// refused here; the burst bucket may be empty as well
+		} else if rate := lv.rate.Load(); rate >= lim.MaxBandwidth {
+			r.add(Over{Level: lv.kind, Name: name, Limit: LimitMaxBandwidth, Value: lim.MaxBandwidth, Measured: rate})
+		}
+		if first && done == LimitBurst {
+			return // refused by the burst: connections were not checked
 		}
 		if lim.BurstBytes > 0 {
 			if tok := lv.tokens.Load(); tok <= 0 {
-				return Refusal{Level: lv.kind, Name: name, Limit: LimitBurst, Value: lim.BurstBytes, Measured: tok}, false
+				r.add(Over{Level: lv.kind, Name: name, Limit: LimitBurst, Value: lim.BurstBytes, Measured: tok})
 			}
 		}
 	}
-	if lim.MaxConnections > 0 && lim.EnforceConnections {
+	if first && done == LimitMaxConnections {
+		return
+	}
+	if lim.MaxConnections > 0 && lim.EnforceConnections && l.skip&skipConns == 0 {
+		n := lv.conns.Load()
+		if n >= lim.MaxConnections {
+			r.add(Over{Level: lv.kind, Name: name, Limit: LimitMaxConnections, Value: lim.MaxConnections, Measured: n})
+		} else if share := lv.capacity.Load(); n >= share {
+			r.add(Over{lv.kind, name, LimitMaxConnections, lim.MaxConnections, n, true, share})
+		}
+	}
+}
+
+// admitAt checks one level and counts the connection there.
+func (a *Admission) admitAt(l *link) (Over, bool) {
+	lv, lim, name := l.lvl, &l.lim, l.name
+	if lim.MaxBandwidth > 0 && lim.EnforceBandwidth && l.skip&skipBandwidth == 0 {
+		// Sun: "additional connections are refused, once the server
+		// reaches its bandwidth limit": at the limit, as connections are.
+		if r := lv.rate.Load(); r >= lim.MaxBandwidth {
+			return Over{Level: lv.kind, Name: name, Limit: LimitMaxBandwidth, Value: lim.MaxBandwidth, Measured: r}, false
+		}
+		if lim.BurstBytes > 0 {
+			if tok := lv.tokens.Load(); tok <= 0 {
+				return Over{Level: lv.kind, Name: name, Limit: LimitBurst, Value: lim.BurstBytes, Measured: tok}, false
+			}
+		}
+	}
+	if lim.MaxConnections > 0 && lim.EnforceConnections && l.skip&skipConns == 0 {
 		for {
 			n := lv.conns.Load()
 			if n >= lim.MaxConnections {
-				return Refusal{Level: lv.kind, Name: name, Limit: LimitMaxConnections, Value: lim.MaxConnections, Measured: n}, false
+				return Over{Level: lv.kind, Name: name, Limit: LimitMaxConnections, Value: lim.MaxConnections, Measured: n}, false
 			}
 			share := lv.capacity.Load()
 			if n >= share {
 				lv.shareRefused.Add(1)
-				return Refusal{lv.kind, name, LimitMaxConnections, lim.MaxConnections, n, true, share}, false
+				return Over{lv.kind, name, LimitMaxConnections, lim.MaxConnections, n, true, share}, false
 			}
 			if lv.conns.CompareAndSwap(n, n+1) {
 				// A SetCapacity that shrank the share meanwhile either
@@ -647,9 +794,9 @@ func (a *Admission) admitAt(l *link) (Refusal, bool) {
 				if now := lv.capacity.Load(); now != share && n+1 > now {
 					lv.conns.Add(-1)
 					lv.shareRefused.Add(1)
-					return Refusal{lv.kind, name, LimitMaxConnections, lim.MaxConnections, n, true, now}, false
+					return Over{lv.kind, name, LimitMaxConnections, lim.MaxConnections, n, true, now}, false
 				}
-				return Refusal{}, true
+				return Over{}, true
 			}
 		}
 	}
@@ -659,9 +806,9 @@ func (a *Admission) admitAt(l *link) (Refusal, bool) {
 	}
 	if lim.MaxConnections > 0 && n > lim.MaxConnections && !lv.overConns.Load() && lv.overConns.CompareAndSwap(false, true) {
 		a.emit(Event{At: a.lastRecompute(), Level: lv.kind, Name: name, Limit: LimitMaxConnections,
-			Value: lim.MaxConnections, Measured: n, Over: true})
+			Value: lim.MaxConnections, Measured: n, Over: true, Enforced: lim.EnforceConnections})
 	}
-	return Refusal{}, true
+	return Over{}, true
 }
 
 func (a *Admission) lastRecompute() time.Time {

@@ -97,6 +97,10 @@ type DirSample struct {
 	Retransmitted uint64 // of those, retransmitted
 	Timeouts      uint64 // retransmission timeouts
 	OutOfOrder    uint64 // data segments that arrived out of order
+	// IPIDPackets counts the packets the IP-ID loss signal judged in the
+	// interval (datapath/ipid.go: the counts include the losses it found);
+	// 0 means the sequence rule alone.
+	IPIDPackets uint64
 	// Measured is false when no connection of the interval had this
 	// direction's retransmissions counted; Estimate is true when some
 	// connection's counts are only an estimate (a host socket's receive

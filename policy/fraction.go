@@ -112,6 +112,14 @@ type ActionSample struct {
 	// whole interval. WaitingBytes/WaitingTime is their rate per flow
 	// while they had data waiting.
 	WaitingTime time.Duration
+	// OpenTime is the sum of each of the action's flows' time open in the
+	// interval: the whole interval for one open throughout, up to its end
+	// for one that closed, from its start for one that opened. Bytes /
+	// OpenTime is the rate per connection the MinRate check with a MeanRate
+	// judges, so that connections that closed before the interval ended
+	// do not have their bytes divided among the ones still open. Zero
+	// means unknown: Bytes / interval / ActiveConns.
+	OpenTime time.Duration
 }
 
 // Level is one service level of a target: the fraction and weight that new
@@ -427,7 +435,9 @@ func ConnFraction(levels [3]int, conns, maxConns int64) int {
 // With a MeanRate (the seed's rule) conns and bytes are all the action's
 // flows to the target, and the check trips when the action's throughput is
 // above MinRateBusyPercent of MeanRate and the average per connection is
-// below MinRate.
+// below MinRate. (Explain, given the flows' OpenTime, takes the average per
+// connection as bytes / OpenTime instead of bytes / interval / conns: see
+// actionMinRate.)
 //
 // Without a MeanRate (the seed's own telnetGold has MinRate 500 alone) there
 // is no mean to say the service is busy, so the connections themselves must
@@ -465,6 +475,17 @@ func actionMinRate(as *ActionSample, interval time.Duration) int {
 			return MinRateFraction(as.Action, 1, as.WaitingBytes, as.WaitingTime)
 		}
 		return MinRateFraction(as.Action, as.WaitingConns, as.WaitingBytes, interval)
+	}
+	if a := as.Action; as.OpenTime > 0 && a != nil && a.MinRate > 0 && a.MeanRate > 0 && as.ActiveConns > 0 && interval > 0 {
+		// The rate per connection is the interval's bytes over the sum of
+		// each connection's time open in it: 20 connections at 45 Kbit/s
+		// read 45 Kbit/s each whether all stay open or 19 close before
+		// the interval ends (divided by the 1 still open, 900).
+		busy := mulGT(bitsPerSecond(as.Bytes, interval), 100, uint64(a.MeanRate), 1000*MinRateBusyPercent)
+		if busy && mulLT(bitsPerSecond(as.Bytes, as.OpenTime), 1, uint64(a.MinRate), 1000) {
+			return 100
+		}
+		return 0
 	}
 	return MinRateFraction(as.Action, as.ActiveConns, as.Bytes, interval)
 }
@@ -566,6 +587,9 @@ func Explain(m *Monitor, t *Target, s *TargetSample, prev *Explanation) Explanat
 		e.ActionMaxConns = a.MaxConnections
 		e.ActionKbps = kbps(as.Bytes, e.Interval)
 		e.PerConnKbps = e.ActionKbps / as.ActiveConns
+		if as.OpenTime > 0 {
+			e.PerConnKbps = kbps(as.Bytes, as.OpenTime)
+		}
 		e.MinRateKbps = a.MinRate
 		e.MeanRateKbps = a.MeanRate
 		e.ConnFraction = cf

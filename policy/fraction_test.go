@@ -695,3 +695,40 @@ func TestMinRateStreamingTime(t *testing.T) {
 func msBytes(rate int64, d time.Duration) uint64 {
 	return uint64(rate) * uint64(d/time.Millisecond) / 8
 }
+
+// TestMinRateOpenTime (N7): with a MeanRate, the rate per connection is the
+// interval's bytes over the sum of each connection's time open in it. 20
+// connections at 48 Kbit/s each (45 in the issue; 48 keeps the byte counts
+// whole), under MinRate 50 and MeanRate 1000 (busy above 850), are slow
+// whether all stay open or 19 close just before the interval ends;
+// dividing by the connections open at the end read the second case as 950
+// Kbit/s per connection, not slow.
+func TestMinRateOpenTime(t *testing.T) {
+	m := seedMonitor()
+	act := &Action{Name: "gold", MinRate: 50, MeanRate: 1000}
+	tg := &Target{Name: "a", Weight: 1}
+	const iv = 10 * time.Second
+	early := iv * 99 / 100
+	for _, tc := range []struct {
+		name    string
+		active  int64
+		bytes   uint64
+		open    time.Duration
+		perConn int64
+		want    int
+	}{
+		{"20 open throughout", 20, 20 * msBytes(48, iv), 20 * iv, 48, 100},
+		{"19 closed at 99 %", 1, 19*msBytes(48, early) + msBytes(48, iv), 19*early + iv, 48, 100},
+		{"20 at 60 Kbit/s, 19 closed", 1, 19*msBytes(60, early) + msBytes(60, iv), 19*early + iv, 60, 0},
+		{"not busy: 10 at 48", 10, 10 * msBytes(48, iv), 10 * iv, 48, 0},
+	} {
+		s := TargetSample{Interval: iv, ActiveConns: tc.active, Actions: []ActionSample{{
+			Action: act, ActiveConns: tc.active, Bytes: tc.bytes, OpenTime: tc.open,
+		}}}
+		e := Explain(&m, tg, &s, nil)
+		if e.Levels[0].MinRateFraction != tc.want || e.PerConnKbps != tc.perConn {
+			t.Errorf("%s: MinRate verdict %d at %d Kbit/s per connection, want %d at %d",
+				tc.name, e.Levels[0].MinRateFraction, e.PerConnKbps, tc.want, tc.perConn)
+		}
+	}
+}

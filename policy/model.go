@@ -87,9 +87,10 @@ type Instance struct {
 	Timeouts Timeouts
 	// BandwidthBytes chooses what the bandwidth limits count: the TCP
 	// payload of admitted connections (CountPayload, the zero value, what
-	// the Sun seed counts) or every byte on the wire of those connections,
-	// headers included (CountWire). Traffic of refused connections is never
-	// counted either way.
+	// the Sun seed counts: each byte once, a retransmission's payload not
+	// again; datapath/appspace.go) or every byte on the wire of those
+	// connections, headers and resends included (CountWire). Traffic of
+	// refused connections is never counted either way.
 	BandwidthBytes ByteCount
 }
 
@@ -370,7 +371,7 @@ type Target struct {
 	// DialAddr).
 	Addr netip.AddrPort
 	// Weight is the WLM weight, ≥ 0; the QoS fraction cuts it. 0 is a
-	// real weight (no new connections while another primary has one), so
+	// real weight (draining: no new connections at all), so
 	// Compile does not default it: the YAML parser (policy/config) writes 1
 	// when the file gives none; a Target built in code has what it is given.
 	Weight int

@@ -54,9 +54,16 @@ var (
 var backAddrUsage = "source `PREFIX` of the back arm that dials via: netstack targets through the TUN (repeatable; " +
 	"default " + defaultBackAddr4.String() + " and " + defaultBackAddr6.String() + ", for the families the targets use); \"none\" turns the back arm off"
 
-// backArm returns the back arm of weir run (nil when the config has no
-// netstack target or --back-addr none) and the host routes that send its
-// addresses into the TUN.
+// backArm returns the back arm of weir run and the host routes that send
+// its addresses into the TUN for cfg.
+//
+// The arm itself (a NIC of weir's own stack, with the --back-addr
+// addresses, or both default ones) is always there unless --back-addr is
+// none, whether or not cfg has a netstack target: weir's stack cannot gain
+// a NIC the forwarder and the datapath engine were built without, and a
+// reload that adds the first `via: netstack` target must find it (it used
+// to get ErrNoBackArm on every dial). It is invisible to the host until its
+// routes are installed: see backRoutes, which every reload recomputes.
 func backArm(cfg *policy.Config, flags []string) ([]appliance.BackArm, []netip.Prefix, error) {
 	var addrs []netip.Prefix
 	switch {
@@ -75,33 +82,38 @@ func backArm(cfg *policy.Config, flags []string) ([]appliance.BackArm, []netip.P
 			addrs = append(addrs, netip.PrefixFrom(p.Addr().Unmap(), p.Bits()))
 		}
 	default:
-		v4, v6 := false, false
-		for _, vs := range cfg.Services {
-			for _, t := range vs.Targets {
-				if t.Via == policy.DialNetstack {
-					if t.Addr.Addr().Unmap().Is4() {
-						v4 = true
-					} else {
-						v6 = true
-					}
+		addrs = []netip.Prefix{defaultBackAddr4, defaultBackAddr6}
+	}
+	arms := []appliance.BackArm{{Name: "back", Addrs: addrs,
+		Routes: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")}}}
+	return arms, backRoutesFor(cfg, arms, len(flags) > 0), nil
+}
+
+// backRoutesFor returns the host routes that send the back arm's addresses
+// into the TUN under cfg: for addresses given with --back-addr (explicit)
+// all of them, as before; for the default ones only those of the families
+// cfg's `via: netstack` targets use, so a configuration without one adds
+// no route to the host.
+func backRoutesFor(cfg *policy.Config, arms []appliance.BackArm, explicit bool) []netip.Prefix {
+	v4, v6 := explicit, explicit
+	for _, vs := range cfg.Services {
+		for _, t := range vs.Targets {
+			if t.Via == policy.DialNetstack {
+				if t.Addr.Addr().Unmap().Is4() {
+					v4 = true
+				} else {
+					v6 = true
 				}
 			}
 		}
-		if v4 {
-			addrs = append(addrs, defaultBackAddr4)
+	}
+	var routes []netip.Prefix
+	for _, arm := range arms {
+		for _, p := range arm.Addrs {
+			if a := p.Addr(); (a.Is4() && v4) || (!a.Is4() && v6) {
+				routes = append(routes, netip.PrefixFrom(a, a.BitLen()))
+			}
 		}
-		if v6 {
-			addrs = append(addrs, defaultBackAddr6)
-		}
 	}
-	if len(addrs) == 0 {
-		return nil, nil, nil
-	}
-	routes := make([]netip.Prefix, len(addrs))
-	for i, p := range addrs {
-		routes[i] = netip.PrefixFrom(p.Addr(), p.Addr().BitLen())
-	}
-	arm := appliance.BackArm{Name: "back", Addrs: addrs,
-		Routes: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")}}
-	return []appliance.BackArm{arm}, routes, nil
+	return routes
 }

@@ -314,8 +314,14 @@ func runAppliance(ctx context.Context, stdout, stderr io.Writer, o runOptions) e
 
 	reloader := NewReloader(app, o.config, config.Parser{}.Parse)
 	reloader.OnReload = func(cfg *policy.Config) {
-		if err := front.tuns[0].SyncRoutes(append(tun.VIPRoutes(cfg), backRoutes...)); err != nil {
+		// The back arm is up from the start; its host routes follow the
+		// netstack targets of each configuration (see backArm).
+		routes := backRoutesFor(cfg, backs, len(o.backAddrs) > 0)
+		if err := front.tuns[0].SyncRoutes(append(tun.VIPRoutes(cfg), routes...)); err != nil {
 			log.Error().Err(err).Msg("routing the new VIPs through the TUN failed")
+		}
+		for _, fam := range host.ForwardingOff(routes) {
+			log.Warn().Str("forwarding", fam).Msg("forwarding is off: the back arm's packets to via: netstack targets cannot leave this host (sysctl net.ipv4.ip_forward=1)")
 		}
 	}
 	hup := make(chan struct{}, 1)

@@ -93,6 +93,10 @@ type Decision struct {
 	Limit  string
 	Value  int64
 	Reason string
+	// Limits, when set, is every limit that was over, the first one first
+	// (Sun's page states "which limits caused the 503"): the page lists
+	// them all, each with its level and measured statistic.
+	Limits []PageLimit
 	// RetryAfter is the 503's Retry-After; zero means DefaultRetryAfter.
 	RetryAfter time.Duration
 }

@@ -50,7 +50,12 @@ type DirCounters struct {
 	Retransmitted uint64 // of those, retransmitted
 	Timeouts      uint64 // retransmission timeouts
 	OutOfOrder    uint64 // data segments that arrived beyond the next expected byte
-	Source        DirSource
+	// IPIDPackets counts the packets the IP-ID loss signal judged (the
+	// target's IPv4 IDs were sequential: datapath/ipid.go); DataSegments
+	// and Retransmitted then include the losses it found. 0 means the
+	// sequence rule alone.
+	IPIDPackets uint64
+	Source      DirSource
 }
 
 // Add adds o's counts to d; d's Source becomes the weaker of the two.
@@ -59,6 +64,7 @@ func (d *DirCounters) Add(o DirCounters) {
 	d.Retransmitted += o.Retransmitted
 	d.Timeouts += o.Timeouts
 	d.OutOfOrder += o.OutOfOrder
+	d.IPIDPackets += o.IPIDPackets
 	// An aggregate says the weakest source any of its connections had
 	// (an estimate over an exact count), and none only if all had none.
 	if o.Source != DirNone && (d.Source == DirNone || o.Source > d.Source) {
@@ -74,7 +80,8 @@ func SubDir(a, b DirCounters) DirCounters {
 		b = DirCounters{}
 	}
 	return DirCounters{DataSegments: sub(a.DataSegments, b.DataSegments), Retransmitted: sub(a.Retransmitted, b.Retransmitted),
-		Timeouts: sub(a.Timeouts, b.Timeouts), OutOfOrder: sub(a.OutOfOrder, b.OutOfOrder), Source: a.Source}
+		Timeouts: sub(a.Timeouts, b.Timeouts), OutOfOrder: sub(a.OutOfOrder, b.OutOfOrder), IPIDPackets: sub(a.IPIDPackets, b.IPIDPackets),
+		Source: a.Source}
 }
 
 // SegmentsFunc returns the datapath's passive measurement of the back-leg

@@ -22,8 +22,22 @@ type Page503 struct {
 	Limit  string
 	Value  int64
 	Reason string
+	// Limits, when it names more than one, is every limit over, the first
+	// one first: the page lists each (level, limit, value and the measured
+	// statistic) and X-Weir-Limit names them all, comma-separated.
+	Limits []PageLimit
 	// RetryAfter is the page's Retry-After; zero means DefaultRetryAfter.
 	RetryAfter time.Duration
+}
+
+// PageLimit is one limit a 503 page names: the level it is set at (`class
+// "gold"`), its configuration name and value, and the statistic measured
+// against it.
+type PageLimit struct {
+	Level    string
+	Limit    string
+	Value    int64
+	Measured int64
 }
 
 // HalfCloser is a client connection the 503 page is served on: a net.Conn
@@ -122,11 +136,33 @@ func (d Page503) Render(conn string) []byte {
 	body.WriteString("<!DOCTYPE html>\n<html><head><title>503 Service Unavailable</title></head><body>\n")
 	body.WriteString("<h1>503 Service Unavailable</h1>\n<p>")
 	body.WriteString(html.EscapeString(reason))
-	body.WriteString("</p>\n<p>Limit: <b>")
-	body.WriteString(html.EscapeString(limit))
-	body.WriteString("</b> = ")
-	body.WriteString(strconv.FormatInt(d.Value, 10))
-	body.WriteString("</p>\n<p>Retry after ")
+	header := sanitizeHeader(limit) + "=" + strconv.FormatInt(d.Value, 10)
+	if len(d.Limits) > 1 {
+		body.WriteString("</p>\n<p>Limits:</p>\n<ul>\n")
+		header = ""
+		for i, l := range d.Limits {
+			body.WriteString("<li>")
+			body.WriteString(html.EscapeString(l.Level))
+			body.WriteString(": <b>")
+			body.WriteString(html.EscapeString(l.Limit))
+			body.WriteString("</b> = ")
+			body.WriteString(strconv.FormatInt(l.Value, 10))
+			body.WriteString(", measured ")
+			body.WriteString(strconv.FormatInt(l.Measured, 10))
+			body.WriteString("</li>\n")
+			if i > 0 {
+				header += ", "
+			}
+			header += sanitizeHeader(l.Limit) + "=" + strconv.FormatInt(l.Value, 10)
+		}
+		body.WriteString("</ul>\n<p>Retry after ")
+	} else {
+		body.WriteString("</p>\n<p>Limit: <b>")
+		body.WriteString(html.EscapeString(limit))
+		body.WriteString("</b> = ")
+		body.WriteString(strconv.FormatInt(d.Value, 10))
+		body.WriteString("</p>\n<p>Retry after ")
+	}
 	body.WriteString(strconv.FormatInt(secs, 10))
 	body.WriteString(" s.</p>\n</body></html>\n")
 
@@ -134,7 +170,7 @@ func (d Page503) Render(conn string) []byte {
 	b.WriteString("HTTP/1.1 503 Service Unavailable\r\n")
 	b.WriteString("Content-Type: text/html; charset=utf-8\r\n")
 	b.WriteString("Retry-After: " + strconv.FormatInt(secs, 10) + "\r\n")
-	b.WriteString("X-Weir-Limit: " + sanitizeHeader(limit) + "=" + strconv.FormatInt(d.Value, 10) + "\r\n")
+	b.WriteString("X-Weir-Limit: " + header + "\r\n")
 	b.WriteString("Content-Length: " + strconv.Itoa(body.Len()) + "\r\n")
 	if conn != "" {
 		b.WriteString("Connection: " + conn + "\r\n")

@@ -40,6 +40,14 @@ func TestPage503Render(t *testing.T) {
 			[]string{"HTTP/1.1 503 Service Unavailable\r\n", "Retry-After: 5\r\n", "X-Weir-Limit: unspecified=0\r\n", "Connection: close\r\n", "The service is at its limit."}, nil},
 		{"named limit", Page503{Limit: "maxConnections", Value: 42, Reason: "Too many <connections>.", RetryAfter: 1500 * time.Millisecond}, "",
 			[]string{"Retry-After: 2\r\n", "X-Weir-Limit: maxConnections=42\r\n", "Too many &lt;connections&gt;.", "<b>maxConnections</b> = 42"}, []string{"Connection:"}},
+		// Sun: "an error page stating which limits caused the 503 error and
+		// the value of the statistic that triggered the limit": every one.
+		{"every limit over", Page503{Limit: "maxBandwidth", Value: 100, Limits: []PageLimit{
+			{`class "gold"`, "maxBandwidth", 100, 200}, {`class "gold"`, "maxConnections", 1, 1}, {`instance "weir"`, "maxConnections", 3, 3}}}, "close",
+			[]string{"X-Weir-Limit: maxBandwidth=100, maxConnections=1, maxConnections=3\r\n",
+				"<li>class &#34;gold&#34;: <b>maxBandwidth</b> = 100, measured 200</li>",
+				"<li>class &#34;gold&#34;: <b>maxConnections</b> = 1, measured 1</li>",
+				"<li>instance &#34;weir&#34;: <b>maxConnections</b> = 3, measured 3</li>"}, []string{"\nSet-Cookie"}},
 		{"header injection", Page503{Limit: "a\r\nSet-Cookie: x"}, "keep-alive",
 			[]string{"X-Weir-Limit: a  Set-Cookie: x=0\r\n", "Connection: keep-alive\r\n"}, []string{"\nSet-Cookie"}},
 	} {

@@ -59,13 +59,13 @@
 //	    targets:               # required, at least one
 //	      - name: member05     # default: the address; unique within the service
 //	        address: 198.18.1.5:9080 # required: IP:port ([fd00::5]:9080), no host names; an IP alone (or port 0) keeps the client's port
-//	        weight: 10         # WLM weight 0..1000, default 1; 0 takes no new connections
+//	        weight: 10         # WLM weight 0..1000, default 1; 0: draining, no new connections
 //	        maxConnections: 3  # -1 or 0: no limit (the default)
 //	        role: primary      # primary (default) or backup; backups are tried in order
 //	        via: host          # host (default: kernel socket) or netstack (weir's back NIC)
 //	actions:                   # Policy Agent actions: the service level a flow gets
 //	  - name: telnetGold       # required, unique
-//	    outgoingTOS: "10100000" # ToS byte: 8 binary digits, 0xA0, or 0..255
+//	    outgoingTOS: "10100000" # ToS byte: 8 binary digits, 0xA0, 0b101 or 0d160; no bare decimal
 //	    minRate: 500           # Kbit/s per connection, 0: none
 //	    meanRate: 2000         # Kbit/s, the DiffServ mean rate, 0: none
 //	    maxConnections: 100    # the base of maxConnWeightFr; -1 or 0: none
@@ -113,10 +113,16 @@
 //
 // LIMITS is the same mapping at each of the three levels; a zero or omitted
 // field is no limit at that level, and admission checks the service, then its
-// class chain, then the instance:
+// class chain, then the instance. A service's own maxConnections (with its
+// enforceConnections) overrides its classes' and the instance's for its
+// connections, and its own maxBandwidth (with enforceBandwidth and
+// burstBytes) theirs for bandwidth, as Sun's "override these server or
+// class-level settings for an individual virtual server"; the class and the
+// instance still count its connections and bytes in their sums, which their
+// limits hold the other services to:
 //
 //	maxBandwidth: 1MB          # bytes per second over metricInterval
-//	enforceBandwidth: true     # refuse new connections when over; false: log only
+//	enforceBandwidth: true     # refuse new connections on reaching it; false: log when exceeded
 //	maxConnections: 100        # concurrent connections; -1 or 0: no limit
 //	enforceConnections: true   # refuse at the limit; false: log only
 //	burstBytes: 64KiB          # optional token bucket refilled at maxBandwidth; needs maxBandwidth
@@ -179,7 +185,7 @@
 //	}
 //	PolicyAction telnetGold
 //	{
-//	  OutgoingTOS 10100000                   # binary: 0xA0
+//	  OutgoingTOS 10100000                   # 8 binary digits: 0xA0; or 0xA0, 0b101, 0d160
 //	  MinRate 500                            # Kbit/s
 //	  MeanRate 2000                          # Kbit/s
 //	  MaxConnections 100
@@ -193,6 +199,12 @@
 //	  DestinationAddressRange fd00::/8
 //	  PolicyActionReference telnetGold
 //	}
+//
+// A ToS byte (OutgoingTOS in either syntax) is spelled one of four ways that
+// cannot be misread: exactly 8 binary digits as the Policy Agent writes it,
+// 0x and hex, 0b and binary, or 0d and decimal. A bare number that is not 8
+// binary digits (101, 0100, 160) is an error naming these forms: read as
+// binary, decimal or octal it would be three different bytes.
 //
 // Rules apply in file order and the first match wins. Other Policy Agent
 // attributes weir knows of but does not implement (MaxRate, PolicyScope,

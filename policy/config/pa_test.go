@@ -166,7 +166,7 @@ func TestParsePolicyAgentErrors(t *testing.T) {
 		{"duplicate attribute", "PolicyAction a\n{\nMinRate 5\nminrate 6\n}\n",
 			`t.pa:4:1: duplicate MinRate in PolicyAction a (first at line 3)`},
 		{"bad binary TOS", "PolicyAction a { OutgoingTOS 1010000x }\n",
-			`t.pa:1:30: OutgoingTOS: want a ToS byte (8 binary digits like 10100000, 0xA0 or 0..255), got "1010000x"`},
+			`t.pa:1:30: OutgoingTOS: want a ToS byte: 8 binary digits (10100000), 0x and hex (0xA0), 0b and binary (0b101) or 0d and decimal 0..255 (0d160), got "1010000x"`},
 		{"not a number", "PolicyAction a { MinRate fast }\n",
 			`t.pa:1:26: MinRate: want an integer, got "fast"`},
 		{"too many values", "PolicyAction a { MinRate 5 6 }\n",

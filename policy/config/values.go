@@ -81,19 +81,54 @@ func parseDuration(s string) (time.Duration, error) {
 	return d, nil
 }
 
-// parseTOS parses a ToS byte: exactly eight binary digits as the Policy Agent
-// writes it (10100000), 0x-prefixed hex (0xA0), 0b-prefixed binary, or a
-// decimal 0..255.
+// parseTOS parses a ToS byte in one of four spellings, none of which can be
+// read as another: exactly eight binary digits as the Policy Agent writes it
+// (10100000 = 0xA0), 0x and one or two hex digits (0xA0), 0b and one to
+// eight binary digits (0b101 = 5), or 0d and a decimal 0..255 (0d160). A
+// bare number that is not eight binary digits (101, 0100, 160) is an error:
+// as a Policy Agent line it reads as binary, as a YAML or C literal as
+// decimal or octal, and weir does not guess which was meant.
 func parseTOS(s string) (uint8, error) {
 	if len(s) == 8 && strings.Trim(s, "01") == "" {
 		v, _ := strconv.ParseUint(s, 2, 8)
 		return uint8(v), nil
 	}
-	v, err := strconv.ParseUint(s, 0, 8)
-	if err != nil {
-		return 0, fmt.Errorf("want a ToS byte (8 binary digits like 10100000, 0xA0 or 0..255), got %q", s)
+	base, max := 0, 0
+	if len(s) > 2 && s[0] == '0' {
+		switch s[1] {
+		case 'x', 'X':
+			base, max = 16, 2
+		case 'b', 'B':
+			base, max = 2, 8
+		case 'd', 'D':
+			base, max = 10, 3
+		}
 	}
-	return uint8(v), nil
+	if base != 0 && len(s)-2 <= max && isDigitsIn(s[2:], base) {
+		if v, err := strconv.ParseUint(s[2:], base, 8); err == nil {
+			return uint8(v), nil
+		}
+	}
+	return 0, fmt.Errorf("want a ToS byte: %s, got %q", tosForms, s)
+}
+
+// tosForms names the spellings parseTOS accepts, for its errors and docs.
+const tosForms = "8 binary digits (10100000), 0x and hex (0xA0), 0b and binary (0b101) or 0d and decimal 0..255 (0d160)"
+
+// isDigitsIn reports whether s is digits of base 2, 10 or 16 only (no sign,
+// no underscore).
+func isDigitsIn(s string, base int) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= '0' && c <= '1':
+		case c >= '2' && c <= '9' && base >= 10:
+		case (c|0x20) >= 'a' && (c|0x20) <= 'f' && base == 16:
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // parseRange parses "N" or "N-M" with lo ≤ N ≤ M ≤ hi. what names the

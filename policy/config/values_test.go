@@ -2,6 +2,7 @@ package config
 
 import (
 	"net/netip"
+	"strings"
 	"testing"
 )
 
@@ -14,11 +15,31 @@ func TestParseTOS(t *testing.T) {
 		{"10100000", 0xA0, true},
 		{"00000001", 1, true},
 		{"0xA0", 0xA0, true},
+		{"0xa0", 0xA0, true},
+		{"0x5", 5, true},
 		{"0b101", 5, true},
-		{"160", 160, true},
-		{"255", 255, true},
+		{"0b10100000", 0xA0, true},
+		{"0d160", 160, true},
+		{"0d255", 255, true},
+		{"0d0", 0, true},
+		{"0d256", 0, false},
+		// The cases: a bare 101 was decimal 0x65 and 0100 octal
+		// 0x40; neither is the Policy Agent's 8 binary digits, so neither
+		// parses.
+		{"101", 0, false},
+		{"0100", 0, false},
+		{"160", 0, false},
+		{"255", 0, false},
 		{"256", 0, false},
-		{"1010000", 0, false}, // seven binary digits read as decimal: out of range
+		{"1010000", 0, false},   // seven binary digits
+		{"101000000", 0, false}, // nine
+		{"0o240", 0, false},
+		{"0x_A0", 0, false},
+		{"0x", 0, false},
+		{"0xA00", 0, false},
+		{"0b101000001", 0, false},
+		{"0d-1", 0, false},
+		{"0d+1", 0, false},
 		{"", 0, false},
 		{"-1", 0, false},
 	}
@@ -27,6 +48,9 @@ func TestParseTOS(t *testing.T) {
 			got, err := parseTOS(tt.in)
 			if (err == nil) != tt.ok || got != tt.want {
 				t.Errorf("parseTOS(%q) = %#x, %v; want %#x, ok %v", tt.in, got, err, tt.want, tt.ok)
+			}
+			if err != nil && !strings.Contains(err.Error(), tosForms) {
+				t.Errorf("parseTOS(%q): error %q does not name the accepted forms", tt.in, err)
 			}
 		})
 	}

@@ -128,7 +128,7 @@ services:
 actions:
   - {name: a1, outgoingTOS: 10100000, minRate: 500, meanRate: 2000, maxConnections: 100}
   - {name: a2, outgoingTOS: 0xB8}
-  - {name: a3, outgoingTOS: 32}
+  - {name: a3, outgoingTOS: 0d32}
   - {name: a4}
 rules:
   - {name: r1, protocol: 6, sourcePorts: 23, destinationPorts: "1024-65535", sourcePrefix: 198.18.0.0/15, destinationPrefix: "fd00::5", action: a1}
@@ -301,7 +301,7 @@ func TestParseYAMLErrors(t *testing.T) {
 		{"unknown parent class", "classes:\n- {name: a, parent: b}\n",
 			`t.yaml:2:21: unknown class "b"`},
 		{"TOS out of range", "actions: [{name: a, outgoingTOS: 256}]\n",
-			`t.yaml:1:34: outgoingTOS: want a ToS byte (8 binary digits like 10100000, 0xA0 or 0..255), got "256"`},
+			`t.yaml:1:34: outgoingTOS: want a ToS byte: 8 binary digits (10100000), 0x and hex (0xA0), 0b and binary (0b101) or 0d and decimal 0..255 (0d160), got "256"`},
 		{"monitor direction unknown", "monitor: {direction: fromClient}\n",
 			`t.yaml:1:22: direction: unknown direction "fromClient" (want fromTarget, toTarget or both)`},
 		{"monitor scope unknown", "monitor: {scope: some}\n",

@@ -233,6 +233,11 @@ type DirTotals struct {
 	Source string `json:"source"`
 	// Why says where the counts come from and why that source.
 	Why string `json:"why,omitempty"`
+	// Signal says what found the losses of the last measured interval:
+	// "sequence" (a segment below the highest sequence number seen) or
+	// "sequence+ip_id" (also the gaps in the target's IPv4 IP IDs, each
+	// loss counted once; docs/semantics.md). Empty until measured.
+	Signal string `json:"signal,omitempty"`
 }
 
 // Explanation is how one sampling interval's measurements became a target's

@@ -20,6 +20,7 @@ import (
 	"errors"
 	"net/netip"
 	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -218,7 +219,14 @@ func (a *Admitter) admit(req *proxy.ConnRequest, s *session, now time.Time) (pro
 		a.warnEvery("refuse:"+vs.Name+":"+ref.Limit.String(), now, func(e *zerolog.Event) {
 			e.Str("service", vs.Name).Str("client", req.Client.String()).Msg("refused: " + ref.Error())
 		})
-		return refuse(vs, ref.Limit.String(), ref.Value, ref.Error()), s
+		d := refuse(vs, ref.Limit.String(), ref.Value, ref.Error())
+		if ref.NAlso > 0 { // the 503 page names every limit over
+			for _, o := range ref.Limits() {
+				d.Limits = append(d.Limits, proxy.PageLimit{Level: o.Level.String() + " " + strconv.Quote(o.Name),
+					Limit: o.Limit.String(), Value: o.Value, Measured: o.Measured})
+			}
+		}
+		return d, s
 	}
 	b := a.balancer(vs.Name)
 	if b == nil { // reloaded away between lookup and admission

@@ -5,9 +5,12 @@ package admit_test
 
 import (
 	"context"
+	"io"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rs/zerolog"
 
 	"weir/bench"
 	"weir/cmd/weir/internal/appliance"
@@ -172,4 +175,86 @@ func TestAccessOutcomes(t *testing.T) {
 			t.Errorf("outcome %s: %s, want status %s", o, line, code)
 		}
 	}
+}
+
+// TestRefusalPageNamesEveryLimit is Sun's "an error page stating which
+// limits caused the 503 error and the value of the statistic that
+// triggered the limit": with the class and the instance both full, the
+// page, its X-Weir-Limit header and its reason name both, with the
+// statistic.
+func TestRefusalPageNamesEveryLimit(t *testing.T) {
+	cfg := lab.WebConfig([]int{1}, nil)
+	cl := &policy.Class{Name: "basic", Limits: policy.Limits{MaxConnections: 1, EnforceConnections: true}}
+	cfg.Classes = []*policy.Class{cl}
+	cfg.Services[0].Class = cl
+	cfg.Instance.Limits = policy.Limits{MaxConnections: 1, EnforceConnections: true}
+	hold := make(chan struct{})
+	l := lab.Must(t, cfg, lab.Options{Backend: func(_ policy.TargetKey, b *bench.Backend) { b.Hold = hold }})
+	done := make(chan bench.Result, 1)
+	go func() {
+		done <- bench.Load{Dial: l.Dial, Addr: "198.19.0.80:80", Clients: 1, Requests: 1, Duration: 30 * time.Second}.Run(context.Background())
+	}()
+	testutil.Eventually(t, 20*time.Second, func() bool { return l.App.OpenConnections() == 1 }, "the first request admitted")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c, err := l.Dial(ctx, "tcp", "198.19.0.80:80")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+	if _, err := c.Write([]byte("GET / HTTP/1.1\r\nHost: web\r\nConnection: close\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(c)
+	close(hold)
+	if res := <-done; res.OK != 1 {
+		t.Errorf("the held request: %+v", res)
+	}
+	for _, want := range []string{
+		"HTTP/1.1 503 ",
+		"X-Weir-Limit: maxConnections=1, maxConnections=1\r\n",
+		`class &#34;basic&#34;: maxConnections 1 reached (1 open); instance &#34;weir&#34;: maxConnections 1 reached (1 open)`,
+		"<li>class &#34;basic&#34;: <b>maxConnections</b> = 1, measured 1</li>",
+		"<li>instance &#34;weir&#34;: <b>maxConnections</b> = 1, measured 1</li>",
+	} {
+		if !strings.Contains(string(page), want) {
+			t.Errorf("page lacks %q:\n%s", want, page)
+		}
+	}
+	waitClosed(t, l.App)
+}
+
+// TestTCPRefusalLogNamesEveryLimit: a tcp service's refusal is a RST, and
+// its log line names every limit over, as the 503 page does.
+func TestTCPRefusalLogNamesEveryLimit(t *testing.T) {
+	cfg := lab.WebConfig([]int{1}, nil)
+	cfg.Services[0].Proto = policy.ProtoTCP
+	cl := &policy.Class{Name: "basic", Limits: policy.Limits{MaxConnections: 1, EnforceConnections: true}}
+	cfg.Classes = []*policy.Class{cl}
+	cfg.Services[0].Class = cl
+	cfg.Instance.Limits = policy.Limits{MaxConnections: 1, EnforceConnections: true}
+	var logBuf testutil.SyncBuffer
+	log := zerolog.New(&logBuf)
+	l := lab.Must(t, cfg, lab.Options{Appliance: appliance.Options{Log: &log}})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c1, err := l.Dial(ctx, "tcp", "198.19.0.80:80")
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 20*time.Second, func() bool { return l.App.OpenConnections() == 1 }, "the first connection admitted")
+	c2, err := l.Dial(ctx, "tcp", "198.19.0.80:80")
+	if err == nil {
+		_ = c2.SetReadDeadline(time.Now().Add(10 * time.Second))
+		_, err = c2.Read(make([]byte, 1))
+		c2.Close()
+	}
+	if err == nil {
+		t.Fatal("the second connection was not refused")
+	}
+	const want = `refused: class \"basic\": maxConnections 1 reached (1 open); instance \"weir\": maxConnections 1 reached (1 open)`
+	testutil.Eventually(t, 10*time.Second, func() bool { return strings.Contains(logBuf.String(), want) }, "the log line %s in:\n%s", want, &logBuf)
+	c1.Close()
+	waitClosed(t, l.App)
 }

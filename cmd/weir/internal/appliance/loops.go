@@ -251,7 +251,7 @@ func samplesFrom(cfg *policy.Config, s netstack.Sample, open map[policy.TargetKe
 		}
 		if act := actions[ag.Action]; act != nil {
 			ts.Actions = append(ts.Actions, policy.ActionSample{Action: act, ActiveConns: int64(ag.Active), Bytes: ag.Bytes,
-				WaitingConns: int64(ag.Waiting), WaitingBytes: ag.WaitingBytes, WaitingTime: ag.WaitingTime})
+				WaitingConns: int64(ag.Waiting), WaitingBytes: ag.WaitingBytes, WaitingTime: ag.WaitingTime, OpenTime: ag.OpenTime})
 		}
 	}
 	for _, ts := range out {
@@ -266,6 +266,7 @@ func addDir(d *policy.DirSample, c proxy.DirCounters, captureLost bool) {
 	d.Retransmitted += c.Retransmitted
 	d.Timeouts += c.Timeouts
 	d.OutOfOrder += c.OutOfOrder
+	d.IPIDPackets += c.IPIDPackets
 	switch c.Source {
 	case proxy.DirPassive, proxy.DirKernel:
 		d.Measured = true
@@ -294,7 +295,7 @@ func (a *Appliance) logStats(expl []policy.Explanation) {
 		a.log.Info().Str("service", e.Service).Str("target", e.Target).
 			Str("direction", sg.Direction).
 			Uint64("from_target_segs", sg.FromTarget.DataSegments).Uint64("from_target_retrans", sg.FromTarget.Retransmitted).
-			Uint64("from_target_timeouts", sg.FromTarget.Timeouts).Str("from_target_source", sg.FromTarget.Source).
+			Uint64("from_target_timeouts", sg.FromTarget.Timeouts).Str("from_target_source", sg.FromTarget.Source).Str("from_target_signal", sg.FromTarget.Signal).
 			Uint64("to_target_segs", sg.ToTarget.DataSegments).Uint64("to_target_retrans", sg.ToTarget.Retransmitted).
 			Uint64("to_target_timeouts", sg.ToTarget.Timeouts).Str("to_target_source", sg.ToTarget.Source).
 			Int64("open", e.ActiveConns).Int64("max", e.MaxConns).

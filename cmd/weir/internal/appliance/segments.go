@@ -17,6 +17,14 @@ func addDirTotals(d *DirTotals, s policy.DirSample) {
 	d.Retransmitted += s.Retransmitted
 	d.Timeouts += s.Timeouts
 	d.OutOfOrder += s.OutOfOrder
+	// The signal of the last interval that measured any packet: a quiet
+	// one keeps it.
+	if s.Measured && (s.DataSegments > 0 || s.IPIDPackets > 0) {
+		d.Signal = "sequence"
+		if s.IPIDPackets > 0 {
+			d.Signal = "sequence+ip_id"
+		}
+	}
 	switch {
 	case s.Partial:
 		d.Source = "partial"

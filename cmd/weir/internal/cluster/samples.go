@@ -51,9 +51,10 @@ type wireSample struct {
 }
 
 // wireDir is a DirSample: segments, retransmitted, timeouts, out of
-// order, measured, estimate.
+// order, IP-ID packets, measured, estimate.
 type wireDir struct {
 	D, R, T, OO uint64 `json:",omitempty"`
+	I           uint64 `json:",omitempty"` // IP-ID packets
 	M, E        bool   `json:",omitempty"`
 }
 
@@ -65,7 +66,7 @@ type wireAction struct {
 }
 
 func toWire(d policy.DirSample) wireDir {
-	return wireDir{D: d.DataSegments, R: d.Retransmitted, T: d.Timeouts, OO: d.OutOfOrder, M: d.Measured, E: d.Estimate}
+	return wireDir{D: d.DataSegments, R: d.Retransmitted, T: d.Timeouts, OO: d.OutOfOrder, I: d.IPIDPackets, M: d.Measured, E: d.Estimate}
 }
 
 func addWire(d *policy.DirSample, w wireDir) {
@@ -73,6 +74,7 @@ func addWire(d *policy.DirSample, w wireDir) {
 	d.Retransmitted += w.R
 	d.Timeouts += w.T
 	d.OutOfOrder += w.OO
+	d.IPIDPackets += w.I
 	d.Measured = d.Measured || w.M
 	d.Estimate = d.Estimate || w.E
 }

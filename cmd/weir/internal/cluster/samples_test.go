@@ -106,3 +106,14 @@ func TestShareSamples(t *testing.T) {
 		t.Errorf("Redis gone: %+v, want the local samples", sa)
 	}
 }
+
+// TestWireDirRoundTrip: every DirSample field crosses the wire, the IP-ID
+// packets (which /status's signal reads) included.
+func TestWireDirRoundTrip(t *testing.T) {
+	d := policy.DirSample{DataSegments: 10, Retransmitted: 2, Timeouts: 1, OutOfOrder: 3, IPIDPackets: 12, Measured: true, Estimate: true}
+	var got policy.DirSample
+	addWire(&got, toWire(d))
+	if got != d {
+		t.Errorf("round trip %+v, want %+v", got, d)
+	}
+}

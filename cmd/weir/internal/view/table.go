@@ -268,12 +268,15 @@ func writeSegments(w io.Writer, targets []api.Target) {
 			name string
 			t    api.DirTotals
 		}{{"from_target", sg.FromTarget}, {"to_target", sg.ToTarget}} {
-			mark := ""
+			mark, src := "", d.t.Source
 			if d.name == sg.Direction {
 				mark = " ←"
 			}
+			if d.t.Signal != "" {
+				src += " (" + d.t.Signal + ")"
+			}
 			fmt.Fprintf(tw, "  %s\t%s%s\t%d\t%d (%s)\t%d\t%d\t%s\n", t.Name, d.name, mark, d.t.DataSegments, d.t.Retransmitted,
-				Tenths(ratioTenths(d.t.Retransmitted, d.t.DataSegments)), d.t.Timeouts, d.t.OutOfOrder, d.t.Source)
+				Tenths(ratioTenths(d.t.Retransmitted, d.t.DataSegments)), d.t.Timeouts, d.t.OutOfOrder, src)
 		}
 	}
 	tw.Flush()
