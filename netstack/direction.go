@@ -14,11 +14,17 @@ import (
 //	            │    both directions, exact by the segments on the wire; the
 //	            │    to_target timeouts from the gVisor endpoint (exact);
 //	            │    from_target adds the IP-ID losses (SegCounters.Loss)
-//	            └─ host socket (*HostConn) ─► TCP_INFO: to_target exact from
-//	                 the kernel sender (data_segs_out, total_retrans,
-//	                 total_rto); from_target only an estimate: the kernel
-//	                 gives data_segs_in and rcv_ooopack per socket, but no
-//	                 count of the retransmissions it received
+//	            └─ host socket (*HostConn) ─┬─ capture on and the flow seen
+//	                 │  (ForwarderOptions.HostSegments: datapath/hostcap's
+//	                 │  SegStats): both directions counted from the segments
+//	                 │  like a back-arm leg, from_target with the IP-ID
+//	                 │  losses; the to_target timeouts from TCP_INFO
+//	                 │  (total_rto, exact)
+//	                 └─ else TCP_INFO: to_target exact from the kernel
+//	                    sender (data_segs_out, total_retrans, total_rto);
+//	                    from_target only an estimate: the kernel gives
+//	                    data_segs_in and rcv_ooopack per socket, but no
+//	                    count of the retransmissions it received
 //
 // Every count is of data segments (a payload), never of pure ACKs, so a
 // download's ACK stream does not dilute weir's own loss ratio.
@@ -28,6 +34,20 @@ import (
 func (f *Forwarder) dirs(c *connEntry, tg proxy.LegCounters) (from, to proxy.DirCounters) {
 	switch leg := c.target.(type) {
 	case *HostConn:
+		if f.opts.HostSegments != nil {
+			if !c.local.IsValid() {
+				c.local = addrPortOf(leg.LocalAddr())
+				c.remote = addrPortOf(leg.RemoteAddr())
+			}
+			if s := f.opts.HostSegments(c.local, c.remote); s != nil {
+				fr, tt := s.FromTarget(), s.ToTarget()
+				data, lost := fr.Loss() // as a back-arm leg's: sequence and IP ID
+				from = proxy.DirCounters{DataSegments: data, Retransmitted: lost, Timeouts: fr.Timeouts, OutOfOrder: fr.OutOfOrder,
+					IPIDPackets: fr.IPIDPackets, Source: proxy.DirCapture}
+				to = proxy.DirCounters{DataSegments: tt.DataSegments, Retransmitted: tt.Retransmitted, Timeouts: tg.Timeouts, OutOfOrder: tt.OutOfOrder, Source: proxy.DirCapture}
+				return from, to
+			}
+		}
 		from = proxy.DirCounters{DataSegments: tg.DataSegmentsIn, OutOfOrder: tg.OutOfOrderIn, Source: proxy.DirEstimate}
 		to = proxy.DirCounters{DataSegments: tg.DataSegmentsOut, Retransmitted: tg.Retransmits, Timeouts: tg.Timeouts, Source: proxy.DirKernel}
 	case *Conn:
@@ -61,4 +81,12 @@ func addrPortOf(a net.Addr) netip.AddrPort {
 		return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 	}
 	return netip.AddrPort{}
+}
+
+// syncHost lets the host capture catch up before c's final reading, when
+// c's target leg is a host socket (ForwarderOptions.HostSync).
+func (f *Forwarder) syncHost(c *connEntry) {
+	if _, ok := c.target.(*HostConn); ok && f.opts.HostSync != nil {
+		f.opts.HostSync()
+	}
 }

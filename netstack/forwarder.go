@@ -126,6 +126,15 @@ type ForwarderOptions struct {
 	// leg (see direction.go); nil means those legs have no per-direction
 	// counts (proxy.DirNone).
 	Segments proxy.SegmentsFunc
+	// HostSegments gives the host-leg capture's passive measurement of a
+	// host socket target leg (local: the socket's address, remote: the
+	// target); nil, or a nil result, means TCP_INFO alone (see
+	// direction.go).
+	HostSegments proxy.SegmentsFunc
+	// HostSync, when set, is called before a host socket leg's final
+	// reading: it waits (briefly) until the capture behind HostSegments
+	// has caught up with the traffic.
+	HostSync func()
 	// Now is the clock of the per-connection samples and the streaming
 	// meter (ConnStats.Start, Throughput, Sample's intervals, the
 	// streaming time of AggSample.Waiting) and of the idle watchdog's

@@ -200,6 +200,7 @@ func (f *Forwarder) observe(c *connEntry, now time.Time) (cl, tg proxy.LegCounte
 // finish takes a closing connection's final statistics, adds its last deltas
 // to the sampler and removes it from the registry.
 func (f *Forwarder) finish(c *connEntry) proxy.ConnStats {
+	f.syncHost(c) // direction.go
 	now := f.now()
 	f.sampleMu.Lock()
 	prev := c.last

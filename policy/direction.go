@@ -18,8 +18,9 @@ import "fmt"
 // DirectionBoth the direction with the larger loss ratio (on a tie, the
 // larger timeout ratio) is read, both ratios from it, so that one
 // denominator stays behind both. A direction that was not measured for the
-// interval (Measured false: a host socket's from_target has no
-// retransmission count) gives way to the other.
+// interval (Measured false: a host socket's from_target without the host
+// capture has no retransmission count; a capture that lost packets in the
+// interval counted it only in part) gives way to the other.
 //
 // Monitor.Scope says whose connections count: ScopePolicy (the default, the
 // seed's "the traffic to be monitored must be represented by at least one
@@ -103,9 +104,11 @@ type DirSample struct {
 	// Measured is false when no connection of the interval had this
 	// direction's retransmissions counted; Estimate is true when some
 	// connection's counts are only an estimate (a host socket's receive
-	// side). Both are for status; SelectDirection skips an unmeasured
-	// direction.
-	Measured, Estimate bool
+	// side); Partial is true when they were counted by a capture that lost
+	// packets in the interval (its counts may miss retransmissions, so the
+	// direction is not Measured). All are for status; SelectDirection
+	// skips an unmeasured direction.
+	Measured, Estimate, Partial bool
 }
 
 // SelectDirection fills s.SegmentsSent, s.Retransmits and s.Timeouts from

@@ -517,6 +517,11 @@ type Monitor struct {
 	// its counts over intervals until it has that many (see Explain).
 	// Zero means DefaultMinSegments (100).
 	MinSegments int
+	// HostCaptureOff turns the host-leg capture off (monitor.hostCapture:
+	// off): a via: host leg's from_target is then TCP_INFO's estimate.
+	// The zero value, on, captures the via: host legs' segments
+	// (datapath/hostcap) so that both their directions are measured.
+	HostCaptureOff bool
 }
 
 // Algorithm selects how the balancer spreads new connections.

@@ -57,6 +57,9 @@ func runCheck(stdout, stderr io.Writer, files []string) error {
 		if err := writeClusterSummary(stdout, cfg.Cluster); err != nil {
 			return err
 		}
+		if err := writeMeasurement(stdout, cfg); err != nil {
+			return err
+		}
 		for _, name := range unmonitored(cfg) {
 			fmt.Fprintf(stdout, "warning: the monitor is on but no policy rule covers service %s, so its targets' loss and timeout ratios are never measured (monitor.scope: policy). "+
 				"Add a rule for it (protocol 6, sourcePorts its port, an action), or set monitor.scope: all to monitor every connection\n", name)

@@ -278,8 +278,12 @@ func runAppliance(ctx context.Context, stdout, stderr io.Writer, o runOptions) e
 	if front.capture != nil {
 		defer front.capture.Close() // once: a start that fails still flushes it
 	}
+	hostCap, hostWhy := openHostCapture(&log, cfg)
+	if hostCap != nil {
+		defer hostCap.Close() // after the appliance's Close
+	}
 	app, err := appliance.New(appliance.Options{
-		Config: cfg, Source: o.config,
+		Config: cfg, Source: o.config, HostCapture: hostCap, HostCaptureWhy: hostWhy,
 		Front: front.devices[0], FrontQueues: front.devices[1:], Backs: backs,
 		Log: &log, Access: access, LogDrops: logs.Dropped,
 		OnSample: rec.Record,

@@ -17,15 +17,22 @@ const (
 	DirPassive
 	// DirKernel: counted by the kernel's TCP sender (exact).
 	DirKernel
+	// DirCapture: counted from the segments by the host-leg capture
+	// (datapath/hostcap: an AF_PACKET socket feeding the datapath's
+	// sequence tracker), as exact as DirPassive while the capture loses
+	// nothing.
+	DirCapture
 	// DirEstimate: the kernel's receive-side counters: data segments and
 	// out-of-order arrivals, no retransmission count (Retransmitted and
 	// Timeouts are 0 and mean "unknown").
 	DirEstimate
 )
 
-// String returns "none", "passive", "kernel" or "estimate".
+// String returns "none", "passive", "kernel", "capture" or "estimate".
 func (s DirSource) String() string {
 	switch s {
+	case DirCapture:
+		return "capture"
 	case DirPassive:
 		return "passive"
 	case DirKernel:

@@ -90,6 +90,7 @@
 //	  maxConnWeightFr: [50, 65, 80]     # percent of an action's maxConnections, ascending 1..100
 //	  direction: fromTarget    # the segments the ratios read: fromTarget (default: the target's), toTarget (weir's) or both (the larger)
 //	  scope: policy            # the connections monitored: policy (default: those a rule matched) or all
+//	  hostCapture: on          # on (default): via: host legs measured from their captured segments (AF_PACKET, needs CAP_NET_RAW at start); off: from_target is TCP_INFO's estimate
 //	  minSegments: 100         # noise guard: ratios judged over at least this many segments, accumulated over quiet intervals; 1..2^30
 //	balancer:
 //	  algorithm: round-robin   # round-robin (default), least-conn or maglev

@@ -227,6 +227,17 @@ func (p *yparser) bool(k, v *yaml.Node) (bool, bool) {
 }
 
 // parse applies fn to a scalar's text and reports its error at the value.
+// parseOnOff parses on or off (true or false) and reports off.
+func parseOnOff(s string) (bool, error) {
+	switch s {
+	case "on", "true":
+		return false, nil
+	case "off", "false":
+		return true, nil
+	}
+	return false, fmt.Errorf("%q: want on or off", s)
+}
+
 func parse[T any](p *yparser, k, v *yaml.Node, want string, fn func(string) (T, error)) (T, bool) {
 	var zero T
 	n, ok := p.scalar(k, v, want)
@@ -740,6 +751,9 @@ func (p *yparser) monitor(m *policy.Monitor, v *yaml.Node) {
 		{name: "scope", fn: func(k, v *yaml.Node) { m.Scope, _ = parse(p, k, v, "a scope", policy.ParseScope) }},
 		{name: "lossMaxWeightFr", fn: func(k, v *yaml.Node) { frac(k, v, &m.LossMax) }},
 		{name: "timeoutMaxWeightFr", fn: func(k, v *yaml.Node) { frac(k, v, &m.TimeoutMax) }},
+		{name: "hostCapture", fn: func(k, v *yaml.Node) {
+			m.HostCaptureOff, _ = parse(p, k, v, "on or off", parseOnOff)
+		}},
 		{name: "minSegments", fn: func(k, v *yaml.Node) {
 			x, _ := p.int(k, v, 1, maxMinSegments)
 			m.MinSegments = int(x)

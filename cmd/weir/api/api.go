@@ -47,6 +47,31 @@ type Status struct {
 	Cluster *Cluster `json:"cluster,omitempty"`
 	// HTTP is the request-level state of http services.
 	HTTP HTTP `json:"http"`
+	// HostCapture is the host-leg capture's state: how the via: host
+	// target legs are measured.
+	HostCapture *HostCapture `json:"host_capture,omitempty"`
+}
+
+// HostCapture is the state of the capture that measures via: host target
+// legs (datapath/hostcap): an AF_PACKET socket whose kernel filter keeps
+// the targets' TCP segments.
+type HostCapture struct {
+	// State is "on", "off" (monitor.hostCapture: off, or it could not be
+	// opened: Reason says which) or "failed" (its reader stopped).
+	State  string `json:"state"`
+	Reason string `json:"reason,omitempty"`
+	// Targets is the via: host targets of the running configuration.
+	Targets int `json:"targets"`
+	// Packets the filter kept and the reader decoded; Dropped the ones the
+	// kernel dropped because the reader fell behind (capture loss, totals);
+	// DroppedLastInterval those of the last sampling interval (its via:
+	// host directions were then partial).
+	Packets             uint64 `json:"packets"`
+	Dropped             uint64 `json:"dropped"`
+	DroppedLastInterval uint64 `json:"dropped_last_interval"`
+	Malformed           uint64 `json:"malformed"`
+	Refused             uint64 `json:"refused"` // packets of flows not tracked: the flow table was full
+	Flows               int    `json:"flows"`   // flows tracked now
 }
 
 // HTTP counts the requests of http services: each request is admitted and
@@ -200,6 +225,9 @@ type Segments struct {
 	// read: from_target or to_target (monitor.direction; an unmeasured
 	// direction gives way to the other).
 	Direction string `json:"direction"`
+	// DirectionWhy says why: monitor.direction, and the direction it gave
+	// way from when that one was not measured.
+	DirectionWhy string `json:"direction_why,omitempty"`
 }
 
 // DirTotals are one direction's totals. Data segments carry payload; pure
@@ -209,13 +237,18 @@ type DirTotals struct {
 	Retransmitted uint64 `json:"retransmitted"`
 	Timeouts      uint64 `json:"timeouts"`
 	OutOfOrder    uint64 `json:"out_of_order"`
-	// Source says how they were measured: "measured" (the datapath's
-	// passive count on a via: netstack leg, or the kernel's own sender
-	// count on a via: host leg's to_target), "estimate" (a via: host leg's
-	// from_target: the kernel's receive-side TCP_INFO counters give data
-	// segments and out-of-order arrivals but no retransmission count, so
-	// retransmitted and timeouts read 0 and mean unknown) or "none".
+	// Source says how the last interval measured them: "measured" (the
+	// datapath's passive count on a via: netstack leg; the host capture's
+	// on a via: host leg, or without it the kernel's own sender count on
+	// its to_target), "partial" (the host capture lost packets in the
+	// interval: the counts may miss some), "estimate" (a via: host leg's
+	// from_target without the capture: the kernel's receive-side TCP_INFO
+	// counters give data segments and out-of-order arrivals but no
+	// retransmission count, so retransmitted and timeouts read 0 and mean
+	// unknown) or "none".
 	Source string `json:"source"`
+	// Why says where the counts come from and why that source.
+	Why string `json:"why,omitempty"`
 	// Signal says what found the losses of the last measured interval:
 	// "sequence" (a segment below the highest sequence number seen) or
 	// "sequence+ip_id" (also the gaps in the target's IPv4 IP IDs, each

@@ -40,6 +40,7 @@ import (
 	"weir/cmd/weir/internal/obs"
 	"weir/cmd/weir/internal/status"
 	"weir/datapath"
+	"weir/datapath/hostcap"
 	"weir/netstack"
 	"weir/netstack/proxy"
 	"weir/policy"
@@ -83,6 +84,12 @@ type Options struct {
 	// step of the sampling loop (a ui.Recorder's Record: the history the
 	// status page draws). It runs in the sampling loop's goroutine.
 	OnSample func(api.Status)
+
+	// HostCapture, when set, measures the via: host target legs (see
+	// hostcap.go); the caller opened it (it needs CAP_NET_RAW) and closes
+	// it after Close. HostCaptureWhy says why it is nil, for /status.
+	HostCapture    *hostcap.Capture
+	HostCaptureWhy string
 
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
@@ -148,6 +155,8 @@ type Appliance struct {
 	clu       *cluster.Cluster // nil without a cluster section
 	cluCancel context.CancelFunc
 	cluDefCap int64 // the share a balancer built by a reload starts with; by balMu
+
+	host hostState // the host-leg capture (hostcap.go)
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -223,6 +232,15 @@ func New(opts Options) (*Appliance, error) {
 	fo.Admitter = a.admit
 	fo.RequestAdmitter = a.admit
 	fo.Segments = a.engine.Segments
+	a.host.cap, a.host.why = opts.HostCapture, opts.HostCaptureWhy
+	if a.host.cap != nil {
+		fo.HostSegments = a.host.cap.Segments
+		hc := a.host.cap
+		fo.HostSync = func() { hc.Sync(100 * time.Millisecond) }
+		a.setHostTargets(cfg)
+	} else if a.host.why == "" {
+		a.host.why = "no capture was opened"
+	}
 	viaFront := false
 	for i, arm := range opts.Backs {
 		name := arm.Name
@@ -433,6 +451,7 @@ func (a *Appliance) Reload(cfg *policy.Config) error {
 	}
 	a.adm.Apply(cfg)
 	a.engine.SetConfig(cfg)
+	a.setHostTargets(cfg)
 	a.cfg.Store(cfg)
 	a.bals.Store(&next)
 	now := a.now()

@@ -91,7 +91,7 @@ func (a *Appliance) sampleLoop() {
 func (a *Appliance) SampleNow() []policy.Explanation {
 	cfg := a.cfg.Load()
 	s := a.fwd.Sample()
-	samples := samplesFrom(cfg, s, a.OpenByTarget())
+	samples := samplesFrom(cfg, s, a.OpenByTarget(), a.captureLost())
 	judged := samples
 	if a.clu != nil {
 		judged = a.shareSamples(cfg, samples) // the cluster-wide sums
@@ -217,7 +217,10 @@ func (a *Appliance) OpenByTarget() map[policy.TargetKey]int64 {
 // action, i.e. the TargetActions aggregates; ScopeAll: all), and
 // policy.SelectDirection puts the direction the monitor reads into the
 // ratios' inputs.
-func samplesFrom(cfg *policy.Config, s netstack.Sample, open map[policy.TargetKey]int64) map[policy.TargetKey]*policy.TargetSample {
+//
+// captureLost says the host-leg capture lost packets during the interval:
+// the directions it counted are then partial, not measured.
+func samplesFrom(cfg *policy.Config, s netstack.Sample, open map[policy.TargetKey]int64, captureLost bool) map[policy.TargetKey]*policy.TargetSample {
 	interval := s.End.Sub(s.Start)
 	out := map[policy.TargetKey]*policy.TargetSample{}
 	for _, vs := range cfg.Services {
@@ -234,8 +237,8 @@ func samplesFrom(cfg *policy.Config, s netstack.Sample, open map[policy.TargetKe
 		}
 		ts.Bytes += ag.Bytes
 		if all {
-			addDir(&ts.FromTarget, ag.FromTarget)
-			addDir(&ts.ToTarget, ag.ToTarget)
+			addDir(&ts.FromTarget, ag.FromTarget, captureLost)
+			addDir(&ts.ToTarget, ag.ToTarget, captureLost)
 		}
 		ts.TimeoutsUnknown = ts.TimeoutsUnknown || ag.TimeoutsUnknown > 0
 	}
@@ -249,8 +252,8 @@ func samplesFrom(cfg *policy.Config, s netstack.Sample, open map[policy.TargetKe
 			continue
 		}
 		if !all {
-			addDir(&ts.FromTarget, ag.FromTarget)
-			addDir(&ts.ToTarget, ag.ToTarget)
+			addDir(&ts.FromTarget, ag.FromTarget, captureLost)
+			addDir(&ts.ToTarget, ag.ToTarget, captureLost)
 		}
 		if act := actions[ag.Action]; act != nil {
 			ts.Actions = append(ts.Actions, policy.ActionSample{Action: act, ActiveConns: int64(ag.Active), Bytes: ag.Bytes,
@@ -264,7 +267,7 @@ func samplesFrom(cfg *policy.Config, s netstack.Sample, open map[policy.TargetKe
 }
 
 // addDir adds one aggregate's direction to a sample's.
-func addDir(d *policy.DirSample, c proxy.DirCounters) {
+func addDir(d *policy.DirSample, c proxy.DirCounters, captureLost bool) {
 	d.DataSegments += c.DataSegments
 	d.Retransmitted += c.Retransmitted
 	d.Timeouts += c.Timeouts
@@ -273,6 +276,12 @@ func addDir(d *policy.DirSample, c proxy.DirCounters) {
 	switch c.Source {
 	case proxy.DirPassive, proxy.DirKernel:
 		d.Measured = true
+	case proxy.DirCapture:
+		if captureLost {
+			d.Partial = true
+		} else {
+			d.Measured = true
+		}
 	case proxy.DirEstimate:
 		d.Estimate = true
 	}

@@ -22,7 +22,7 @@ func TestSamplesFromOpenTime(t *testing.T) {
 		Targets:       []netstack.AggSample{{Service: "web", Name: "t1", Active: 1, Closed: 19, Bytes: 1000, OpenTime: 198 * time.Second}},
 		TargetActions: []netstack.AggSample{{Service: "web", Name: "t1", Action: "gold", Active: 1, Closed: 19, Bytes: 1000, OpenTime: 198 * time.Second}},
 	}
-	ts := samplesFrom(cfg, s, nil)[policy.TargetKey{Service: "web", Target: "t1"}]
+	ts := samplesFrom(cfg, s, nil, false)[policy.TargetKey{Service: "web", Target: "t1"}]
 	if ts == nil || len(ts.Actions) != 1 || ts.Actions[0].OpenTime != 198*time.Second || ts.Actions[0].Bytes != 1000 {
 		t.Fatalf("sample %+v, want gold's 1000 B over 198 s open", ts)
 	}

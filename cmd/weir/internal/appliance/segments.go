@@ -26,6 +26,8 @@ func addDirTotals(d *DirTotals, s policy.DirSample) {
 		}
 	}
 	switch {
+	case s.Partial:
+		d.Source = "partial"
 	case s.Estimate:
 		d.Source = "estimate"
 	case s.Measured:
@@ -41,6 +43,13 @@ func (a *Appliance) addSegments(m *policy.Monitor, samples map[policy.TargetKey]
 	if a.segs == nil {
 		a.segs = map[policy.TargetKey]*Segments{}
 	}
+	cfg := a.cfg.Load()
+	targets := map[policy.TargetKey]*policy.Target{}
+	for _, vs := range cfg.Services {
+		for _, t := range vs.Targets {
+			targets[policy.TargetKey{Service: vs.Name, Target: t.Name}] = t
+		}
+	}
 	for k, ts := range samples {
 		s := a.segs[k]
 		if s == nil {
@@ -53,6 +62,11 @@ func (a *Appliance) addSegments(m *policy.Monitor, samples map[policy.TargetKey]
 		if policy.SelectDirection(m, ts) == policy.ToTarget {
 			s.Direction = "to_target"
 		}
+		s.DirectionWhy = directionWhy(m, ts, s.Direction)
+		if t := targets[k]; t != nil {
+			s.FromTarget.Why = a.sourceWhy(cfg, t, &s.FromTarget)
+			s.ToTarget.Why = a.sourceWhy(cfg, t, &s.ToTarget)
+		}
 	}
 }
 
@@ -64,4 +78,28 @@ func (a *Appliance) SegmentsOf(k policy.TargetKey) (Segments, bool) {
 		return *s, true
 	}
 	return Segments{}, false
+}
+
+// directionWhy says why the monitor read dir (from_target or to_target).
+func directionWhy(m *policy.Monitor, ts *policy.TargetSample, dir string) string {
+	why := "monitor.direction: " + m.Direction.String()
+	switch {
+	case m.Direction == policy.DirectionBoth:
+		return why + " (the direction with the larger loss ratio)"
+	case m.Direction == policy.FromTarget && dir == "to_target":
+		return why + "; from_target was not measured in the last interval (" + unmeasured(&ts.FromTarget) + "), so the monitor read to_target"
+	case m.Direction == policy.ToTarget && dir == "from_target":
+		return why + "; to_target was not measured in the last interval (" + unmeasured(&ts.ToTarget) + "), so the monitor read from_target"
+	}
+	return why
+}
+
+func unmeasured(d *policy.DirSample) string {
+	switch {
+	case d.Partial:
+		return "partial: the host capture lost packets"
+	case d.Estimate:
+		return "an estimate"
+	}
+	return "no data"
 }

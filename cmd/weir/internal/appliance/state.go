@@ -57,6 +57,7 @@ func (a *Appliance) Status() api.Status {
 			return balancer.Status{}, false
 		}, a.admit.Clients)
 	st.HTTP.Requests, st.HTTP.InFlight, st.HTTP.Durations = a.admit.Requests()
+	st.HostCapture = a.hostCaptureStatus(cfg)
 	return st
 }
 

@@ -51,11 +51,12 @@ type wireSample struct {
 }
 
 // wireDir is a DirSample: segments, retransmitted, timeouts, out of
-// order, IP-ID packets, measured, estimate.
+// order, IP-ID packets, measured, estimate, partial (a host capture lost
+// packets).
 type wireDir struct {
 	D, R, T, OO uint64 `json:",omitempty"`
 	I           uint64 `json:",omitempty"` // IP-ID packets
-	M, E        bool   `json:",omitempty"`
+	M, E, P     bool   `json:",omitempty"`
 }
 
 type wireAction struct {
@@ -66,7 +67,7 @@ type wireAction struct {
 }
 
 func toWire(d policy.DirSample) wireDir {
-	return wireDir{D: d.DataSegments, R: d.Retransmitted, T: d.Timeouts, OO: d.OutOfOrder, I: d.IPIDPackets, M: d.Measured, E: d.Estimate}
+	return wireDir{D: d.DataSegments, R: d.Retransmitted, T: d.Timeouts, OO: d.OutOfOrder, I: d.IPIDPackets, M: d.Measured, E: d.Estimate, P: d.Partial}
 }
 
 func addWire(d *policy.DirSample, w wireDir) {
@@ -77,6 +78,7 @@ func addWire(d *policy.DirSample, w wireDir) {
 	d.IPIDPackets += w.I
 	d.Measured = d.Measured || w.M
 	d.Estimate = d.Estimate || w.E
+	d.Partial = d.Partial || w.P
 }
 
 // Shared is the cluster-wide view of one sampling interval.

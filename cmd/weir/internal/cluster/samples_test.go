@@ -110,7 +110,7 @@ func TestShareSamples(t *testing.T) {
 // TestWireDirRoundTrip: every DirSample field crosses the wire, the IP-ID
 // packets (which /status's signal reads) included.
 func TestWireDirRoundTrip(t *testing.T) {
-	d := policy.DirSample{DataSegments: 10, Retransmitted: 2, Timeouts: 1, OutOfOrder: 3, IPIDPackets: 12, Measured: true, Estimate: true}
+	d := policy.DirSample{DataSegments: 10, Retransmitted: 2, Timeouts: 1, OutOfOrder: 3, IPIDPackets: 12, Measured: true, Estimate: true, Partial: true}
 	var got policy.DirSample
 	addWire(&got, toWire(d))
 	if got != d {

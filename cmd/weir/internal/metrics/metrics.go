@@ -53,6 +53,14 @@ type Def struct {
 // emitter is the function a Def's samples calls per sample.
 type emitter = func(v float64, labels ...string)
 
+// hostCap reads a host-capture counter, 0 without one.
+func hostCap(st *api.Status, f func(*api.HostCapture) uint64) float64 {
+	if st.HostCapture == nil {
+		return 0
+	}
+	return float64(f(st.HostCapture))
+}
+
 func one(f func(st *api.Status) float64) func(*api.Status, emitter) {
 	return func(st *api.Status, emit emitter) { emit(f(st)) }
 }
@@ -233,7 +241,7 @@ var Defs = []Def{
 		Help:    "Data segments (with payload; pure ACKs never count) on the target's legs that the monitor covers (monitor.scope), by direction: from_target (the target's own, the monitor's default input) or to_target (weir's).",
 		samples: perDirection(func(d *api.DirTotals) float64 { return float64(d.DataSegments) })},
 	{Name: "weir_target_retransmitted_segments_total", Type: Counter, Labels: dirLabels,
-		Help:    "Of those, retransmitted: divided by weir_target_data_segments_total, the loss ratio of that direction. On a via: host leg from_target is unknown (0; /status says source=estimate).",
+		Help:    "Of those, retransmitted: divided by weir_target_data_segments_total, the loss ratio of that direction. On a via: host leg without the host capture from_target is unknown (0; /status says source=estimate).",
 		samples: perDirection(func(d *api.DirTotals) float64 { return float64(d.Retransmitted) })},
 	{Name: "weir_target_timeouts_total", Type: Counter, Labels: dirLabels,
 		Help:    "Retransmission timeouts on those legs by direction (from_target: retransmissions after a silence longer than the flow's RTO estimate).",
@@ -292,6 +300,27 @@ var Defs = []Def{
 	{Name: "weir_datapath_flows_evicted_total", Type: Counter,
 		Help:    "Half-open flows removed from a full flow-table shard to make room for a new flow (a SYN flood filling the table).",
 		samples: one(func(st *api.Status) float64 { return float64(st.Datapath.Flows.Evicted) })},
+
+	// Host-leg capture.
+	{Name: "weir_host_capture_up", Type: Gauge,
+		Help:    "1 while the host-leg capture measures the via: host legs (AF_PACKET); 0 when it is off, could not be opened (no CAP_NET_RAW) or failed: their from_target is then TCP_INFO's estimate. /status host_capture.reason says why.",
+		samples: one(func(st *api.Status) float64 { return bool01(st.HostCapture != nil && st.HostCapture.State == "on") })},
+	{Name: "weir_host_capture_packets_total", Type: Counter,
+		Help:    "Packets of via: host legs the host-leg capture read.",
+		samples: one(func(st *api.Status) float64 { return hostCap(st, func(h *api.HostCapture) uint64 { return h.Packets }) })},
+	{Name: "weir_host_capture_dropped_total", Type: Counter,
+		Help:    "Packets of via: host legs the kernel dropped before the capture read them (its socket buffer overran): capture loss. An interval with any makes the host legs' sources partial. Rising: the host is too busy for the capture; a loaded host, or set monitor.hostCapture: off.",
+		samples: one(func(st *api.Status) float64 { return hostCap(st, func(h *api.HostCapture) uint64 { return h.Dropped }) })},
+	{Name: "weir_host_capture_malformed_total", Type: Counter,
+		Help: "Captured packets the capture could not decode (an unknown link type, a header cut short).",
+		samples: one(func(st *api.Status) float64 {
+			return hostCap(st, func(h *api.HostCapture) uint64 { return h.Malformed })
+		})},
+	{Name: "weir_host_capture_flows", Type: Gauge,
+		Help: "Host-leg TCP flows the capture tracks now.",
+		samples: one(func(st *api.Status) float64 {
+			return float64(hostCap(st, func(h *api.HostCapture) uint64 { return uint64(h.Flows) }))
+		})},
 
 	// Stack.
 	{Name: "weir_stack_tcp_segments_sent_total", Type: Counter,

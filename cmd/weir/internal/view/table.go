@@ -57,6 +57,15 @@ func writeTable(w io.Writer, st api.Status) {
 	if st.ReloadError != nil {
 		fmt.Fprintf(w, "last reload FAILED at %s: %s\n", st.ReloadError.At.Format(time.DateTime), st.ReloadError.Err)
 	}
+	if hc := st.HostCapture; hc != nil && hc.Targets > 0 {
+		// How the via: host legs are measured (docs/semantics.md).
+		fmt.Fprintf(w, "host capture %s", hc.State)
+		if hc.Reason != "" {
+			fmt.Fprintf(w, " (%s)", hc.Reason)
+		}
+		fmt.Fprintf(w, ": %d via: host targets, %d flows, %d packets, %d lost (%d in the last interval)\n",
+			hc.Targets, hc.Flows, hc.Packets, hc.Dropped, hc.DroppedLastInterval)
+	}
 
 	fmt.Fprintln(w, "\nQoS levels")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)

@@ -110,3 +110,18 @@ func TestHuman(t *testing.T) {
 		}
 	}
 }
+
+// TestWriteTableHostCapture: weir status says how the via: host legs are
+// measured: the capture's state, why it is off, and its losses.
+func TestWriteTableHostCapture(t *testing.T) {
+	var b strings.Builder
+	WriteTable(&b, api.Status{Instance: "x", HostCapture: &api.HostCapture{State: "off", Reason: "cannot be opened: operation not permitted", Targets: 2}})
+	if s := b.String(); !strings.Contains(s, "host capture off (cannot be opened: operation not permitted): 2 via: host targets") {
+		t.Errorf("no host capture line:\n%s", s)
+	}
+	b.Reset()
+	WriteTable(&b, api.Status{Instance: "x", HostCapture: &api.HostCapture{State: "on", Targets: 1, Dropped: 7, DroppedLastInterval: 3}})
+	if s := b.String(); !strings.Contains(s, "7 lost (3 in the last interval)") {
+		t.Errorf("no capture loss:\n%s", s)
+	}
+}

@@ -1,0 +1,116 @@
+package hostcap
+
+import (
+	"math/rand"
+	"net"
+	"net/netip"
+	"testing"
+
+	"github.com/google/gopacket"
+	"github.com/google/gopacket/layers"
+)
+
+// bare is a Capture without a socket, for segment's rules.
+func bare(targets ...netip.AddrPort) *Capture {
+	c := &Capture{flows: map[flowKey]*flow{}, scratch: make([]byte, maxIPv4+64),
+		opts: Options{MaxFlows: 4, TargetMinRTO: 200e6, OwnMinRTO: 200e6}}
+	set := map[netip.AddrPort]struct{}{}
+	for _, t := range targets {
+		set[t] = struct{}{}
+	}
+	c.targets.Store(&set)
+	return c
+}
+
+func seg(t *testing.T, src, dst netip.AddrPort, seq uint32, syn bool, payload int) []byte {
+	t.Helper()
+	ip := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolTCP, SrcIP: net.IP(src.Addr().AsSlice()), DstIP: net.IP(dst.Addr().AsSlice())}
+	tc := &layers.TCP{SrcPort: layers.TCPPort(src.Port()), DstPort: layers.TCPPort(dst.Port()), Seq: seq, SYN: syn, ACK: !syn, Window: 1000}
+	tc.SetNetworkLayerForChecksum(ip)
+	buf := gopacket.NewSerializeBuffer()
+	if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, ip, tc, gopacket.Payload(make([]byte, payload))); err != nil {
+		t.Fatal(err)
+	}
+	b := buf.Bytes()
+	return b[:min(len(b), SnapLen-14)] // cut as the filter cuts it
+}
+
+// TestSegmentDirections: the packet type and the addresses decide the
+// direction; each copy of a segment counts once: weir's toward a target
+// where it leaves (outgoing), the target's where it arrives. A target on
+// the host itself is seen both ways and counted once each.
+func TestSegmentDirections(t *testing.T) {
+	local := netip.MustParseAddrPort("198.18.2.1:40000")
+	target := netip.MustParseAddrPort("198.18.3.1:80")
+	other := netip.MustParseAddrPort("198.18.3.1:81")
+	c := bare(target)
+	vh := make([]byte, 10)
+	c.segment(seg(t, local, target, 100, true, 0), vh, true, 1)
+	c.segment(seg(t, local, target, 100, true, 0), vh, false, 2) // the same SYN arriving (loopback): not again
+	c.segment(seg(t, target, local, 5000, true, 0), vh, false, 3)
+	for i := 0; i < 3; i++ {
+		c.segment(seg(t, local, target, 101+uint32(i)*100, false, 100), vh, true, int64(10+i))
+		c.segment(seg(t, local, target, 101+uint32(i)*100, false, 100), vh, false, int64(10+i)) // loopback copy
+		c.segment(seg(t, target, local, 5001+uint32(i)*1000, false, 1000), vh, false, int64(20+i))
+		c.segment(seg(t, target, local, 5001+uint32(i)*1000, false, 1000), vh, true, int64(20+i)) // the target's own copy leaving
+	}
+	// A resend of weir's second segment, 300 ms later.
+	c.segment(seg(t, local, target, 201, false, 100), vh, true, 300e6)
+	c.segment(seg(t, local, other, 1, false, 100), vh, true, 400e6) // not a target
+	s := c.Segments(local, target)
+	if s == nil {
+		t.Fatal("flow not tracked")
+	}
+	to, from := s.ToTarget(), s.FromTarget()
+	if to.DataSegments != 4 || to.Retransmitted != 1 || from.DataSegments != 3 || from.Retransmitted != 0 {
+		t.Errorf("to_target %+v, from_target %+v; want 4 data, 1 resent; 3 data, none resent", to, from)
+	}
+	if c.Segments(local, other) != nil || len(c.flows) != 1 {
+		t.Errorf("a non-target flow was tracked: %d flows", len(c.flows))
+	}
+	// MaxFlows bounds the table; the packets of a flow beyond it are
+	// counted as refused.
+	for p := uint16(1); p <= 5; p++ {
+		c.segment(seg(t, netip.AddrPortFrom(local.Addr(), 50000+p), target, 1, true, 0), vh, true, 500e6)
+	}
+	if len(c.flows) != 4 || c.refused.Load() != 2 {
+		t.Errorf("table of 4: %d flows, %d refused; want 4, 2", len(c.flows), c.refused.Load())
+	}
+}
+
+// TestSegmentBadInput: garbage, truncated and odd packets are counted
+// as malformed, never a panic.
+func TestSegmentBadInput(t *testing.T) {
+	target := netip.MustParseAddrPort("198.18.3.1:80")
+	c := bare(target)
+	good := seg(t, netip.MustParseAddrPort("198.18.2.1:40000"), target, 1, false, 100)
+	r := rand.New(rand.NewSource(1))
+	vh := make([]byte, 10)
+	for i := 0; i < 20000; i++ {
+		b := append([]byte(nil), good...)
+		switch i % 3 {
+		case 0:
+			b = b[:r.Intn(len(b)+1)]
+		case 1:
+			b[r.Intn(len(b))] = byte(r.Intn(256))
+			b[r.Intn(len(b))] = byte(r.Intn(256))
+		default:
+			b = make([]byte, r.Intn(200))
+			r.Read(b)
+		}
+		r.Read(vh)
+		c.segment(b, vh, r.Intn(2) == 0, int64(i))
+	}
+	if c.malformed.Load() == 0 {
+		t.Error("no malformed packet counted")
+	}
+	if _, ok := linkLen(1, []byte{1, 2, 3}); ok {
+		t.Error("a short Ethernet header accepted")
+	}
+	if off, ok := linkLen(1, append(make([]byte, 12), 0x81, 0x00, 0, 0, 0x08, 0x00)); !ok || off != 18 {
+		t.Errorf("a VLAN-tagged frame: offset %d %v, want 18", off, ok)
+	}
+	if _, ok := stamp([]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 0}); ok {
+		t.Error("a broken control message read as a timestamp")
+	}
+}
