@@ -88,7 +88,7 @@ var ErrCgo = errors.New("this weir binary was built with cgo: changing the capab
 // stops.
 func DropPrivileges(p *DropPlan) error {
 	if p == nil && holdsOnlyKeptCaps() {
-		// Started with CAP_NET_ADMIN alone (weir@.service): nothing to drop.
+		// Started with CAP_NET_ADMIN alone (a unit without CAP_NET_RAW): nothing to drop.
 		return allThreads6(unix.PR_SET_NO_NEW_PRIVS, 1, 0)
 	}
 	keep := map[int]bool{}
@@ -96,6 +96,13 @@ func DropPrivileges(p *DropPlan) error {
 		keep[c] = true
 	}
 	last := lastCap()
+	if p == nil && !holdsEffective(unix.CAP_SETPCAP) {
+		// Started unprivileged with more than keptCaps (weir@.service adds
+		// CAP_NET_RAW for the host capture, opened by now): without
+		// CAP_SETPCAP the bounding set cannot shrink, but the permitted
+		// set can, and with no_new_privs nothing dropped comes back.
+		last = -1
+	}
 	for c := 0; c <= last; c++ {
 		if keep[c] {
 			continue
