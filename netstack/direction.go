@@ -83,8 +83,9 @@ func addrPortOf(a net.Addr) netip.AddrPort {
 	return netip.AddrPort{}
 }
 
-// syncHost lets the host capture catch up before c's final reading, when
-// c's target leg is a host socket (ForwarderOptions.HostSync).
+// syncHost lets the host capture catch up before c's final reading or a
+// pooled c's park, when c's target leg is a host socket
+// (ForwarderOptions.HostSync).
 func (f *Forwarder) syncHost(c *connEntry) {
 	if _, ok := c.target.(*HostConn); ok && f.opts.HostSync != nil {
 		f.opts.HostSync()

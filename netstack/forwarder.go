@@ -132,8 +132,9 @@ type ForwarderOptions struct {
 	// direction.go).
 	HostSegments proxy.SegmentsFunc
 	// HostSync, when set, is called before a host socket leg's final
-	// reading: it waits (briefly) until the capture behind HostSegments
-	// has caught up with the traffic.
+	// reading and before a pooled one goes back to the pool: it waits
+	// (briefly; at once when the capture is idle) until the capture
+	// behind HostSegments has caught up with the traffic.
 	HostSync func()
 	// Now is the clock of the per-connection samples and the streaming
 	// meter (ConnStats.Start, Throughput, Sample's intervals, the

@@ -239,7 +239,16 @@ func (f *Forwarder) settle(c *connEntry, dt delta, closed int) {
 // pooled connection's segments, bytes and streaming time belong to the
 // request in flight on it, under that request's action, and while it is
 // idle in the pool to its target alone, in no Active count.
+//
+// Before a park the host capture catches up (syncHost): its reader runs
+// behind the traffic, and the response's segments, already past the
+// capture's socket when the proxy read them, would otherwise be read
+// after the hand-over and credited to the idle pool, no action's, so
+// outside the monitor's (default, policy) scope.
 func (f *Forwarder) hand(c *connEntry, req *proxy.ConnRequest, d *proxy.Decision) {
+	if d == nil {
+		f.syncHost(c) // direction.go
+	}
 	now := f.now()
 	f.sampleMu.Lock()
 	defer f.sampleMu.Unlock()

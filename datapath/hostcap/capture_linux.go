@@ -34,7 +34,10 @@ type Capture struct {
 	dropped                     uint64 // guarded by statsMu: tp_drops summed
 	err                         atomic.Pointer[error]
 	drainedAt                   atomic.Int64 // wall ns: everything queued before it was read
-	done                        chan struct{}
+	// waiting: the reader found the queue empty and waits for the next
+	// packet, every packet it took handled (see Sync).
+	waiting atomic.Bool
+	done    chan struct{}
 
 	// The reader's own state.
 	msgs    []mmsghdr
@@ -223,7 +226,7 @@ func (c *Capture) Err() error {
 func (c *Capture) Sync(wait time.Duration) bool {
 	t0 := time.Now().UnixNano()
 	for end := t0 + int64(wait); ; {
-		if c.drainedAt.Load() >= t0 {
+		if c.drainedAt.Load() >= t0 || c.idle() {
 			return true
 		}
 		select {
@@ -236,6 +239,20 @@ func (c *Capture) Sync(wait time.Duration) bool {
 		}
 		time.Sleep(100 * time.Microsecond)
 	}
+}
+
+// idle reports that the reader has handled every packet queued before the
+// call: the socket's queue is empty (SIOCINQ: the length of its first
+// packet) and, checked after it, the reader waits for the next packet,
+// having handled every batch it took. Without it Sync would wait for a
+// later packet (or its bound) whenever the reader had caught up before
+// the call and nothing more came, the usual case.
+func (c *Capture) idle() bool {
+	queued := -1
+	if c.rc.Control(func(fd uintptr) { queued, _ = unix.IoctlGetInt(int(fd), unix.SIOCINQ) }) != nil {
+		return false
+	}
+	return queued == 0 && c.waiting.Load()
 }
 
 // Close stops the reader and closes the socket.
@@ -258,10 +275,12 @@ func (c *Capture) run() {
 				c.msgs[i].n = 0
 			}
 			at := time.Now().UnixNano()
+			c.waiting.Store(false) // before the batch it may take (idle)
 			r, _, e := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&c.msgs[0])), uintptr(len(c.msgs)), unix.MSG_DONTWAIT, 0, 0)
 			n, errno = int(r), e
 			if e == unix.EAGAIN {
 				c.drainedAt.Store(at) // the queue was empty: all before at is read
+				c.waiting.Store(true)
 			}
 			return e != unix.EAGAIN
 		})

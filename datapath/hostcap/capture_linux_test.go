@@ -395,3 +395,69 @@ func TestCaptureLossCounted(t *testing.T) {
 		t.Errorf("no capture loss counted with a tiny buffer: %+v, %d of %d segments", st, got, want)
 	}
 }
+
+// TestSyncCatchesUp: a request-response exchange on a kept connection,
+// the way weir's HTTP proxy hands a pooled target connection back: once
+// the host has read the target's answer from its socket, Sync returns true
+// and the flow's counts already hold that answer, every round (the answer
+// was queued on the capture's socket before the host's socket had it).
+// Sync also returns at once when the reader had caught up before the call
+// and nothing more comes (before, it waited out its bound for a later
+// packet and said false).
+func TestSyncCatchesUp(t *testing.T) {
+	l := newLab(t, false)
+	addr := netip.MustParseAddrPort("198.18.6.2:9300")
+	c := l.open(Options{}, addr)
+	ln, err := l.tg.Listen("tcp", addr.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		s, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer s.Close()
+		buf := make([]byte, 100)
+		for {
+			if _, err := io.ReadFull(s, buf); err != nil {
+				return
+			}
+			if _, err := s.Write(buf); err != nil {
+				return
+			}
+		}
+	}()
+	cn, err := l.host.Dial(context.Background(), "tcp", addr.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cn.Close()
+	cn.SetDeadline(time.Now().Add(60 * time.Second))
+	local := cn.LocalAddr().(*net.TCPAddr).AddrPort()
+	buf := make([]byte, 100)
+	const rounds = 200
+	for i := 1; i <= rounds; i++ {
+		if _, err := cn.Write(buf); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(cn, buf); err != nil {
+			t.Fatal(err)
+		}
+		if !c.Sync(5 * time.Second) {
+			t.Fatalf("round %d: Sync timed out", i)
+		}
+		s := c.Segments(local, addr)
+		if s == nil {
+			t.Fatalf("round %d: flow not seen", i)
+		}
+		if from, to := s.FromTarget().DataSegments, s.ToTarget().DataSegments; from != uint64(i) || to != uint64(i) {
+			t.Fatalf("round %d: from_target %d, to_target %d data segments after Sync, want %d each", i, from, to, i)
+		}
+	}
+	// Caught up, nothing more to come: at once, true.
+	if !c.Sync(time.Second) {
+		t.Fatal("Sync on an idle capture timed out")
+	}
+}

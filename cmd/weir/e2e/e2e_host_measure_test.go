@@ -35,8 +35,8 @@ import (
 // source measured, its loss fraction is at least 25 %, its share of the
 // new connections while cut is below 40 %, and the clean t1 is not cut.
 
-// nftIn runs nft inside ns.
-func nftIn(t *testing.T, ns *netns.NS, args ...string) {
+// nftIn runs nft inside ns and returns its output.
+func nftIn(t *testing.T, ns *netns.NS, args ...string) string {
 	t.Helper()
 	if _, err := exec.LookPath("nft"); err != nil {
 		t.Skip("skipping: nft not installed (scripts/deps.sh installs nftables)")
@@ -50,6 +50,7 @@ func nftIn(t *testing.T, ns *netns.NS, args ...string) {
 	if err != nil {
 		t.Fatalf("nft %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
+	return string(out)
 }
 
 // dropInput adds a prerouting chain to ns dropping 5 % of the packets

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -27,22 +26,10 @@ import (
 // namespace: first toward weir (the target's own segments: from_target),
 // then toward the target (weir's: to_target).
 
-// nft runs nft inside the test's namespace.
+// nft runs nft inside the test's namespace and returns its output.
 func (w *weirProc) nft(args ...string) string {
 	w.t.Helper()
-	if _, err := exec.LookPath("nft"); err != nil {
-		w.t.Skip("skipping: nft not installed (scripts/deps.sh installs nftables)")
-	}
-	var out []byte
-	err := w.ns.Do(func() error {
-		var err error
-		out, err = exec.Command("nft", args...).CombinedOutput()
-		return err
-	})
-	if err != nil {
-		w.t.Fatalf("nft %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return string(out)
+	return nftIn(w.t, w.ns, args...)
 }
 
 // targetNS puts the targets in a namespace of their own, behind a veth

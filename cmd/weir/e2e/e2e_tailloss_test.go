@@ -14,13 +14,15 @@ import (
 	"time"
 
 	"weir/cmd/weir/api"
+	"weir/internal/netns"
 	"weir/internal/testutil"
 )
 
-// TestE2EMeasureTailLoss is issue 22's held-out case on the back arm
-// (via: netstack): 16 keep-alive clients fetch one-segment responses and
-// 4 % of one target's data segments toward weir are dropped in weir's
-// (forwarding) namespace. Nothing of the target's follows a lost response,
+// TestE2EMeasureTailLoss is issue 22's held-out case, on both dialers: 16
+// keep-alive clients fetch one-segment responses and 4 % of one target's
+// data segments toward weir are dropped in a forwarding namespace (weir's
+// own for the back arm, via: netstack; the router in front of the targets
+// for the default dialer, via: host, whose legs the host capture counts). Nothing of the target's follows a lost response,
 // so its resend (a tail-loss probe, or an RTO) is the first copy weir sees
 // and the sequence numbers show no loss: the IP-ID signal (datapath/ipid.go)
 // must. The measured loss is judged against what nftables dropped and what
@@ -29,8 +31,24 @@ func TestE2EMeasureTailLoss(t *testing.T) {
 	if testing.Short() {
 		t.Skip("skipping: a 20–90 s scenario (make soak)")
 	}
-	w := startWeir(t, "measure.yaml")
-	tns := w.targetNS()
+	t.Run("netstack", func(t *testing.T) {
+		w := startWeir(t, "measure.yaml")
+		tns := w.targetNS()
+		w.nft("add", "table", "inet", "weirtest")
+		w.nft("add", "chain", "inet", "weirtest", "forw", "{ type filter hook forward priority 0; }")
+		tailLoss(t, w, tns, w.ns, "weirtest")
+	})
+	t.Run("host", func(t *testing.T) {
+		w := startWeir(t, "measure_host.yaml")
+		router, tns := w.routedTargets() // its table weirhost, chain forw
+		tailLoss(t, w, tns, router, "weirhost")
+	})
+}
+
+// tailLoss runs the tail-loss case with the targets in tns and the drops
+// in the forward chain forw of table in fwd.
+func tailLoss(t *testing.T, w *weirProc, tns, fwd *netns.NS, table string) {
+	nft := func(args ...string) string { t.Helper(); return nftIn(t, fwd, args...) }
 	const body = 200 // headers and body well inside one segment
 	w.bodyBackend(tns, "t1", "198.18.3.1:8081", body)
 	w.bodyBackend(tns, "t2", "198.18.3.2:8082", body)
@@ -90,14 +108,12 @@ func TestE2EMeasureTailLoss(t *testing.T) {
 	// 4 % of t2's data segments toward weir dropped (IP length over 100: a
 	// response of about 350 bytes; the target's pure ACKs are 52), the rest
 	// counted as they pass.
-	w.nft("add", "table", "inet", "weirtest")
-	w.nft("add", "chain", "inet", "weirtest", "forw", "{ type filter hook forward priority 0; }")
 	t2data := []string{"ip", "saddr", "198.18.3.2", "tcp", "sport", "8082", "ip", "length", ">", "100"}
-	w.nft(append(append([]string{"add", "rule", "inet", "weirtest", "forw"}, t2data...), "numgen", "random", "mod", "100", "<", "4", "counter", "drop")...)
-	w.nft(append(append([]string{"add", "rule", "inet", "weirtest", "forw"}, t2data...), "counter", "accept")...)
+	nft(append(append([]string{"add", "rule", "inet", table, "forw"}, t2data...), "numgen", "random", "mod", "100", "<", "4", "counter", "drop")...)
+	nft(append(append([]string{"add", "rule", "inet", table, "forw"}, t2data...), "counter", "accept")...)
 	dataCounts := func() (dropped, passed uint64) {
 		var n []uint64
-		for _, line := range strings.Split(w.nft("list", "chain", "inet", "weirtest", "forw"), "\n") {
+		for _, line := range strings.Split(nft("list", "chain", "inet", table, "forw"), "\n") {
 			if i := strings.Index(line, "counter packets "); i >= 0 && strings.Contains(line, "ip length > 100") {
 				var v uint64
 				fmt.Sscan(line[i+len("counter packets "):], &v)
