@@ -311,8 +311,9 @@ func TestPanicContained(t *testing.T) {
 	adm := &testAdmitter{target: &policy.Target{Name: "t", Addr: taddr}}
 	r := newRig(t, rigOptions{
 		fwd: ForwarderOptions{Services: services(vs), Admitter: adm, OnPanic: func(req *proxy.ConnRequest, v any, stack []byte) {
-			reports.Add(1)
+			// The stack first: the test reads it once it sees the count.
 			lastStack.Store(string(stack))
+			reports.Add(1)
 		}},
 		listen: []*policy.VirtualServer{vs},
 	})
