@@ -98,6 +98,9 @@ func TestSimulate100Instances(t *testing.T) {
 	nodes := make([]*simNode, members)
 	var logMu sync.Mutex
 	var downLogs []string
+	// The outages by the part of the run they came in.
+	stage := "start"
+	downBy := map[string]int{}
 	var all, allPeak atomic.Int64
 	for i := range nodes {
 		cfg, err := policy.Compile(&policy.Config{
@@ -115,6 +118,7 @@ func TestSimulate100Instances(t *testing.T) {
 		n.c, err = New(Options{Config: *cfg.Cluster, Admission: n.adm, Logf: func(f string, a ...any) {
 			if strings.Contains(f, "unreachable") {
 				logMu.Lock()
+				downBy[stage]++
 				if len(downLogs) < 3 {
 					downLogs = append(downLogs, fmt.Sprintf(f, a...))
 				}
@@ -171,8 +175,14 @@ func TestSimulate100Instances(t *testing.T) {
 	// refusals while the cluster-wide open count was below the limit, the
 	// time until every client had its answer and the p99 of the wait a
 	// client spent borrowing.
+	setStage := func(name string) {
+		logMu.Lock()
+		stage = name
+		logMu.Unlock()
+	}
 	burst := func(name string, on []*simNode, per int) {
 		t.Helper()
+		setStage(name)
 		for _, n := range nodes {
 			n.want.Store(0)
 		}
@@ -238,6 +248,7 @@ func TestSimulate100Instances(t *testing.T) {
 	// want, then watches the slack for 10 lease intervals.
 	phase := func(name string, wants func(i int) int64, on []*simNode) {
 		t.Helper()
+		setStage(name)
 		for i, n := range nodes {
 			n.want.Store(wants(i))
 		}
@@ -290,7 +301,9 @@ func TestSimulate100Instances(t *testing.T) {
 		outages += n.c.Status().Outages
 	}
 	t.Logf("renewals by cause: %d periodic, %d early (local demand), %d nudged", why[0], why[1], why[2])
-	t.Logf("%d outages seen (renewals that failed twice in a row); the first: %q", outages, downLogs)
+	logMu.Lock()
+	t.Logf("%d outages seen (renewals that failed twice in a row), by part of the run %v; the first: %q", outages, downBy, downLogs)
+	logMu.Unlock()
 	// The limit holds while every instance renews in time. An instance
 	// whose renewals failed (a starved test machine) runs on its
 	// localShare fallback, limit/members, which the others do not see:
