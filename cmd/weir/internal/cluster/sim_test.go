@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -90,6 +91,16 @@ func TestSimulate100Instances(t *testing.T) {
 		t.Skip("skipping the 100-instance simulation in -short mode")
 	}
 	r := startRedis(t)
+	// The 100 instances would run on 100 hosts and Redis on its own; here
+	// they share two cores with whatever else runs. Redis is given a
+	// higher priority (as root), so that the renewals measure the
+	// protocol's load on Redis rather than the host's on Redis: without
+	// it, at a host load of 15-30, a script call took 1-5 ms of Redis's
+	// wall time (200-800 µs when sequential) and renewals timed out
+	// before and after any change.
+	if err := syscall.Setpriority(syscall.PRIO_PROCESS, r.Pid(), -10); err != nil {
+		t.Logf("redis-server keeps its priority (%v): renewals may time out on a loaded host", err)
+	}
 	const (
 		members = 100
 		limit   = 1000
@@ -240,8 +251,13 @@ func TestSimulate100Instances(t *testing.T) {
 		close(release)
 		wg.Wait()
 		slices.Sort(waits)
-		t.Logf("%s, from idle: %d of %d slots served at once, %d refused while a slot was free; every client answered after %v (%.2f lease intervals); borrow wait p50 %v, p99 %v, max %v",
-			name, served.Load(), limit, refusedFree.Load(), took.Round(time.Millisecond), took.Seconds()/lease.Seconds(),
+		// A refusal while fewer than limit were open may still be right:
+		// the slot free at that instant may be another client's, admitted
+		// a moment later. The refusals that left a slot unused are those
+		// beyond the slots the burst filled.
+		unused := min(int64(len(on)*per)-served.Load(), limit-served.Load())
+		t.Logf("%s, from idle: %d of %d slots served at once, %d refused while fewer than %d were open (%d refused with a slot left unused); every client answered after %v (%.2f lease intervals); borrow wait p50 %v, p99 %v, max %v",
+			name, served.Load(), limit, refusedFree.Load(), limit, unused, took.Round(time.Millisecond), took.Seconds()/lease.Seconds(),
 			waits[len(waits)/2].Round(10*time.Microsecond), waits[len(waits)*99/100].Round(10*time.Microsecond), waits[len(waits)-1].Round(10*time.Microsecond))
 	}
 	// phase sets the wants, waits for 95 % of the limit on the nodes that
