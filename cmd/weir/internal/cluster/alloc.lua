@@ -71,6 +71,33 @@ local function alloc(limit, ids, w)
   return split(limit, ids, w)
 end
 
+-- enough picks, out of the members m in ids with amount[m] > 0 (by
+-- how much each holds above its part, or lacks below it), the largest
+-- first (ties to the first ids), until their amounts cover need: the
+-- members a nudge names. At 100 members under contention every renewal
+-- finds some below and some above their part; naming them all made each
+-- nudge wake dozens of members and Redis the bottleneck.
+local function enough(ids, amount, need)
+  local keys, at, n = {}, {}, #ids
+  for r, m in ipairs(ids) do
+    local a = amount[m]
+    if a ~= nil and a > 0 then
+      local k = math.min(a, 1073741824) * (n + 1) + (n - r)
+      keys[#keys + 1] = k
+      at[k] = m
+    end
+  end
+  table.sort(keys)
+  local out, got = {}, 0
+  for j = #keys, 1, -1 do
+    if got >= need then break end
+    local m = at[keys[j]]
+    out[#out + 1] = m
+    got = got + amount[m]
+  end
+  return out
+end
+
 -- slack is how far a member's lease may exceed its part before the others
 -- nudge it (an eighth of the part: none for parts below 8): under
 -- contention the demands, refusals since the last renewal, move a little

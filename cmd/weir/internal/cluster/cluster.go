@@ -609,10 +609,7 @@ func (c *Cluster) wantsMore() bool {
 		}
 		// Demand only: refusals, or a share filled by connections (an idle
 		// share of zero is not demand).
-		// Under contention (the demands recorded exceed the limit) a
-		// member above its part gives back at its own renewal: an early
-		// one here would find nothing free.
-		if (d.refused != l.refused || d.open > 0 && d.open >= l.share) && (l.held < l.limit || l.spare && l.wants <= l.limit) {
+		if (d.refused != l.refused || d.open > 0 && d.open >= l.share) && (l.held < l.limit || l.spare) {
 			return true
 		}
 		if l.short && l.record > max(l.share, d.open) {
@@ -854,10 +851,7 @@ func (c *Cluster) release(ctx context.Context, back []*lease) {
 	keys := make([]string, 0, len(back))
 	channel := "" // nobody below its part: nobody to tell
 	for _, l := range back {
-		// Under contention the members below their part take the slots
-		// at their own renewals (nudging them all made Redis the
-		// bottleneck at 100 members).
-		if l.short && l.wants <= l.limit {
+		if l.short {
 			channel = c.nudgeChannel()
 		}
 	}

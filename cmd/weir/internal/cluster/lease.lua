@@ -24,9 +24,10 @@
 -- another member is below its part. When this member is below its part
 -- (or joins) while others hold slots above their own part (which they
 -- may no longer use: the open count they recorded is as old as their
--- last renewal), it publishes on each one's own nudge channel (the
--- channel, ':' and its id): they renew at once and give those slots
--- back; the others are not woken.
+-- last renewal), it publishes on the own nudge channel (the channel, ':'
+-- and the id) of enough of them to cover what it lacks, the largest
+-- excess first (all of them when it joined): they renew at once and give
+-- those slots back; the others are not woken.
 -- Returns {nmembers, id, started, pttl, ..., then per
 -- limit grant, record, held, wants, short, spare} (short: 1 when another
 -- member is below its part, so that this one gives back slots as its
@@ -94,13 +95,13 @@ for i = 2, #KEYS do
   table.sort(ids)
   local t = alloc(limit, ids, d)
   local short, spare = false, false
-  local above = {}
+  local excess = {}
   for _, m in ipairs(ids) do
     if m ~= id then
       if t[m] > s[m] then short = true end
       if s[m] > t[m] + slack(t[m]) then
         spare = true
-        above[#above + 1] = m
+        excess[m] = s[m] - t[m]
       end
     end
   end
@@ -111,13 +112,13 @@ for i = 2, #KEYS do
     grant = math.min(cur, cap, free)
   end
   if grant < 0 then grant = 0 end
-  -- Under contention (the demands recorded exceed the limit) a short
-  -- member nudges nobody: the demands, refusals since the last renewal,
-  -- move at every renewal and the members would nudge each other at
-  -- every one (at 100 members that crowded Redis until renewals timed
-  -- out); each gives back at its own renewal, within an interval.
-  if spare and (joined or wants <= limit and t[id] > grant + slack(t[id])) then
-    for _, m in ipairs(above) do nudge[m] = true end
+  -- A member that joined names every member above its part; one below
+  -- its part names only enough of them to cover what it lacks, the
+  -- largest excess first.
+  if spare and joined then
+    for m in pairs(excess) do nudge[m] = true end
+  elseif spare and t[id] > grant + slack(t[id]) then
+    for _, m in ipairs(enough(ids, excess, t[id] - grant)) do nudge[m] = true end
   end
   local record = math.max(grant, floor)
   if gone then
