@@ -1032,12 +1032,15 @@ type Cluster struct {
 	// arrives at a full local share (after the handshake): its Redis round
 	// trips and the wait for members holding unused slots to give them
 	// back; refused when no slot came within it. Zero means
-	// DefaultBorrowTimeout (5 ms). At most half a LeaseInterval.
+	// DefaultBorrowTimeout (20 ms). At most half a LeaseInterval.
 	BorrowTimeout time.Duration
 }
 
 // DefaultBorrowTimeout is Cluster.BorrowTimeout when unset.
-const DefaultBorrowTimeout = 5 * time.Millisecond
+// 20 ms: TestBorrowWait (three instances against a real redis-server on a
+// loaded 2-core host) served every burst at 20 and 50 ms, and 181 of 200 at
+// 5 ms; a borrow that succeeds takes p99 3-4 ms either way.
+const DefaultBorrowTimeout = 20 * time.Millisecond
 
 // DefaultLeaseInterval is Cluster.LeaseInterval when unset.
 const DefaultLeaseInterval = time.Second
@@ -1115,7 +1118,8 @@ func compileCluster(cl *Cluster, hostname string, bad func(string, ...any)) {
 		bad("cluster: unknown onRedisDown %v", cl.OnRedisDown)
 	}
 	if cl.BorrowTimeout == 0 {
-		cl.BorrowTimeout = DefaultBorrowTimeout
+		// The default, within its bound for a short lease interval.
+		cl.BorrowTimeout = min(DefaultBorrowTimeout, cl.LeaseInterval/2)
 	}
 	if cl.BorrowTimeout < 0 || cl.BorrowTimeout > cl.LeaseInterval/2 {
 		bad("cluster: borrowTimeout %v is out of range 0..leaseInterval/2 (%v)", cl.BorrowTimeout, cl.LeaseInterval/2)

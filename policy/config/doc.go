@@ -106,7 +106,7 @@
 //	  instance: weir-a         # this instance's id among the members; default the host name
 //	  leaseInterval: 1s        # lease and membership renewal, 10ms..1m, default 1s; a dead instance's slots free after 3 intervals
 //	  onRedisDown: localShare  # Redis unreachable: localShare (default: limit ÷ live members each), failOpen (full limit each) or failClosed (refuse)
-//	  borrowTimeout: 5ms       # a connection or request refused by this instance's full share of a cluster-wide limit asks Redis for more slots, waiting at most this long, default 5ms, at most leaseInterval/2
+//	  borrowTimeout: 20ms      # a connection or request refused by this instance's full share of a cluster-wide limit asks Redis for more slots, waiting at most this long, default 20ms, at most leaseInterval/2
 //	include: [zos-telnet.pa]   # Policy Agent files (a list or one name), relative to this file
 //	noServices: true           # say that no service is defined on purpose; default false
 //

@@ -3,7 +3,9 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -141,4 +143,91 @@ func TestLeaseEndsOnHolderClock(t *testing.T) {
 		t.Fatalf("renewed: %v", r)
 	}
 	t0.Release()
+}
+
+// TestBorrowWait measures what borrowing adds to a connection's wait, for
+// borrowTimeout 5 ms (the default), 20 ms and 50 ms: three instances idle
+// (limit 30, 10 each, lease 1 s, the default), 20 clients at once at one
+// of them, each admitted or borrowing as admit does (up to 8 borrows
+// while the cluster grants), none retrying. The 10 beyond the local share
+// need the idle two to give back (a nudge, their renewal, a release):
+// served at once, refused while the cluster had room, and the wait
+// borrowing added (p50, p99 over the clients that borrowed), 10 bursts
+// each. It fails when the default (20 ms) or 50 ms serves fewer than 190 of the
+// 200.
+// Skipped with -short.
+func TestBorrowWait(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipping the borrow wait measurement (30 bursts) in -short mode")
+	}
+	r := startRedis(t)
+	for _, timeout := range []time.Duration{5 * time.Millisecond, 20 * time.Millisecond, 50 * time.Millisecond} {
+		name := fmt.Sprintf("bw%d", timeout.Milliseconds())
+		var nodes []*node
+		for _, id := range []string{"a", "b", "c"} {
+			nodes = append(nodes, newNodeWith(t, 30, policy.Cluster{Redis: r.Addr(), Name: name, Instance: id, LeaseInterval: time.Second, BorrowTimeout: timeout}))
+		}
+		a := nodes[0]
+		var waits []time.Duration
+		served, refused := 0, 0
+		var perRound []int
+		for round := 0; round < 10; round++ {
+			eventually(t, 10*time.Second, func() bool {
+				for _, n := range nodes {
+					if l := n.level(); l.Share != 10 || len(n.c.Status().Members) != 3 {
+						return false
+					}
+				}
+				return true
+			}, func() string { return fmt.Sprintf("a %+v", a.level()) })
+			var mu sync.Mutex
+			var wg sync.WaitGroup
+			tks := make([]policy.Ticket, 20)
+			ok := make([]bool, 20)
+			for i := range tks {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					ref, admitted := a.adm.Admit(a.web(), &tks[i])
+					if admitted || !ref.Shared {
+						ok[i] = admitted
+						return
+					}
+					t0 := time.Now()
+					for k := 0; !admitted && ref.Shared && k < 8; k++ {
+						if !a.c.Borrow(context.Background(), policy.LevelVirtualServer, "web") {
+							break
+						}
+						ref, admitted = a.adm.Admit(a.web(), &tks[i])
+					}
+					w := time.Since(t0)
+					mu.Lock()
+					waits = append(waits, w)
+					mu.Unlock()
+					ok[i] = admitted
+				}()
+			}
+			wg.Wait()
+			got := 0
+			for i := range tks {
+				if ok[i] {
+					got++
+					tks[i].Release()
+				}
+			}
+			served += got
+			refused += len(tks) - got
+			perRound = append(perRound, got)
+		}
+		slices.Sort(waits)
+		t.Logf("borrowTimeout %v: %d of 200 served at once %v, %d refused while the cluster had room; added wait of the %d that borrowed: p50 %v, p99 %v, max %v",
+			timeout, served, perRound, refused, len(waits), waits[len(waits)/2].Round(10*time.Microsecond),
+			waits[len(waits)*99/100].Round(10*time.Microsecond), waits[len(waits)-1].Round(10*time.Microsecond))
+		if timeout >= policy.DefaultBorrowTimeout && served < 190 {
+			t.Errorf("borrowTimeout %v: %d of 200 served, the cluster had room for all", timeout, served)
+		}
+		for _, n := range nodes {
+			n.stop()
+		}
+	}
 }

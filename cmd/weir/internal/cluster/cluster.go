@@ -1004,6 +1004,10 @@ func (c *Cluster) apply(res []any, order []*lease) (back []*lease, moved bool, e
 			return nil, false, err
 		}
 		l.held, l.wants, l.record, l.short, l.spare = held, wants, record, short != 0, spare != 0
+		// A borrow after this renewal tells its demand again: what the
+		// members nudged before gave back is settled (bursts 10 ms apart
+		// were refused for want of a nudge held back by the last one's).
+		l.nudgeAt, l.nudgeDemand = time.Time{}, 0
 		if l.gone || grant == l.share {
 			continue
 		}

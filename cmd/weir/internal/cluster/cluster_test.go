@@ -37,13 +37,19 @@ type node struct {
 // maxConnections of limit, and runs its Loop.
 func newNode(t *testing.T, redisAddr, id string, limit int64, down policy.RedisDown) *node {
 	t.Helper()
+	return newNodeWith(t, limit, policy.Cluster{Redis: redisAddr, Name: "test", Instance: id, LeaseInterval: interval, OnRedisDown: down})
+}
+
+// newNodeWith is newNode with the cluster section given.
+func newNodeWith(t *testing.T, limit int64, cc policy.Cluster) *node {
+	t.Helper()
 	cfg, err := policy.Compile(&policy.Config{
 		Services: []*policy.VirtualServer{{
 			Name: "web", VIPs: []netip.Addr{netip.MustParseAddr("198.18.0.1")}, Ports: policy.PortRange{Lo: 80, Hi: 80},
 			Limits:  policy.Limits{MaxConnections: limit, EnforceConnections: true},
 			Targets: []*policy.Target{{Addr: netip.MustParseAddrPort("198.18.1.1:80"), Weight: 1}},
 		}},
-		Cluster: &policy.Cluster{Redis: redisAddr, Name: "test", Instance: id, LeaseInterval: interval, OnRedisDown: down},
+		Cluster: &cc,
 	})
 	if err != nil {
 		t.Fatal(err)
