@@ -134,8 +134,7 @@ type Appliance struct {
 	nics   []nicEntry // every NIC, front ones first, with its device
 	fwd    *netstack.Forwarder
 
-	checkMu sync.Mutex                    // guards checks
-	checks  map[string]context.CancelFunc // health checker per service, while running
+	checks health.Supervisor // a health checker per service, from Start
 
 	explMu sync.Mutex
 	expl   []policy.Explanation // last sampling interval's, by service then target
@@ -188,6 +187,7 @@ func New(opts Options) (*Appliance, error) {
 	if a.now == nil {
 		a.now = time.Now
 	}
+	a.checks = health.Supervisor{Plan: a.healthPlan, Report: a.reportHealth, Now: a.now}
 	a.cfg.Store(cfg)
 	now := a.now()
 	a.loadedAt.Store(&now)
@@ -355,58 +355,31 @@ func (a *Appliance) Start() {
 		a.cluCancel = cancel
 		a.wg.Go(func() { a.clu.Loop(ctx) })
 	}
-	a.checkMu.Lock()
-	a.checks = map[string]context.CancelFunc{}
-	a.checkMu.Unlock()
-	a.syncCheckers()
-}
-
-// syncCheckers runs one health checker per balancer (it idles while the
-// config has no health check) and stops those of services gone in a reload.
-// Before Start it does nothing.
-func (a *Appliance) syncCheckers() {
-	a.checkMu.Lock()
-	defer a.checkMu.Unlock()
-	if a.checks == nil {
-		return
-	}
-	bals := *a.bals.Load()
-	for name, cancel := range a.checks {
-		if bals[name] == nil {
-			cancel()
-			delete(a.checks, name)
-		}
-	}
-	for name, b := range bals {
-		if a.checks[name] != nil {
-			continue
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		a.checks[name] = cancel
-		c := &health.Checker{Plan: a.healthPlan(name), Report: func(target string, r health.Result, now time.Time) { b.ReportCheck(target, r.OK, r.Reason, now) }, Now: a.now}
-		a.wg.Go(func() { c.Loop(ctx) })
-	}
+	a.checks.Start(sortedNames(*a.bals.Load()))
 }
 
 // healthPlan returns the health checks of service name in the current
 // config; each target is dialed the way its connections go: through the
 // back arm for `via: netstack` targets, else a host socket.
-func (a *Appliance) healthPlan(name string) func() health.Plan {
-	dial := func(v policy.DialVia) health.DialFunc {
+func (a *Appliance) healthPlan(name string) health.Plan {
+	vs := a.cfg.Load().ServiceByName(name)
+	if vs == nil {
+		return health.Plan{}
+	}
+	return health.Plan{Settings: *vs.Health, Targets: health.ServiceTargets(vs, func(v policy.DialVia) health.DialFunc {
 		if v == policy.DialNetstack {
 			return func(ctx context.Context, addr netip.AddrPort) (net.Conn, error) {
 				return a.stack.DialTCP(ctx, netip.AddrPort{}, addr)
 			}
 		}
 		return health.HostDial
-	}
-	return func() health.Plan {
-		cfg := a.cfg.Load()
-		vs := cfg.ServiceByName(name)
-		if vs == nil {
-			return health.Plan{}
-		}
-		return health.Plan{Settings: *vs.Health, Targets: health.ServiceTargets(vs, dial)}
+	})}
+}
+
+// reportHealth hands a check's verdict to the target's balancer.
+func (a *Appliance) reportHealth(service, target string, r health.Result, now time.Time) {
+	if b := a.balancer(service); b != nil {
+		b.ReportCheck(target, r.OK, r.Reason, now)
 	}
 }
 
@@ -458,7 +431,7 @@ func (a *Appliance) Reload(cfg *policy.Config) error {
 	a.loadedAt.Store(&now)
 	a.gen.Add(1)
 	a.reloadErr.Store(nil)
-	a.syncCheckers()
+	a.checks.Sync(sortedNames(next))
 	a.listen(cfg)
 	a.monitorOff(cfg)
 	a.reloads.Add(1)
@@ -511,12 +484,7 @@ func (a *Appliance) Close() error {
 	default:
 	}
 	close(a.stop)
-	a.checkMu.Lock()
-	for _, cancel := range a.checks {
-		cancel()
-	}
-	a.checks = nil
-	a.checkMu.Unlock()
+	a.checks.Close()
 	if a.cluCancel != nil {
 		a.cluCancel()
 	}
