@@ -37,6 +37,7 @@ import (
 	"weir/cmd/weir/internal/admit"
 	"weir/cmd/weir/internal/cluster"
 	"weir/cmd/weir/internal/health"
+	"weir/cmd/weir/internal/hostleg"
 	"weir/cmd/weir/internal/obs"
 	"weir/cmd/weir/internal/status"
 	"weir/datapath"
@@ -139,7 +140,6 @@ type Appliance struct {
 	explMu sync.Mutex
 	expl   []policy.Explanation // last sampling interval's, by service then target
 	explAt time.Time
-	segs   map[policy.TargetKey]*Segments // guarded by explMu; see segments.go
 	// actionFr holds, per service, action and target, the fractions of the
 	// action levels last given to the balancers (applyFractions), for
 	// /status; guarded by explMu.
@@ -155,7 +155,8 @@ type Appliance struct {
 	cluCancel context.CancelFunc
 	cluDefCap int64 // the share a balancer built by a reload starts with; by balMu
 
-	host hostState // the host-leg capture (hostcap.go)
+	host *hostleg.Capture // the host-leg capture
+	segs status.Totals    // every target's segment counts
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -232,14 +233,11 @@ func New(opts Options) (*Appliance, error) {
 	fo.Admitter = a.admit
 	fo.RequestAdmitter = a.admit
 	fo.Segments = a.engine.Segments
-	a.host.cap, a.host.why = opts.HostCapture, opts.HostCaptureWhy
-	if a.host.cap != nil {
-		fo.HostSegments = a.host.cap.Segments
-		hc := a.host.cap
+	a.host = hostleg.New(opts.HostCapture, opts.HostCaptureWhy)
+	if hc := a.host.Capture(); hc != nil {
+		fo.HostSegments = hc.Segments
 		fo.HostSync = func() { hc.Sync(100 * time.Millisecond) }
 		a.setHostTargets(cfg)
-	} else if a.host.why == "" {
-		a.host.why = "no capture was opened"
 	}
 	viaFront := false
 	for i, arm := range opts.Backs {
@@ -522,7 +520,14 @@ func (a *Appliance) connPanic(req *proxy.ConnRequest, v any, stack []byte) {
 	ev.Msg("panic in a connection; that connection was closed")
 }
 
-// sortedServices returns the names of cfg's services in file order.
+// setHostTargets points the host-leg capture at cfg's via: host targets.
+func (a *Appliance) setHostTargets(cfg *policy.Config) {
+	if err := a.host.SetTargets(cfg); err != nil {
+		a.log.Error().Err(err).Msg("host capture: the filter on the via: host targets could not be set; their from_target is an estimate")
+	}
+}
+
+// sortedNames returns the names of cfg's services in file order.
 func sortedNames(m map[string]*balancer.Balancer) []string {
 	out := make([]string, 0, len(m))
 	for k := range m {

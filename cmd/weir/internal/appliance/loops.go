@@ -91,7 +91,11 @@ func (a *Appliance) sampleLoop() {
 func (a *Appliance) SampleNow() []policy.Explanation {
 	cfg := a.cfg.Load()
 	s := a.fwd.Sample()
-	samples := samplesFrom(cfg, s, a.OpenByTarget(), a.captureLost())
+	lost := a.host.Lost()
+	if lost > 0 {
+		a.log.Warn().Uint64("dropped", lost).Msg("host capture lost packets in the last interval (its socket buffer overran): the via: host legs' counts are partial")
+	}
+	samples := samplesFrom(cfg, s, a.OpenByTarget(), lost > 0)
 	judged := samples
 	if a.clu != nil {
 		judged = a.shareSamples(cfg, samples) // the cluster-wide sums
@@ -99,8 +103,8 @@ func (a *Appliance) SampleNow() []policy.Explanation {
 	a.explMu.Lock()
 	expl := a.sampler.Sample(cfg, judged, a.expl[:0:0])
 	a.expl, a.explAt = expl, a.now()
-	a.addSegments(&cfg.Monitor, samples)
 	a.explMu.Unlock()
+	a.segs.Add(cfg, samples, a.host.Status(cfg))
 
 	a.applyFractions(cfg, expl)
 	a.logStats(expl)
@@ -296,7 +300,7 @@ func (a *Appliance) logStats(expl []policy.Explanation) {
 	actionFr := a.actionFr
 	a.explMu.Unlock()
 	for _, e := range expl {
-		sg, _ := a.SegmentsOf(policy.TargetKey{Service: e.Service, Target: e.Target})
+		sg, _ := a.segs.Of(policy.TargetKey{Service: e.Service, Target: e.Target})
 		levels, text := actionLevels(actionFr[e.Service], e.Target, e.BaseWeight)
 		a.log.Info().Str("service", e.Service).Str("target", e.Target).
 			Str("direction", sg.Direction).
