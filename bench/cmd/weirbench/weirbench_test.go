@@ -312,7 +312,7 @@ func TestHAProxyRatios(t *testing.T) {
 	r := &report{Date: "d", Machine: "m", Note: "machine shared", Reps: 1, IperfSec: 1, ConnSec: 1,
 		HAProxyVersion: "HAProxy version 2.6.12",
 		Paths:          []string{"kernel", "haproxy", "weir"}, Tests: []testDef{tests[2], tests[4]},
-		StartRSS:       map[string]int64{"weir": 30 << 20, "haproxy": 15 << 20}}
+		StartRSS: map[string]int64{"weir": 30 << 20, "haproxy": 15 << 20}}
 	r.Samples = []sample{
 		{Test: "reverse", Path: "kernel", Rep: 1, Value: 16, Bytes: 20e9},
 		{Test: "reverse", Path: "weir", Rep: 1, Value: 3, Bytes: 4e9, CPUSec: 12, PeakRSS: 80 << 20},
