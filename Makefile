@@ -74,7 +74,7 @@ bench: ## all micro-benchmarks, 5 runs each, into bench/out/bench.txt
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 -timeout 60m $(PKGS) | tee bench/out/bench.txt
 
 .PHONY: bench-e2e
-bench-e2e: build ## side-by-side benchmark as root: kernel vs weir (vs PEER_CMD) in 3 namespaces, into bench/out/bench-e2e.{md,json}
+bench-e2e: build ## side-by-side benchmark as root: kernel vs HAProxy vs weir (vs PEER_CMD) in 3 namespaces, into bench/out/bench-e2e.{md,json}
 	bash scripts/bench-deps.sh
 	@mkdir -p bench/out
 	$(GO) build -o bin/weirbench ./bench/cmd/weirbench
