@@ -9,9 +9,11 @@ package proxy
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/netip"
+	"sync"
 	"time"
 
 	"weir/policy"
@@ -345,6 +347,26 @@ type Leg interface {
 	// to call at any time, also after Close (it then returns the last
 	// values it could read).
 	Counters() LegCounters
+	// ReadLent reads like Read into a buffer from pool that the caller
+	// holds only while data waits: bp is the buffer it holds now (nil:
+	// none). While the leg has nothing to read, ReadLent gives bp back to
+	// pool and waits with no buffer held; it takes one for the read. It
+	// returns the buffer the caller holds afterwards, not nil when n > 0.
+	// An idle splice so pins no buffer (weir/netstack's Conn and HostConn
+	// wait without one); a leg that cannot wait without reading uses
+	// ReadHeld. Only the splice's one reader calls it.
+	ReadLent(pool *sync.Pool, bp *[]byte) (_ *[]byte, n int, err error)
+}
+
+// ReadHeld is ReadLent for a leg that cannot wait for data without reading:
+// it takes a buffer from pool if the caller holds none and keeps it
+// throughout.
+func ReadHeld(r io.Reader, pool *sync.Pool, bp *[]byte) (*[]byte, int, error) {
+	if bp == nil {
+		bp = pool.Get().(*[]byte)
+	}
+	n, err := r.Read(*bp)
+	return bp, n, err
 }
 
 // LegCounters are one TCP connection's counters as the stack that

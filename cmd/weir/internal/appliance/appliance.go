@@ -43,6 +43,7 @@ import (
 	"weir/datapath/hostcap"
 	"weir/netstack"
 	"weir/netstack/proxy"
+	proxyhttp "weir/netstack/proxy/http"
 	"weir/policy"
 )
 
@@ -68,10 +69,13 @@ type Options struct {
 	// its address.
 	Backs []BackArm
 
-	// Stack and Forwarder tune the userspace TCP/IP stack and the
-	// forwarder; their zero values are weir's measured defaults.
+	// Stack, Forwarder and Proxy tune the userspace TCP/IP stack, its
+	// accept path and the proxy behind it; their zero values are weir's
+	// measured defaults. The appliance fills in what it wires itself (the
+	// services, admitters, dialers, meters, clock and panic report).
 	Stack     netstack.Options
 	Forwarder netstack.ForwarderOptions
+	Proxy     proxy.Options
 
 	// Log is the main log; nil discards. Access, when set, gets one line
 	// per connection.
@@ -131,8 +135,10 @@ type Appliance struct {
 	engine *datapath.Engine
 	stack  *netstack.Stack
 	front  *netstack.NIC
-	nics   []nicEntry // every NIC, front ones first, with its device
-	fwd    *netstack.Forwarder
+	nics   []nicEntry          // every NIC, front ones first, with its device
+	fwd    *netstack.Forwarder // the accept path: hands connections to px
+	px     *proxy.Proxy        // admission, dials, splices; http services through hs
+	hs     *proxyhttp.Server
 
 	checkMu sync.Mutex                    // guards checks
 	checks  map[string]context.CancelFunc // health checker per service, while running
@@ -225,18 +231,21 @@ func New(opts Options) (*Appliance, error) {
 		}
 		a.nics = append(a.nics, nicEntry{name: name, nic: nic, dev: q})
 	}
-	fo := opts.Forwarder
+	fo, po := opts.Forwarder, opts.Proxy
 	fo.Services = a.service
 	a.admit = admit.New(admit.Options{Admission: a.adm, Balancer: a.balancer, Flows: a.engine,
 		Log: &a.log, Access: opts.Access, Now: a.now, Borrow: a.borrow})
-	fo.Admitter = a.admit
-	fo.RequestAdmitter = a.admit
-	fo.Segments = a.engine.Segments
+	po.Admitter = a.admit
+	a.hs = proxyhttp.New(proxyhttp.Options{RequestAdmitter: a.admit})
+	po.HTTP = a.hs
+	po.Host, po.Back = &netstack.HostDialer{}, &netstack.StackDialer{}
+	meter := &netstack.LegMeter{Segments: a.engine.Segments}
+	po.Meter = meter
 	a.host.cap, a.host.why = opts.HostCapture, opts.HostCaptureWhy
 	if a.host.cap != nil {
-		fo.HostSegments = a.host.cap.Segments
+		meter.HostSegments = a.host.cap.Segments
 		hc := a.host.cap
-		fo.HostSync = func() { hc.Sync(100 * time.Millisecond) }
+		meter.HostSync = func() { hc.Sync(100 * time.Millisecond) }
 		a.setHostTargets(cfg)
 	} else if a.host.why == "" {
 		a.host.why = "no capture was opened"
@@ -268,11 +277,12 @@ func New(opts Options) (*Appliance, error) {
 		if arm.Device == nil {
 			// An arm through the front device shares the front NIC's
 			// default route: its dials name their NIC.
-			fo.Back, viaFront = &netstack.StackDialer{Stack: a.stack, NIC: nic}, true
+			po.Back, viaFront = &netstack.StackDialer{Stack: a.stack, NIC: nic}, true
 		} else if !viaFront {
-			fo.Back = &netstack.StackDialer{Stack: a.stack}
+			po.Back = &netstack.StackDialer{Stack: a.stack}
 		}
 	}
+	po.OnPanic = a.connPanic
 	fo.OnPanic = a.connPanic
 	if cfg.Cluster != nil {
 		// Before the forwarder admits anything: cluster.New holds every
@@ -284,7 +294,9 @@ func New(opts Options) (*Appliance, error) {
 			return nil, err
 		}
 	}
-	a.fwd = netstack.NewForwarder(a.stack, fo)
+	a.px = proxy.New(po)
+	fo.Handler = a.px
+	a.fwd = netstack.NewForwarder(a.stack, fo) // closes px
 	a.listen(cfg)
 	return a, nil
 }
@@ -333,6 +345,8 @@ func (a *Appliance) RawStats() status.RawStats {
 		Flows:                  a.engine.Flows().Stats(),
 		Stack:                  a.stack.Stats(),
 		Forwarder:              a.fwd.Stats(),
+		Proxy:                  a.px.Stats(),
+		HTTP:                   a.hs.Stats(),
 		AdmissionEventsDropped: a.adm.DroppedEvents(),
 		NICs:                   make([]status.NICStats, len(a.nics)),
 	}

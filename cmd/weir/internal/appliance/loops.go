@@ -7,7 +7,6 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"weir/netstack"
 	"weir/netstack/proxy"
 	"weir/policy"
 )
@@ -90,7 +89,7 @@ func (a *Appliance) sampleLoop() {
 // waiting.
 func (a *Appliance) SampleNow() []policy.Explanation {
 	cfg := a.cfg.Load()
-	s := a.fwd.Sample()
+	s := a.px.Sample()
 	samples := samplesFrom(cfg, s, a.OpenByTarget(), a.captureLost())
 	judged := samples
 	if a.clu != nil {
@@ -220,7 +219,7 @@ func (a *Appliance) OpenByTarget() map[policy.TargetKey]int64 {
 //
 // captureLost says the host-leg capture lost packets during the interval:
 // the directions it counted are then partial, not measured.
-func samplesFrom(cfg *policy.Config, s netstack.Sample, open map[policy.TargetKey]int64, captureLost bool) map[policy.TargetKey]*policy.TargetSample {
+func samplesFrom(cfg *policy.Config, s proxy.Sample, open map[policy.TargetKey]int64, captureLost bool) map[policy.TargetKey]*policy.TargetSample {
 	interval := s.End.Sub(s.Start)
 	out := map[policy.TargetKey]*policy.TargetSample{}
 	for _, vs := range cfg.Services {
