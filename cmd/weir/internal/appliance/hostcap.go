@@ -16,7 +16,7 @@ import (
 // drops its privileges, unless monitor.hostCapture is off; the appliance
 // points its filter at the via: host targets of every configuration it runs
 // (New, Reload) and the forwarder reads the host legs' segments from it
-// (ForwarderOptions.HostSegments). A sampling interval in which the capture
+// (netstack.LegMeter.HostSegments). A sampling interval in which the capture
 // lost packets (its socket buffer overran) marks the directions it counted
 // partial (samplesFrom).
 
