@@ -44,6 +44,7 @@ import (
 	"weir/datapath/hostcap"
 	"weir/netstack"
 	"weir/netstack/proxy"
+	proxyhttp "weir/netstack/proxy/http"
 	"weir/policy"
 )
 
@@ -69,10 +70,13 @@ type Options struct {
 	// its address.
 	Backs []BackArm
 
-	// Stack and Forwarder tune the userspace TCP/IP stack and the
-	// forwarder; their zero values are weir's measured defaults.
+	// Stack, Forwarder and Proxy tune the userspace TCP/IP stack, its
+	// accept path and the proxy behind it; their zero values are weir's
+	// measured defaults. The appliance fills in what it wires itself (the
+	// services, admitters, dialers, meters, clock and panic report).
 	Stack     netstack.Options
 	Forwarder netstack.ForwarderOptions
+	Proxy     proxy.Options
 
 	// Log is the main log; nil discards. Access, when set, gets one line
 	// per connection.
@@ -132,8 +136,10 @@ type Appliance struct {
 	engine *datapath.Engine
 	stack  *netstack.Stack
 	front  *netstack.NIC
-	nics   []nicEntry // every NIC, front ones first, with its device
-	fwd    *netstack.Forwarder
+	nics   []nicEntry          // every NIC, front ones first, with its device
+	fwd    *netstack.Forwarder // the accept path: hands connections to px
+	px     *proxy.Proxy        // admission, dials, splices; http services through hs
+	hs     *proxyhttp.Server
 
 	checks health.Supervisor // a health checker per service, from Start
 
@@ -226,17 +232,20 @@ func New(opts Options) (*Appliance, error) {
 		}
 		a.nics = append(a.nics, nicEntry{name: name, nic: nic, dev: q})
 	}
-	fo := opts.Forwarder
+	fo, po := opts.Forwarder, opts.Proxy
 	fo.Services = a.service
 	a.admit = admit.New(admit.Options{Admission: a.adm, Balancer: a.balancer, Flows: a.engine,
 		Log: &a.log, Access: opts.Access, Now: a.now, Borrow: a.borrow})
-	fo.Admitter = a.admit
-	fo.RequestAdmitter = a.admit
-	fo.Segments = a.engine.Segments
+	po.Admitter = a.admit
+	a.hs = proxyhttp.New(proxyhttp.Options{RequestAdmitter: a.admit})
+	po.HTTP = a.hs
+	po.Host, po.Back = &netstack.HostDialer{}, &netstack.StackDialer{}
+	meter := &netstack.LegMeter{Segments: a.engine.Segments}
+	po.Meter = meter
 	a.host = hostleg.New(opts.HostCapture, opts.HostCaptureWhy)
 	if hc := a.host.Capture(); hc != nil {
-		fo.HostSegments = hc.Segments
-		fo.HostSync = func() { hc.Sync(100 * time.Millisecond) }
+		meter.HostSegments = hc.Segments
+		meter.HostSync = func() { hc.Sync(100 * time.Millisecond) }
 		a.setHostTargets(cfg)
 	}
 	viaFront := false
@@ -266,11 +275,12 @@ func New(opts Options) (*Appliance, error) {
 		if arm.Device == nil {
 			// An arm through the front device shares the front NIC's
 			// default route: its dials name their NIC.
-			fo.Back, viaFront = &netstack.StackDialer{Stack: a.stack, NIC: nic}, true
+			po.Back, viaFront = &netstack.StackDialer{Stack: a.stack, NIC: nic}, true
 		} else if !viaFront {
-			fo.Back = &netstack.StackDialer{Stack: a.stack}
+			po.Back = &netstack.StackDialer{Stack: a.stack}
 		}
 	}
+	po.OnPanic = a.connPanic
 	fo.OnPanic = a.connPanic
 	if cfg.Cluster != nil {
 		// Before the forwarder admits anything: cluster.New holds every
@@ -282,7 +292,9 @@ func New(opts Options) (*Appliance, error) {
 			return nil, err
 		}
 	}
-	a.fwd = netstack.NewForwarder(a.stack, fo)
+	a.px = proxy.New(po)
+	fo.Handler = a.px
+	a.fwd = netstack.NewForwarder(a.stack, fo) // closes px
 	a.listen(cfg)
 	return a, nil
 }
@@ -331,6 +343,8 @@ func (a *Appliance) RawStats() status.RawStats {
 		Flows:                  a.engine.Flows().Stats(),
 		Stack:                  a.stack.Stats(),
 		Forwarder:              a.fwd.Stats(),
+		Proxy:                  a.px.Stats(),
+		HTTP:                   a.hs.Stats(),
 		AdmissionEventsDropped: a.adm.DroppedEvents(),
 		NICs:                   make([]status.NICStats, len(a.nics)),
 	}

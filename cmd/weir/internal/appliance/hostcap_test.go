@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"weir/netstack"
 	"weir/netstack/proxy"
 	"weir/policy"
 )
@@ -20,7 +19,7 @@ func TestCaptureLossMakesPartial(t *testing.T) {
 	cfg := &policy.Config{Services: []*policy.VirtualServer{{Name: "web", Targets: []*policy.Target{tg}}},
 		Monitor: policy.Monitor{Enabled: true, Scope: policy.ScopeAll}}
 	now := time.Now()
-	s := netstack.Sample{Start: now, End: now.Add(time.Second), Targets: []netstack.AggSample{{Service: "web", Name: "t",
+	s := proxy.Sample{Start: now, End: now.Add(time.Second), Targets: []proxy.AggSample{{Service: "web", Name: "t",
 		FromTarget: proxy.DirCounters{DataSegments: 1000, Retransmitted: 10, Source: proxy.DirCapture},
 		ToTarget:   proxy.DirCounters{DataSegments: 100, Retransmitted: 5, Source: proxy.DirKernel}}}}
 	k := policy.TargetKey{Service: "web", Target: "t"}

@@ -4,7 +4,6 @@ import (
 	"time"
 
 	"weir/cmd/weir/internal/obs"
-	"weir/netstack"
 	"weir/netstack/proxy"
 	"weir/policy"
 )
@@ -80,7 +79,7 @@ func (a *Appliance) sampleLoop() {
 // waiting.
 func (a *Appliance) SampleNow() []policy.Explanation {
 	cfg := a.cfg.Load()
-	s := a.fwd.Sample()
+	s := a.px.Sample()
 	lost := a.host.Lost()
 	if lost > 0 {
 		a.log.Warn().Uint64("dropped", lost).Msg("host capture lost packets in the last interval (its socket buffer overran): the via: host legs' counts are partial")
@@ -214,7 +213,7 @@ func (a *Appliance) OpenByTarget() map[policy.TargetKey]int64 {
 //
 // captureLost says the host-leg capture lost packets during the interval:
 // the directions it counted are then partial, not measured.
-func samplesFrom(cfg *policy.Config, s netstack.Sample, open map[policy.TargetKey]int64, captureLost bool) map[policy.TargetKey]*policy.TargetSample {
+func samplesFrom(cfg *policy.Config, s proxy.Sample, open map[policy.TargetKey]int64, captureLost bool) map[policy.TargetKey]*policy.TargetSample {
 	interval := s.End.Sub(s.Start)
 	out := map[policy.TargetKey]*policy.TargetSample{}
 	for _, vs := range cfg.Services {

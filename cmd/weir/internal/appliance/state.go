@@ -64,7 +64,7 @@ func (a *Appliance) Status() api.Status {
 // Connections lists open connections with both legs' statistics, for
 // /connections.
 func (a *Appliance) Connections() []api.Connection {
-	cs := a.fwd.Conns()
+	cs := a.px.Conns()
 	out := make([]api.Connection, len(cs))
 	for i, c := range cs {
 		out[i] = api.Connection{

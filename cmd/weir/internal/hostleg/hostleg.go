@@ -4,7 +4,7 @@
 // before it drops its privileges, unless monitor.hostCapture is off; the
 // appliance points its filter at the via: host targets of every
 // configuration it runs (SetTargets, on New and Reload) and the forwarder
-// reads the host legs' segments from it (ForwarderOptions.HostSegments). A
+// reads the host legs' segments from it (netstack.LegMeter.HostSegments). A
 // sampling interval in which the capture lost packets (its socket buffer
 // overran) marks the directions it counted partial (Lost).
 package hostleg
