@@ -95,14 +95,15 @@ func (c *Cluster) borrowOnce(ctx context.Context, key string, before int64) (gra
 	if want <= cur {
 		return false, false
 	}
-	// One nudge per borrowTimeout is enough while the demand it told is
-	// still this one: the members it reached are renewing already (a
-	// burst's every connection borrowing would make each of them renew
-	// once per connection). A larger demand is told at once: the members
-	// gave back only what the smaller one asked.
+	// One nudge per borrowTimeout is enough while the demand it told has
+	// not grown by a quarter: the members it reached are renewing already
+	// and read the demand recorded when they do (a burst's every
+	// connection borrowing would make each of them renew once per
+	// connection). A demand a quarter larger is told at once: the members
+	// that renewed already gave back only what the smaller one asked.
 	now := time.Now()
 	channel := ""
-	if now.Sub(l.nudgeAt) >= c.o.Config.BorrowTimeout || demand > l.nudgeDemand {
+	if now.Sub(l.nudgeAt) >= c.o.Config.BorrowTimeout || demand >= l.nudgeDemand+max(1, l.nudgeDemand/4) {
 		channel = c.nudgeChannel()
 	}
 	res, err := borrowScript.Run(ctx, c.rdb, []string{key},

@@ -12,7 +12,9 @@
 -- Otherwise it records the demand (the others see this member below its
 -- part) and, when another member holds slots above its part (it may no
 -- longer use them: its recorded open count is as old as its last
--- renewal), publishes on the nudge channel so that it gives them back.
+-- renewal), publishes on the own nudge channel of enough of the members
+-- above their part to cover what it asks (the largest excess first), so
+-- that they give them back.
 -- Returns {grant, held, nudged}: grant <= cur means nothing granted.
 local id, hold, channel = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local limit, ask, cur, open = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
@@ -49,13 +51,21 @@ if grant > cur then
   return {grant, others + record, 0}
 end
 redis.call('HSET', KEYS[1], id, mine .. ' ' .. d[id] .. ' ' .. myexp .. ' ' .. open)
-local spare = false
+local excess, spare = {}, false
 for _, m in ipairs(ids) do
-  if m ~= id and s[m] > t[m] + slack(t[m]) then spare = true end
+  if m ~= id and s[m] > t[m] + slack(t[m]) then
+    excess[m] = s[m] - t[m]
+    spare = true
+  end
 end
-if spare then
+local need = math.min(ask, t[id]) - cur
+if spare and need > 0 then
   -- channel '': nudged lately, the members are renewing already.
-  if channel ~= '' then redis.call('PUBLISH', channel, id) end
+  if channel ~= '' then
+    for _, m in ipairs(enough(ids, excess, need)) do
+      redis.call('PUBLISH', channel .. ':' .. m, id)
+    end
+  end
   return {cur, others + mine, 1}
 end
 return {cur, others + mine, 0}

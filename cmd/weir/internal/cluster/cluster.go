@@ -249,6 +249,7 @@ type Cluster struct {
 	downAt     time.Time // when the current outage was seen
 	fails      int       // renewals failed in a row
 	leaseUntil time.Time // the shares stand on leases that end then (zero: none)
+	membersAt  time.Time // when the last renewal that read the members was sent
 	closed     bool
 }
 
@@ -439,9 +440,12 @@ func (c *Cluster) Loop(ctx context.Context) {
 	// The nudges: subscribed before the first renewal, so that the
 	// answers to this instance's joining are heard. Without them (no
 	// answer in time) the renewals alone converge, an interval at a time.
-	ps := c.rdb.Subscribe(ctx, c.nudgeChannel())
+	ps := c.rdb.Subscribe(ctx, c.nudgeChannel(), c.nudgeChannel()+":"+c.o.Config.Instance)
 	sctx, cancel := context.WithTimeout(ctx, interval/2)
 	_, err := ps.Receive(sctx)
+	if err == nil {
+		_, err = ps.Receive(sctx) // the second subscription's confirmation
+	}
 	cancel()
 	if err != nil {
 		c.o.Logf("cluster %s: no nudge subscription yet (%v): shares move at the renewals", c.st.Name, err)
@@ -481,6 +485,13 @@ func (c *Cluster) Loop(ctx context.Context) {
 		return min(max(time.Millisecond, time.Duration(c.members)*time.Millisecond), poll)
 	}
 	gap := minGap()
+	// An early renewal (wantsMore) that moved no share doubles the wait
+	// before the next early one, from a poll up to half an interval: a
+	// demand the cluster cannot meet (contention, every slot in use)
+	// would otherwise renew at every poll, and at 100 members those
+	// renewals were most of Redis's work.
+	earlyGap := poll
+	var lastEarly time.Time
 	var lastNudge time.Time
 	var wake *time.Timer // a nudge that came within gap, answered at its end
 	var wakeC <-chan time.Time
@@ -523,20 +534,33 @@ func (c *Cluster) Loop(ctx context.Context) {
 				c.why[0].Add(1)
 				last = now
 				c.Renew(ctx)
-			} else if c.wantsMore() {
+			} else if now.Sub(lastEarly) >= earlyGap && c.wantsMore() {
 				c.why[1].Add(1)
-				last = now
-				c.Renew(ctx)
+				last, lastEarly = now, now
+				if c.Renew(ctx) {
+					earlyGap = poll
+				} else {
+					earlyGap = min(2*earlyGap, interval/2)
+				}
 			}
 		}
 	}
 }
 
-// nudgeChannel is the Pub/Sub channel of the cluster's nudges.
+// membersKey is the hash of the live members: id -> "started expiry"
+// (named "live": the set of ids an earlier weir kept under "members"
+// holds another type).
+func (c *Cluster) membersKey() string { return c.prefix + "live" }
+
+// nudgeChannel is the Pub/Sub channel of the cluster's nudges to every
+// member (one joined or left); a nudge to one member goes to its own
+// channel, this name, a colon and its id, so that the others are not
+// woken (at 100 members a nudge to all cost a wake-up in each).
 func (c *Cluster) nudgeChannel() string { return c.prefix + "nudge" }
 
 // nudgeLoop runs in its own goroutine until ch closes: each message from
-// another member wakes Loop and every borrow waiting for slots.
+// another member, on this member's own channel or the cluster's (a member
+// joined or left), wakes Loop and every borrow waiting for slots.
 func (c *Cluster) nudgeLoop(ch <-chan *redis.Message) {
 	for m := range ch {
 		if m.Payload == c.o.Config.Instance {
@@ -704,9 +728,12 @@ func (c *Cluster) Renew(ctx context.Context) (moved bool) {
 	if added {
 		c.publishLevels()
 	}
-	keys := []string{c.prefix + "members", c.prefix + "member:" + c.o.Config.Instance}
-	args := []any{c.o.Config.Instance, c.ttl.Milliseconds(), c.o.Started.UnixMilli(), c.prefix + "member:",
-		c.hold().Milliseconds(), c.nudgeChannel()}
+	// The membership is read (and this member's record in it renewed)
+	// once an interval, and at every renewal until one succeeded.
+	full := c.state != stateShared || start.Sub(c.membersAt) >= c.o.Config.LeaseInterval*3/4
+	keys := []string{c.membersKey()}
+	args := []any{c.o.Config.Instance, c.ttl.Milliseconds(), c.o.Started.UnixMilli(),
+		c.hold().Milliseconds(), c.nudgeChannel(), map[bool]int{false: 0, true: 1}[full]}
 	order := make([]*lease, 0, len(c.levels))
 	for _, l := range c.levels {
 		order = append(order, l)
@@ -738,6 +765,9 @@ func (c *Cluster) Renew(ctx context.Context) (moved bool) {
 		return false
 	}
 	c.fails = 0
+	if full {
+		c.membersAt = start
+	}
 	// The shares stand on leases Redis recorded to end a lifetime after it
 	// ran the script, which was after start: this instance stops using
 	// them a margin before that, on its own clock.
@@ -828,7 +858,7 @@ func (c *Cluster) release(ctx context.Context, back []*lease) {
 	args := []any{c.o.Config.Instance, channel}
 	for _, l := range back {
 		keys = append(keys, l.key)
-		args = append(args, max(l.share, l.open))
+		args = append(args, l.limit, max(l.share, l.open))
 	}
 	c.renews.Add(1)
 	if err := releaseScript.Run(ctx, c.rdb, keys, args...).Err(); err != nil {
@@ -932,23 +962,37 @@ func (c *Cluster) apply(res []any, order []*lease) (back []*lease, moved bool, e
 		return nil, false, err
 	}
 	const per = 6 // values per level
-	if n < 0 || len(res) != 1+3*int(n)+per*len(order) {
+	// n = -1: the members were not read (see Renew's full), their count
+	// follows.
+	head := 1 + 3*int(max(n, 0))
+	if n == -1 {
+		head = 2
+	}
+	if n < -1 || len(res) != head+per*len(order) {
 		return nil, false, fmt.Errorf("cluster: lease script answered %d values for %d members and %d levels", len(res), n, len(order))
 	}
-	members := make([]Member, 0, n)
-	for i := range int(n) {
-		id, _ := res[1+3*i].(string)
-		started, err1 := num(2 + 3*i)
-		left, err2 := num(3 + 3*i)
-		if err := errors.Join(err1, err2); err != nil {
+	if n == -1 {
+		count, err := num(1)
+		if err != nil {
 			return nil, false, err
 		}
-		members = append(members, Member{ID: id, Started: time.UnixMilli(started), Seen: max(c.ttl-time.Duration(left)*time.Millisecond, 0)})
+		c.members = max(int(count), 1)
+	} else {
+		members := make([]Member, 0, n)
+		for i := range int(n) {
+			id, _ := res[1+3*i].(string)
+			started, err1 := num(2 + 3*i)
+			left, err2 := num(3 + 3*i)
+			if err := errors.Join(err1, err2); err != nil {
+				return nil, false, err
+			}
+			members = append(members, Member{ID: id, Started: time.UnixMilli(started), Seen: max(c.ttl-time.Duration(left)*time.Millisecond, 0)})
+		}
+		slices.SortFunc(members, func(a, b Member) int { return strings.Compare(a.ID, b.ID) })
+		c.st.Members = members
+		c.members = max(len(members), 1)
 	}
-	slices.SortFunc(members, func(a, b Member) int { return strings.Compare(a.ID, b.ID) })
-	c.st.Members = members
-	c.members = max(len(members), 1)
-	base := 1 + 3*int(n)
+	base := head
 	for i, l := range order {
 		grant, err1 := num(base + per*i)
 		record, err2 := num(base + per*i + 1)
@@ -1095,7 +1139,7 @@ func (c *Cluster) Close() error {
 		return nil
 	}
 	c.closed = true
-	keys := []string{c.prefix + "members", c.prefix + "member:" + c.o.Config.Instance}
+	keys := []string{c.membersKey()}
 	for _, l := range c.levels {
 		keys = append(keys, l.key)
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -90,6 +91,16 @@ func TestSimulate100Instances(t *testing.T) {
 		t.Skip("skipping the 100-instance simulation in -short mode")
 	}
 	r := startRedis(t)
+	// The 100 instances would run on 100 hosts and Redis on its own; here
+	// they share two cores with whatever else runs. Redis is given a
+	// higher priority (as root), so that the renewals measure the
+	// protocol's load on Redis rather than the host's on Redis: without
+	// it, at a host load of 15-30, a script call took 1-5 ms of Redis's
+	// wall time (200-800 µs when sequential) and renewals timed out
+	// before and after any change.
+	if err := syscall.Setpriority(syscall.PRIO_PROCESS, r.Pid(), -10); err != nil {
+		t.Logf("redis-server keeps its priority (%v): renewals may time out on a loaded host", err)
+	}
 	const (
 		members = 100
 		limit   = 1000
@@ -98,6 +109,9 @@ func TestSimulate100Instances(t *testing.T) {
 	nodes := make([]*simNode, members)
 	var logMu sync.Mutex
 	var downLogs []string
+	// The outages by the part of the run they came in.
+	stage := "start"
+	downBy := map[string]int{}
 	var all, allPeak atomic.Int64
 	for i := range nodes {
 		cfg, err := policy.Compile(&policy.Config{
@@ -115,6 +129,7 @@ func TestSimulate100Instances(t *testing.T) {
 		n.c, err = New(Options{Config: *cfg.Cluster, Admission: n.adm, Logf: func(f string, a ...any) {
 			if strings.Contains(f, "unreachable") {
 				logMu.Lock()
+				downBy[stage]++
 				if len(downLogs) < 3 {
 					downLogs = append(downLogs, fmt.Sprintf(f, a...))
 				}
@@ -171,8 +186,14 @@ func TestSimulate100Instances(t *testing.T) {
 	// refusals while the cluster-wide open count was below the limit, the
 	// time until every client had its answer and the p99 of the wait a
 	// client spent borrowing.
+	setStage := func(name string) {
+		logMu.Lock()
+		stage = name
+		logMu.Unlock()
+	}
 	burst := func(name string, on []*simNode, per int) {
 		t.Helper()
+		setStage(name)
 		for _, n := range nodes {
 			n.want.Store(0)
 		}
@@ -230,14 +251,20 @@ func TestSimulate100Instances(t *testing.T) {
 		close(release)
 		wg.Wait()
 		slices.Sort(waits)
-		t.Logf("%s, from idle: %d of %d slots served at once, %d refused while a slot was free; every client answered after %v (%.2f lease intervals); borrow wait p50 %v, p99 %v, max %v",
-			name, served.Load(), limit, refusedFree.Load(), took.Round(time.Millisecond), took.Seconds()/lease.Seconds(),
+		// A refusal while fewer than limit were open may still be right:
+		// the slot free at that instant may be another client's, admitted
+		// a moment later. The refusals that left a slot unused are those
+		// beyond the slots the burst filled.
+		unused := min(int64(len(on)*per)-served.Load(), limit-served.Load())
+		t.Logf("%s, from idle: %d of %d slots served at once, %d refused while fewer than %d were open (%d refused with a slot left unused); every client answered after %v (%.2f lease intervals); borrow wait p50 %v, p99 %v, max %v",
+			name, served.Load(), limit, refusedFree.Load(), limit, unused, took.Round(time.Millisecond), took.Seconds()/lease.Seconds(),
 			waits[len(waits)/2].Round(10*time.Microsecond), waits[len(waits)*99/100].Round(10*time.Microsecond), waits[len(waits)-1].Round(10*time.Microsecond))
 	}
 	// phase sets the wants, waits for 95 % of the limit on the nodes that
 	// want, then watches the slack for 10 lease intervals.
 	phase := func(name string, wants func(i int) int64, on []*simNode) {
 		t.Helper()
+		setStage(name)
 		for i, n := range nodes {
 			n.want.Store(wants(i))
 		}
@@ -290,7 +317,9 @@ func TestSimulate100Instances(t *testing.T) {
 		outages += n.c.Status().Outages
 	}
 	t.Logf("renewals by cause: %d periodic, %d early (local demand), %d nudged", why[0], why[1], why[2])
-	t.Logf("%d outages seen (renewals that failed twice in a row); the first: %q", outages, downLogs)
+	logMu.Lock()
+	t.Logf("%d outages seen (renewals that failed twice in a row), by part of the run %v; the first: %q", outages, downBy, downLogs)
+	logMu.Unlock()
 	// The limit holds while every instance renews in time. An instance
 	// whose renewals failed (a starved test machine) runs on its
 	// localShare fallback, limit/members, which the others do not see:

@@ -118,6 +118,14 @@ func (r *Redis) Start() {
 	}
 }
 
+// Pid is the running server's process id (0 when it is not running).
+func (r *Redis) Pid() int {
+	if r.cmd == nil || r.cmd.Process == nil {
+		return 0
+	}
+	return r.cmd.Process.Pid
+}
+
 // Kill stops the server at once (SIGKILL) and waits for it to exit.
 func (r *Redis) Kill() {
 	if r.cmd == nil {
