@@ -266,6 +266,11 @@ func (hc *httpConn) one() bool {
 		hc.badRequest(line, http.StatusBadRequest, start)
 		return false
 	}
+	if status := proxy.Unservable(in, head); status != 0 {
+		f.httpBadRequest.Add(1)
+		hc.badRequest(line, status, start)
+		return false
+	}
 	_ = hc.client.SetReadDeadline(time.Time{})
 	r := &proxy.Request{Seq: hc.seq, Method: in.Method, Line: line, Host: in.Host, Header: in.Header, Start: time.Now()}
 	f.requests.Add(1)

@@ -455,7 +455,7 @@ var Defs = []Def{
 		Help:    "Http request heads larger than http.maxHeaderBytes, answered 431 and closed.",
 		samples: one(func(st *api.Status) float64 { return float64(st.Forwarder.HTTPHeaderTooBig) })},
 	{Name: "weir_http_malformed_total", Type: Counter,
-		Help:    "Http requests answered 400 and closed: a malformed head, Content-Length together with Transfer-Encoding (request smuggling), or a body the client malformed or cut short (the target is not blamed).",
+		Help:    "Http requests answered 400 and closed: a malformed head, Content-Length together with Transfer-Encoding (request smuggling), a folded header line, no valid Host, or a body the client malformed or cut short (the target is not blamed); CONNECT (501) and versions other than HTTP/1.x (505) too.",
 		samples: one(func(st *api.Status) float64 { return float64(st.Forwarder.HTTPBadRequest) })},
 	{Name: "weir_http_requests_retried_total", Type: Counter,
 		Help:    "Idempotent http requests sent again on a fresh target connection because the pooled one had been closed by the target. Many: lower backendIdle below the targets' keep-alive timeout.",
