@@ -244,6 +244,7 @@ func nicDoc(n NICStats) api.NIC {
 	s := n.Link
 	out := api.NIC{
 		Name: n.Name, RxPackets: s.RxPackets, RxBytes: s.RxBytes, TxPackets: s.TxPackets, TxBytes: s.TxBytes,
+		RxCoalesced: s.RxCoalesced,
 		Dropped: []api.Drop{
 			{Reason: "malformed", Count: s.DroppedMalformed},
 			{Reason: "detached", Count: s.DroppedDetached},
