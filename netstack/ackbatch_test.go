@@ -154,7 +154,7 @@ func TestACKCoalescingTransfer(t *testing.T) {
 	vs := &policy.VirtualServer{Name: "echo", VIPs: []netip.Addr{vipV4}, Ports: policy.PortRange{Lo: 80, Hi: 80}}
 	adm := &testAdmitter{target: &policy.Target{Name: "t1", Addr: taddr}, action: &policy.Action{Name: "gold"}, keep: true}
 	var hd *holdingDevice
-	r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: services(vs), Admitter: adm},
+	r := newRig(t, rigOptions{fwd: fwdOptions{Services: services(vs), Admitter: adm},
 		wrapFront: func(d datapath.Device) datapath.Device { hd = newHoldingDevice(d, 16); return hd }})
 	c := dial(t, r.client, netip.AddrPortFrom(vipV4, 80))
 	msg := make([]byte, 4<<20)
