@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"strings"
 	"sync"
@@ -164,4 +165,64 @@ func TestTargetLimitClusterWide(t *testing.T) {
 		t.Errorf("refusal %q does not name the share", refusal)
 	}
 	t.Logf("peak %d, %d picks in 3 s", peak.Load(), picked.Load())
+}
+
+// TestTargetSharesLikeLevels: a target's maxConnections gets what an
+// enforced level gets. Three instances, maxConnections 9: each holds its
+// even part, 3, from the renewal that first sees the three (before any
+// demand); 9 connections at one instance are all picked once the idle
+// two gave their parts back (a pick that finds the target at its share
+// is counted and renews early, which nudges them); closed, the slots go
+// back: an idle member is at its part again after at most two of its
+// renewals (the one that sees it short, and the nudged one).
+func TestTargetSharesLikeLevels(t *testing.T) {
+	r := startRedis(t)
+	var nodes []*targetNode
+	for _, id := range []string{"a", "b", "c"} {
+		nodes = append(nodes, newTargetNode(t, r.Addr(), id, 9))
+	}
+	eventually(t, 5*time.Second, func() bool {
+		for _, n := range nodes {
+			if len(n.c.Status().Members) != 3 || n.level().Share != 3 {
+				return false
+			}
+		}
+		return true
+	}, func() string {
+		return fmt.Sprintf("shares %d %d %d", nodes[0].level().Share, nodes[1].level().Share, nodes[2].level().Share)
+	})
+	a := nodes[0]
+	var leases []balancer.Lease
+	start := time.Now()
+	atShare := 0
+	if !testutil.WithinEvery(10*time.Second, time.Millisecond, func() bool {
+		for len(leases) < 9 {
+			l, err := a.b.PickAction(time.Now(), uint64(len(leases)), nil, nil)
+			if err != nil {
+				atShare++
+				return false
+			}
+			leases = append(leases, l)
+		}
+		return true
+	}) {
+		t.Fatalf("a holds %d of the 9 slots 10 s after its demand appeared (share %d)", len(leases), a.level().Share)
+	}
+	took := time.Since(start)
+	for _, n := range nodes[1:] {
+		if l := n.level(); l.Share != 0 {
+			t.Errorf("%s holds a share of %d while a has 9 open", n.id, l.Share)
+		}
+	}
+	renewed := nodes[1].c.Status().Renewals
+	for _, l := range leases {
+		l.Release()
+	}
+	eventually(t, 10*time.Second, func() bool { return nodes[1].level().Share == 3 }, func() string { return fmt.Sprintf("b %+v", nodes[1].level()) })
+	back := nodes[1].c.Status().Renewals - renewed
+	t.Logf("9 picks at a: all open %v after the first (%d picks found the target at its share meanwhile); closed, b at its part again after %d of its renewals",
+		took.Round(time.Millisecond), atShare, back)
+	if back > 2 {
+		t.Errorf("b needed %d renewals to take its part back", back)
+	}
 }
