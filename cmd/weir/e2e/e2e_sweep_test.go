@@ -9,9 +9,9 @@ package e2e
 // (10 in flight at a target taking 400 ms); the sweep goes to 4× that:
 // slow enough that on a loaded shared machine the knee is the limit's, not
 // the machine's. Past the knee the refusals (the 503 page, counted by weir) absorb
-// the excess, the admitted wait no longer than the refused (plus the
-// target's time: weir refuses rather than queues), and no client waits out
-// its timeout without an answer. The served rate is logged, not asserted:
+// the excess, the admitted are not queued (their p99 stays far below what
+// a queue would make it), and no client waits out its timeout without an
+// answer. The served rate is logged, not asserted:
 // on a loaded machine everything slows, the slots' holding time with it.
 
 import (
@@ -122,7 +122,7 @@ func TestE2EConnectionRateSweep(t *testing.T) {
 	w.backend("slow", "198.18.1.1:8085", 400*time.Millisecond)
 	const capacity = 25 // requests a second
 	const step = 4 * time.Second
-	const timeout = 10 * time.Second
+	const timeout = 20 * time.Second
 	for _, ipv := range ipVersions() {
 		addr := ipv.vip(45, 80)
 		for _, rate := range []int{capacity / 4, capacity / 2, capacity, 2 * capacity, 4 * capacity} {
@@ -155,15 +155,16 @@ func TestE2EConnectionRateSweep(t *testing.T) {
 				t.Errorf("%s %d conn/s: the clients got %d 503s, weir counted %d refusals", ipv.name, rate, len(refused), weirRefused)
 			}
 			if rate > capacity {
-				// Past the knee the excess is refused, not queued: an
-				// admitted request waits no longer than a refused one
-				// does, plus the target's 400 ms (and 1.5 s of slack for
-				// a loaded machine, which slows both alike).
+				// Past the knee the excess is refused, not queued. Had
+				// weir queued them, at 4× for 4 s the last admitted would
+				// wait (400-100)/25 = 12 s; refused, the admitted wait the
+				// target's 400 ms and what the machine adds (up to 4.8 s
+				// at a load average of 37 on 2 cores): bound 8 s.
 				if len(refused) == 0 {
 					t.Errorf("%s %d conn/s (%d× capacity): nothing refused", ipv.name, rate, rate/capacity)
 				}
-				if a, r := pct(ok, 0.99), pct(refused, 0.99); a > r+400*time.Millisecond+1500*time.Millisecond {
-					t.Errorf("%s %d conn/s: admitted p99 %v, refused p99 %v: the admitted queue", ipv.name, rate, a, r)
+				if a := pct(ok, 0.99); a > 8*time.Second {
+					t.Errorf("%s %d conn/s: admitted p99 %v (refused p99 %v): the admitted queue", ipv.name, rate, a, pct(refused, 0.99))
 				}
 				if len(ok) == 0 {
 					t.Errorf("%s %d conn/s: none admitted", ipv.name, rate)
