@@ -8,6 +8,8 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -114,7 +116,7 @@ func TestBackArmTarget(t *testing.T) {
 			}
 			vs := &policy.VirtualServer{Name: "echo", VIPs: []netip.Addr{vip}, Ports: policy.PortRange{Lo: 80, Hi: 80}}
 			adm := &testAdmitter{target: &policy.Target{Name: "back", Addr: tg.addr, Via: policy.DialNetstack}, keep: true}
-			r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: services(vs), Admitter: adm, Back: &StackDialer{Stack: back.s}}})
+			r := newRig(t, rigOptions{fwd: fwdOptions{Services: services(vs), Admitter: adm, Back: &StackDialer{Stack: back.s}}})
 			c := dial(t, r.client, netip.AddrPortFrom(vip, 80))
 			msg := make([]byte, 256<<10)
 			rand.Read(msg)
@@ -168,8 +170,8 @@ func TestLossRatio(t *testing.T) {
 		}
 		return proxy.Decision{Verdict: proxy.Accept, Target: tg}
 	}}
-	r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: services(vs), Admitter: adm, Back: &StackDialer{Stack: back.s}}})
-	r.fwd.Sample() // start the interval
+	r := newRig(t, rigOptions{fwd: fwdOptions{Services: services(vs), Admitter: adm, Back: &StackDialer{Stack: back.s}}})
+	r.px.Sample() // start the interval
 
 	msg := make([]byte, size)
 	rand.Read(msg)
@@ -202,7 +204,7 @@ func TestLossRatio(t *testing.T) {
 	}
 	el := time.Since(start)
 	testutil.Eventually(t, 10*time.Second, func() bool { return adm.nClosed.Load() == int64(2*conns) }, "adm.nClosed.Load() == int64(2*conns)")
-	s := r.fwd.Sample()
+	s := r.px.Sample()
 	if len(s.Targets) != 2 {
 		t.Fatalf("targets %+v", s.Targets)
 	}
@@ -256,7 +258,7 @@ func TestNoLeak(t *testing.T) {
 	tg := back.addTarget(t, 1, false, nil, echoHandler)
 	vs := &policy.VirtualServer{Name: "echo", VIPs: []netip.Addr{vipV4}, Ports: policy.PortRange{Lo: 80, Hi: 80}}
 	adm := &testAdmitter{target: &policy.Target{Name: "back", Addr: tg.addr, Via: policy.DialNetstack}}
-	r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: services(vs), Admitter: adm, Back: &StackDialer{Stack: back.s}}})
+	r := newRig(t, rigOptions{fwd: fwdOptions{Services: services(vs), Admitter: adm, Back: &StackDialer{Stack: back.s}}})
 	// Warm up: the stacks start some goroutines lazily on first use.
 	for i := 0; i < 10; i++ {
 		c := dial(t, r.client, netip.AddrPortFrom(vipV4, 80))
@@ -300,10 +302,10 @@ func TestNoLeak(t *testing.T) {
 	if f := failed.Load(); f > 0 {
 		t.Fatalf("%d of %d connections failed", f, n)
 	}
-	if open := r.fwd.Stats().Open; open != int64(n) {
+	if open := r.stats().Open; open != int64(n) {
 		t.Fatalf("open %d, want %d all at once", open, n)
 	}
-	if got := len(r.fwd.Conns()); got != n {
+	if got := len(r.px.Conns()); got != n {
 		t.Fatalf("Conns lists %d, want %d", got, n)
 	}
 	for _, c := range conns {
@@ -314,26 +316,29 @@ func TestNoLeak(t *testing.T) {
 	// the warm ones parked for the next connections (proxy.WarmPool), at most
 	// proxy.DefaultWarmIdle.
 	goleak.VerifyNone(t, before, goleak.IgnoreTopFunction("weir/netstack/proxy.(*WarmPool).workLoop"))
-	if parked := r.fwd.workers.Idle(); parked > proxy.DefaultWarmIdle {
-		t.Errorf("%d goroutines parked, want at most %d", parked, proxy.DefaultWarmIdle)
+	// Two pools: the forwarder's (hand-overs) and the proxy's (splices).
+	buf := make([]byte, 8<<20)
+	stacks := string(buf[:runtime.Stack(buf, true)])
+	if parked := strings.Count(stacks, "weir/netstack/proxy.(*WarmPool).workLoop("); parked > 2*proxy.DefaultWarmIdle {
+		t.Errorf("%d goroutines parked, want at most %d", parked, 2*proxy.DefaultWarmIdle)
 	}
-	st := r.fwd.Stats()
-	if st.Open != 0 || st.Pending != 0 || len(r.fwd.Conns()) != 0 {
-		t.Errorf("after closing: %+v, %d listed", st, len(r.fwd.Conns()))
+	st := r.stats()
+	if st.Open != 0 || st.Pending != 0 || len(r.px.Conns()) != 0 {
+		t.Errorf("after closing: %+v, %d listed", st, len(r.px.Conns()))
 	}
 }
 
 // lossRatio and timeoutRatio are the ratios policy judges on, as fractions
 // (policy.RatioTenths gives them in tenths of a percent): netstack reports
 // only the counts.
-func lossRatio(a AggSample) float64 {
+func lossRatio(a proxy.AggSample) float64 {
 	if a.SegmentsSent == 0 {
 		return 0
 	}
 	return float64(a.Retransmits) / float64(a.SegmentsSent)
 }
 
-func timeoutRatio(a AggSample) float64 {
+func timeoutRatio(a proxy.AggSample) float64 {
 	if a.SegmentsSent == 0 {
 		return 0
 	}

@@ -39,7 +39,7 @@ func benchRig(b testing.TB, host bool, handle func(net.Conn)) (*rig, netip.AddrP
 		tg := back.addTarget(b, 1, false, nil, handle)
 		target = &policy.Target{Name: "back", Addr: tg.addr, Via: policy.DialNetstack}
 	}
-	fo := ForwarderOptions{Services: services(vs), Admitter: &testAdmitter{target: target}}
+	fo := fwdOptions{Services: services(vs), Admitter: &testAdmitter{target: target}}
 	if back != nil {
 		fo.Back = &StackDialer{Stack: back.s}
 	}

@@ -10,10 +10,10 @@ package netstack
 // left, before it waits again. A bulk transfer keeps its buffer (the
 // source stays readable between reads); an idle connection holds none.
 //
-// A gVisor leg tells without a syscall whether it has data (readableLeg).
-// A host socket reads in a RawConn.Read callback (lendingLeg): the buffer
-// is taken just before the read(2) and given back if it finds nothing, so
-// the read itself is the test. A one-byte MSG_PEEK before each read cost
+// Both kinds of leg do it in proxy.Leg's ReadLent. A gVisor leg tells
+// without a syscall whether it has data (readable). A host socket reads in
+// a RawConn.Read callback: the buffer is taken just before the read(2) and
+// given back if it finds nothing, so the read itself is the test. A one-byte MSG_PEEK before each read cost
 // four extra syscalls per short connection.
 
 import (
@@ -25,61 +25,32 @@ import (
 
 	"golang.org/x/sys/unix"
 	"gvisor.dev/gvisor/pkg/waiter"
-
-	"weir/netstack/proxy"
 )
 
-// readableLeg is a Leg that can tell, without reading, whether a Read would
-// return at once, and wait until it would.
-type readableLeg interface {
-	// readable reports whether a Read would not block.
-	readable() bool
-	// waitReadable blocks until a Read would not block: data, EOF, an
-	// error, Close, or the read deadline passing.
-	waitReadable()
+// ReadLent implements proxy.Leg: while the endpoint has nothing to read,
+// bp goes back to pool and waitReadable waits without a buffer; one is
+// taken for the read.
+func (c *Conn) ReadLent(pool *sync.Pool, bp *[]byte) (*[]byte, int, error) {
+	if bp != nil && !c.readable() {
+		pool.Put(bp)
+		bp = nil
+	}
+	if bp == nil {
+		c.waitReadable()
+		bp = pool.Get().(*[]byte)
+	}
+	n, err := c.Read(*bp)
+	return bp, n, err
 }
 
-// lendBuffer returns the buffer for the next Read of src: bp itself while
-// src has data waiting, otherwise bp goes back to the pool (if not nil),
-// waitReadable waits, and a buffer is taken from the pool. A Leg that
-// cannot wait keeps its buffer throughout. The caller gives the last buffer
-// back with returnBuffer.
-func (f *Forwarder) lendBuffer(src proxy.Leg, bp *[]byte) *[]byte {
-	rl, ok := src.(readableLeg)
-	if !ok {
-		if bp == nil {
-			bp = f.bufPool.Get().(*[]byte)
-		}
-		return bp
-	}
-	if bp != nil {
-		if rl.readable() {
-			return bp
-		}
-		f.bufPool.Put(bp)
-	}
-	rl.waitReadable()
-	return f.bufPool.Get().(*[]byte)
-}
-
-// returnBuffer gives bp back to the pool; nil is allowed.
-func (f *Forwarder) returnBuffer(bp *[]byte) {
-	if bp != nil {
-		f.bufPool.Put(bp)
-	}
-}
-
-var (
-	_ readableLeg = (*Conn)(nil)
-)
-
-// readable implements readableLeg: the endpoint has received data or is
+// readable reports whether a Read would not block: the endpoint has received data or is
 // closed for reading (or is not connected: a Read then fails at once).
 func (c *Conn) readable() bool {
 	return c.ep.Readiness(waiter.ReadableEvents) != 0
 }
 
-// waitReadable implements readableLeg. The stack notifies the waiter queue
+// waitReadable blocks until a Read would not block: data, EOF, an error,
+// Close, or the read deadline passing. The stack notifies the waiter queue
 // on data, FIN, RST and Close; the read deadline (SetDeadline,
 // SetReadDeadline) is watched here, gonet keeps its own.
 func (c *Conn) waitReadable() {
@@ -104,21 +75,10 @@ func (c *Conn) waitReadable() {
 	}
 }
 
-// lendingLeg is a Leg that reads into a buffer from a pool it takes only
-// once data (or EOF, or an error) is there to read.
-type lendingLeg interface {
-	// readLent reads like Read into *bp, or, with bp nil, into a buffer
-	// from pool taken for the read; while the source has nothing to read
-	// it holds no buffer (bp goes back to pool). It returns the buffer it
-	// holds: not nil when n > 0.
-	readLent(pool *sync.Pool, bp *[]byte) (_ *[]byte, n int, err error)
-}
-
-var _ lendingLeg = (*HostConn)(nil)
-
-// readLent implements lendingLeg: the runtime's poller waits (read
-// deadline included) while read(2) finds nothing.
-func (c *HostConn) readLent(pool *sync.Pool, bp *[]byte) (*[]byte, int, error) {
+// ReadLent implements proxy.Leg: the runtime's poller waits (read deadline
+// included) while read(2) finds nothing, and the buffer is taken just
+// before each read(2) and given back if it finds nothing.
+func (c *HostConn) ReadLent(pool *sync.Pool, bp *[]byte) (*[]byte, int, error) {
 	rc, err := c.raw()
 	if err != nil {
 		return bp, 0, err
@@ -141,7 +101,7 @@ func (c *HostConn) readLent(pool *sync.Pool, bp *[]byte) (*[]byte, int, error) {
 	return bp, r.n, nil
 }
 
-// lentRead is a HostConn's state for its one reader's readLent.
+// lentRead is a HostConn's state for its one reader's ReadLent.
 type lentRead struct {
 	pool *sync.Pool
 	bp   *[]byte

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"weir/internal/testutil"
+	"weir/netstack/proxy"
 )
 
 // TestReadableLegs pins readable and waitReadable on a gVisor Conn (the
@@ -19,7 +20,8 @@ import (
 func TestReadableLegs(t *testing.T) {
 	type pair struct {
 		leg interface {
-			readableLeg
+			readable() bool
+			waitReadable()
 			net.Conn
 		}
 		peer chan net.Conn // the far end, once connected
@@ -76,7 +78,7 @@ func TestReadableLegs(t *testing.T) {
 	}
 }
 
-// TestHostConnReadLent pins readLent on a HostConn (loopback): it holds no
+// TestHostConnReadLent pins ReadLent on a HostConn (loopback): it holds no
 // buffer while the peer is silent, reads into the one it takes once data
 // comes, keeps a given buffer only while data is waiting, and ends its wait
 // at the read deadline (an error), at EOF and at Close.
@@ -109,7 +111,7 @@ func TestHostConnReadLent(t *testing.T) {
 	}
 	read := func(c *HostConn, bp *[]byte) <-chan result {
 		ch := make(chan result, 1)
-		go func() { bp, n, err := c.readLent(pool, bp); ch <- result{bp, n, err} }()
+		go func() { bp, n, err := c.ReadLent(pool, bp); ch <- result{bp, n, err} }()
 		return ch
 	}
 	wait := func(ch <-chan result, what string) result {
@@ -118,7 +120,7 @@ func TestHostConnReadLent(t *testing.T) {
 		case r := <-ch:
 			return r
 		case <-time.After(10 * time.Second):
-			t.Fatalf("%s: readLent still blocked", what)
+			t.Fatalf("%s: ReadLent still blocked", what)
 		}
 		return result{}
 	}
@@ -128,7 +130,7 @@ func TestHostConnReadLent(t *testing.T) {
 	ch := read(c, nil)
 	select {
 	case r := <-ch:
-		t.Fatalf("readLent returned with nothing to read: %+v", r)
+		t.Fatalf("ReadLent returned with nothing to read: %+v", r)
 	case <-time.After(50 * time.Millisecond):
 	}
 	peer.Write([]byte("abc"))
@@ -245,8 +247,8 @@ func TestIdleSpliceHoldsNoBuffer(t *testing.T) {
 		n, per/1024, perStack/1024)
 	// Measured: 28 KiB with the buffers lent, 91 KiB with them held (the
 	// race detector adds ~20 KiB of its own).
-	if per >= 1.5*DefaultBufferSize && !testutil.Race {
-		t.Errorf("an idle spliced connection costs %.1f KiB of heap, want < %d KiB: the splice holds its buffers while idle", per/1024, 3*DefaultBufferSize/2>>10)
+	if per >= 1.5*proxy.DefaultBufferSize && !testutil.Race {
+		t.Errorf("an idle spliced connection costs %.1f KiB of heap, want < %d KiB: the splice holds its buffers while idle", per/1024, 3*proxy.DefaultBufferSize/2>>10)
 	}
 	// Measured: 16 KiB with each half on a goroutine of its own, 44 KiB
 	// with one half parked under the serving goroutine's frames (its stack

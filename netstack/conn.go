@@ -26,6 +26,9 @@ type Conn struct {
 	// readDeadline is the last read deadline set (nil or zero: none), for
 	// waitReadable; gonet keeps its own for Read.
 	readDeadline atomic.Pointer[time.Time]
+	// tw is the forwarder's TIME_WAIT table, for a client leg (Closing);
+	// nil for a target leg.
+	tw *timeWaitTable
 }
 
 // SetDeadline implements net.Conn.
@@ -40,7 +43,10 @@ func (c *Conn) SetReadDeadline(t time.Time) error {
 	return c.TCPConn.SetReadDeadline(t)
 }
 
-var _ proxy.Leg = (*Conn)(nil)
+var (
+	_ proxy.Leg    = (*Conn)(nil)
+	_ proxy.Client = (*Conn)(nil)
+)
 
 func newConn(wq *waiter.Queue, ep *tcp.Endpoint) *Conn {
 	return &Conn{TCPConn: gonet.NewTCPConn(wq, ep), ep: ep, wq: wq}
@@ -65,23 +71,32 @@ func (c *Conn) Counters() proxy.LegCounters {
 	return lc
 }
 
-// segments is the number of segments the connection sent and received
-// (pure ACKs and retransmissions too): two atomic loads.
-func (c *Conn) segments() uint64 {
+// Segments implements proxy.Client: the number of segments the connection
+// sent and received (pure ACKs and retransmissions too), two atomic loads.
+func (c *Conn) Segments() uint64 {
 	st := c.ep.Stats().(*tcp.Stats)
 	return st.SegmentsSent.Value() + st.SegmentsReceived.Value()
 }
 
-// reset aborts the connection with a RST and closes it.
-func (c *Conn) reset() {
+// Reset implements proxy.Client: it aborts the connection with a RST and
+// closes it.
+func (c *Conn) Reset() {
 	c.ep.Abort()
 	_ = c.Close()
+}
+
+// Closing implements proxy.Client: a client leg weir closed first goes into
+// the forwarder's TIME_WAIT table (timewait.go).
+func (c *Conn) Closing() {
+	if c.tw != nil {
+		c.tw.track(c)
+	}
 }
 
 // state returns the endpoint's TCP state.
 func (c *Conn) state() tcp.EndpointState { return tcp.EndpointState(c.ep.State()) }
 
-// PeerClosed implements proxy.PeerCloser: the connection has received its
+// PeerClosed implements proxy.Client: the connection has received its
 // peer's FIN (or is gone).
 func (c *Conn) PeerClosed() bool { return rcvClosed(c.state()) }
 

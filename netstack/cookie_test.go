@@ -126,15 +126,15 @@ func TestCookieFirstDataSegment(t *testing.T) {
 	vs := &policy.VirtualServer{Name: "a", VIPs: []netip.Addr{vipV4}, Ports: policy.PortRange{Lo: 80, Hi: 80},
 		Timeouts: policy.Timeouts{InFlightPerVIP: 16, Handshake: time.Minute}}
 	adm := &testAdmitter{target: &policy.Target{Name: "t", Addr: taddr}}
-	r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: services(vs), Admitter: adm}, listen: []*policy.VirtualServer{vs},
+	r := newRig(t, rigOptions{fwd: fwdOptions{Services: services(vs), Admitter: adm}, listen: []*policy.VirtualServer{vs},
 		wrapFront: func(d datapath.Device) datapath.Device { return &ackWithData{Device: d} },
 		// Linux's 200 ms minimum RTO: a retransmission means a lost
 		// segment, not a client scheduled late on a loaded machine.
 		client: Options{MinRTO: 200 * time.Millisecond}})
 	dst := netip.AddrPortFrom(vipV4, 80)
 	floodSYNs(r, 256, 200, dst)
-	testutil.Eventually(t, 10*time.Second, func() bool { return r.fwd.Stats().SYNCookiesSent > 0 }, "no SYN cookie after 200 spoofed SYNs: %+v", r.fwd.Stats())
-	before, fbefore := r.client.Stats(), r.fwd.Stats()
+	testutil.Eventually(t, 10*time.Second, func() bool { return r.stats().SYNCookiesSent > 0 }, "no SYN cookie after 200 spoofed SYNs: %+v", r.stats())
+	before, fbefore := r.client.Stats(), r.stats()
 	const n = 1000
 	var slowest time.Duration
 	b := make([]byte, 5)
@@ -156,7 +156,7 @@ func TestCookieFirstDataSegment(t *testing.T) {
 		c.Close()
 		slowest = max(slowest, time.Since(start))
 	}
-	st, fst := r.client.Stats(), r.fwd.Stats()
+	st, fst := r.client.Stats(), r.stats()
 	retrans := st.TCPRetransmits - before.TCPRetransmits
 	cookies := fst.SYNCookiesValid - fbefore.SYNCookiesValid
 	t.Logf("%d connections: %d through cookies, client retransmits %d (RTOs %d), slowest %v, listener drops %+v",
@@ -185,15 +185,15 @@ func TestCookieModeEnds(t *testing.T) {
 	vs := &policy.VirtualServer{Name: "a", VIPs: []netip.Addr{vipV4}, Ports: policy.PortRange{Lo: 80, Hi: 80},
 		Timeouts: policy.Timeouts{InFlightPerVIP: 16, Handshake: hs}}
 	adm := &testAdmitter{target: &policy.Target{Name: "t", Addr: taddr}}
-	r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: services(vs), Admitter: adm}, listen: []*policy.VirtualServer{vs}})
+	r := newRig(t, rigOptions{fwd: fwdOptions{Services: services(vs), Admitter: adm}, listen: []*policy.VirtualServer{vs}})
 	dst := netip.AddrPortFrom(vipV4, 80)
 	start := time.Now()
 	floodSYNs(r, 256, 200, dst)
-	testutil.Eventually(t, 10*time.Second, func() bool { return r.fwd.Stats().SYNCookiesSent > 0 }, "no SYN cookie: %+v", r.fwd.Stats())
+	testutil.Eventually(t, 10*time.Second, func() bool { return r.stats().SYNCookiesSent > 0 }, "no SYN cookie: %+v", r.stats())
 	// The backlog of 16 holds 15 half-open handshakes (gVisor's cookie
 	// threshold); every one must be aborted, within the timeout (2× for a
 	// loaded machine's late timers; without the sweep: 127 s).
-	testutil.Eventually(t, 20*hs, func() bool { return r.fwd.Stats().HandshakeTimedOut >= 15 }, "half-open handshakes left: %+v", r.fwd.Stats())
+	testutil.Eventually(t, 20*hs, func() bool { return r.stats().HandshakeTimedOut >= 15 }, "half-open handshakes left: %+v", r.stats())
 	took := time.Since(start)
 	t.Logf("15 half-open handshakes aborted %v after the flood (timeouts.handshake %v)", took, hs)
 	// The bound itself is timing: make test (-short) leaves it to the
@@ -201,7 +201,7 @@ func TestCookieModeEnds(t *testing.T) {
 	if !testing.Short() && took > 2*hs {
 		t.Errorf("the half-open handshakes lived %v, timeouts.handshake is %v", took, hs)
 	}
-	st := r.fwd.Stats()
+	st := r.stats()
 	if st.HandshakeTimedOut != 15 {
 		t.Errorf("%d handshakes timed out, want the 15 the backlog held", st.HandshakeTimedOut)
 	}
@@ -213,7 +213,7 @@ func TestCookieModeEnds(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if after := r.fwd.Stats(); after.SYNCookiesSent != st.SYNCookiesSent || after.SYNCookiesValid != st.SYNCookiesValid {
+	if after := r.stats(); after.SYNCookiesSent != st.SYNCookiesSent || after.SYNCookiesValid != st.SYNCookiesValid {
 		t.Errorf("still in cookie mode after the half-open handshakes expired: %+v", after)
 	}
 }

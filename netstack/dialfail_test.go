@@ -123,7 +123,7 @@ func TestDialFailure(t *testing.T) {
 				admit:      func(*proxy.ConnRequest) proxy.Decision { return proxy.Decision{Verdict: proxy.Accept, Target: dead} },
 				dialFailed: tc.dialFailed,
 			}
-			r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: lookup, Admitter: adm}})
+			r := newRig(t, rigOptions{fwd: fwdOptions{Services: lookup, Admitter: adm}})
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			c, err := r.client.DialTCP(ctx, netip.AddrPort{}, netip.AddrPortFrom(vipV4, tc.port))
@@ -131,7 +131,7 @@ func TestDialFailure(t *testing.T) {
 			if got := adm.nFailed.Load(); got != tc.wantFailed {
 				t.Errorf("DialFailed called %d times, want %d", got, tc.wantFailed)
 			}
-			if got := r.fwd.Stats().DialFailed; got != uint64(tc.wantFailed) {
+			if got := r.stats().DialFailed; got != uint64(tc.wantFailed) {
 				t.Errorf("DialFailed counter %d, want %d", got, tc.wantFailed)
 			}
 		})
@@ -146,7 +146,7 @@ func TestIdleTimeout(t *testing.T) {
 	vs := &policy.VirtualServer{Name: "echo", VIPs: []netip.Addr{vipV4}, Ports: policy.PortRange{Lo: 80, Hi: 80},
 		Timeouts: policy.Timeouts{Idle: 300 * time.Millisecond}}
 	adm := &testAdmitter{target: &policy.Target{Name: "t", Addr: live}}
-	r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: services(vs), Admitter: adm}})
+	r := newRig(t, rigOptions{fwd: fwdOptions{Services: services(vs), Admitter: adm}})
 
 	idle := dial(t, r.client, netip.AddrPortFrom(vipV4, 80))
 	defer idle.Close()
@@ -168,7 +168,7 @@ func TestIdleTimeout(t *testing.T) {
 	if _, err := idle.Read(b); err == nil {
 		t.Fatal("idle connection still open")
 	}
-	if st := r.fwd.Stats(); st.IdleClosed != 1 {
+	if st := r.stats(); st.IdleClosed != 1 {
 		t.Errorf("IdleClosed %d, want 1", st.IdleClosed)
 	}
 }
@@ -180,7 +180,7 @@ func TestForwarderClose(t *testing.T) {
 	defer stop()
 	vs := &policy.VirtualServer{Name: "echo", VIPs: []netip.Addr{vipV4}, Ports: policy.PortRange{Lo: 80, Hi: 80}}
 	adm := &testAdmitter{target: &policy.Target{Name: "t", Addr: live}}
-	r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: services(vs), Admitter: adm}})
+	r := newRig(t, rigOptions{fwd: fwdOptions{Services: services(vs), Admitter: adm}})
 	c := dial(t, r.client, netip.AddrPortFrom(vipV4, 80))
 	defer c.Close()
 	// Handshake first: the dial returns before weir has admitted and
@@ -192,8 +192,8 @@ func TestForwarderClose(t *testing.T) {
 	if err := r.fwd.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if adm.nClosed.Load() != 1 || r.fwd.Stats().Open != 0 {
-		t.Errorf("after Close: %d closed, %+v", adm.nClosed.Load(), r.fwd.Stats())
+	if adm.nClosed.Load() != 1 || r.stats().Open != 0 {
+		t.Errorf("after Close: %d closed, %+v", adm.nClosed.Load(), r.stats())
 	}
 	c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if _, err := c.Read(make([]byte, 1)); err == nil {
@@ -204,8 +204,8 @@ func TestForwarderClose(t *testing.T) {
 	if _, err := r.client.DialTCP(ctx, netip.AddrPort{}, netip.AddrPortFrom(vipV4, 80)); !errors.Is(err, ErrConnectionRefused) {
 		t.Errorf("dial after Close: %v, want refused", err)
 	}
-	if r.fwd.Stats().RefusedClosed != 1 {
-		t.Errorf("RefusedClosed %d", r.fwd.Stats().RefusedClosed)
+	if r.stats().RefusedClosed != 1 {
+		t.Errorf("RefusedClosed %d", r.stats().RefusedClosed)
 	}
 }
 
@@ -266,7 +266,7 @@ func TestTargetReset(t *testing.T) {
 	defer stop()
 	vs := &policy.VirtualServer{Name: "rst", VIPs: []netip.Addr{vipV4}, Ports: policy.PortRange{Lo: 80, Hi: 80}}
 	adm := &testAdmitter{target: &policy.Target{Name: "t", Addr: l.Addr().(*net.TCPAddr).AddrPort()}}
-	r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: services(vs), Admitter: adm}})
+	r := newRig(t, rigOptions{fwd: fwdOptions{Services: services(vs), Admitter: adm}})
 	for i := 0; i < 50; i++ {
 		c := dial(t, r.client, netip.AddrPortFrom(vipV4, 80))
 		io.WriteString(c, "ping")
@@ -277,7 +277,7 @@ func TestTargetReset(t *testing.T) {
 		c.Close()
 	}
 	testutil.Eventually(t, 10*time.Second, func() bool { return adm.nClosed.Load() == 50 }, "adm.nClosed.Load() == 50")
-	if st := r.fwd.Stats(); st.Open != 0 || st.Accepted != 50 {
+	if st := r.stats(); st.Open != 0 || st.Accepted != 50 {
 		t.Errorf("stats %+v", st)
 	}
 }

@@ -9,13 +9,13 @@ import (
 
 // Per-direction measurement of a target leg
 //
-//	target leg ─┬─ gVisor back arm (*Conn) ─► ForwarderOptions.Segments: the
+//	target leg ─┬─ gVisor back arm (*Conn) ─► LegMeter.Segments: the
 //	            │    datapath's passive counts of the flow (datapath.SegStats),
 //	            │    both directions, exact by the segments on the wire; the
 //	            │    to_target timeouts from the gVisor endpoint (exact);
 //	            │    from_target adds the IP-ID losses (SegCounters.Loss)
 //	            └─ host socket (*HostConn) ─┬─ capture on and the flow seen
-//	                 │  (ForwarderOptions.HostSegments: datapath/hostcap's
+//	                 │  (LegMeter.HostSegments: datapath/hostcap's
 //	                 │  SegStats): both directions counted from the segments
 //	                 │  like a back-arm leg, from_target with the IP-ID
 //	                 │  losses; the to_target timeouts from TCP_INFO
@@ -29,17 +29,40 @@ import (
 // Every count is of data segments (a payload), never of pure ACKs, so a
 // download's ACK stream does not dilute weir's own loss ratio.
 
-// dirs returns the leg's per-direction totals now: from the target and to
-// it. tg are the leg's counters read at the same time.
-func (f *Forwarder) dirs(c *connEntry, tg proxy.LegCounters) (from, to proxy.DirCounters) {
-	switch leg := c.target.(type) {
+// LegMeter measures weir's target legs per direction: a proxy.LegMeter
+// (proxy.Options.Meter) for the legs of HostDialer and StackDialer. The
+// zero value measures host sockets by TCP_INFO alone and back-arm legs not
+// at all.
+type LegMeter struct {
+	// Segments gives the datapath's passive measurement of a gVisor target
+	// leg; nil means those legs have no per-direction counts
+	// (proxy.DirNone).
+	Segments proxy.SegmentsFunc
+	// HostSegments gives the host-leg capture's passive measurement of a
+	// host socket target leg (local: the socket's address, remote: the
+	// target); nil, or a nil result, means TCP_INFO alone.
+	HostSegments proxy.SegmentsFunc
+	// HostSync, when set, is called before a host socket leg's final
+	// reading and before a pooled one goes back to the pool: it waits
+	// (briefly; at once when the capture is idle) until the capture
+	// behind HostSegments has caught up with the traffic.
+	HostSync func()
+}
+
+var _ proxy.LegMeter = (*LegMeter)(nil)
+
+// Directions implements proxy.LegMeter: the leg's per-direction totals now,
+// from the target and to it. tg are the leg's counters read at the same
+// time; addrs caches the leg's local and remote addresses.
+func (m *LegMeter) Directions(target proxy.Leg, tg proxy.LegCounters, addrs *[2]netip.AddrPort) (from, to proxy.DirCounters) {
+	switch leg := target.(type) {
 	case *HostConn:
-		if f.opts.HostSegments != nil {
-			if !c.local.IsValid() {
-				c.local = addrPortOf(leg.LocalAddr())
-				c.remote = addrPortOf(leg.RemoteAddr())
+		if m.HostSegments != nil {
+			if !addrs[0].IsValid() {
+				addrs[0] = addrPortOf(leg.LocalAddr())
+				addrs[1] = addrPortOf(leg.RemoteAddr())
 			}
-			if s := f.opts.HostSegments(c.local, c.remote); s != nil {
+			if s := m.HostSegments(addrs[0], addrs[1]); s != nil {
 				fr, tt := s.FromTarget(), s.ToTarget()
 				data, lost := fr.Loss() // as a back-arm leg's: sequence and IP ID
 				from = proxy.DirCounters{DataSegments: data, Retransmitted: lost, Timeouts: fr.Timeouts, OutOfOrder: fr.OutOfOrder,
@@ -51,14 +74,14 @@ func (f *Forwarder) dirs(c *connEntry, tg proxy.LegCounters) (from, to proxy.Dir
 		from = proxy.DirCounters{DataSegments: tg.DataSegmentsIn, OutOfOrder: tg.OutOfOrderIn, Source: proxy.DirEstimate}
 		to = proxy.DirCounters{DataSegments: tg.DataSegmentsOut, Retransmitted: tg.Retransmits, Timeouts: tg.Timeouts, Source: proxy.DirKernel}
 	case *Conn:
-		if f.opts.Segments == nil {
+		if m.Segments == nil {
 			return
 		}
-		if !c.local.IsValid() {
-			c.local = addrPortOf(leg.LocalAddr())
-			c.remote = addrPortOf(leg.RemoteAddr())
+		if !addrs[0].IsValid() {
+			addrs[0] = addrPortOf(leg.LocalAddr())
+			addrs[1] = addrPortOf(leg.RemoteAddr())
 		}
-		s := f.opts.Segments(c.local, c.remote)
+		s := m.Segments(addrs[0], addrs[1])
 		if s == nil {
 			return
 		}
@@ -83,11 +106,10 @@ func addrPortOf(a net.Addr) netip.AddrPort {
 	return netip.AddrPort{}
 }
 
-// syncHost lets the host capture catch up before c's final reading or a
-// pooled c's park, when c's target leg is a host socket
-// (ForwarderOptions.HostSync).
-func (f *Forwarder) syncHost(c *connEntry) {
-	if _, ok := c.target.(*HostConn); ok && f.opts.HostSync != nil {
-		f.opts.HostSync()
+// Sync implements proxy.LegMeter: the host capture catches up before a
+// host socket leg's final reading or a pooled one's park (HostSync).
+func (m *LegMeter) Sync(target proxy.Leg) {
+	if _, ok := target.(*HostConn); ok && m.HostSync != nil {
+		m.HostSync()
 	}
 }

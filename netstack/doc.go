@@ -1,11 +1,12 @@
 // Package netstack holds all of weir's gVisor code: the userspace TCP/IP stack
 // built from an Options struct, the link endpoint that bridges a
-// datapath.Device, the TCP forwarder with admission before the handshake, the
-// dialers to targets (host sockets and a second gVisor NIC), the connection
-// contract (Admitter and the sessions), the splice, the HTTP proxy and its
-// target pool, and the per-connection statistics records. The parts that
-// need no gVisor (the warm pool, the streaming meter, the 503 page, the
-// per-direction counts) are in netstack/proxy.
+// datapath.Device, GSO, the TIME_WAIT reopen, the listeners with SYN cookies
+// and the accept path (Forwarder), the legs (Conn, HostConn) and the dialers
+// to targets (host sockets and a second gVisor NIC) with their
+// per-direction measurement (LegMeter). The Forwarder completes each
+// client's handshake and hands the connection to a proxy.Handler: what
+// happens to it then (admission, the splice, the samples, the HTTP proxy)
+// is in netstack/proxy and netstack/proxy/http, which import no gVisor.
 //
 // Nothing outside netstack imports gVisor; tcpip.Error never leaves it.
 //
@@ -16,17 +17,23 @@
 //	front.AddNIC(tunDev, netstack.NICOptions{Promiscuous: true})
 //	back, _ := netstack.New(netstack.Options{})
 //	back.AddNIC(backDev, netstack.NICOptions{Addrs: []netip.Prefix{backAddr}})
-//	fwd := netstack.NewForwarder(front, netstack.ForwarderOptions{
-//		Services:        cfg.Service, // (*policy.Config).Service
-//		Admitter:        admission,   // limits + balancer: Admit returns a proxy.Session
-//		RequestAdmitter: admission,   // http virtual servers, request by request
-//		Back:            &netstack.StackDialer{Stack: back},
+//	px := proxy.New(proxy.Options{
+//		Admitter: admission, // limits + balancer: Admit returns a proxy.Session
+//		HTTP:     proxyhttp.New(proxyhttp.Options{RequestAdmitter: admission}), // http virtual servers, request by request
+//		Host:     &netstack.HostDialer{},
+//		Back:     &netstack.StackDialer{Stack: back},
+//		Meter:    &netstack.LegMeter{Segments: engine.Segments},
 //	})
-//	defer fwd.Close()
+//	fwd := netstack.NewForwarder(front, netstack.ForwarderOptions{
+//		Services: cfg.Service, // (*policy.Config).Service
+//		Handler:  px,
+//	})
+//	defer fwd.Close() // closes px
 //	…
-//	s := fwd.Sample() // every sampling interval: raw counters per target and per target and action
+//	s := px.Sample() // every sampling interval: raw counters per target and per target and action
 //
 // Every drop is counted: LinkStats per NIC (malformed, queue full, too big),
-// ForwarderStats (no service, refused, in-flight limit, handshake timeouts,
-// dial failures, aborted, TIME_WAIT reopens, UDP unreachable), StackStats.
+// ForwarderStats (no service, SYNs after Close, in-flight limit, SYN
+// cookies, handshake timeouts, TIME_WAIT reopens, UDP unreachable),
+// StackStats; proxy.Stats counts what became of the connections handed over.
 package netstack

@@ -65,11 +65,13 @@ func ExampleNewForwarder() {
 	weir, _ := netstack.New(netstack.Options{})
 	defer weir.Close()
 	weir.AddNIC(weirEnd, netstack.NICOptions{Promiscuous: true})
+	// The forwarder accepts; the proxy admits, dials and splices.
+	px := proxy.New(proxy.Options{Admitter: acceptAll{target}, Host: &netstack.HostDialer{}})
 	fwd := netstack.NewForwarder(weir, netstack.ForwarderOptions{
 		Services: cfg.Service,
-		Admitter: acceptAll{target},
+		Handler:  px,
 	})
-	defer fwd.Close()
+	defer fwd.Close() // closes px too
 
 	client, _ := netstack.New(netstack.Options{})
 	defer client.Close()
@@ -83,6 +85,6 @@ func ExampleNewForwarder() {
 	c.CloseWrite()
 	b, _ := io.ReadAll(c)
 	c.Close()
-	fmt.Printf("%s, accepted %d\n", b, fwd.Stats().Accepted)
+	fmt.Printf("%s, accepted %d\n", b, px.Stats().Accepted)
 	// Output: hello, accepted 1
 }

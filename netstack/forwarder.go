@@ -14,21 +14,10 @@ package netstack
 //	          ≥ InFlightPerVIP pending for this VIP ──► dropped      DroppedInFlight
 //	          ──► handshake (Handshake timeout aborts it)  HandshakeTimedOut, HandshakeFailed
 //	          ──► serve
-//	serve (own goroutine, client established):
-//	    http virtual server and a RequestAdmitter ──► serveHTTP (httpproxy.go):
-//	        admitted, routed and counted request by request
-//	    Admit ──► (Decision, Session)
-//	          ──► RefuseRST ──► RST                                   RefusedRST   End(RefusedReset)
-//	          ──► Refuse503 ──► 503 page ──► close                    Refused503   End(RefusedPage)
-//	          ──► Accept ──► dial target (Connect timeout); failed: Session.DialFailed
-//	                         answers (another Accept, until the tried-set refuses)
-//	                         ──► RST or 503                           DialFailed
-//	                     ──► splice client ⇄ target ──► Released once the
-//	                         client has seen it finished (proxy/release.go)
-//	                         ──► End(Served | IdleClosed)
-//	                         target silent FirstByte after the client's first
-//	                         byte ──► Session.TargetFailed, 503 page or RST
-//	                                                                  End(TargetTimedOut)
+//	handOver (the connection's goroutine, client established):
+//	    Services(VIP, port) again ──► none (reloaded away): RST     NoService
+//	    ──► Handler.HandleConn (weir/netstack/proxy: admission, dial,
+//	        splice, the HTTP proxy; see netstack/proxy/proxy.go)
 //
 // Why handshake first. A handshake in flight holds no admission slot and no
 // target connection: a spoofed SYN never completes, so it never reaches
@@ -50,14 +39,10 @@ package netstack
 // SYNs take the tcp.Forwarder path, handshake-first too, bounded per VIP by
 // InFlightPerVIP, without cookies.
 //
-// Every Session gets exactly one End, whatever happens, panics included: a
-// panic in a connection's goroutines is recovered, counted (Panics),
-// reported to OnPanic with the stack, and ends that connection only.
+// A panic in the accept path's goroutines is recovered, counted (Panics)
+// and reported to OnPanic; the Handler recovers its own.
 
 import (
-	"context"
-	"errors"
-	"fmt"
 	"net/netip"
 	"runtime/debug"
 	"sync"
@@ -74,19 +59,12 @@ import (
 	"weir/policy"
 )
 
-// Transport defaults applied where a ForwarderOptions field is zero. The
-// timeouts and bounds of a connection are its virtual server's
-// policy.Timeouts, which policy.Compile fills: netstack applies no policy
-// default of its own.
-const (
-	DefaultMaxInFlight = 1024     // tcp.Forwarder path, all VIPs together
-	DefaultBufferSize  = 32 << 10 // splice buffer per direction, bytes
-)
-
-// pageOf is the 503 page for a refusal.
-func pageOf(d proxy.Decision) proxy.Page503 {
-	return proxy.Page503{Limit: d.Limit, Value: d.Value, Reason: d.Reason, Limits: d.Limits, RetryAfter: d.RetryAfter}
-}
+// DefaultMaxInFlight is the bound on the tcp.Forwarder path's handshakes
+// (all VIPs together) where ForwarderOptions.MaxInFlight is zero: a
+// transport default. The timeouts and bounds of a connection are its
+// virtual server's policy.Timeouts, which policy.Compile fills: netstack
+// applies no policy default of its own.
+const DefaultMaxInFlight = 1024
 
 // MaxListenPorts is the widest port range per VIP that gets listening
 // endpoints (and so SYN cookies); wider services take the tcp.Forwarder
@@ -101,135 +79,69 @@ type ForwarderOptions struct {
 	// Nil means there is none. The virtual servers it returns are
 	// compiled (policy.Compile): their Timeouts are used as they are.
 	Services func(addr netip.Addr, port uint16) *policy.VirtualServer
-	// Admitter decides about each connection to a virtual server; nil
-	// refuses every one with RST.
-	Admitter proxy.Admitter
-	// RequestAdmitter admits the client connections and requests of the
-	// http virtual servers one request at a time; nil: an http virtual
-	// server's connections are admitted by Admitter and spliced as a tcp
-	// one's.
-	RequestAdmitter proxy.RequestAdmitter
-	// Host dials DialHost targets; nil means a zero HostDialer.
-	Host proxy.Dialer
-	// Back dials DialNetstack targets; nil means such dials fail with
-	// ErrNoBackArm.
-	Back proxy.Dialer
+	// Handler serves each established connection to a virtual server
+	// (weir/netstack/proxy's Proxy); Drain and Close pass to it. Nil means
+	// proxy.New(proxy.Options{}), which refuses every one with RST.
+	Handler proxy.Handler
 	// MaxInFlight bounds the handshakes in flight on the tcp.Forwarder path
 	// (SYNs to no listener), all VIPs together; further SYNs are dropped
 	// and counted. Zero means DefaultMaxInFlight.
 	MaxInFlight int
-
-	// BufferSize is the splice buffer per direction, in bytes; zero means
-	// DefaultBufferSize.
-	BufferSize int
-	// Segments gives the datapath's passive measurement of a gVisor target
-	// leg (see direction.go); nil means those legs have no per-direction
-	// counts (proxy.DirNone).
-	Segments proxy.SegmentsFunc
-	// HostSegments gives the host-leg capture's passive measurement of a
-	// host socket target leg (local: the socket's address, remote: the
-	// target); nil, or a nil result, means TCP_INFO alone (see
-	// direction.go).
-	HostSegments proxy.SegmentsFunc
-	// HostSync, when set, is called before a host socket leg's final
-	// reading and before a pooled one goes back to the pool: it waits
-	// (briefly; at once when the capture is idle) until the capture
-	// behind HostSegments has caught up with the traffic.
-	HostSync func()
-	// Now is the clock of the per-connection samples and the streaming
-	// meter (ConnStats.Start, Throughput, Sample's intervals, the
-	// streaming time of AggSample.Waiting) and of the idle watchdog's
-	// reckoning; nil means time.Now. Deadlines on the legs and the
-	// timers' own waits stay on the wall clock.
-	Now func() time.Time
-	// OnPanic, if set, hears of each panic recovered in a connection's
-	// goroutines: the connection (ID 0 before admission), the value and
-	// the stack. It is called once per panic, from that goroutine, and must
-	// not block.
+	// OnPanic, if set, hears of each panic recovered in the accept path's
+	// goroutines (a connection's before its hand-over): the connection (ID
+	// 0: it has none yet), the value and the stack. It is called once per
+	// panic, from that goroutine, and must not block.
 	OnPanic func(req *proxy.ConnRequest, v any, stack []byte)
 }
 
 func (o ForwarderOptions) withDefaults() ForwarderOptions {
-	if o.Host == nil {
-		o.Host = &HostDialer{}
-	}
-	if o.Back == nil {
-		o.Back = &StackDialer{}
+	if o.Handler == nil {
+		o.Handler = proxy.New(proxy.Options{})
 	}
 	if o.MaxInFlight <= 0 {
 		o.MaxInFlight = DefaultMaxInFlight
 	}
-	if o.BufferSize <= 0 {
-		o.BufferSize = DefaultBufferSize
-	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
 	return o
 }
 
-// ForwarderStats are the forwarder's counters, totals since it was created.
+// ForwarderStats are the accept path's counters, totals since the forwarder
+// was created: SYNs, handshakes, listeners and cookies. What became of the
+// connections it handed over is its Handler's to count (proxy.Stats).
 type ForwarderStats struct {
-	Accepted          uint64 // connections spliced to a target; for http services, client connections admitted
-	RefusedRST        uint64 // refused with RST
-	Refused503        uint64 // answered with a 503 page
-	NoService         uint64 // SYNs to an address:port that is no virtual server (RST)
+	NoService         uint64 // SYNs to an address:port that is no virtual server (RST), and connections whose service was reloaded away before the hand-over
 	RefusedClosed     uint64 // SYNs after Drain or Close (RST, no SYN-ACK)
 	DroppedInFlight   uint64 // SYNs dropped: MaxInFlight or InFlightPerVIP pending (tcp.Forwarder path), or a listener's accept queue full
 	SYNCookiesSent    uint64 // SYN-ACKs with a SYN cookie (a listener's backlog was full)
 	SYNCookiesValid   uint64 // ACKs with a valid cookie: connections established from a cookie
 	SYNCookiesInvalid uint64 // ACKs to a listener with no valid cookie (dropped)
 	Listeners         int    // listening endpoints now (VIP and port pairs)
-	TargetTimedOut    uint64 // spliced connections whose target sent nothing within FirstByteTimeout
-	Panics            uint64 // panics recovered in connection goroutines (each ended its connection)
-	DialFailed        uint64 // failed dials to targets
-	HandshakeTimedOut uint64 // client handshakes aborted by HandshakeTimeout (tcp.Forwarder path)
+	Panics            uint64 // panics recovered in the accept path's goroutines
+	HandshakeTimedOut uint64 // client handshakes aborted by HandshakeTimeout (tcp.Forwarder path; listeners' half-open sweep)
 	HandshakeFailed   uint64 // client handshakes that failed otherwise (RST from the client; tcp.Forwarder path)
-	IdleClosed        uint64 // connections closed by IdleTimeout
-	Aborted           uint64 // connections Close ended (pending or spliced)
-	NoSession         uint64 // Accepts without a Session, refused with RST (an Admitter bug)
 	TimeWaitReopened  uint64 // SYNs that ended a TIME_WAIT on their 4-tuple and opened a new connection
 	UDPUnreachable    uint64 // UDP datagrams to no socket, answered with ICMP port unreachable
-	HTTPRequests      uint64 // http requests whose head was parsed (http virtual servers)
-	HTTPRefused       uint64 // of those, answered with the 503 page (also in Refused503)
-	HTTPHeaderTimeout uint64 // request heads not complete within HeaderTimeout (408)
-	HTTPHeaderTooBig  uint64 // request heads over MaxHeaderBytes (431)
-	HTTPBadRequest    uint64 // malformed heads, Content-Length with Transfer-Encoding, bodies the client malformed or cut short (400)
-	HTTPRetried       uint64 // idempotent requests sent again on a fresh target connection after a pooled one failed
-	HTTPBadGateway    uint64 // requests whose target failed mid-exchange (502, or a cut response)
-	HTTPBodyTimeout   uint64 // admitted requests whose client stalled its body past the idle timeout (408)
-	HTTPClients       int64  // http client connections open now
-	TargetConns       int64  // http target connections open now (in use or pooled)
-	TargetConnsIdle   int    // of those, idle in the pool
-	Open              int64  // connections open now (spliced)
-	Pending           int64  // connections between SYN (or accept) and splice now (handshake on the tcp.Forwarder path, admission, dial)
+	Handshaking       int64  // handshakes on the tcp.Forwarder path now (between SYN and the hand-over)
 
 	// ListenDropped: segments past the SYN that listeners dropped, by cause.
 	ListenDropped ListenDrops
 }
 
 // Forwarder terminates TCP connections to virtual servers on a Stack's
-// promiscuous NICs, asks an Admitter about each once the client's handshake
-// is complete, and splices accepted ones to their targets.
+// promiscuous NICs and, once the client's handshake is complete, hands each
+// to its Handler.
 type Forwarder struct {
 	s    *Stack
 	opts ForwarderOptions
 	fwd  *tcp.Forwarder
-	ctx  context.Context // cancelled by Close: ends dials
-	stop context.CancelFunc
 
-	nextID  atomic.Uint64
-	bufPool sync.Pool       // *[]byte of BufferSize
-	workers *proxy.WarmPool // serve and splice goroutines, reused
+	workers *proxy.WarmPool // hand-over goroutines of listeners, reused
 
 	mu      sync.Mutex
 	closed  bool                                                      // protected by mu
-	conns   map[uint64]*connEntry                                     // protected by mu: open connections
 	pending map[stack.TransportEndpointID]tcpip.NetworkProtocolNumber // protected by mu: handshakes in progress
-	wg      sync.WaitGroup                                            // handler goroutines and the splices they start
+	wg      sync.WaitGroup                                            // handler goroutines
 
-	tw      timeWaitTable
-	closing proxy.ClosingSet // spliced connections waiting for the client's FIN (proxy/release.go)
+	tw timeWaitTable
 
 	draining  atomic.Bool // set by Drain
 	lmu       sync.Mutex
@@ -246,21 +158,8 @@ type Forwarder struct {
 	vipPending map[netip.Addr]int // protected by vipMu: tcp.Forwarder-path handshakes per VIP
 	vipDropped atomic.Uint64
 
-	sampleMu sync.Mutex
-	sampler  sampler // protected by sampleMu
-
-	accepted, refusedRST, refused503, noService, refusedClosed atomic.Uint64
-	dialFailed, hsTimedOut, hsFailed, idleClosed               atomic.Uint64
-	aborted, noSession, targetTimedOut, panics                 atomic.Uint64
-	open, pendingN                                             atomic.Int64
-
-	// http virtual servers (httpproxy.go, pool.go)
-	pool                                                                   pool
-	httpConns                                                              map[*Conn]struct{} // protected by mu: open http client connections
-	requests, requestsRefused, httpRetried                                 atomic.Uint64
-	httpHeaderTimedOut, httpHeaderTooLarge, httpBadRequest, httpBadGateway atomic.Uint64
-	httpBodyTimedOut                                                       atomic.Uint64
-	httpClients, backends                                                  atomic.Int64
+	noService, refusedClosed, hsTimedOut, hsFailed, panics atomic.Uint64
+	handshaking                                            atomic.Int64
 }
 
 // NewForwarder installs a TCP forwarder on s: from now on every SYN that
@@ -268,25 +167,16 @@ type Forwarder struct {
 // with ICMP port unreachable and counted. Only one Forwarder per Stack.
 func NewForwarder(s *Stack, opts ForwarderOptions) *Forwarder {
 	opts = opts.withDefaults()
-	ctx, stop := context.WithCancel(context.Background())
 	f := &Forwarder{
 		s:       s,
 		opts:    opts,
-		ctx:     ctx,
-		stop:    stop,
-		conns:   make(map[uint64]*connEntry),
 		pending: make(map[stack.TransportEndpointID]tcpip.NetworkProtocolNumber),
 
 		listeners:  make(map[netip.AddrPort]*listener),
 		vipPending: make(map[netip.Addr]int),
 	}
-	f.bufPool.New = func() any {
-		b := make([]byte, opts.BufferSize)
-		return &b
-	}
 	f.tw.init()
 	f.workers = proxy.NewWarmPool(proxy.DefaultWarmIdle)
-	f.sampler.init(f.now())
 	f.fwd = tcp.NewForwarder(s.s, 0, opts.MaxInFlight, f.handle)
 	s.s.SetTransportProtocolHandler(tcp.ProtocolNumber, f.fwd.HandlePacket)
 	// Returning false lets the stack answer with ICMP port unreachable.
@@ -296,16 +186,10 @@ func NewForwarder(s *Stack, opts ForwarderOptions) *Forwarder {
 	return f
 }
 
-// now reads the forwarder's clock (ForwarderOptions.Now).
-func (f *Forwarder) now() time.Time { return f.opts.Now() }
-
 // Stats returns the forwarder's counters.
 func (f *Forwarder) Stats() ForwarderStats {
 	st := f.s.s.Stats()
 	return ForwarderStats{
-		Accepted:          f.accepted.Load(),
-		RefusedRST:        f.refusedRST.Load(),
-		Refused503:        f.refused503.Load(),
 		NoService:         f.noService.Load(),
 		RefusedClosed:     f.refusedClosed.Load(),
 		DroppedInFlight:   st.TCP.ForwardMaxInFlightDrop.Value() + f.vipDropped.Load() + st.TCP.ListenOverflowSynDrop.Value(),
@@ -314,35 +198,18 @@ func (f *Forwarder) Stats() ForwarderStats {
 		SYNCookiesInvalid: st.TCP.ListenOverflowInvalidSynCookieRcvd.Value(),
 		ListenDropped:     f.listenDrops(),
 		Listeners:         f.listenerCount(),
-		TargetTimedOut:    f.targetTimedOut.Load(),
 		Panics:            f.panics.Load(),
-		DialFailed:        f.dialFailed.Load(),
 		HandshakeTimedOut: f.hsTimedOut.Load(),
 		HandshakeFailed:   f.hsFailed.Load(),
-		IdleClosed:        f.idleClosed.Load(),
-		Aborted:           f.aborted.Load(),
-		NoSession:         f.noSession.Load(),
 		TimeWaitReopened:  f.tw.reopened.Load(),
 		UDPUnreachable:    st.UDP.UnknownPortErrors.Value(),
-		HTTPRequests:      f.requests.Load(),
-		HTTPRefused:       f.requestsRefused.Load(),
-		HTTPHeaderTimeout: f.httpHeaderTimedOut.Load(),
-		HTTPHeaderTooBig:  f.httpHeaderTooLarge.Load(),
-		HTTPBadRequest:    f.httpBadRequest.Load(),
-		HTTPRetried:       f.httpRetried.Load(),
-		HTTPBadGateway:    f.httpBadGateway.Load(),
-		HTTPBodyTimeout:   f.httpBodyTimedOut.Load(),
-		HTTPClients:       f.httpClients.Load(),
-		TargetConns:       f.backends.Load(),
-		TargetConnsIdle:   f.pool.idleCount(),
-		Open:              f.open.Load(),
-		Pending:           f.pendingN.Load(),
+		Handshaking:       f.handshaking.Load(),
 	}
 }
 
-// Close stops admitting (new SYNs get RST), aborts pending handshakes and
-// dials, closes every open connection and waits for all of the forwarder's
-// goroutines. The stack stays up.
+// Close stops admitting (new SYNs get RST), aborts pending handshakes,
+// closes the Handler (which closes every open connection) and waits for all
+// of the forwarder's goroutines. The stack stays up.
 func (f *Forwarder) Close() error {
 	f.mu.Lock()
 	if f.closed {
@@ -350,34 +217,20 @@ func (f *Forwarder) Close() error {
 		return nil
 	}
 	f.closed = true
-	conns := make([]*connEntry, 0, len(f.conns))
-	for _, c := range f.conns {
-		conns = append(conns, c)
-	}
 	pend := make(map[stack.TransportEndpointID]tcpip.NetworkProtocolNumber, len(f.pending))
 	for id, p := range f.pending {
 		pend[id] = p
 	}
 	f.mu.Unlock()
-	f.stop()
 	f.closeListeners()
 	for id, p := range pend {
 		f.abortHandshake(p, id)
 	}
-	for _, c := range conns {
-		c.aborted.Store(true)
-		c.abort()
-	}
-	f.mu.Lock()
-	for c := range f.httpConns {
-		c.Close()
-	}
-	f.mu.Unlock()
+	err := f.opts.Handler.Close()
 	f.wg.Wait()
-	f.pool.closeAll(f)
 	f.workers.Close()
 	f.s.setSYNHook(nil)
-	return nil
+	return err
 }
 
 // handle runs in its own goroutine, one per SYN the gVisor forwarder admits
@@ -393,8 +246,7 @@ func (f *Forwarder) handle(r *tcp.ForwarderRequest) {
 	f.wg.Add(1)
 	f.mu.Unlock()
 	defer f.wg.Done()
-	var req *proxy.ConnRequest
-	defer f.recoverConn(&req, func() { r.Complete(true) })
+	defer f.recoverConn(func() { r.Complete(true) })
 
 	id := r.ID()
 	vip := netip.AddrPortFrom(netipAddr(id.LocalAddress), id.LocalPort)
@@ -415,14 +267,14 @@ func (f *Forwarder) handle(r *tcp.ForwarderRequest) {
 		r.Complete(false)
 		return
 	}
-	f.pendingN.Add(1)
+	f.handshaking.Add(1)
 	client, err := f.handshake(r, protoOf(vip.Addr()), t.Handshake)
 	f.vipLeave(vip.Addr())
+	f.handshaking.Add(-1)
 	if err != nil {
-		f.pendingN.Add(-1)
 		return
 	}
-	f.serve(&req, client, vip)
+	f.handOver(client, vip)
 }
 
 // vipEnter takes one of vip's in-flight slots on the tcp.Forwarder path,
@@ -445,13 +297,10 @@ func (f *Forwarder) vipLeave(vip netip.Addr) {
 	}
 }
 
-// serve admits an established client connection, dials its target and
-// splices the two, or refuses it. It runs in the connection's goroutine;
-// Pending has been counted for it and serve uncounts it. *reqp is set as
-// soon as the request exists, for the caller's panic report.
-func (f *Forwarder) serve(reqp **proxy.ConnRequest, client *Conn, vip netip.AddrPort) {
-	pendingDone := sync.OnceFunc(func() { f.pendingN.Add(-1) })
-	defer pendingDone()
+// handOver gives an established client connection to the Handler, in the
+// connection's goroutine: its virtual server is looked up again (a reload
+// may have taken it away since the SYN).
+func (f *Forwarder) handOver(client *Conn, vip netip.AddrPort) {
 	// The endpoint's ID, not RemoteAddr: that fails once the client has
 	// reset the connection, which it may have by now.
 	id := client.ep.Info().(*stack.TransportEndpointInfo).ID
@@ -465,118 +314,17 @@ func (f *Forwarder) serve(reqp **proxy.ConnRequest, client *Conn, vip netip.Addr
 	if req.Service == nil {
 		// Reloaded away between the SYN and now.
 		f.noService.Add(1)
-		client.reset()
+		client.Reset()
 		return
 	}
-	req.ID = f.nextID.Add(1)
-	*reqp = req
-	if f.opts.Admitter == nil {
-		f.refusedRST.Add(1)
-		client.reset()
-		return
-	}
-	t := req.Service.Timeouts
-	var (
-		d      proxy.Decision
-		sess   proxy.Session
-		target proxy.Leg
-		ended  bool
-	)
-	end := proxy.End{Stats: proxy.ConnStats{ID: req.ID, Client: req.Client, VIP: req.VIP, Service: req.Service.Name, Start: f.now()}}
-	report := func(o proxy.Outcome, d proxy.Decision, err error) {
-		if sess == nil || ended {
-			return
-		}
-		ended = true
-		end.Outcome, end.Decision, end.Err, end.Dials = o, d, err, req.Attempt
-		if end.Stats.Target == "" {
-			end.Stats.Target = targetName(d)
-		}
-		sess.End(&end)
-	}
-	defer func() {
-		// A panic (in Admit, a Session, a dial) still gives the session
-		// its End and closes what the connection holds; the caller's
-		// recoverConn counts and reports it.
-		if v := recover(); v != nil {
-			client.reset()
-			if target != nil {
-				target.Close()
-			}
-			func() {
-				defer func() { _ = recover() }() // a Session that panics again in End
-				report(proxy.Panicked, d, fmt.Errorf("panic: %v", v))
-			}()
-			panic(v)
-		}
-	}()
-	if ra := f.opts.RequestAdmitter; ra != nil && req.Service.Proto == policy.ProtoHTTP {
-		f.serveHTTP(req, client, ra, t, pendingDone)
-		return
-	}
-	hook("admit")
-	since := f.closing.Gen()
-	f.closing.PreSettle(req.Client.Addr())
-	req.SettleFunc = func() bool { return f.closing.Settle(req.Client.Addr(), proxy.SettleWait, since) }
-	d, sess = f.opts.Admitter.Admit(req)
-	if d.Verdict == proxy.Accept && sess == nil {
-		f.noSession.Add(1)
-		d = proxy.Decision{Verdict: proxy.RefuseRST, Reason: "accepted without a session"}
-	}
-	for d.Verdict == proxy.Accept {
-		var err error
-		target, err = f.dial(d, t.Connect)
-		if err == nil {
-			break
-		}
-		if f.ctx.Err() != nil {
-			// Close cut the dial: no fault of the target's to report.
-			f.aborted.Add(1)
-			client.reset()
-			report(proxy.Aborted, d, err)
-			return
-		}
-		f.dialFailed.Add(1)
-		req.Attempt++
-		d = sess.DialFailed(d, err)
-	}
-	pendingDone()
-	isHTTP := req.Service.Proto == policy.ProtoHTTP
-	switch {
-	case d.Verdict == proxy.Refuse503 && isHTTP:
-		f.refused503.Add(1)
-		line, n := proxy.Serve503(client, pageOf(d), t.RequestRead)
-		end.Refusal = proxy.Refusal{Status: 503, RequestLine: line, Bytes: n}
-		report(proxy.RefusedPage, d, nil)
-		return
-	case d.Verdict != proxy.Accept:
-		f.refusedRST.Add(1)
-		client.reset()
-		report(proxy.RefusedReset, d, nil)
-		return
-	}
-	f.accepted.Add(1)
-	ended = true // splice reports the End
-	f.splice(req, d, sess, client, target, t)
+	client.tw = &f.tw
+	f.opts.Handler.HandleConn(client, req)
 }
 
-// hook is a test hook: tests set testHook to make a stage panic. Unset in
-// production, where it costs one atomic load and a compare per call.
-func hook(stage string) {
-	if h := testHook.Load(); h != nil {
-		(*h)(stage)
-	}
-}
-
-// testHook, when set by a test, is called with the name of each hooked
-// stage ("admit", "splice").
-var testHook atomic.Pointer[func(stage string)]
-
-// recoverConn recovers a panic in a connection goroutine: counts it,
+// recoverConn recovers a panic in an accept path goroutine: counts it,
 // reports it to OnPanic with the stack, and runs cleanup (which closes
-// what the goroutine holds). Deferred first thing in each such goroutine;
-// *reqp is the connection's request once it has one.
-func (f *Forwarder) recoverConn(reqp **proxy.ConnRequest, cleanup func()) {
+// what the goroutine holds). Deferred first thing in each such goroutine.
+func (f *Forwarder) recoverConn(cleanup func()) {
 	v := recover()
 	if v == nil {
 		return
@@ -587,36 +335,10 @@ func (f *Forwarder) recoverConn(reqp **proxy.ConnRequest, cleanup func()) {
 			cleanup()
 		}()
 	}
-	f.recoverConnValue(reqp, v)
-}
-
-// recoverConnValue counts a recovered panic and reports it to OnPanic.
-func (f *Forwarder) recoverConnValue(reqp **proxy.ConnRequest, v any) {
 	f.panics.Add(1)
 	if f.opts.OnPanic != nil {
-		req := *reqp
-		if req == nil {
-			req = &proxy.ConnRequest{}
-		}
-		f.opts.OnPanic(req, v, debug.Stack())
+		f.opts.OnPanic(&proxy.ConnRequest{}, v, debug.Stack())
 	}
-}
-
-// dial opens the target leg of an Accept decision, within timeout.
-func (f *Forwarder) dial(d proxy.Decision, timeout time.Duration) (proxy.Leg, error) {
-	if d.Target == nil {
-		return nil, errors.New("netstack: accept decision without a target")
-	}
-	dl := d.Dialer
-	if dl == nil {
-		dl = f.opts.Host
-		if d.Target.Via == policy.DialNetstack {
-			dl = f.opts.Back
-		}
-	}
-	ctx, cancel := context.WithTimeout(f.ctx, timeout)
-	defer cancel()
-	return dl.DialTarget(ctx, d.Target.Addr)
 }
 
 // handshake completes the client's handshake, aborting it after timeout.

@@ -31,7 +31,7 @@ func TestSpliceHostTarget(t *testing.T) {
 			vs := &policy.VirtualServer{Name: "echo", VIPs: []netip.Addr{tc.vip}, Ports: policy.PortRange{Lo: 80, Hi: 80}}
 			target := &policy.Target{Name: "t1", Addr: taddr}
 			adm := &testAdmitter{target: target, action: &policy.Action{Name: "gold"}, keep: true}
-			r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: services(vs), Admitter: adm}})
+			r := newRig(t, rigOptions{fwd: fwdOptions{Services: services(vs), Admitter: adm}})
 
 			c := dial(t, r.client, netip.AddrPortFrom(tc.vip, 80))
 			msg := make([]byte, 1<<20)
@@ -76,11 +76,11 @@ func TestSpliceHostTarget(t *testing.T) {
 			if cs.Client.Addr() != clientAddr(tc.vip) || cs.VIP != netip.AddrPortFrom(tc.vip, 80) || cs.Target != "t1" || cs.Service != "echo" {
 				t.Errorf("record names %+v", cs)
 			}
-			st := r.fwd.Stats()
+			st := r.stats()
 			if st.Accepted != 1 || st.Open != 0 {
 				t.Errorf("stats %+v", st)
 			}
-			s := r.fwd.Sample()
+			s := r.px.Sample()
 			if len(s.Targets) != 1 || s.Targets[0].Service != "echo" || s.Targets[0].Name != "t1" || s.Targets[0].Closed != 1 || s.Targets[0].SegmentsSent < minSegs {
 				t.Errorf("sample targets %+v", s.Targets)
 			}

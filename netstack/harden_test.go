@@ -64,10 +64,10 @@ func TestSYNFloodCookies(t *testing.T) {
 	}
 	adm := &testAdmitter{target: &policy.Target{Name: "t", Addr: taddr}}
 	r := newRig(t, rigOptions{
-		fwd:    ForwarderOptions{Services: lookup, Admitter: adm},
+		fwd:    fwdOptions{Services: lookup, Admitter: adm},
 		listen: []*policy.VirtualServer{vsA, vsB},
 	})
-	if st := r.fwd.Stats(); st.Listeners != 2 {
+	if st := r.stats(); st.Listeners != 2 {
 		t.Fatalf("%d listeners, want 2", st.Listeners)
 	}
 	const spoofed = 20000
@@ -117,7 +117,7 @@ func TestSYNFloodCookies(t *testing.T) {
 		}
 	}
 	wg.Wait()
-	st := r.fwd.Stats()
+	st := r.stats()
 	t.Logf("flood of %d spoofed SYNs: %+v", spoofed, st)
 	if failed > 0 {
 		t.Errorf("%d of %d real connections failed under the flood", failed, real)
@@ -131,7 +131,7 @@ func TestSYNFloodCookies(t *testing.T) {
 	if n := accepts.Load(); n != real {
 		t.Errorf("the backend accepted %d connections, want %d", n, real)
 	}
-	testutil.Eventually(t, 10*time.Second, func() bool { return r.fwd.Stats().Pending == 0 }, "pending left: %+v", r.fwd.Stats())
+	testutil.Eventually(t, 10*time.Second, func() bool { return r.stats().Pending == 0 }, "pending left: %+v", r.stats())
 }
 
 // TestListenFollowsServices: Listen opens listeners for new VIPs and ports
@@ -154,8 +154,8 @@ func TestListenFollowsServices(t *testing.T) {
 	both := []*policy.VirtualServer{narrow, wide}
 	cur.Store(&both)
 	adm := &testAdmitter{target: &policy.Target{Name: "t", Addr: taddr}}
-	r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: lookup, Admitter: adm}, listen: both})
-	if n := r.fwd.Stats().Listeners; n != 4 {
+	r := newRig(t, rigOptions{fwd: fwdOptions{Services: lookup, Admitter: adm}, listen: both})
+	if n := r.stats().Listeners; n != 4 {
 		t.Fatalf("%d listeners, want 4 (2 VIPs × 2 ports; the wide range has none)", n)
 	}
 	for _, vip := range []netip.AddrPort{
@@ -175,7 +175,7 @@ func TestListenFollowsServices(t *testing.T) {
 	if err := r.fwd.Listen(only); err != nil {
 		t.Fatal(err)
 	}
-	if n := r.fwd.Stats().Listeners; n != 0 {
+	if n := r.stats().Listeners; n != 0 {
 		t.Fatalf("%d listeners after removing the narrow service, want 0", n)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -221,7 +221,7 @@ func TestFirstByteTimeout(t *testing.T) {
 		return services(raw)(a, p)
 	}
 	adm := &testAdmitter{target: &policy.Target{Name: "silent", Addr: taddr}}
-	r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: lookup, Admitter: adm}, listen: []*policy.VirtualServer{web, raw}})
+	r := newRig(t, rigOptions{fwd: fwdOptions{Services: lookup, Admitter: adm}, listen: []*policy.VirtualServer{web, raw}})
 
 	t.Run("http-503", func(t *testing.T) {
 		c := dial(t, r.client, netip.AddrPortFrom(vipV4, 8080))
@@ -248,7 +248,7 @@ func TestFirstByteTimeout(t *testing.T) {
 		io.WriteString(c, "hello")
 		wantReset(t, c, nil)
 	})
-	testutil.Eventually(t, 5*time.Second, func() bool { return r.fwd.Stats().TargetTimedOut == 2 }, "stats %+v", r.fwd.Stats())
+	testutil.Eventually(t, 5*time.Second, func() bool { return r.stats().TargetTimedOut == 2 }, "stats %+v", r.stats())
 	if n := adm.nTargetFailed.Load(); n != 2 {
 		t.Errorf("TargetFailed %d times, want 2", n)
 	}
@@ -261,6 +261,31 @@ func TestFirstByteTimeout(t *testing.T) {
 	if got := adm.outcomes(); len(got) != 2 || got[0] != proxy.TargetTimedOut || got[1] != proxy.TargetTimedOut {
 		t.Errorf("outcomes %v, want two target-timeout", got)
 	}
+}
+
+// panicDialer dials host sockets whose reads call fire("splice") first: a
+// splice half's read that panics when the test says so.
+type panicDialer struct {
+	HostDialer
+	fire func(stage string)
+}
+
+func (d *panicDialer) DialTarget(ctx context.Context, addr netip.AddrPort) (proxy.Leg, error) {
+	leg, err := d.HostDialer.DialTarget(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	return &panicLeg{Leg: leg, fire: d.fire}, nil
+}
+
+type panicLeg struct {
+	proxy.Leg
+	fire func(stage string)
+}
+
+func (l *panicLeg) ReadLent(pool *sync.Pool, bp *[]byte) (*[]byte, int, error) {
+	l.fire("splice")
+	return l.Leg.ReadLent(pool, bp)
 }
 
 // blackholeDialer never completes a dial: a target whose SYNs go
@@ -284,7 +309,7 @@ func TestConnectTimeout(t *testing.T) {
 	adm := &testAdmitter{admit: func(*proxy.ConnRequest) proxy.Decision {
 		return proxy.Decision{Verdict: proxy.Accept, Target: tgt, Dialer: bh}
 	}}
-	r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: services(vs), Admitter: adm}, listen: []*policy.VirtualServer{vs}})
+	r := newRig(t, rigOptions{fwd: fwdOptions{Services: services(vs), Admitter: adm}, listen: []*policy.VirtualServer{vs}})
 	t0 := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -294,8 +319,8 @@ func TestConnectTimeout(t *testing.T) {
 	if el < ct || el > ct+3*time.Second {
 		t.Errorf("reset after %v, want about %v", el, ct)
 	}
-	if adm.nFailed.Load() != 1 || r.fwd.Stats().DialFailed != 1 {
-		t.Errorf("DialFailed %d, stats %+v; want 1", adm.nFailed.Load(), r.fwd.Stats())
+	if adm.nFailed.Load() != 1 || r.stats().DialFailed != 1 {
+		t.Errorf("DialFailed %d, stats %+v; want 1", adm.nFailed.Load(), r.stats())
 	}
 }
 
@@ -308,9 +333,22 @@ func TestPanicContained(t *testing.T) {
 	vs := &policy.VirtualServer{Name: "echo", VIPs: []netip.Addr{vipV4}, Ports: policy.PortRange{Lo: 80, Hi: 80}}
 	var reports atomic.Int64
 	var lastStack atomic.Value
-	adm := &testAdmitter{target: &policy.Target{Name: "t", Addr: taddr}}
+	// inject names the stage to panic at, once: "admit" in the Admitter,
+	// "splice" in the target leg's read (a splice half).
+	var inject atomic.Pointer[string]
+	fire := func(stage string) {
+		if p := inject.Load(); p != nil && *p == stage && inject.CompareAndSwap(p, nil) {
+			panic("injected at " + stage)
+		}
+	}
+	tgt := &policy.Target{Name: "t", Addr: taddr}
+	pd := &panicDialer{fire: fire}
+	adm := &testAdmitter{admit: func(*proxy.ConnRequest) proxy.Decision {
+		fire("admit")
+		return proxy.Decision{Verdict: proxy.Accept, Target: tgt, Dialer: pd}
+	}}
 	r := newRig(t, rigOptions{
-		fwd: ForwarderOptions{Services: services(vs), Admitter: adm, OnPanic: func(req *proxy.ConnRequest, v any, stack []byte) {
+		fwd: fwdOptions{Services: services(vs), Admitter: adm, OnPanic: func(req *proxy.ConnRequest, v any, stack []byte) {
 			// The stack first: the test reads it once it sees the count.
 			lastStack.Store(string(stack))
 			reports.Add(1)
@@ -332,19 +370,15 @@ func TestPanicContained(t *testing.T) {
 		return err
 	}
 	for i, stage := range []string{"admit", "splice"} {
-		var once atomic.Bool
-		h := func(s string) {
-			if s == stage && once.CompareAndSwap(false, true) {
-				panic("injected at " + s)
-			}
-		}
-		testHook.Store(&h)
+		inject.Store(&stage)
 		if err := echo(); err == nil {
 			t.Errorf("%s: the panicking connection echoed", stage)
 		}
-		testHook.Store(nil)
-		testutil.Eventually(t, 5*time.Second, func() bool { return r.fwd.Stats().Panics == uint64(i+1) && reports.Load() == int64(i+1) },
-			"%s: panics %d, OnPanic called %d times", stage, r.fwd.Stats().Panics, reports.Load())
+		if inject.Load() != nil {
+			t.Fatalf("%s: the stage never ran", stage)
+		}
+		testutil.Eventually(t, 5*time.Second, func() bool { return r.stats().Panics == uint64(i+1) && reports.Load() == int64(i+1) },
+			"%s: panics %d, OnPanic called %d times", stage, r.stats().Panics, reports.Load())
 		if s, _ := lastStack.Load().(string); !strings.Contains(s, "netstack") {
 			t.Errorf("%s: the report has no stack: %q", stage, s)
 		}
@@ -352,7 +386,7 @@ func TestPanicContained(t *testing.T) {
 			t.Errorf("%s: the next connection failed: %v", stage, err)
 		}
 	}
-	testutil.Eventually(t, 5*time.Second, func() bool { return r.fwd.Stats().Open == 0 && r.fwd.Stats().Pending == 0 }, "stats %+v", r.fwd.Stats())
+	testutil.Eventually(t, 5*time.Second, func() bool { return r.stats().Open == 0 && r.stats().Pending == 0 }, "stats %+v", r.stats())
 	got := adm.outcomes()
 	panicked := 0
 	for _, o := range got {
@@ -382,11 +416,11 @@ func TestDrainRefusesBeforeHandshake(t *testing.T) {
 	}
 	var counter *tcpFlagCounter
 	adm := &testAdmitter{target: &policy.Target{Name: "t", Addr: taddr}}
-	r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: lookup, Admitter: adm}, listen: []*policy.VirtualServer{narrow, wide},
+	r := newRig(t, rigOptions{fwd: fwdOptions{Services: lookup, Admitter: adm}, listen: []*policy.VirtualServer{narrow, wide},
 		wrapFront: func(d datapath.Device) datapath.Device { counter = &tcpFlagCounter{Device: d}; return counter }})
 	r.fwd.Drain()
-	if err := r.fwd.Listen([]*policy.VirtualServer{narrow}); err != nil || r.fwd.Stats().Listeners != 0 {
-		t.Fatalf("Listen after Drain: %v, %d listeners", err, r.fwd.Stats().Listeners)
+	if err := r.fwd.Listen([]*policy.VirtualServer{narrow}); err != nil || r.stats().Listeners != 0 {
+		t.Fatalf("Listen after Drain: %v, %d listeners", err, r.stats().Listeners)
 	}
 	before := counter.synAck.Load()
 	for _, port := range []uint16{80, 1000} {
@@ -400,7 +434,7 @@ func TestDrainRefusesBeforeHandshake(t *testing.T) {
 	if n := counter.synAck.Load() - before; n != 0 {
 		t.Errorf("%d SYN-ACKs after Drain", n)
 	}
-	if st := r.fwd.Stats(); st.RefusedClosed != 2 || adm.nAdmit.Load() != 0 {
+	if st := r.stats(); st.RefusedClosed != 2 || adm.nAdmit.Load() != 0 {
 		t.Errorf("after Drain: %+v, %d admitted", st, adm.nAdmit.Load())
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"weir/datapath"
 	"weir/internal/testutil"
 	"weir/netstack/proxy"
+	proxyhttp "weir/netstack/proxy/http"
 	"weir/policy"
 )
 
@@ -168,13 +169,15 @@ func (a *testAdmitter) refusalCount() int {
 type rig struct {
 	weir, client *Stack
 	fwd          *Forwarder
+	px           *proxy.Proxy      // fwd's Handler
+	hs           *proxyhttp.Server // px's http server, when RequestAdmitter is set
 	front        *NIC
 	clientNIC    *NIC
 	clientDev    datapath.Device // the client's end, possibly wrapped
 }
 
 type rigOptions struct {
-	fwd       ForwarderOptions
+	fwd       fwdOptions
 	stack     Options
 	wrapFront func(datapath.Device) datapath.Device // wraps weir's device end
 	rawClient bool                                  // no client stack: the test drives clientDev
@@ -211,7 +214,7 @@ func newRig(t testing.TB, o rigOptions) *rig {
 	for _, vs := range o.listen {
 		compiled(t, vs)
 	}
-	r.fwd = NewForwarder(w, o.fwd)
+	r.fwd, r.px, r.hs = o.fwd.build(w)
 	t.Cleanup(r.close)
 	if o.listen != nil {
 		if err := r.fwd.Listen(o.listen); err != nil {
@@ -230,6 +233,69 @@ func newRig(t testing.TB, o rigOptions) *rig {
 		t.Fatal(err)
 	}
 	return r
+}
+
+// fwdOptions are a rig's accept path, proxy and http server options in
+// one, as weir's appliance wires them: the forwarder hands its connections
+// to a proxy.Proxy, which gives those of http services to a
+// proxyhttp.Server when RequestAdmitter is set. Host nil means a zero
+// HostDialer, Back nil a zero StackDialer (ErrNoBackArm).
+type fwdOptions struct {
+	Services        func(addr netip.Addr, port uint16) *policy.VirtualServer
+	Admitter        proxy.Admitter
+	RequestAdmitter proxy.RequestAdmitter
+	Host, Back      proxy.Dialer
+	MaxInFlight     int
+	Segments        proxy.SegmentsFunc
+	Now             func() time.Time
+	OnPanic         func(req *proxy.ConnRequest, v any, stack []byte)
+}
+
+func (o fwdOptions) build(s *Stack) (*Forwarder, *proxy.Proxy, *proxyhttp.Server) {
+	po := proxy.Options{Admitter: o.Admitter, Host: o.Host, Back: o.Back, Meter: &LegMeter{Segments: o.Segments},
+		Now: o.Now, OnPanic: o.OnPanic}
+	if po.Host == nil {
+		po.Host = &HostDialer{}
+	}
+	if po.Back == nil {
+		po.Back = &StackDialer{}
+	}
+	var hs *proxyhttp.Server
+	if o.RequestAdmitter != nil {
+		hs = proxyhttp.New(proxyhttp.Options{RequestAdmitter: o.RequestAdmitter})
+		po.HTTP = hs
+	}
+	px := proxy.New(po)
+	f := NewForwarder(s, ForwarderOptions{Services: o.Services, Handler: px, MaxInFlight: o.MaxInFlight, OnPanic: o.OnPanic})
+	return f, px, hs
+}
+
+// fwdStats are the counters of a rig's forwarder, proxy and http server
+// in one, named as weir's status document names them.
+type fwdStats struct {
+	ForwarderStats
+	Accepted, RefusedRST, Refused503, TargetTimedOut, DialFailed, IdleClosed, Aborted, NoSession uint64
+	Panics                                                                                       uint64 // the accept path's and the proxy's
+	Open, Pending                                                                                int64  // Pending: handshaking too
+	HTTPRequests, HTTPRefused, HTTPHeaderTimeout, HTTPHeaderTooBig, HTTPBadRequest               uint64
+	HTTPRetried, HTTPBadGateway, HTTPBodyTimeout                                                 uint64
+	HTTPClients, TargetConns                                                                     int64
+	TargetConnsIdle                                                                              int
+}
+
+func (r *rig) stats() fwdStats {
+	fs, ps := r.fwd.Stats(), r.px.Stats()
+	st := fwdStats{ForwarderStats: fs,
+		Accepted: ps.Accepted, RefusedRST: ps.RefusedRST, Refused503: ps.Refused503, TargetTimedOut: ps.TargetTimedOut,
+		DialFailed: ps.DialFailed, IdleClosed: ps.IdleClosed, Aborted: ps.Aborted, NoSession: ps.NoSession,
+		Panics: fs.Panics + ps.Panics, Open: ps.Open, Pending: fs.Handshaking + ps.Pending}
+	if r.hs != nil {
+		hs := r.hs.Stats()
+		st.HTTPRequests, st.HTTPRefused, st.HTTPHeaderTimeout, st.HTTPHeaderTooBig, st.HTTPBadRequest = hs.Requests, hs.Refused, hs.HeaderTimeout, hs.HeaderTooBig, hs.BadRequest
+		st.HTTPRetried, st.HTTPBadGateway, st.HTTPBodyTimeout = hs.Retried, hs.BadGateway, hs.BodyTimeout
+		st.HTTPClients, st.TargetConns, st.TargetConnsIdle = hs.Clients, hs.TargetConns, hs.TargetConnsIdle
+	}
+	return st
 }
 
 func (r *rig) close() {
@@ -361,7 +427,7 @@ func dial(t testing.TB, s *Stack, addr netip.AddrPort) *Conn {
 	return c
 }
 
-// manualClock is a ForwarderOptions.Now that moves only when the test
+// manualClock is a proxy.Options.Now that moves only when the test
 // advances it, so intervals and streaming times are exact.
 type manualClock struct {
 	mu sync.Mutex

@@ -18,7 +18,7 @@ import (
 )
 
 // aggOf returns the aggregate of action (or the target's, "") in s.
-func aggOf(s Sample, target, action string) (AggSample, bool) {
+func aggOf(s proxy.Sample, target, action string) (proxy.AggSample, bool) {
 	list := s.Targets
 	if action != "" {
 		list = s.TargetActions
@@ -28,7 +28,7 @@ func aggOf(s Sample, target, action string) (AggSample, bool) {
 			return a, true
 		}
 	}
-	return AggSample{}, false
+	return proxy.AggSample{}, false
 }
 
 // TestHTTPPooledConnBelongsToRequest (issue 22, N1 and N2): a gold
@@ -67,19 +67,19 @@ func TestHTTPPooledConnBelongsToRequest(t *testing.T) {
 	idle := func(ends int64) {
 		t.Helper()
 		if !testutil.Within(5*time.Second, func() bool {
-			return adm.nEnds.Load() == ends && r.fwd.Stats().TargetConnsIdle == 1
+			return adm.nEnds.Load() == ends && r.stats().TargetConnsIdle == 1
 		}) {
-			t.Fatalf("ends %d, idle target connections %d; want %d, 1", adm.nEnds.Load(), r.fwd.Stats().TargetConnsIdle, ends)
+			t.Fatalf("ends %d, idle target connections %d; want %d, 1", adm.nEnds.Load(), r.stats().TargetConnsIdle, ends)
 		}
 	}
-	r.fwd.Sample()
+	r.px.Sample()
 
 	a := dial(t, r.client, vip)
 	defer a.Close()
 	a.SetDeadline(time.Now().Add(10 * time.Second))
 	get(a, bufio.NewReader(a), "/gold")
 	idle(1)
-	s := r.fwd.Sample()
+	s := r.px.Sample()
 	g, ok := aggOf(s, "t1", "gold")
 	if !ok || g.Bytes == 0 {
 		t.Fatalf("gold aggregate %+v (found %v): want the gold request's bytes", g, ok)
@@ -101,7 +101,7 @@ func TestHTTPPooledConnBelongsToRequest(t *testing.T) {
 	if c := conns.Load(); c != 1 {
 		t.Fatalf("%d target connections, want 1 (pooled, reused)", c)
 	}
-	s = r.fwd.Sample()
+	s = r.px.Sample()
 	sv, ok := aggOf(s, "t1", "silver")
 	if !ok || sv.Bytes == 0 {
 		t.Errorf("silver aggregate %+v (found %v): want the two silver requests' bytes", sv, ok)
@@ -116,7 +116,7 @@ func TestHTTPPooledConnBelongsToRequest(t *testing.T) {
 	if tg.Bytes != sv.Bytes {
 		t.Errorf("target t1 %d bytes, silver %d: the target's bytes are its requests'", tg.Bytes, sv.Bytes)
 	}
-	if cs := r.fwd.Conns(); len(cs) != 1 || cs[0].Action != "" {
+	if cs := r.px.Conns(); len(cs) != 1 || cs[0].Action != "" {
 		t.Errorf("connections %+v: want the one pooled target connection, under no action", cs)
 	}
 }

@@ -99,7 +99,7 @@ func TestTargetResetVisible(t *testing.T) {
 			}
 		})
 	}
-	if n := r.fwd.Stats().HTTPBadGateway; n != 4 {
+	if n := r.stats().HTTPBadGateway; n != 4 {
 		t.Errorf("HTTPBadGateway %d, want 4", n)
 	}
 	if n := adm.nTargetFailed.Load(); n != 0 {

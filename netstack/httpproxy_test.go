@@ -92,7 +92,7 @@ func httpRig(t *testing.T, h http.Handler, o policy.HTTPOptions) (*rig, *testHTT
 	vs := &policy.VirtualServer{Name: "web", VIPs: []netip.Addr{vipV4}, Ports: policy.PortRange{Lo: 80, Hi: 80}, Proto: policy.ProtoHTTP, HTTP: o}
 	target := &policy.Target{Name: "t1", Addr: netip.MustParseAddrPort(ln.Addr().String())}
 	adm := &testHTTPAdmitter{testAdmitter: testAdmitter{target: target}}
-	r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: services(vs), Admitter: adm, RequestAdmitter: adm}})
+	r := newRig(t, rigOptions{fwd: fwdOptions{Services: services(vs), Admitter: adm, RequestAdmitter: adm}})
 	return r, adm, &conns
 }
 
@@ -219,7 +219,7 @@ func TestHTTPProxy(t *testing.T) {
 			}
 		})
 	}
-	st := r.fwd.Stats()
+	st := r.stats()
 	if st.HTTPBadRequest != 2 || st.HTTPHeaderTooBig != 1 || st.HTTPHeaderTimeout != 1 {
 		t.Errorf("counters: bad %d, too big %d, timeout %d; want 2, 1, 1", st.HTTPBadRequest, st.HTTPHeaderTooBig, st.HTTPHeaderTimeout)
 	}

@@ -2,7 +2,8 @@ package netstack
 
 // Link flow
 //
-//	ingress: Device.Read(batch) ──► readLoop ──► version nibble
+//	ingress: Device.Read(batch) ──► readLoop ──► [pure ACKs a later one of the
+//	         batch supersedes skipped: ackbatch.go] ──► version nibble
 //	         ──► [synHook set: datapath.Parse; pure SYN? synHook(4-tuple)]
 //	         ──► stack.NewPacketBuffer (copy) ──► dispatcher.DeliverNetworkPacket
 //	egress:  stack ──► WritePackets ──► copy into a pooled buffer ──► queue (bounded,
@@ -34,6 +35,7 @@ import (
 type LinkStats struct {
 	RxPackets        uint64 // read from the device and handed to the stack
 	RxBytes          uint64 // bytes of RxPackets
+	RxCoalesced      uint64 // read pure ACKs not handed over: a later ACK of the same read batch superseded them (ackbatch.go)
 	TxPackets        uint64 // handed to Device.Write
 	TxBytes          uint64 // bytes of TxPackets
 	DroppedMalformed uint64 // read packets with neither version 4 nor 6, or empty
@@ -79,6 +81,7 @@ type linkEndpoint struct {
 	linkAddr   tcpip.LinkAddress // protected by linkAddrMu
 
 	rxPackets, rxBytes, txPackets, txBytes     atomic.Uint64
+	rxCoalesced                                atomic.Uint64
 	dropMalformed, dropDetached, dropQueueFull atomic.Uint64
 	dropTooBig, dropClosed, dropChecksum       atomic.Uint64
 	readErrors, writeErrors, writeShort        atomic.Uint64
@@ -143,10 +146,27 @@ func (e *linkEndpoint) readLoop() {
 		bufs[i] = make([]byte, size)
 	}
 	sizes := make([]int, e.batch)
+	// The pure ACKs a later one supersedes (ackbatch.go).
+	pkts := make([][]byte, e.batch)
+	info := make([]ackInfo, e.batch)
+	skip := make([]bool, e.batch)
 	for {
 		n, err := e.dev.Read(bufs, sizes, e.headroom)
 		for i := 0; i < n; i++ {
-			e.deliver(bufs[i][e.headroom:e.headroom+sizes[i]], e.rxHdr(bufs[i]))
+			pkts[i] = bufs[i][e.headroom : e.headroom+sizes[i]]
+		}
+		if n > 1 {
+			if m := markSuperseded(pkts[:n], info[:n], skip[:n]); m > 0 {
+				e.rxCoalesced.Add(uint64(m))
+			}
+		} else {
+			skip[0] = false
+		}
+		for i := 0; i < n; i++ {
+			if !skip[i] {
+				e.deliver(pkts[i], e.rxHdr(bufs[i]))
+			}
+			pkts[i] = nil
 		}
 		if err != nil {
 			if errors.Is(err, os.ErrClosed) || e.closed.Load() {
@@ -326,6 +346,7 @@ func (e *linkEndpoint) stats() LinkStats {
 	return LinkStats{
 		RxPackets:        e.rxPackets.Load(),
 		RxBytes:          e.rxBytes.Load(),
+		RxCoalesced:      e.rxCoalesced.Load(),
 		TxPackets:        e.txPackets.Load(),
 		TxBytes:          e.txBytes.Load(),
 		DroppedMalformed: e.dropMalformed.Load(),

@@ -12,7 +12,6 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 	"gvisor.dev/gvisor/pkg/waiter"
 
-	"weir/netstack/proxy"
 	"weir/policy"
 )
 
@@ -203,7 +202,7 @@ func liftListenerQueueLimit(ep tcpip.Endpoint) {
 }
 
 // acceptLoop runs in its own goroutine, one per listener: it hands each
-// established connection to serve in a goroutine of its own, until the
+// established connection to handOver in a goroutine of its own, until the
 // listener is stopped, and then closes the endpoint.
 func (f *Forwarder) acceptLoop(l *listener) {
 	defer f.lwg.Done()
@@ -250,17 +249,15 @@ func (f *Forwarder) accepted1(client *Conn, vip netip.AddrPort) {
 	if f.closed {
 		f.mu.Unlock()
 		f.refusedClosed.Add(1)
-		client.reset()
+		client.Reset()
 		return
 	}
 	f.wg.Add(1)
 	f.mu.Unlock()
-	f.pendingN.Add(1)
 	f.workers.Go(func() {
 		defer f.wg.Done()
-		var req *proxy.ConnRequest
-		defer f.recoverConn(&req, client.reset)
-		f.serve(&req, client, vip)
+		defer f.recoverConn(client.Reset)
+		f.handOver(client, vip)
 	})
 }
 
@@ -292,6 +289,7 @@ func (f *Forwarder) listenerCount() int {
 func (f *Forwarder) Drain() {
 	f.draining.Store(true)
 	f.closeListeners()
+	f.opts.Handler.Drain()
 }
 
 // sweepHalfOpen aborts the half-open handshakes of listeners that are older

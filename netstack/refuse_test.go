@@ -78,7 +78,7 @@ func TestRefusals(t *testing.T) {
 	adm := &testAdmitter{admit: func(*proxy.ConnRequest) proxy.Decision { return refuse }}
 	var counter *tcpFlagCounter
 	r := newRig(t, rigOptions{
-		fwd: ForwarderOptions{Services: lookup, Admitter: adm},
+		fwd: fwdOptions{Services: lookup, Admitter: adm},
 		wrapFront: func(d datapath.Device) datapath.Device {
 			counter = &tcpFlagCounter{Device: d}
 			return counter
@@ -101,20 +101,20 @@ func TestRefusals(t *testing.T) {
 			}
 		})
 		t.Run("no-service/"+vip.String(), func(t *testing.T) {
-			before := r.fwd.Stats().NoService
+			before := r.stats().NoService
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			_, err := r.client.DialTCP(ctx, netip.AddrPort{}, netip.AddrPortFrom(vip, 81))
 			if !errors.Is(err, ErrConnectionRefused) {
 				t.Fatalf("dial: %v, want connection refused", err)
 			}
-			if n := r.fwd.Stats().NoService - before; n != 1 {
+			if n := r.stats().NoService - before; n != 1 {
 				t.Errorf("NoService rose by %d, want 1", n)
 			}
 		})
 		t.Run("udp/"+vip.String(), func(t *testing.T) {
 			before := counter.icmpUnreach.Load()
-			beforeStat := r.fwd.Stats().UDPUnreachable
+			beforeStat := r.stats().UDPUnreachable
 			laddr := clientV4.Addr()
 			if vip.Is6() {
 				laddr = clientV6.Addr()
@@ -130,7 +130,7 @@ func TestRefusals(t *testing.T) {
 			}
 			testutil.Eventually(t, 5*time.Second, func() bool { return counter.icmpUnreach.Load() != before },
 				"no ICMP unreachable for UDP to no virtual server")
-			if r.fwd.Stats().UDPUnreachable == beforeStat {
+			if r.stats().UDPUnreachable == beforeStat {
 				t.Error("UDPUnreachable not counted")
 			}
 		})
@@ -166,7 +166,7 @@ func TestRefusals(t *testing.T) {
 			}
 		})
 	}
-	st := r.fwd.Stats()
+	st := r.stats()
 	if st.Refused503 != 2 || st.RefusedRST != 2 || st.Accepted != 0 {
 		t.Errorf("stats %+v", st)
 	}
@@ -183,15 +183,15 @@ func TestHandshakeTimeout(t *testing.T) {
 	vs := &policy.VirtualServer{Name: "echo", VIPs: []netip.Addr{vipV4}, Ports: policy.PortRange{Lo: 80, Hi: 80},
 		Timeouts: policy.Timeouts{Handshake: 300 * time.Millisecond}}
 	adm := &testAdmitter{target: &policy.Target{Name: "t", Addr: taddr}}
-	r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: services(vs), Admitter: adm}, rawClient: true})
+	r := newRig(t, rigOptions{fwd: fwdOptions{Services: services(vs), Admitter: adm}, rawClient: true})
 	// Inject a bare SYN into weir: nobody will answer its SYN-ACK.
 	syn := rawSYN(netip.AddrPortFrom(clientV4.Addr(), 40000), netip.AddrPortFrom(vipV4, 80))
 	if _, err := r.clientDev.Write([][]byte{syn}, 0); err != nil {
 		t.Fatal(err)
 	}
-	testutil.Within(5*time.Second, func() bool { return r.fwd.Stats().HandshakeTimedOut > 0 })
-	testutil.Within(5*time.Second, func() bool { return r.fwd.Stats().Pending == 0 })
-	st := r.fwd.Stats()
+	testutil.Within(5*time.Second, func() bool { return r.stats().HandshakeTimedOut > 0 })
+	testutil.Within(5*time.Second, func() bool { return r.stats().Pending == 0 })
+	st := r.stats()
 	if st.HandshakeTimedOut != 1 || st.Pending != 0 {
 		t.Fatalf("after the timeout: %+v", st)
 	}
@@ -238,17 +238,17 @@ func TestMaxInFlight(t *testing.T) {
 	vs := &policy.VirtualServer{Name: "tcp", VIPs: []netip.Addr{vipV4}, Ports: policy.PortRange{Lo: 80, Hi: 80},
 		Timeouts: policy.Timeouts{Handshake: 500 * time.Millisecond}}
 	adm := &testAdmitter{}
-	r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: services(vs), Admitter: adm, MaxInFlight: 2}, rawClient: true})
+	r := newRig(t, rigOptions{fwd: fwdOptions{Services: services(vs), Admitter: adm, MaxInFlight: 2}, rawClient: true})
 	for port := uint16(1000); port < 1005; port++ {
 		syn := rawSYN(netip.AddrPortFrom(clientV4.Addr(), port), netip.AddrPortFrom(vipV4, 80))
 		if _, err := r.clientDev.Write([][]byte{syn}, 0); err != nil {
 			t.Fatal(err)
 		}
 	}
-	testutil.Eventually(t, 10*time.Second, func() bool { st := r.fwd.Stats(); return st.Pending == 2 && st.DroppedInFlight == 3 },
-		"2 pending and 3 dropped; stats %+v", r.fwd.Stats())
-	testutil.Eventually(t, 10*time.Second, func() bool { st := r.fwd.Stats(); return st.Pending == 0 && st.HandshakeTimedOut == 2 },
-		"none pending and 2 timed out; stats %+v", r.fwd.Stats())
+	testutil.Eventually(t, 10*time.Second, func() bool { st := r.stats(); return st.Pending == 2 && st.DroppedInFlight == 3 },
+		"2 pending and 3 dropped; stats %+v", r.stats())
+	testutil.Eventually(t, 10*time.Second, func() bool { st := r.stats(); return st.Pending == 0 && st.HandshakeTimedOut == 2 },
+		"none pending and 2 timed out; stats %+v", r.stats())
 	if n := adm.nAdmit.Load(); n != 0 {
 		t.Errorf("Admit called %d times", n)
 	}
@@ -260,19 +260,19 @@ func TestInFlightPerVIP(t *testing.T) {
 	other := netip.MustParseAddr("198.19.0.81")
 	vs := &policy.VirtualServer{Name: "tcp", VIPs: []netip.Addr{vipV4, other}, Ports: policy.PortRange{Lo: 80, Hi: 80},
 		Timeouts: policy.Timeouts{InFlightPerVIP: 2}}
-	r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: services(vs), Admitter: &testAdmitter{}}, rawClient: true})
+	r := newRig(t, rigOptions{fwd: fwdOptions{Services: services(vs), Admitter: &testAdmitter{}}, rawClient: true})
 	for port := uint16(1000); port < 1010; port++ {
 		syn := rawSYN(netip.AddrPortFrom(clientV4.Addr(), port), netip.AddrPortFrom(vipV4, 80))
 		if _, err := r.clientDev.Write([][]byte{syn}, 0); err != nil {
 			t.Fatal(err)
 		}
 	}
-	testutil.Eventually(t, 10*time.Second, func() bool { st := r.fwd.Stats(); return st.Pending == 2 && st.DroppedInFlight == 8 },
-		"2 pending and 8 dropped; stats %+v", r.fwd.Stats())
+	testutil.Eventually(t, 10*time.Second, func() bool { st := r.stats(); return st.Pending == 2 && st.DroppedInFlight == 8 },
+		"2 pending and 8 dropped; stats %+v", r.stats())
 	syn := rawSYN(netip.AddrPortFrom(clientV4.Addr(), 2000), netip.AddrPortFrom(other, 80))
 	if _, err := r.clientDev.Write([][]byte{syn}, 0); err != nil {
 		t.Fatal(err)
 	}
-	testutil.Eventually(t, 10*time.Second, func() bool { st := r.fwd.Stats(); return st.Pending == 3 && st.DroppedInFlight == 8 },
-		"the other VIP's SYN pending; stats %+v", r.fwd.Stats())
+	testutil.Eventually(t, 10*time.Second, func() bool { st := r.stats(); return st.Pending == 3 && st.DroppedInFlight == 8 },
+		"the other VIP's SYN pending; stats %+v", r.stats())
 }

@@ -13,7 +13,7 @@ import (
 	"weir/policy"
 )
 
-// TestSampleDeltas: a long-lived connection contributes to each Sample only
+// TestSampleDeltas: a long-lived connection contributes to each proxy.Sample only
 // what it moved in that interval; the MinRate verdict flags a connection
 // slower than its action's MinRate and not a fast one; Conns lists open
 // connections with a current throughput.
@@ -34,12 +34,12 @@ func TestSampleDeltas(t *testing.T) {
 		return proxy.Decision{Verdict: proxy.Accept, Target: target, Action: a}
 	}}
 	clock := newManualClock()
-	r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: services(vs), Admitter: adm, Now: clock.Now}})
+	r := newRig(t, rigOptions{fwd: fwdOptions{Services: services(vs), Admitter: adm, Now: clock.Now}})
 	c1 := dial(t, r.client, netip.AddrPortFrom(vipV4, 80))
 	defer c1.Close()
 	c2 := dial(t, r.client, netip.AddrPortFrom(vipV4, 81))
 	defer c2.Close()
-	testutil.Eventually(t, 10*time.Second, func() bool { return r.fwd.Stats().Open == 2 }, "r.fwd.Stats().Open == 2")
+	testutil.Eventually(t, 10*time.Second, func() bool { return r.stats().Open == 2 }, "r.stats().Open == 2")
 
 	echo := func(c *Conn, n int) {
 		t.Helper()
@@ -51,15 +51,15 @@ func TestSampleDeltas(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	r.fwd.Sample() // the intervals start now
+	r.px.Sample() // the intervals start now
 	total := uint64(0)
 	for _, n := range []int{10_000, 30_000} {
 		echo(c1, n)
 		echo(c2, n)
 		total += uint64(n)
-		settled(t, r.fwd, total, total)
+		settled(t, r.px, total, total)
 		clock.Advance(time.Second)
-		s := r.fwd.Sample()
+		s := r.px.Sample()
 		if len(s.Targets) != 1 || len(s.TargetActions) != 2 {
 			t.Fatalf("sample %+v", s)
 		}
@@ -91,7 +91,7 @@ func TestSampleDeltas(t *testing.T) {
 	}
 	// The two listeners (ports 80 and 81) accept concurrently: which
 	// connection got the lower ID is not fixed, so find them by action.
-	conns := r.fwd.Conns()
+	conns := r.px.Conns()
 	if len(conns) != 2 || conns[0].ID >= conns[1].ID {
 		t.Fatalf("Conns %+v: want two, by ID", conns)
 	}
@@ -103,7 +103,7 @@ func TestSampleDeltas(t *testing.T) {
 	echo(c1, 5000)
 	c1.Close()
 	testutil.Eventually(t, 10*time.Second, func() bool { return adm.nClosed.Load() == 1 }, "adm.nClosed.Load() == 1")
-	s := r.fwd.Sample()
+	s := r.px.Sample()
 	if tg := s.Targets[0]; tg.Closed != 1 || tg.Active != 1 || tg.Bytes != 10_000 {
 		t.Errorf("after close: %+v, want 1 closed, 1 active, 10000 bytes", tg)
 	}
@@ -113,7 +113,7 @@ func TestSampleDeltas(t *testing.T) {
 // clients got back: a client may read an echo before its splice half adds
 // the write to its counters. Each of the two open connections must have
 // sent its client one of the totals.
-func settled(t *testing.T, f *Forwarder, a, b uint64) {
+func settled(t *testing.T, f *proxy.Proxy, a, b uint64) {
 	t.Helper()
 	testutil.Eventually(t, 10*time.Second, func() bool {
 		cs := f.Conns()
@@ -151,14 +151,14 @@ func TestSampleWaiting(t *testing.T) {
 		return proxy.Decision{Verdict: proxy.Accept, Target: target, Action: a}
 	}}
 	clock := newManualClock()
-	r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: services(vs), Admitter: adm, Now: clock.Now}})
+	r := newRig(t, rigOptions{fwd: fwdOptions{Services: services(vs), Admitter: adm, Now: clock.Now}})
 	c1 := dial(t, r.client, netip.AddrPortFrom(vipV4, 80))
 	defer c1.Close()
 	c2 := dial(t, r.client, netip.AddrPortFrom(vipV4, 81))
 	defer c2.Close()
-	testutil.Eventually(t, 10*time.Second, func() bool { return r.fwd.Stats().Open == 2 }, "r.fwd.Stats().Open == 2")
+	testutil.Eventually(t, 10*time.Second, func() bool { return r.stats().Open == 2 }, "r.stats().Open == 2")
 	buf := make([]byte, 1000)
-	r.fwd.Sample()
+	r.px.Sample()
 	if _, err := c2.Write(buf[:10]); err != nil {
 		t.Fatal(err)
 	}
@@ -174,8 +174,8 @@ func TestSampleWaiting(t *testing.T) {
 		}
 		clock.Advance(20 * time.Millisecond)
 	}
-	settled(t, r.fwd, 30_000, 10)
-	s := r.fwd.Sample()
+	settled(t, r.px, 30_000, 10)
+	s := r.px.Sample()
 	if iv := s.End.Sub(s.Start); iv != 600*time.Millisecond {
 		t.Errorf("interval %v, want the clock's 600ms", iv)
 	}
@@ -267,7 +267,7 @@ func cappedLink(t *testing.T, rate, chunk int) (netip.AddrPort, func()) {
 // verdict is policy's MinRate verdict on one target-action aggregate, as
 // the appliance asks for it (a MinRate without a MeanRate judges the
 // waiting connections by their streaming time).
-func verdict(a *policy.Action, ag AggSample, interval time.Duration) int {
+func verdict(a *policy.Action, ag proxy.AggSample, interval time.Duration) int {
 	tg := &policy.Target{Name: ag.Name, Weight: 1}
 	s := policy.TargetSample{Interval: interval, ActiveConns: int64(ag.Active), Bytes: ag.Bytes, Actions: []policy.ActionSample{{
 		Action: a, ActiveConns: int64(ag.Active), Bytes: ag.Bytes,
@@ -296,7 +296,7 @@ func TestSampleWaitingCappedLink(t *testing.T) {
 	adm := &testAdmitter{admit: func(r *proxy.ConnRequest) proxy.Decision {
 		return proxy.Decision{Verdict: proxy.Accept, Target: target, Action: gold}
 	}}
-	r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: services(vs), Admitter: adm}})
+	r := newRig(t, rigOptions{fwd: fwdOptions{Services: services(vs), Admitter: adm}})
 	var wg sync.WaitGroup
 	defer wg.Wait() // after the connections close
 	for range conns {
@@ -308,12 +308,12 @@ func TestSampleWaitingCappedLink(t *testing.T) {
 			_, _ = io.Copy(io.Discard, c)
 		}()
 	}
-	testutil.Eventually(t, 10*time.Second, func() bool { return r.fwd.Stats().Open == conns }, "all connections open")
+	testutil.Eventually(t, 10*time.Second, func() bool { return r.stats().Open == conns }, "all connections open")
 	time.Sleep(500 * time.Millisecond) // every connection past its first turn
-	r.fwd.Sample()
+	r.px.Sample()
 	for i := range 3 {
 		time.Sleep(time.Second)
-		s := r.fwd.Sample()
+		s := r.px.Sample()
 		interval := s.End.Sub(s.Start)
 		if len(s.TargetActions) != 1 {
 			t.Fatalf("interval %d: sample %+v", i, s)
@@ -374,7 +374,7 @@ func TestSampleWaitingInteractive(t *testing.T) {
 		}
 		return proxy.Decision{Verdict: proxy.Accept, Target: tg, Action: acts[r.VIP.Port()]}
 	}}
-	r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: services(vs), Admitter: adm}})
+	r := newRig(t, rigOptions{fwd: fwdOptions{Services: services(vs), Admitter: adm}})
 	var wg sync.WaitGroup
 	defer wg.Wait() // after the connections close
 	idle := dial(t, r.client, netip.AddrPortFrom(vipV4, 80))
@@ -388,8 +388,8 @@ func TestSampleWaitingInteractive(t *testing.T) {
 		defer wg.Done()
 		_, _ = io.Copy(io.Discard, screen)
 	}()
-	testutil.Eventually(t, 10*time.Second, func() bool { return r.fwd.Stats().Open == 3 }, "all connections open")
-	r.fwd.Sample()
+	testutil.Eventually(t, 10*time.Second, func() bool { return r.stats().Open == 3 }, "all connections open")
+	r.px.Sample()
 	key := []byte{'x'}
 	for i := range 2 {
 		for range 10 { // 1 s of typing
@@ -401,7 +401,7 @@ func TestSampleWaitingInteractive(t *testing.T) {
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
-		s := r.fwd.Sample()
+		s := r.px.Sample()
 		interval := s.End.Sub(s.Start)
 		seen := map[string]bool{}
 		for _, g := range s.TargetActions {
@@ -441,22 +441,22 @@ func TestSampleOpenTime(t *testing.T) {
 		return proxy.Decision{Verdict: proxy.Accept, Target: target, Action: gold}
 	}}
 	clock := newManualClock()
-	r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: services(vs), Admitter: adm, Now: clock.Now}})
+	r := newRig(t, rigOptions{fwd: fwdOptions{Services: services(vs), Admitter: adm, Now: clock.Now}})
 	c1 := dial(t, r.client, netip.AddrPortFrom(vipV4, 80))
 	defer c1.Close()
 	c2 := dial(t, r.client, netip.AddrPortFrom(vipV4, 80))
 	defer c2.Close()
-	testutil.Eventually(t, 10*time.Second, func() bool { return r.fwd.Stats().Open == 2 }, "r.fwd.Stats().Open == 2")
-	r.fwd.Sample() // the interval starts now
+	testutil.Eventually(t, 10*time.Second, func() bool { return r.stats().Open == 2 }, "r.stats().Open == 2")
+	r.px.Sample() // the interval starts now
 	clock.Advance(400 * time.Millisecond)
 	c1.Close()
 	testutil.Eventually(t, 10*time.Second, func() bool { return adm.nClosed.Load() == 1 }, "adm.nClosed.Load() == 1")
 	clock.Advance(200 * time.Millisecond)
 	c3 := dial(t, r.client, netip.AddrPortFrom(vipV4, 80))
 	defer c3.Close()
-	testutil.Eventually(t, 10*time.Second, func() bool { return r.fwd.Stats().Open == 2 }, "c3 open")
+	testutil.Eventually(t, 10*time.Second, func() bool { return r.stats().Open == 2 }, "c3 open")
 	clock.Advance(400 * time.Millisecond)
-	s := r.fwd.Sample()
+	s := r.px.Sample()
 	// c1 0.4 s, c2 1 s, c3 0.4 s.
 	const want = 1800 * time.Millisecond
 	if tg := s.Targets[0]; tg.OpenTime != want || tg.Closed != 1 || tg.Active != 2 {

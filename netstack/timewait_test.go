@@ -43,7 +43,7 @@ func testTimeWaitReuse(t *testing.T, n int, client, vipAddr netip.Addr) {
 	// service's VIPs).
 	// TIME_WAIT outlasts a round through the ports however slow the
 	// machine: every reuse of a port must meet its TIME_WAIT.
-	r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: services(vs), Admitter: adm}, listen: []*policy.VirtualServer{vs},
+	r := newRig(t, rigOptions{fwd: fwdOptions{Services: services(vs), Admitter: adm}, listen: []*policy.VirtualServer{vs},
 		stack: Options{TimeWait: 30 * time.Second}})
 
 	vip := netip.AddrPortFrom(vipAddr, 80)
@@ -69,8 +69,8 @@ func testTimeWaitReuse(t *testing.T, n int, client, vipAddr netip.Addr) {
 	}
 	el := time.Since(start)
 	t.Logf("%d sequential connections over %d client ports in %v (%.0f conns/s), %d reopened from TIME_WAIT, %d took ≥ 1 s",
-		n, ports, el.Round(time.Millisecond), float64(n)/el.Seconds(), r.fwd.Stats().TimeWaitReopened, slow)
-	st := r.fwd.Stats()
+		n, ports, el.Round(time.Millisecond), float64(n)/el.Seconds(), r.stats().TimeWaitReopened, slow)
+	st := r.stats()
 	if st.Accepted != uint64(n) {
 		t.Errorf("accepted %d, want %d", st.Accepted, n)
 	}
@@ -117,7 +117,7 @@ func closedFirst(t *testing.T, tw time.Duration, n int) *rig {
 	t.Cleanup(stop)
 	vs := &policy.VirtualServer{Name: "short", VIPs: []netip.Addr{vipV4}, Ports: policy.PortRange{Lo: 80, Hi: 80}}
 	adm := &testAdmitter{target: &policy.Target{Name: "t", Addr: l.Addr().(*net.TCPAddr).AddrPort()}}
-	r := newRig(t, rigOptions{fwd: ForwarderOptions{Services: services(vs), Admitter: adm}, stack: Options{TimeWait: tw}})
+	r := newRig(t, rigOptions{fwd: fwdOptions{Services: services(vs), Admitter: adm}, stack: Options{TimeWait: tw}})
 	for range n {
 		c := dial(t, r.client, netip.AddrPortFrom(vipV4, 80))
 		io.ReadAll(c)

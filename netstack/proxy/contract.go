@@ -1,7 +1,7 @@
 package proxy
 
-// The connection contract between the forwarder that accepts connections
-// (weir/netstack) and the Admitter that decides about them (weir's
+// The connection contract between the proxy that serves the connections
+// weir/netstack accepts (Proxy) and the Admitter that decides about them (weir's
 // cmd/weir/internal/admit): what a connection asks, what the Admitter
 // answers, and what it hears of the connection until its End. Nothing here
 // depends on gVisor: a leg is a net.Conn with half-close and counters.
@@ -9,9 +9,11 @@ package proxy
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/netip"
+	"sync"
 	"time"
 
 	"weir/policy"
@@ -125,10 +127,10 @@ type Admitter interface {
 type Session interface {
 	// DialFailed reports that dialing failed.Target failed with err and
 	// asks what to do next: another Accept to try another target, or a
-	// refusal. The forwarder dials every Accept it is given: bounding the
+	// refusal. The proxy dials every Accept it is given: bounding the
 	// attempts is the Session's (weir's balancer tried-set does it). A dial
-	// cut short by Forwarder.Close is not reported here; the connection
-	// ends with Aborted.
+	// cut short by Close (Proxy's, or the Forwarder's) is not reported
+	// here; the connection ends with Aborted.
 	DialFailed(failed Decision, err error) Decision
 	// TargetFailed reports a target that failed after its dial succeeded:
 	// it stayed silent past the first-byte timeout (err is then
@@ -179,11 +181,11 @@ const (
 	RefusedPage
 	// HandshakeFailed and HandshakeTimedOut are no longer reported to a
 	// Session: the client's handshake completes before Admit, so a failed
-	// one has no Session (ForwarderStats counts it). They keep their
+	// one has no Session (netstack.ForwarderStats counts it). They keep their
 	// values and names for the access log's codes.
 	HandshakeFailed
 	HandshakeTimedOut
-	// Aborted: Forwarder.Close ended the connection.
+	// Aborted: Close (Proxy's, or the Forwarder's) ended the connection.
 	Aborted
 	// TargetTimedOut: spliced, then the target sent nothing within the
 	// first-byte timeout; the client got the 503 page (http) or RST.
@@ -252,8 +254,8 @@ type Refusal struct {
 }
 
 // RequestAdmitter admits the requests of http virtual servers one by one
-// (netstack.ForwarderOptions.RequestAdmitter). For such a service the
-// forwarder calls AdmitClient once per client connection and AdmitRequest
+// (netstack/proxy/http's Options.RequestAdmitter). For such a service the
+// proxy calls AdmitClient once per client connection and AdmitRequest
 // once per request head; the connection Admitter's Admit is not called.
 // Both are called from the connection's goroutine.
 type RequestAdmitter interface {
@@ -345,6 +347,26 @@ type Leg interface {
 	// to call at any time, also after Close (it then returns the last
 	// values it could read).
 	Counters() LegCounters
+	// ReadLent reads like Read into a buffer from pool that the caller
+	// holds only while data waits: bp is the buffer it holds now (nil:
+	// none). While the leg has nothing to read, ReadLent gives bp back to
+	// pool and waits with no buffer held; it takes one for the read. It
+	// returns the buffer the caller holds afterwards, not nil when n > 0.
+	// An idle splice so pins no buffer (weir/netstack's Conn and HostConn
+	// wait without one); a leg that cannot wait without reading uses
+	// ReadHeld. Only the splice's one reader calls it.
+	ReadLent(pool *sync.Pool, bp *[]byte) (_ *[]byte, n int, err error)
+}
+
+// ReadHeld is ReadLent for a leg that cannot wait for data without reading:
+// it takes a buffer from pool if the caller holds none and keeps it
+// throughout.
+func ReadHeld(r io.Reader, pool *sync.Pool, bp *[]byte) (*[]byte, int, error) {
+	if bp == nil {
+		bp = pool.Get().(*[]byte)
+	}
+	n, err := r.Read(*bp)
+	return bp, n, err
 }
 
 // LegCounters are one TCP connection's counters as the stack that

@@ -44,7 +44,7 @@ func (s DirSource) String() string {
 }
 
 // DirCounters are one direction of a target leg: totals on a connection,
-// deltas in a sample (netstack.AggSample).
+// deltas in a sample (AggSample).
 type DirCounters struct {
 	DataSegments  uint64 // segments with payload, retransmissions included
 	Retransmitted uint64 // of those, retransmitted

@@ -5,7 +5,7 @@ package proxy
 // A connection is over for its client once both FINs have passed (or it was
 // reset): from then on its slots (admission ticket, target slot) must be
 // free, or a client that reconnects at once (`ab -c 1`) is refused. The copy
-// halves release as soon as they see the second close (see weir/netstack's splice.go), but
+// halves release as soon as they see the second close (see splice.go), but
 // when weir's FIN went first the second close is the client's FIN, which
 // the client→target half learns of only when its goroutine runs again, and
 // the client's next connection may be admitted first.

@@ -31,6 +31,7 @@ type options struct {
 	Pause     time.Duration // between runs, for TIME_WAIT and queues to settle
 	PeerCmd   string        // the peer appliance's command ("" means none)
 	KProxy    bool          // also measure the kernel-socket proxy (kproxy.go)
+	HAProxy   bool          // measure HAProxy, the yardstick (haproxy.go)
 	PeerName  string        // its column's name
 	Note      string        // a line for the report's header (the machine's state)
 	Tests     string        // comma-separated test IDs to run ("" means all)
@@ -118,6 +119,11 @@ func preflightBench(o options) error {
 	if _, err := os.Stat(o.Weir); err != nil {
 		return fmt.Errorf("weir binary: %w (make build)", err)
 	}
+	if o.HAProxy {
+		if _, err := haproxyBin(); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -132,6 +138,7 @@ func benchMain(args []string) error {
 	fs.DurationVar(&o.Pause, "pause", time.Second, "pause between runs")
 	fs.StringVar(&o.PeerCmd, "peer-cmd", os.Getenv("PEER_CMD"), "another TUN appliance's `command` (default $PEER_CMD)")
 	fs.BoolVar(&o.KProxy, "kproxy", false, "also measure a kernel-socket TCP proxy in the router (a yardstick: what terminating each connection costs without a TUN or a userspace stack)")
+	fs.BoolVar(&o.HAProxy, "haproxy", true, "measure HAProxy (mode tcp, its defaults) in the router as the yardstick column; every figure is also a ratio to its")
 	fs.StringVar(&o.PeerName, "peer-name", envOr("PEER_NAME", "peer"), "the peer's column `name` (default $PEER_NAME or peer)")
 	fs.StringVar(&o.Note, "note", "machine not quiet: shared with other developers; the figures are orientation", "a `line` for the report's header")
 	fs.StringVar(&o.Tests, "tests", "", "comma-separated test `ids` to run (default all: "+testIDs()+")")
@@ -284,6 +291,34 @@ func runBench(ctx context.Context, o options, tests []testDef) (*report, error) 
 		paths = append(paths, &path{Name: o.PeerName, Addr: serverPeerIP, app: peer})
 	}
 
+	var haVersion string
+	if o.HAProxy {
+		bin, _ := haproxyBin()
+		haVersion = haproxyVersion(bin)
+		hcfg := filepath.Join(logDir, "haproxy.cfg")
+		if err := os.WriteFile(hcfg, []byte(haproxyConfig(routerHAddr, serverAddr, []int{iperfPort, rrPort})), 0o644); err != nil {
+			return nil, err
+		}
+		// -db: in the foreground, no daemon; the process group is HAProxy.
+		ha, err := start(topo.router, "haproxy", nil, bin, "-db", "-f", hcfg)
+		if err != nil {
+			return nil, err
+		}
+		if err := waitFor(ctx, 10*time.Second, ha, func() bool {
+			return topo.router.Do(func() error {
+				c, err := net.DialTimeout("tcp", net.JoinHostPort(routerHAddr, strconv.Itoa(rrPort)), time.Second)
+				if err == nil {
+					c.Close()
+				}
+				return err
+			}) == nil
+		}); err != nil {
+			return nil, fmt.Errorf("haproxy not listening: %w\n%s", err, ha.tail(4000))
+		}
+		// The yardstick's column right after the kernel's.
+		paths = slices.Insert(paths, 1, &path{Name: haproxyPath, Addr: routerHAddr, app: ha})
+	}
+
 	if o.KProxy {
 		kp, err := start(topo.router, "kproxy", nil, self, "kproxy", "-listen", routerCAddr, "-to", serverAddr,
 			"-ports", strconv.Itoa(iperfPort)+","+strconv.Itoa(rrPort))
@@ -304,10 +339,18 @@ func runBench(ctx context.Context, o options, tests []testDef) (*report, error) 
 	rep := &report{
 		Date: time.Now().UTC().Format(time.RFC3339), Machine: machine(), Note: o.Note,
 		Reps: o.Reps, IperfSec: int(o.IperfTime / time.Second), ConnSec: o.ConnTime.Seconds(),
-		Tests: tests, WeirArgs: o.WeirArgs, WeirEnv: o.WeirEnv,
+		Tests: tests, WeirArgs: o.WeirArgs, WeirEnv: o.WeirEnv, HAProxyVersion: haVersion,
+		StartRSS: map[string]int64{},
 	}
 	for _, p := range paths {
 		rep.Paths = append(rep.Paths, p.Name)
+		// What each appliance holds before the matrix (it has carried the
+		// probe only).
+		if p.app != nil {
+			if u, err := groupUsage(p.app.pid()); err == nil {
+				rep.StartRSS[p.Name] = u.RSS
+			}
+		}
 	}
 	started := time.Now()
 	total := o.Reps * len(tests) * len(paths)

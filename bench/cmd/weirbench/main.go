@@ -5,6 +5,9 @@
 //   - the kernel: the router's kernel forwards between client and server;
 //   - weir: the real `weir run` in the router, its TUN carrying a VIP whose
 //     target is the server;
+//   - HAProxy (on unless -haproxy=false): Debian's haproxy in the router,
+//     `mode tcp`, its defaults, the yardstick every figure is also a ratio
+//     to (haproxy.go);
 //   - a peer (PEER_CMD, optional): any other TUN appliance in the router.
 //
 // Each path runs iperf3 (1 stream, 4 streams, reverse) and a
@@ -12,7 +15,8 @@
 // concurrency 1 and 16, the client or the server closing first), and the
 // appliance's CPU seconds and peak RSS are read from /proc. The figures go
 // out as a Markdown table and JSON (bench/out/bench-e2e.md and .json), every
-// figure a median with its spread and a ratio to the kernel's.
+// figure a median with its spread and a ratio to the kernel's and to
+// HAProxy's.
 //
 //	sudo bin/weirbench -weir bin/weir
 //	sudo PEER_CMD='tun2socks -device tun://$BENCH_TUN -proxy direct://' bin/weirbench

@@ -123,6 +123,7 @@ func runIn(ctx context.Context, ns *netns.NS, argv ...string) ([]byte, error) {
 type usage struct {
 	CPUSec  float64
 	PeakRSS int64 // bytes
+	RSS     int64 // bytes, now (VmRSS)
 }
 
 // clkTck is USER_HZ, the unit of utime and stime in /proc/PID/stat: 100 on
@@ -218,8 +219,13 @@ func groupUsage(pgid int) (usage, error) {
 			continue // exited meanwhile
 		}
 		u.CPUSec += float64(st.utime+st.stime) / clkTck
-		if hwm, err := vmHWM(pid); err == nil {
-			u.PeakRSS += hwm
+		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); err == nil {
+			if hwm, err := parseHWM(string(b)); err == nil {
+				u.PeakRSS += hwm
+			}
+			if rss, err := statusKB(string(b), "VmRSS:"); err == nil {
+				u.RSS += rss
+			}
 		}
 	}
 	return u, nil

@@ -25,6 +25,11 @@ type report struct {
 	WeirArgs string `json:"weir_args,omitempty"`
 	// WeirEnv is the extra environment weir ran with (-weir-env).
 	WeirEnv string `json:"weir_env,omitempty"`
+	// HAProxyVersion is `haproxy -v`'s first line ("" without HAProxy).
+	HAProxyVersion string `json:"haproxy_version,omitempty"`
+	// StartRSS is each appliance's resident set before the matrix, after
+	// the probe (bytes).
+	StartRSS map[string]int64 `json:"start_rss_bytes,omitempty"`
 	// Idle is the idle-connection measurement (nil with -idle 0).
 	Idle *idleResult `json:"idle,omitempty"`
 	// Profiles are weir's CPU profiles (-profile).
@@ -60,6 +65,11 @@ type summary struct {
 	Failed int    `json:"failed_runs"`
 	// Ratio is Value.Median / the kernel's (0 when the kernel has none).
 	Ratio float64 `json:"ratio_to_kernel"`
+	// RatioHA is Value.Median / HAProxy's of the same run (0 without
+	// HAProxy), and the CPU ratios likewise: this path's CPU per GB or per
+	// connection over HAProxy's.
+	RatioHA    float64 `json:"ratio_to_haproxy,omitempty"`
+	CPURatioHA float64 `json:"cpu_ratio_to_haproxy,omitempty"`
 	// Connection tests: errors summed over the runs, latency medians of
 	// the runs' percentiles (µs).
 	Errors     int     `json:"errors,omitempty"`
@@ -82,7 +92,11 @@ type applianceSummary struct {
 	CPUPerGB   float64 `json:"cpu_sec_per_gb"`     // 1 stream
 	CPUPerConn float64 `json:"cpu_us_per_conn"`    // c16, client closes first
 	CPUPerConS float64 `json:"cpu_us_per_conn_sc"` // c16, server closes first
+	StartRSS   int64   `json:"start_rss_bytes"`    // before the matrix
 }
+
+// haproxyPath is HAProxy's path name, the yardstick of the ratios.
+const haproxyPath = "haproxy"
 
 func (r *report) cell(test, path string) *summary {
 	for i := range r.Summary {
@@ -138,13 +152,24 @@ func (r *report) summarize() {
 		if k := r.cell(s.Test, "kernel"); k != nil && k.Value.Median > 0 {
 			s.Ratio = s.Value.Median / k.Value.Median
 		}
+		if h := r.cell(s.Test, haproxyPath); h != nil && s.Path != "kernel" {
+			if h.Value.Median > 0 {
+				s.RatioHA = s.Value.Median / h.Value.Median
+			}
+			switch {
+			case h.CPUPerGB > 0:
+				s.CPURatioHA = s.CPUPerGB / h.CPUPerGB
+			case h.CPUPerConnU > 0:
+				s.CPURatioHA = s.CPUPerConnU / h.CPUPerConnU
+			}
+		}
 	}
 	r.Appliances = nil
 	for _, p := range r.Paths {
 		if p == "kernel" {
 			continue
 		}
-		a := applianceSummary{Path: p}
+		a := applianceSummary{Path: p, StartRSS: r.StartRSS[p]}
 		for _, x := range r.Samples {
 			if x.Path == p {
 				a.CPUSec += x.CPUSec
@@ -181,24 +206,30 @@ func (r *report) markdown() string {
 		fmt.Fprintf(&b, "weir's extra environment: `%s`.\n\n", r.WeirEnv)
 	}
 
+	if r.HAProxyVersion != "" {
+		fmt.Fprintf(&b, "haproxy = %s in the router, `mode tcp`, its defaults (threads, maxconn), the server's port the client's; "+
+			"\"/ haproxy\" columns are medians over HAProxy's median of the same run.\n\n", r.HAProxyVersion)
+	}
+	hasHA := slices.Contains(r.Paths, haproxyPath)
+	vsHA := func(p string) bool { return hasHA && p != haproxyPath && p != "kernel" }
+
 	// Throughput and connection rate.
 	b.WriteString("| test | unit |")
+	cols := 0
 	for _, p := range r.Paths {
-		if p == "kernel" {
+		switch {
+		case p == "kernel":
 			b.WriteString(" kernel |")
-		} else {
+			cols++
+		case vsHA(p):
+			fmt.Fprintf(&b, " %s | %s / kernel | %s / haproxy |", p, p, p)
+			cols += 3
+		default:
 			fmt.Fprintf(&b, " %s | %s / kernel |", p, p)
+			cols += 2
 		}
 	}
-	b.WriteString("\n|---|---|")
-	for _, p := range r.Paths {
-		if p == "kernel" {
-			b.WriteString("---:|")
-		} else {
-			b.WriteString("---:|---:|")
-		}
-	}
-	b.WriteString("\n")
+	b.WriteString("\n|---|---|" + strings.Repeat("---:|", cols) + "\n")
 	for _, t := range r.Tests {
 		fmt.Fprintf(&b, "| %s | %s |", t.Name, t.unit())
 		for _, p := range r.Paths {
@@ -214,6 +245,9 @@ func (r *report) markdown() string {
 			if p != "kernel" {
 				fmt.Fprintf(&b, " %s |", fmtRatio(c.Ratio))
 			}
+			if vsHA(p) {
+				fmt.Fprintf(&b, " %s |", fmtRatio(c.RatioHA))
+			}
 		}
 		b.WriteString("\n")
 	}
@@ -223,9 +257,19 @@ func (r *report) markdown() string {
 	for _, p := range r.Paths {
 		fmt.Fprintf(&b, " %s |", p)
 	}
+	if hasHA {
+		for _, p := range r.Paths {
+			if vsHA(p) {
+				fmt.Fprintf(&b, " %s txn p99 / haproxy |", p)
+			}
+		}
+	}
 	b.WriteString("\n|---|")
-	for range r.Paths {
+	for _, p := range r.Paths {
 		b.WriteString("---:|")
+		if vsHA(p) {
+			b.WriteString("---:|")
+		}
 	}
 	b.WriteString("\n")
 	for _, t := range r.Tests {
@@ -237,32 +281,87 @@ func (r *report) markdown() string {
 			c := r.cell(t.ID, p)
 			fmt.Fprintf(&b, " %s / %s · %s / %s |", fmtUs(c.ConnectP50), fmtUs(c.ConnectP99), fmtUs(c.TxnP50), fmtUs(c.TxnP99))
 		}
+		if hasHA {
+			h := r.cell(t.ID, haproxyPath)
+			for _, p := range r.Paths {
+				if vsHA(p) {
+					ratio := 0.0
+					if h.TxnP99 > 0 {
+						ratio = r.cell(t.ID, p).TxnP99 / h.TxnP99
+					}
+					fmt.Fprintf(&b, " %s |", fmtRatio(ratio))
+				}
+			}
+		}
 		b.WriteString("\n")
 	}
 
 	// Appliance resources.
 	if len(r.Appliances) > 0 {
-		b.WriteString("\nAppliance resources (the kernel's forwarding CPU is not attributable to a process)\n\n|  |")
+		b.WriteString("\nAppliance resources: CPU seconds (user + system, /proc) per GB the receiver got or µs per completed connection; " +
+			"the kernel's forwarding CPU is not attributable to a process\n\n|  |")
 		for _, a := range r.Appliances {
 			fmt.Fprintf(&b, " %s |", a.Path)
+			if vsHA(a.Path) {
+				fmt.Fprintf(&b, " %s / haproxy |", a.Path)
+			}
 		}
 		b.WriteString("\n|---|")
-		for range r.Appliances {
+		for _, a := range r.Appliances {
 			b.WriteString("---:|")
+			if vsHA(a.Path) {
+				b.WriteString("---:|")
+			}
 		}
 		b.WriteString("\n")
-		row := func(name string, f func(a applianceSummary) string) {
+		row := func(name string, f func(a applianceSummary) (string, float64)) {
 			fmt.Fprintf(&b, "| %s |", name)
+			h := applianceSummary{}
 			for _, a := range r.Appliances {
-				fmt.Fprintf(&b, " %s |", f(a))
+				if a.Path == haproxyPath {
+					h = a
+				}
+			}
+			_, hv := f(h)
+			for _, a := range r.Appliances {
+				text, v := f(a)
+				fmt.Fprintf(&b, " %s |", text)
+				if vsHA(a.Path) {
+					ratio := 0.0
+					if hv > 0 {
+						ratio = v / hv
+					}
+					fmt.Fprintf(&b, " %s |", fmtRatio(ratio))
+				}
 			}
 			b.WriteString("\n")
 		}
-		row("CPU per GB (1 stream)", func(a applianceSummary) string { return fmt.Sprintf("%.2f s", a.CPUPerGB) })
-		row("CPU per connection (c16)", func(a applianceSummary) string { return fmt.Sprintf("%.0f µs", a.CPUPerConn) })
-		row("CPU per connection (c16, server closes first)", func(a applianceSummary) string { return fmt.Sprintf("%.0f µs", a.CPUPerConS) })
-		row("CPU, whole run", func(a applianceSummary) string { return fmt.Sprintf("%.1f s", a.CPUSec) })
-		row("peak RSS (largest of any run)", func(a applianceSummary) string { return fmtMiB(a.PeakRSS) })
+		for _, t := range r.Tests {
+			if t.Kind == iperfTest {
+				row("CPU per GB, "+t.Name, func(a applianceSummary) (string, float64) {
+					c := r.cell(t.ID, a.Path)
+					if c == nil || c.CPUPerGB == 0 {
+						return "–", 0
+					}
+					return fmt.Sprintf("%.2f s", c.CPUPerGB), c.CPUPerGB
+				})
+			} else {
+				row("CPU per connection, "+t.Name, func(a applianceSummary) (string, float64) {
+					c := r.cell(t.ID, a.Path)
+					if c == nil || c.CPUPerConnU == 0 {
+						return "–", 0
+					}
+					return fmt.Sprintf("%.0f µs", c.CPUPerConnU), c.CPUPerConnU
+				})
+			}
+		}
+		row("CPU, whole run", func(a applianceSummary) (string, float64) { return fmt.Sprintf("%.1f s", a.CPUSec), a.CPUSec })
+		row("RSS at start (after the probe)", func(a applianceSummary) (string, float64) {
+			return fmtMiB(a.StartRSS), float64(a.StartRSS)
+		})
+		row("peak RSS (largest of any run)", func(a applianceSummary) (string, float64) {
+			return fmtMiB(a.PeakRSS), float64(a.PeakRSS)
+		})
 		b.WriteString("\nPeak RSS during each test, the largest of its runs (the mark is reset to the current RSS before a run, so it includes what earlier runs left resident)\n\n| test |")
 		for _, a := range r.Appliances {
 			fmt.Fprintf(&b, " %s |", a.Path)

@@ -4,7 +4,7 @@ package main
 // the harness, even a killed one):
 //
 //	client 198.18.10.2 ─veth─ 198.18.10.1 router 198.18.20.1 ─veth─ 198.18.20.2 server
-//	                                        (+ 198.18.21.2)
+//	                          (+ 198.18.10.3)               (+ 198.18.21.2)
 //
 // The router forwards (ip_forward); the client's and the server's default
 // routes point at it. Paths through it:
@@ -15,7 +15,9 @@ package main
 //   - peer:   the client reaches the server's second address 198.18.21.2; a
 //     policy rule in the router sends what the client sends there into the
 //     peer's TUN, and the peer (a transparent TUN proxy such as tun2socks)
-//     connects to it from the router itself.
+//     connects to it from the router itself;
+//   - haproxy: the client reaches HAProxy at the router's 198.18.10.3, and
+//     HAProxy connects to the server.
 
 import (
 	"errors"
@@ -33,6 +35,7 @@ const (
 	clientAddr   = "198.18.10.2"
 	routerCAddr  = "198.18.10.1"
 	routerSAddr  = "198.18.20.1"
+	routerHAddr  = "198.18.10.3" // HAProxy's listening address
 	serverAddr   = "198.18.20.2" // kernel path and weir's target
 	serverPeerIP = "198.18.21.2" // the peer's path
 	weirVIP      = "198.18.0.10"
@@ -88,7 +91,7 @@ func buildTopology() (t *topology, err error) {
 				return fmt.Errorf("move %s: %w", v.peer, err)
 			}
 		}
-		if err := linkUp(rtrClientLink, routerCAddr+"/24"); err != nil {
+		if err := linkUp(rtrClientLink, routerCAddr+"/24", routerHAddr+"/32"); err != nil {
 			return err
 		}
 		if err := linkUp(rtrServerLink, routerSAddr+"/24"); err != nil {

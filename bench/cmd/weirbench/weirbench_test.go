@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -187,7 +188,8 @@ func TestSummaryAndMarkdown(t *testing.T) {
 		"| 1 stream | Gbit/s | 32.00 [30.00–34.00] | 2.00 [1.00–3.00] | 0.06 |",
 		"| new conns, c16 | conn/s | 21 000 [20 000–22 000] (0 errors) | 4 500 [4 000–5 000] (2 errors) (1 runs failed) | 0.21 |",
 		"| new conns, c16 | 40 / 90 · 30 / 70 | 250 / 950 · 110 / 450 |",
-		"| CPU per GB (1 stream) | 5.00 s |",
+		"| CPU per GB, 1 stream | 5.00 s |",
+		"| CPU per connection, new conns, c16 | 222 µs |",
 		"| peak RSS (largest of any run) | 3 MiB |",
 		"conn16 on weir, rep 2: connrate: exit status 1",
 		"machine not quiet",
@@ -212,6 +214,11 @@ func TestSmoke(t *testing.T) {
 	if _, err := os.Stat("/dev/net/tun"); err != nil {
 		t.Skipf("skipping: needs /dev/net/tun: %v", err)
 	}
+	_, err := haproxyBin()
+	haveHAProxy := err == nil
+	if !haveHAProxy {
+		t.Log("no haproxy here: the harness runs without its column (bash scripts/bench-deps.sh installs it)")
+	}
 	dir := t.TempDir()
 	bench, weir := filepath.Join(dir, "weirbench"), filepath.Join(dir, "weir")
 	for _, b := range [][2]string{{bench, "."}, {weir, "weir/cmd/weir"}} {
@@ -228,7 +235,7 @@ func TestSmoke(t *testing.T) {
 	out := filepath.Join(dir, "out")
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bench, "-weir", weir, "-out", out, "-reps", "1", "-iperf-time", "1s", "-conn-time", "300ms", "-pause", "0s", "-idle", "300", "-profile", "conn16", "-kproxy",
+	cmd := exec.CommandContext(ctx, bench, "-weir", weir, "-out", out, "-reps", "1", "-iperf-time", "1s", "-conn-time", "300ms", "-pause", "0s", "-idle", "300", "-profile", "conn16", "-kproxy", "-haproxy="+strconv.FormatBool(haveHAProxy),
 		"-peer-name", "weir2", "-peer-cmd", weir+` run -c `+peerCfg+` --tun "$BENCH_TUN" --admin 127.0.0.1:0 --log-level warn`)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	start := time.Now()
@@ -246,7 +253,11 @@ func TestSmoke(t *testing.T) {
 	if err := json.Unmarshal(js, &rep); err != nil {
 		t.Fatal(err)
 	}
-	if want := len(tests) * 4; len(rep.Samples) != want { // kernel, weir, weir2, kproxy
+	paths := 4 // kernel, weir, weir2, kproxy
+	if haveHAProxy {
+		paths++
+	}
+	if want := len(tests) * paths; len(rep.Samples) != want {
 		t.Fatalf("%d samples, want %d", len(rep.Samples), want)
 	}
 	for _, s := range rep.Samples {
@@ -261,7 +272,7 @@ func TestSmoke(t *testing.T) {
 		}
 	}
 	for _, a := range rep.Appliances {
-		if a.CPUSec <= 0 || a.PeakRSS <= 0 || a.CPUPerGB <= 0 {
+		if a.CPUSec <= 0 || a.PeakRSS <= 0 || a.CPUPerGB <= 0 || a.StartRSS <= 0 {
 			t.Errorf("appliance %+v", a)
 		}
 	}
@@ -276,12 +287,68 @@ func TestSmoke(t *testing.T) {
 		t.Errorf("profile file: %v", err)
 	}
 	md, err := os.ReadFile(filepath.Join(out, "bench-e2e.md"))
-	if err != nil || !strings.Contains(string(md), "| test | unit | kernel | weir | weir / kernel | weir2 | weir2 / kernel | kproxy | kproxy / kernel |") {
+	header := "| test | unit | kernel | weir | weir / kernel | weir2 | weir2 / kernel | kproxy | kproxy / kernel |"
+	if haveHAProxy {
+		header = "| test | unit | kernel | haproxy | haproxy / kernel | weir | weir / kernel | weir / haproxy | weir2 | weir2 / kernel | weir2 / haproxy | kproxy | kproxy / kernel | kproxy / haproxy |"
+		for _, s := range rep.Summary {
+			if s.Path != "kernel" && (s.RatioHA <= 0 || s.CPURatioHA <= 0) {
+				t.Errorf("%s on %s: no ratio to HAProxy: %+v", s.Test, s.Path, s)
+			}
+		}
+	}
+	if err != nil || !strings.Contains(string(md), header) {
 		t.Errorf("markdown (%v):\n%s", err, md)
 	}
 	// Everything the harness started is gone with it.
 	if pids, _ := exec.Command("pgrep", "-f", dir).Output(); len(pids) > 0 {
 		t.Errorf("processes left behind: %s", pids)
+	}
+}
+
+// TestHAProxyRatios: with an haproxy path every other appliance's figures
+// get a ratio to HAProxy's of the same run: throughput, connection rate,
+// CPU per GB and per connection, transaction p99, RSS at start and peak.
+func TestHAProxyRatios(t *testing.T) {
+	r := &report{Date: "d", Machine: "m", Note: "machine shared", Reps: 1, IperfSec: 1, ConnSec: 1,
+		HAProxyVersion: "HAProxy version 2.6.12",
+		Paths:          []string{"kernel", "haproxy", "weir"}, Tests: []testDef{tests[2], tests[4]},
+		StartRSS: map[string]int64{"weir": 30 << 20, "haproxy": 15 << 20}}
+	r.Samples = []sample{
+		{Test: "reverse", Path: "kernel", Rep: 1, Value: 16, Bytes: 20e9},
+		{Test: "reverse", Path: "weir", Rep: 1, Value: 3, Bytes: 4e9, CPUSec: 12, PeakRSS: 80 << 20},
+		{Test: "reverse", Path: "haproxy", Rep: 1, Value: 6, Bytes: 8e9, CPUSec: 8, PeakRSS: 16 << 20},
+		{Test: "conn16", Path: "kernel", Rep: 1, Value: 8000, Conn: &connRateResult{Conns: 8000, TxnP99: 6000}},
+		{Test: "conn16", Path: "weir", Rep: 1, Value: 2500, CPUSec: 1, Conn: &connRateResult{Conns: 2500, TxnP99: 12000}},
+		{Test: "conn16", Path: "haproxy", Rep: 1, Value: 5000, CPUSec: 0.75, Conn: &connRateResult{Conns: 5000, TxnP99: 6000}},
+	}
+	r.summarize()
+	w := r.cell("reverse", "weir")
+	if w.RatioHA != 0.5 || w.CPUPerGB != 3 || w.CPURatioHA != 3 {
+		t.Errorf("reverse weir: ratio %v, %v s/GB, CPU ratio %v; want 0.5, 3, 3", w.RatioHA, w.CPUPerGB, w.CPURatioHA)
+	}
+	if h := r.cell("reverse", "haproxy"); h.RatioHA != 1 || h.CPURatioHA != 1 {
+		t.Errorf("haproxy against itself: %+v", h)
+	}
+	if c := r.cell("conn16", "weir"); c.RatioHA != 0.5 || c.CPUPerConnU != 400 || c.CPURatioHA != 400.0/150 {
+		t.Errorf("conn16 weir: %+v", c)
+	}
+	if k := r.cell("conn16", "kernel"); k.RatioHA != 0 {
+		t.Errorf("the kernel has no ratio to HAProxy: %+v", k)
+	}
+	md := r.markdown()
+	for _, want := range []string{
+		"| test | unit | kernel | haproxy | haproxy / kernel | weir | weir / kernel | weir / haproxy |",
+		"| reverse (server → client) | Gbit/s | 16.00 | 6.00 | 0.38 | 3.00 | 0.19 | 0.50 |",
+		"| new conns, c16 | – / – · – / 6 000 | – / – · – / 6 000 | – / – · – / 12 000 | 2.00 |",
+		"| CPU per GB, reverse (server → client) | 1.00 s | 3.00 s | 3.00 |",
+		"| CPU per connection, new conns, c16 | 150 µs | 400 µs | 2.67 |",
+		"| RSS at start (after the probe) | 15 MiB | 30 MiB | 2.00 |",
+		"| peak RSS (largest of any run) | 16 MiB | 80 MiB | 5.00 |",
+		"HAProxy version 2.6.12",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("markdown lacks %q:\n%s", want, md)
+		}
 	}
 }
 

@@ -433,6 +433,9 @@ type NIC struct {
 	RxBytes   uint64 `json:"rx_bytes"`
 	TxPackets uint64 `json:"tx_packets"` // written to the transport
 	TxBytes   uint64 `json:"tx_bytes"`
+	// RxCoalesced counts read pure ACKs not handed to the stack because a
+	// later ACK of the same flow in the same read batch superseded them.
+	RxCoalesced uint64 `json:"rx_coalesced"`
 	// Dropped counts packets the NIC dropped: "malformed" (read, no IP
 	// version), "detached" (read before the stack attached), "queue_full"
 	// (egress queue full), "too_big" (egress over the MTU), "closed" (egress

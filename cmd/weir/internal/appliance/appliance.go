@@ -37,12 +37,14 @@ import (
 	"weir/cmd/weir/internal/admit"
 	"weir/cmd/weir/internal/cluster"
 	"weir/cmd/weir/internal/health"
+	"weir/cmd/weir/internal/hostleg"
 	"weir/cmd/weir/internal/obs"
 	"weir/cmd/weir/internal/status"
 	"weir/datapath"
 	"weir/datapath/hostcap"
 	"weir/netstack"
 	"weir/netstack/proxy"
+	proxyhttp "weir/netstack/proxy/http"
 	"weir/policy"
 )
 
@@ -68,10 +70,13 @@ type Options struct {
 	// its address.
 	Backs []BackArm
 
-	// Stack and Forwarder tune the userspace TCP/IP stack and the
-	// forwarder; their zero values are weir's measured defaults.
+	// Stack, Forwarder and Proxy tune the userspace TCP/IP stack, its
+	// accept path and the proxy behind it; their zero values are weir's
+	// measured defaults. The appliance fills in what it wires itself (the
+	// services, admitters, dialers, meters, clock and panic report).
 	Stack     netstack.Options
 	Forwarder netstack.ForwarderOptions
+	Proxy     proxy.Options
 
 	// Log is the main log; nil discards. Access, when set, gets one line
 	// per connection.
@@ -131,16 +136,16 @@ type Appliance struct {
 	engine *datapath.Engine
 	stack  *netstack.Stack
 	front  *netstack.NIC
-	nics   []nicEntry // every NIC, front ones first, with its device
-	fwd    *netstack.Forwarder
+	nics   []nicEntry          // every NIC, front ones first, with its device
+	fwd    *netstack.Forwarder // the accept path: hands connections to px
+	px     *proxy.Proxy        // admission, dials, splices; http services through hs
+	hs     *proxyhttp.Server
 
-	checkMu sync.Mutex                    // guards checks
-	checks  map[string]context.CancelFunc // health checker per service, while running
+	checks health.Supervisor // a health checker per service, from Start
 
 	explMu sync.Mutex
 	expl   []policy.Explanation // last sampling interval's, by service then target
 	explAt time.Time
-	segs   map[policy.TargetKey]*Segments // guarded by explMu; see segments.go
 	// actionFr holds, per service, action and target, the fractions of the
 	// action levels last given to the balancers (applyFractions), for
 	// /status; guarded by explMu.
@@ -156,7 +161,8 @@ type Appliance struct {
 	cluCancel context.CancelFunc
 	cluDefCap int64 // the share a balancer built by a reload starts with; by balMu
 
-	host hostState // the host-leg capture (hostcap.go)
+	host *hostleg.Capture // the host-leg capture
+	segs status.Totals    // every target's segment counts
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -188,6 +194,7 @@ func New(opts Options) (*Appliance, error) {
 	if a.now == nil {
 		a.now = time.Now
 	}
+	a.checks = health.Supervisor{Plan: a.healthPlan, Report: a.reportHealth, Now: a.now}
 	a.cfg.Store(cfg)
 	now := a.now()
 	a.loadedAt.Store(&now)
@@ -225,21 +232,21 @@ func New(opts Options) (*Appliance, error) {
 		}
 		a.nics = append(a.nics, nicEntry{name: name, nic: nic, dev: q})
 	}
-	fo := opts.Forwarder
+	fo, po := opts.Forwarder, opts.Proxy
 	fo.Services = a.service
 	a.admit = admit.New(admit.Options{Admission: a.adm, Balancer: a.balancer, Flows: a.engine,
 		Log: &a.log, Access: opts.Access, Now: a.now, Borrow: a.borrow})
-	fo.Admitter = a.admit
-	fo.RequestAdmitter = a.admit
-	fo.Segments = a.engine.Segments
-	a.host.cap, a.host.why = opts.HostCapture, opts.HostCaptureWhy
-	if a.host.cap != nil {
-		fo.HostSegments = a.host.cap.Segments
-		hc := a.host.cap
-		fo.HostSync = func() { hc.Sync(100 * time.Millisecond) }
+	po.Admitter = a.admit
+	a.hs = proxyhttp.New(proxyhttp.Options{RequestAdmitter: a.admit})
+	po.HTTP = a.hs
+	po.Host, po.Back = &netstack.HostDialer{}, &netstack.StackDialer{}
+	meter := &netstack.LegMeter{Segments: a.engine.Segments}
+	po.Meter = meter
+	a.host = hostleg.New(opts.HostCapture, opts.HostCaptureWhy)
+	if hc := a.host.Capture(); hc != nil {
+		meter.HostSegments = hc.Segments
+		meter.HostSync = func() { hc.Sync(100 * time.Millisecond) }
 		a.setHostTargets(cfg)
-	} else if a.host.why == "" {
-		a.host.why = "no capture was opened"
 	}
 	viaFront := false
 	for i, arm := range opts.Backs {
@@ -268,11 +275,12 @@ func New(opts Options) (*Appliance, error) {
 		if arm.Device == nil {
 			// An arm through the front device shares the front NIC's
 			// default route: its dials name their NIC.
-			fo.Back, viaFront = &netstack.StackDialer{Stack: a.stack, NIC: nic}, true
+			po.Back, viaFront = &netstack.StackDialer{Stack: a.stack, NIC: nic}, true
 		} else if !viaFront {
-			fo.Back = &netstack.StackDialer{Stack: a.stack}
+			po.Back = &netstack.StackDialer{Stack: a.stack}
 		}
 	}
+	po.OnPanic = a.connPanic
 	fo.OnPanic = a.connPanic
 	if cfg.Cluster != nil {
 		// Before the forwarder admits anything: cluster.New holds every
@@ -284,7 +292,9 @@ func New(opts Options) (*Appliance, error) {
 			return nil, err
 		}
 	}
-	a.fwd = netstack.NewForwarder(a.stack, fo)
+	a.px = proxy.New(po)
+	fo.Handler = a.px
+	a.fwd = netstack.NewForwarder(a.stack, fo) // closes px
 	a.listen(cfg)
 	return a, nil
 }
@@ -333,6 +343,8 @@ func (a *Appliance) RawStats() status.RawStats {
 		Flows:                  a.engine.Flows().Stats(),
 		Stack:                  a.stack.Stats(),
 		Forwarder:              a.fwd.Stats(),
+		Proxy:                  a.px.Stats(),
+		HTTP:                   a.hs.Stats(),
 		AdmissionEventsDropped: a.adm.DroppedEvents(),
 		NICs:                   make([]status.NICStats, len(a.nics)),
 	}
@@ -355,58 +367,31 @@ func (a *Appliance) Start() {
 		a.cluCancel = cancel
 		a.wg.Go(func() { a.clu.Loop(ctx) })
 	}
-	a.checkMu.Lock()
-	a.checks = map[string]context.CancelFunc{}
-	a.checkMu.Unlock()
-	a.syncCheckers()
-}
-
-// syncCheckers runs one health checker per balancer (it idles while the
-// config has no health check) and stops those of services gone in a reload.
-// Before Start it does nothing.
-func (a *Appliance) syncCheckers() {
-	a.checkMu.Lock()
-	defer a.checkMu.Unlock()
-	if a.checks == nil {
-		return
-	}
-	bals := *a.bals.Load()
-	for name, cancel := range a.checks {
-		if bals[name] == nil {
-			cancel()
-			delete(a.checks, name)
-		}
-	}
-	for name, b := range bals {
-		if a.checks[name] != nil {
-			continue
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		a.checks[name] = cancel
-		c := &health.Checker{Plan: a.healthPlan(name), Report: func(target string, r health.Result, now time.Time) { b.ReportCheck(target, r.OK, r.Reason, now) }, Now: a.now}
-		a.wg.Go(func() { c.Loop(ctx) })
-	}
+	a.checks.Start(sortedNames(*a.bals.Load()))
 }
 
 // healthPlan returns the health checks of service name in the current
 // config; each target is dialed the way its connections go: through the
 // back arm for `via: netstack` targets, else a host socket.
-func (a *Appliance) healthPlan(name string) func() health.Plan {
-	dial := func(v policy.DialVia) health.DialFunc {
+func (a *Appliance) healthPlan(name string) health.Plan {
+	vs := a.cfg.Load().ServiceByName(name)
+	if vs == nil {
+		return health.Plan{}
+	}
+	return health.Plan{Settings: *vs.Health, Targets: health.ServiceTargets(vs, func(v policy.DialVia) health.DialFunc {
 		if v == policy.DialNetstack {
 			return func(ctx context.Context, addr netip.AddrPort) (net.Conn, error) {
 				return a.stack.DialTCP(ctx, netip.AddrPort{}, addr)
 			}
 		}
 		return health.HostDial
-	}
-	return func() health.Plan {
-		cfg := a.cfg.Load()
-		vs := cfg.ServiceByName(name)
-		if vs == nil {
-			return health.Plan{}
-		}
-		return health.Plan{Settings: *vs.Health, Targets: health.ServiceTargets(vs, dial)}
+	})}
+}
+
+// reportHealth hands a check's verdict to the target's balancer.
+func (a *Appliance) reportHealth(service, target string, r health.Result, now time.Time) {
+	if b := a.balancer(service); b != nil {
+		b.ReportCheck(target, r.OK, r.Reason, now)
 	}
 }
 
@@ -458,7 +443,7 @@ func (a *Appliance) Reload(cfg *policy.Config) error {
 	a.loadedAt.Store(&now)
 	a.gen.Add(1)
 	a.reloadErr.Store(nil)
-	a.syncCheckers()
+	a.checks.Sync(sortedNames(next))
 	a.listen(cfg)
 	a.monitorOff(cfg)
 	a.reloads.Add(1)
@@ -511,12 +496,7 @@ func (a *Appliance) Close() error {
 	default:
 	}
 	close(a.stop)
-	a.checkMu.Lock()
-	for _, cancel := range a.checks {
-		cancel()
-	}
-	a.checks = nil
-	a.checkMu.Unlock()
+	a.checks.Close()
 	if a.cluCancel != nil {
 		a.cluCancel()
 	}
@@ -554,7 +534,14 @@ func (a *Appliance) connPanic(req *proxy.ConnRequest, v any, stack []byte) {
 	ev.Msg("panic in a connection; that connection was closed")
 }
 
-// sortedServices returns the names of cfg's services in file order.
+// setHostTargets points the host-leg capture at cfg's via: host targets.
+func (a *Appliance) setHostTargets(cfg *policy.Config) {
+	if err := a.host.SetTargets(cfg); err != nil {
+		a.log.Error().Err(err).Msg("host capture: the filter on the via: host targets could not be set; their from_target is an estimate")
+	}
+}
+
+// sortedNames returns the names of cfg's services in file order.
 func sortedNames(m map[string]*balancer.Balancer) []string {
 	out := make([]string, 0, len(m))
 	for k := range m {

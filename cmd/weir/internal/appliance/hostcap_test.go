@@ -2,11 +2,9 @@ package appliance
 
 import (
 	"net/netip"
-	"strings"
 	"testing"
 	"time"
 
-	"weir/netstack"
 	"weir/netstack/proxy"
 	"weir/policy"
 )
@@ -14,13 +12,14 @@ import (
 // TestCaptureLossMakesPartial: a host leg counted by the host capture is
 // measured; in an interval in which the capture lost packets it is
 // partial, not measured, so the monitor reads the other direction where
-// that one is measured, and /status says partial and why.
+// that one is measured (status.TestTotalsPartial: /status says partial and
+// why).
 func TestCaptureLossMakesPartial(t *testing.T) {
 	tg := &policy.Target{Name: "t", Addr: netip.MustParseAddrPort("198.18.3.1:80"), Weight: 1}
 	cfg := &policy.Config{Services: []*policy.VirtualServer{{Name: "web", Targets: []*policy.Target{tg}}},
 		Monitor: policy.Monitor{Enabled: true, Scope: policy.ScopeAll}}
 	now := time.Now()
-	s := netstack.Sample{Start: now, End: now.Add(time.Second), Targets: []netstack.AggSample{{Service: "web", Name: "t",
+	s := proxy.Sample{Start: now, End: now.Add(time.Second), Targets: []proxy.AggSample{{Service: "web", Name: "t",
 		FromTarget: proxy.DirCounters{DataSegments: 1000, Retransmitted: 10, Source: proxy.DirCapture},
 		ToTarget:   proxy.DirCounters{DataSegments: 100, Retransmitted: 5, Source: proxy.DirKernel}}}}
 	k := policy.TargetKey{Service: "web", Target: "t"}
@@ -35,18 +34,5 @@ func TestCaptureLossMakesPartial(t *testing.T) {
 	}
 	if ts.SegmentsSent != 100 || ts.Retransmits != 5 {
 		t.Errorf("capture loss: the monitor read %d/%d; want to_target's 5/100", ts.Retransmits, ts.SegmentsSent)
-	}
-	var d DirTotals
-	addDirTotals(&d, ts.FromTarget)
-	if d.Source != "partial" {
-		t.Errorf("status source %q, want partial", d.Source)
-	}
-	a := &Appliance{}
-	a.cfg.Store(cfg)
-	if why := a.sourceWhy(cfg, tg, &d); why == "" {
-		t.Error("no why for a partial direction")
-	}
-	if why := directionWhy(&cfg.Monitor, ts, "to_target"); why == "" || !strings.Contains(why, "partial") {
-		t.Errorf("direction why %q: want it to say from_target was partial", why)
 	}
 }

@@ -62,8 +62,8 @@ func TestHTTPIdlePooledConnsNoLevel(t *testing.T) {
 			t.Fatalf("status %d", resp.StatusCode)
 		}
 	}
-	if !testutil.Within(10*time.Second, func() bool { return l.App.RawStats().Forwarder.TargetConnsIdle == 2 }) {
-		t.Fatalf("idle target connections %d, want 2: %+v", l.App.RawStats().Forwarder.TargetConnsIdle, l.App.RawStats().Forwarder)
+	if !testutil.Within(10*time.Second, func() bool { return l.App.RawStats().HTTP.TargetConnsIdle == 2 }) {
+		t.Fatalf("idle target connections %d, want 2: %+v", l.App.RawStats().HTTP.TargetConnsIdle, l.App.RawStats().HTTP)
 	}
 	l.App.SampleNow()
 	e, ok := l.App.Explanation(policy.TargetKey{Service: "web", Target: "t1"})
@@ -247,9 +247,9 @@ func TestHTTPPooledConnTakesRequestLevel(t *testing.T) {
 	pooled := func(ended uint64) {
 		t.Helper()
 		if !testutil.Within(10*time.Second, func() bool {
-			return l.App.Status().Closed == ended && l.App.RawStats().Forwarder.TargetConnsIdle == 1
+			return l.App.Status().Closed == ended && l.App.RawStats().HTTP.TargetConnsIdle == 1
 		}) {
-			t.Fatalf("ended %d, idle target connections %d; want %d, 1", l.App.Status().Closed, l.App.RawStats().Forwarder.TargetConnsIdle, ended)
+			t.Fatalf("ended %d, idle target connections %d; want %d, 1", l.App.Status().Closed, l.App.RawStats().HTTP.TargetConnsIdle, ended)
 		}
 	}
 	levels := func() map[string]int64 {
@@ -278,7 +278,7 @@ func TestHTTPPooledConnTakesRequestLevel(t *testing.T) {
 	if !testutil.Within(10*time.Second, func() bool { return be.Active() == 1 }) {
 		t.Fatal("the silver request did not reach the target")
 	}
-	if n := l.App.RawStats().Forwarder.TargetConns; n != 1 {
+	if n := l.App.RawStats().HTTP.TargetConns; n != 1 {
 		t.Fatalf("%d target connections, want the one pooled, lent to silver", n)
 	}
 	if lv := levels(); lv["silver"] != 1 || lv["gold"] != 0 {

@@ -1,13 +1,9 @@
 package appliance
 
 import (
-	"fmt"
-	"sort"
 	"time"
 
-	"github.com/rs/zerolog"
-
-	"weir/netstack"
+	"weir/cmd/weir/internal/obs"
 	"weir/netstack/proxy"
 	"weir/policy"
 )
@@ -57,21 +53,14 @@ func (a *Appliance) every(period func(*policy.Config) time.Duration, step func()
 	}
 }
 
-// drainEvents writes the admission's limit crossings to the log: the
-// Sun-style error-log line when a limit that is only logged is exceeded, and
-// the line saying it is back under.
+// drainEvents writes the admission's limit crossings to the log
+// (obs.LimitEvent).
 func (a *Appliance) drainEvents() {
 	ev := a.adm.Events()
 	for {
 		select {
 		case e := <-ev:
-			l := a.log.Warn()
-			if !e.Over {
-				l = a.log.Info()
-			}
-			l.Str("qos_level", e.Level.String()).Str("name", e.Name).Str("limit", e.Limit.String()).
-				Int64("value", e.Value).Int64("measured", e.Measured).Bool("enforced", e.Enforced).
-				Msg("qos: " + e.String())
+			obs.LimitEvent(&a.log, e)
 		default:
 			return
 		}
@@ -90,8 +79,12 @@ func (a *Appliance) sampleLoop() {
 // waiting.
 func (a *Appliance) SampleNow() []policy.Explanation {
 	cfg := a.cfg.Load()
-	s := a.fwd.Sample()
-	samples := samplesFrom(cfg, s, a.OpenByTarget(), a.captureLost())
+	s := a.px.Sample()
+	lost := a.host.Lost()
+	if lost > 0 {
+		a.log.Warn().Uint64("dropped", lost).Msg("host capture lost packets in the last interval (its socket buffer overran): the via: host legs' counts are partial")
+	}
+	samples := samplesFrom(cfg, s, a.OpenByTarget(), lost > 0)
 	judged := samples
 	if a.clu != nil {
 		judged = a.shareSamples(cfg, samples) // the cluster-wide sums
@@ -99,8 +92,8 @@ func (a *Appliance) SampleNow() []policy.Explanation {
 	a.explMu.Lock()
 	expl := a.sampler.Sample(cfg, judged, a.expl[:0:0])
 	a.expl, a.explAt = expl, a.now()
-	a.addSegments(&cfg.Monitor, samples)
 	a.explMu.Unlock()
+	a.segs.Add(cfg, samples, a.host.Status(cfg))
 
 	a.applyFractions(cfg, expl)
 	a.logStats(expl)
@@ -220,7 +213,7 @@ func (a *Appliance) OpenByTarget() map[policy.TargetKey]int64 {
 //
 // captureLost says the host-leg capture lost packets during the interval:
 // the directions it counted are then partial, not measured.
-func samplesFrom(cfg *policy.Config, s netstack.Sample, open map[policy.TargetKey]int64, captureLost bool) map[policy.TargetKey]*policy.TargetSample {
+func samplesFrom(cfg *policy.Config, s proxy.Sample, open map[policy.TargetKey]int64, captureLost bool) map[policy.TargetKey]*policy.TargetSample {
 	interval := s.End.Sub(s.Start)
 	out := map[policy.TargetKey]*policy.TargetSample{}
 	for _, vs := range cfg.Services {
@@ -287,60 +280,16 @@ func addDir(d *policy.DirSample, c proxy.DirCounters, captureLost bool) {
 	}
 }
 
-// logStats writes one STATS line per target, as the WebSphere plug-in does:
-// the default level's explanation, then each action level of the target's
-// service with its fraction and weight there (the line's actions field;
-// "levels=gold:100%->0" in its message).
+// logStats writes one STATS line per target (obs.Stats).
 func (a *Appliance) logStats(expl []policy.Explanation) {
 	a.explMu.Lock()
 	actionFr := a.actionFr
 	a.explMu.Unlock()
-	for _, e := range expl {
-		sg, _ := a.SegmentsOf(policy.TargetKey{Service: e.Service, Target: e.Target})
-		levels, text := actionLevels(actionFr[e.Service], e.Target, e.BaseWeight)
-		a.log.Info().Str("service", e.Service).Str("target", e.Target).
-			Str("direction", sg.Direction).
-			Uint64("from_target_segs", sg.FromTarget.DataSegments).Uint64("from_target_retrans", sg.FromTarget.Retransmitted).
-			Uint64("from_target_timeouts", sg.FromTarget.Timeouts).Str("from_target_source", sg.FromTarget.Source).Str("from_target_signal", sg.FromTarget.Signal).
-			Uint64("to_target_segs", sg.ToTarget.DataSegments).Uint64("to_target_retrans", sg.ToTarget.Retransmitted).
-			Uint64("to_target_timeouts", sg.ToTarget.Timeouts).Str("to_target_source", sg.ToTarget.Source).
-			Int64("open", e.ActiveConns).Int64("max", e.MaxConns).
-			Int64("pending_requests", a.admit.Pending(e.Service, e.Target)).
-			Int("loss_fr", e.LossFraction).Int("timeout_fr", e.TimeoutFraction).
-			Int("default_fr", e.DefaultFraction).Int("action_fr", e.ActionFraction).
-			Int("fraction", e.Fraction).Str("winner", e.Winner.String()).
-			Int("weight", e.BaseWeight).Int("effective", e.Weight).Int("default_effective", e.DefaultWeight).
-			Dict("actions", levels).
-			Msg("STATS " + e.String() + text)
+	for i := range expl {
+		e := &expl[i]
+		sg, _ := a.segs.Of(policy.TargetKey{Service: e.Service, Target: e.Target})
+		obs.Stats(&a.log, e, sg, actionFr[e.Service], a.admit.Pending(e.Service, e.Target))
 	}
-}
-
-// actionLevels is a target's action levels for its STATS line, from its
-// service's action fractions fr (action → target → percent): a
-// dictionary {action: {fraction, effective}} and the message's
-// " levels=a:f%->w,…" (empty without action levels). A target missing from
-// a level is at its base weight there (balancer.SetFractions).
-func actionLevels(fr map[string]map[string]int, target string, base int) (*zerolog.Event, string) {
-	d := zerolog.Dict()
-	if len(fr) == 0 {
-		return d, ""
-	}
-	names := make([]string, 0, len(fr))
-	for name := range fr {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	b := []byte(" levels=")
-	for i, name := range names {
-		f := fr[name][target]
-		w := policy.EffectiveWeight(base, f)
-		d.Dict(name, zerolog.Dict().Int("fraction", f).Int("effective", w))
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = fmt.Appendf(b, "%s:%d%%->%d", name, f, w)
-	}
-	return d, string(b)
 }
 
 // Explanation returns the last sampling interval's weight explanation of a

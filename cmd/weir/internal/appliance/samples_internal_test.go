@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"weir/netstack"
+	"weir/netstack/proxy"
 	"weir/policy"
 )
 
@@ -18,9 +18,9 @@ func TestSamplesFromOpenTime(t *testing.T) {
 		Actions:  []*policy.Action{gold},
 	}
 	t0 := time.Unix(1_000_000, 0)
-	s := netstack.Sample{Start: t0, End: t0.Add(10 * time.Second),
-		Targets:       []netstack.AggSample{{Service: "web", Name: "t1", Active: 1, Closed: 19, Bytes: 1000, OpenTime: 198 * time.Second}},
-		TargetActions: []netstack.AggSample{{Service: "web", Name: "t1", Action: "gold", Active: 1, Closed: 19, Bytes: 1000, OpenTime: 198 * time.Second}},
+	s := proxy.Sample{Start: t0, End: t0.Add(10 * time.Second),
+		Targets:       []proxy.AggSample{{Service: "web", Name: "t1", Active: 1, Closed: 19, Bytes: 1000, OpenTime: 198 * time.Second}},
+		TargetActions: []proxy.AggSample{{Service: "web", Name: "t1", Action: "gold", Active: 1, Closed: 19, Bytes: 1000, OpenTime: 198 * time.Second}},
 	}
 	ts := samplesFrom(cfg, s, nil, false)[policy.TargetKey{Service: "web", Target: "t1"}]
 	if ts == nil || len(ts.Actions) != 1 || ts.Actions[0].OpenTime != 198*time.Second || ts.Actions[0].Bytes != 1000 {

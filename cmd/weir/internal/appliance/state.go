@@ -49,7 +49,7 @@ func (a *Appliance) Status() api.Status {
 	st.SampledAt = a.explAt
 	actionFr := a.actionFr
 	a.explMu.Unlock()
-	st.Services = status.Services(cfg, status.Sampled{Explanations: expl, ActionFractions: actionFr, Segments: a.SegmentsOf},
+	st.Services = status.Services(cfg, status.Sampled{Explanations: expl, ActionFractions: actionFr, Segments: a.segs.Of},
 		func(service string) (balancer.Status, bool) {
 			if b := a.balancer(service); b != nil {
 				return b.Snapshot(now), true
@@ -57,14 +57,14 @@ func (a *Appliance) Status() api.Status {
 			return balancer.Status{}, false
 		}, a.admit.Clients)
 	st.HTTP.Requests, st.HTTP.InFlight, st.HTTP.Durations = a.admit.Requests()
-	st.HostCapture = a.hostCaptureStatus(cfg)
+	st.HostCapture = a.host.Status(cfg)
 	return st
 }
 
 // Connections lists open connections with both legs' statistics, for
 // /connections.
 func (a *Appliance) Connections() []api.Connection {
-	cs := a.fwd.Conns()
+	cs := a.px.Conns()
 	out := make([]api.Connection, len(cs))
 	for i, c := range cs {
 		out[i] = api.Connection{
@@ -83,6 +83,10 @@ func (a *Appliance) Healthy() error {
 	}
 	return nil
 }
+
+// SegmentsOf returns a target's segment totals, false before its first
+// sample.
+func (a *Appliance) SegmentsOf(k policy.TargetKey) (api.Segments, bool) { return a.segs.Of(k) }
 
 // TargetFailures is the number of failed connects to a target so far.
 func (a *Appliance) TargetFailures(k policy.TargetKey) uint64 {

@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"weir/bench"
+	"weir/cmd/weir/api"
 	"weir/cmd/weir/internal/admin"
 	"weir/cmd/weir/internal/appliance"
 	"weir/cmd/weir/internal/lab"
@@ -324,7 +325,7 @@ func (c lossCase) direction() string {
 }
 
 // dir picks the case's direction from a target's totals.
-func (c lossCase) dir(s appliance.Segments) appliance.DirTotals {
+func (c lossCase) dir(s api.Segments) api.DirTotals {
 	if c.download {
 		return s.FromTarget
 	}
@@ -333,7 +334,7 @@ func (c lossCase) dir(s appliance.Segments) appliance.DirTotals {
 
 // measuredLoss is the retransmitted share of the case's direction's data
 // segments between two totals, in percent.
-func (c lossCase) measuredLoss(before, after appliance.Segments) (pct float64, segs uint64) {
+func (c lossCase) measuredLoss(before, after api.Segments) (pct float64, segs uint64) {
 	b, a := c.dir(before), c.dir(after)
 	segs = a.DataSegments - b.DataSegments
 	return 100 * float64(a.Retransmitted-b.Retransmitted) / float64(max(segs, 1)), segs
@@ -350,7 +351,7 @@ func (d *demo) lossShift(ctx context.Context, loss float64, c lossCase) Result {
 	// sampling interval, so they are read after the first sample taken
 	// once the load is over: between two phases no traffic flows, and each
 	// phase's delta holds its own segments only.
-	show := func(phase string, r bench.Result, from appliance.Segments) (policy.Explanation, float64, appliance.Segments) {
+	show := func(phase string, r bench.Result, from api.Segments) (policy.Explanation, float64, api.Segments) {
 		e, _ := d.lab.App.Explanation(carol)
 		to := d.sampled(ctx, carol)
 		pct, segs := c.measuredLoss(from, to)
@@ -428,7 +429,7 @@ func (d *demo) lossShift(ctx context.Context, loss float64, c lossCase) Result {
 
 // sampled returns k's segment totals from the first sampling interval that
 // ends from now on (bounded by three intervals, or ctx).
-func (d *demo) sampled(ctx context.Context, k policy.TargetKey) appliance.Segments {
+func (d *demo) sampled(ctx context.Context, k policy.TargetKey) api.Segments {
 	start := time.Now()
 	bound := start.Add(3 * d.lab.App.Config().Monitor.SamplingInterval)
 	for time.Now().Before(bound) && ctx.Err() == nil && !d.lab.App.Status().SampledAt.After(start) {

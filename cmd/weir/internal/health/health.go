@@ -92,6 +92,9 @@ func (c *Checker) Loop(ctx context.Context) error {
 			return ctx.Err()
 		case <-timer.C:
 		}
+		if ctx.Err() != nil {
+			return ctx.Err() // both were ready: the select may have picked the timer
+		}
 		p := c.Plan()
 		if p.Settings.Interval <= 0 {
 			timer.Reset(IdleRecheck)
@@ -127,6 +130,10 @@ func (c *Checker) round(ctx context.Context, p Plan) {
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
+			return
+		}
+		if ctx.Err() != nil {
+			<-sem
 			return
 		}
 		wg.Go(func() {

@@ -455,7 +455,7 @@ var Defs = []Def{
 		Help:    "Http request heads larger than http.maxHeaderBytes, answered 431 and closed.",
 		samples: one(func(st *api.Status) float64 { return float64(st.Forwarder.HTTPHeaderTooBig) })},
 	{Name: "weir_http_malformed_total", Type: Counter,
-		Help:    "Http requests answered 400 and closed: a malformed head, Content-Length together with Transfer-Encoding (request smuggling), or a body the client malformed or cut short (the target is not blamed).",
+		Help:    "Http requests answered 400 and closed: a malformed head, Content-Length together with Transfer-Encoding (request smuggling), a folded header line, no valid Host, or a body the client malformed or cut short (the target is not blamed); CONNECT (501) and versions other than HTTP/1.x (505) too.",
 		samples: one(func(st *api.Status) float64 { return float64(st.Forwarder.HTTPBadRequest) })},
 	{Name: "weir_http_requests_retried_total", Type: Counter,
 		Help:    "Idempotent http requests sent again on a fresh target connection because the pooled one had been closed by the target. Many: lower backendIdle below the targets' keep-alive timeout.",
@@ -486,6 +486,9 @@ var Defs = []Def{
 			emit(float64(n.RxBytes), "rx")
 			emit(float64(n.TxBytes), "tx")
 		})},
+	{Name: "weir_nic_acks_coalesced_total", Type: Counter, Labels: []string{"nic"},
+		Help:    "Pure ACKs read on each stack interface and not handed to the stack: a later ACK of the same flow in the same read batch acknowledged more (downloads: the sender gets the room at once and writes larger super-packets). Not in weir_nic_packets_total.",
+		samples: perNIC(func(n *api.NIC, emit func(float64, ...string)) { emit(float64(n.RxCoalesced)) })},
 	{Name: "weir_nic_dropped_total", Type: Counter, Labels: []string{"nic", "reason"},
 		Help:    "Packets a stack interface dropped: queue_full (the transport writes slower than the stack sends: add TUN queues with --queues), too_big (over the MTU), malformed, detached (before start), closed (after close), checksum (a bad TCP or UDP checksum the kernel left unverified, on an offload TUN).",
 		samples: perNIC(func(n *api.NIC, emit func(float64, ...string)) { drops(n.Dropped, emit) })},

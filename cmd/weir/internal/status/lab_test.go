@@ -80,8 +80,8 @@ func TestRawStats(t *testing.T) {
 	}
 	waitClosed(t, l.App)
 	st := l.App.RawStats()
-	if st.Forwarder.Accepted != 10 || st.Flows.Inserted == 0 || st.Datapath.Marked == 0 {
-		t.Errorf("forwarder %+v, flows %+v, datapath %+v", st.Forwarder, st.Flows, st.Datapath)
+	if st.Proxy.Accepted != 10 || st.Flows.Inserted == 0 || st.Datapath.Marked == 0 {
+		t.Errorf("proxy %+v, flows %+v, datapath %+v", st.Proxy, st.Flows, st.Datapath)
 	}
 	var names []string
 	for _, n := range st.NICs {

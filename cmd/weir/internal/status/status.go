@@ -15,6 +15,7 @@ import (
 	"weir/datapath/tun"
 	"weir/netstack"
 	"weir/netstack/proxy"
+	proxyhttp "weir/netstack/proxy/http"
 	"weir/policy"
 )
 
@@ -27,7 +28,9 @@ type RawStats struct {
 	Datapath  datapath.EngineStats
 	Flows     datapath.FlowTableStats // Refused: flows the full table did not cache
 	Stack     netstack.StackStats
-	Forwarder netstack.ForwarderStats
+	Forwarder netstack.ForwarderStats // the accept path
+	Proxy     proxy.Stats             // the connections it handed over
+	HTTP      proxyhttp.Stats         // of those, the http virtual servers' requests
 	// NICs are the front NIC, the further front queues' and the back
 	// arms', in that order.
 	NICs []NICStats
@@ -59,7 +62,7 @@ func Parts(st *api.Status, raw RawStats, devs []datapath.Device) {
 	// Every SYN dropped for want of room, listeners' included (the stack's
 	// own counter is only the tcp.Forwarder path's global bound).
 	st.Stack.SYNsDroppedInFlight = raw.Forwarder.DroppedInFlight
-	st.Forwarder = forwarderDoc(raw.Forwarder)
+	st.Forwarder = forwarderDoc(raw.Forwarder, raw.Proxy, raw.HTTP)
 	st.Control.DroppedEvents = raw.AdmissionEventsDropped
 	for i, n := range raw.NICs {
 		st.NICs = append(st.NICs, nicDoc(n))
@@ -218,19 +221,22 @@ func stackDoc(s netstack.StackStats) api.Stack {
 	}
 }
 
-func forwarderDoc(s netstack.ForwarderStats) api.Forwarder {
+// forwarderDoc is the forwarder section: the accept path's counters (s),
+// the proxy's (p) and the http proxy's (h) in one, as before they were
+// three packages; Panics and Pending are the sums of the first two.
+func forwarderDoc(s netstack.ForwarderStats, p proxy.Stats, h proxyhttp.Stats) api.Forwarder {
 	ld := s.ListenDropped
 	return api.Forwarder{
 		ListenDropped: []api.Drop{{Reason: "segment_queue", Count: ld.SegmentQueue},
 			{Reason: "accept_queue", Count: ld.AcceptQueue}, {Reason: "failed", Count: ld.Failed}},
-		Accepted: s.Accepted, Pending: s.Pending, NoService: s.NoService, RefusedClosed: s.RefusedClosed,
+		Accepted: p.Accepted, Pending: s.Handshaking + p.Pending, NoService: s.NoService, RefusedClosed: s.RefusedClosed,
 		HandshakeTimedOut: s.HandshakeTimedOut, HandshakeFailed: s.HandshakeFailed,
-		IdleClosed: s.IdleClosed, TimeWaitReopened: s.TimeWaitReopened, Aborted: s.Aborted, NoSession: s.NoSession,
+		IdleClosed: p.IdleClosed, TimeWaitReopened: s.TimeWaitReopened, Aborted: p.Aborted, NoSession: p.NoSession,
 		SYNCookiesSent: s.SYNCookiesSent, SYNCookiesValid: s.SYNCookiesValid, SYNCookiesInvalid: s.SYNCookiesInvalid,
-		Listeners: s.Listeners, TargetTimedOut: s.TargetTimedOut, Panics: s.Panics,
-		HTTPRequests: s.HTTPRequests, HTTPRefused: s.HTTPRefused, HTTPHeaderTimeout: s.HTTPHeaderTimeout,
-		HTTPHeaderTooBig: s.HTTPHeaderTooBig, HTTPBadRequest: s.HTTPBadRequest, HTTPRetried: s.HTTPRetried,
-		HTTPBadGateway: s.HTTPBadGateway, HTTPBodyTimeout: s.HTTPBodyTimeout, HTTPClients: s.HTTPClients, TargetConns: s.TargetConns, TargetConnsIdle: s.TargetConnsIdle,
+		Listeners: s.Listeners, TargetTimedOut: p.TargetTimedOut, Panics: s.Panics + p.Panics,
+		HTTPRequests: h.Requests, HTTPRefused: h.Refused, HTTPHeaderTimeout: h.HeaderTimeout,
+		HTTPHeaderTooBig: h.HeaderTooBig, HTTPBadRequest: h.BadRequest, HTTPRetried: h.Retried,
+		HTTPBadGateway: h.BadGateway, HTTPBodyTimeout: h.BodyTimeout, HTTPClients: h.Clients, TargetConns: h.TargetConns, TargetConnsIdle: h.TargetConnsIdle,
 	}
 }
 
@@ -238,6 +244,7 @@ func nicDoc(n NICStats) api.NIC {
 	s := n.Link
 	out := api.NIC{
 		Name: n.Name, RxPackets: s.RxPackets, RxBytes: s.RxBytes, TxPackets: s.TxPackets, TxBytes: s.TxBytes,
+		RxCoalesced: s.RxCoalesced,
 		Dropped: []api.Drop{
 			{Reason: "malformed", Count: s.DroppedMalformed},
 			{Reason: "detached", Count: s.DroppedDetached},

@@ -14,13 +14,17 @@ import (
 // rawNotInStatus are the raw counters the status document leaves out, each
 // with the fact that already carries it (one fact, one number).
 var rawNotInStatus = map[string]string{
-	"Forwarder.RefusedRST":      "Refusals: RST or 503 follows the service's protocol",
-	"Forwarder.Refused503":      "Refusals: RST or 503 follows the service's protocol",
+	"Proxy.RefusedRST":          "Refusals: RST or 503 follows the service's protocol",
+	"Proxy.Refused503":          "Refusals: RST or 503 follows the service's protocol",
 	"Forwarder.DroppedInFlight": "Stack.SYNsDroppedInFlight (set from it in Parts)",
 	"Stack.TCPForwardDropFull":  "a part of Stack.SYNsDroppedInFlight",
 	"Forwarder.UDPUnreachable":  "Stack.UDPNoSocket, the same gVisor counter",
-	"Forwarder.DialFailed":      "Target.Failed and DialFailures",
-	"Forwarder.Open":            "Open (admitted connections not yet closed)",
+	"Proxy.DialFailed":          "Target.Failed and DialFailures",
+	"Proxy.Open":                "Open (admitted connections not yet closed)",
+	"Forwarder.Panics":          "a part of Forwarder.Panics (the accept path's and the proxy's)",
+	"Proxy.Panics":              "a part of Forwarder.Panics (the accept path's and the proxy's)",
+	"Forwarder.Handshaking":     "a part of Forwarder.Pending (handshakes, then admission and dial)",
+	"Proxy.Pending":             "a part of Forwarder.Pending (handshakes, then admission and dial)",
 	"NICs.Device.RxPackets":     "NIC.RxPackets: the link counts the same packets",
 	"NICs.Device.RxBytes":       "NIC.RxBytes",
 	"NICs.Device.TxPackets":     "NIC.TxPackets",
@@ -69,6 +73,13 @@ func TestEveryRawCounterInStatus(t *testing.T) {
 	var st api.Status
 	Parts(&st, raw, nil)
 	doc.D, doc.S, doc.F, doc.N, doc.C = st.Datapath, st.Stack, st.Forwarder, st.NICs, st.Control.DroppedEvents
+	// The sums of the accept path's and the proxy's parts.
+	if want := raw.Forwarder.Panics + raw.Proxy.Panics; st.Forwarder.Panics != want {
+		t.Errorf("Forwarder.Panics %d, want %d", st.Forwarder.Panics, want)
+	}
+	if want := raw.Forwarder.Handshaking + raw.Proxy.Pending; st.Forwarder.Pending != want {
+		t.Errorf("Forwarder.Pending %d, want %d", st.Forwarder.Pending, want)
+	}
 	shown := map[float64]bool{}
 	var collect func(v reflect.Value)
 	collect = func(v reflect.Value) {

@@ -1,4 +1,4 @@
-package netstack
+package proxy
 
 // Splice flow
 //
@@ -38,7 +38,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"weir/netstack/proxy"
 	"weir/policy"
 )
 
@@ -51,28 +50,28 @@ const (
 
 // connEntry is one open, spliced connection in the forwarder's registry.
 type connEntry struct {
-	req    proxy.ConnRequest
-	d      proxy.Decision
+	req    ConnRequest
+	d      Decision
 	start  time.Time
-	client *Conn
-	target proxy.Leg
+	client Client
+	target Leg
 
 	toTarget atomic.Uint64 // bytes read from the client and written to the target
 	toClient atomic.Uint64 // bytes read from the target and written to the client
 	lastIO   atomic.Int64  // unix nanoseconds of the last byte moved
 	// streamNs is a raw counter: the nanoseconds during which data kept
-	// streaming, in either direction (what each half's proxy.StreamMeter
+	// streaming, in either direction (what each half's StreamMeter
 	// credits); the sampler reads it to tell a connection whose sender
 	// had data waiting from an idle or interactive one (AggSample.Waiting).
 	streamNs atomic.Int64
 
 	closeOnce sync.Once
-	// rel releases the connection on the client's FIN (proxy.Release);
+	// rel releases the connection on the client's FIN (Release);
 	// nil for an http target connection, whose requests' Sessions hear
 	// Released from serveHTTP.
-	rel      *proxy.Release
+	rel      *Release
 	idle     atomic.Bool  // closed by the idle watchdog
-	aborted  atomic.Bool  // closed by Forwarder.Close
+	aborted  atomic.Bool  // closed by Proxy.Close
 	panicked atomic.Value // the first panic's value, if a half panicked
 
 	fb      atomic.Int32 // fbWaiting, fbSpoke or fbExpired
@@ -82,17 +81,17 @@ type connEntry struct {
 	fbReported atomic.Bool
 	fbTimer    atomic.Pointer[time.Timer]
 
-	// Sampler state, protected by Forwarder.sampleMu.
-	last          sampleState
-	finished      bool           // final deltas taken
-	local, remote netip.AddrPort // the target leg's addresses, once read (gVisor legs)
+	// Sampler state, protected by Proxy.sampleMu.
+	last     sampleState
+	finished bool              // final deltas taken
+	addrs    [2]netip.AddrPort // the target leg's local and remote addresses, for Options.Meter
 	// pooled: an http target connection idle in the pool, which belongs to
 	// no request, so to no level, and is not an active connection.
 	pooled bool
 }
 
-// clientDone records one client-side close (proxy.ClientRcvClosed or
-// proxy.ClientSndClosed); once both are done the connection is finished as
+// clientDone records one client-side close (ClientRcvClosed or
+// ClientSndClosed); once both are done the connection is finished as
 // the client sees it and its slots are released.
 func (c *connEntry) clientDone(bit uint32) { c.rel.ClientDone(bit) }
 
@@ -114,8 +113,8 @@ func (c *connEntry) abort() {
 // splice starts copying between client and target; once both directions
 // have ended, endSplice reports the connection's End to sess. It returns at
 // once: the copying runs on two goroutines of its own.
-func (f *Forwarder) splice(req *proxy.ConnRequest, d proxy.Decision, sess proxy.Session, client *Conn, target proxy.Leg, t policy.Timeouts) {
-	c := &connEntry{req: *req, d: d, start: f.now(), client: client, target: target}
+func (f *Proxy) splice(req *ConnRequest, d Decision, sess Session, client Client, target Leg, t policy.Timeouts) {
+	c := &connEntry{req: *req, d: d, start: f.Now(), client: client, target: target}
 	c.rel = f.closing.Track(req.Client.Addr(), client, sess)
 	c.lastIO.Store(c.start.UnixNano())
 	c.last.at = c.start
@@ -125,7 +124,7 @@ func (f *Forwarder) splice(req *proxy.ConnRequest, d proxy.Decision, sess proxy.
 		f.conns[req.ID] = c
 	}
 	f.mu.Unlock()
-	f.open.Add(1)
+	f.count.Open.Add(1)
 	if closed {
 		c.aborted.Store(true)
 		c.abort()
@@ -140,7 +139,7 @@ func (f *Forwarder) splice(req *proxy.ConnRequest, d proxy.Decision, sess proxy.
 	)
 	if idle := t.Idle; idle > 0 {
 		check := func() {
-			since := f.now().Sub(time.Unix(0, c.lastIO.Load()))
+			since := f.Now().Sub(time.Unix(0, c.lastIO.Load()))
 			if since >= idle {
 				c.idle.Store(true)
 				c.abort()
@@ -198,36 +197,36 @@ func (f *Forwarder) splice(req *proxy.ConnRequest, d proxy.Decision, sess proxy.
 
 // endSplice finishes a spliced connection once both halves have ended: its
 // final counters, TIME_WAIT tracking, and the session's End.
-func (f *Forwarder) endSplice(c *connEntry, sess proxy.Session, dials int) {
+func (f *Proxy) endSplice(c *connEntry, sess Session, dials int) {
 	if c.idle.Load() {
-		f.idleClosed.Add(1)
+		f.count.IdleClosed.Add(1)
 	}
 	c.release() // a path that set neither close bit (the first-byte 503)
 	final := f.finish(c)
 	// The client leg is closed after our FIN and the client's: if the target
 	// closed first, weir closed first, and the leg now waits in TIME_WAIT.
-	f.tw.track(c.client)
+	c.client.Closing()
 	c.abort()
-	f.open.Add(-1)
-	e := proxy.End{Outcome: proxy.Served, Decision: c.d, Stats: final, Dials: dials}
+	f.count.Open.Add(-1)
+	e := End{Outcome: Served, Decision: c.d, Stats: final, Dials: dials}
 	switch {
 	case c.panicked.Load() != nil:
-		e.Outcome = proxy.Panicked
+		e.Outcome = Panicked
 		e.Err = fmt.Errorf("panic: %v", c.panicked.Load())
 	case c.aborted.Load():
-		e.Outcome = proxy.Aborted
-		f.aborted.Add(1)
+		e.Outcome = Aborted
+		f.count.Aborted.Add(1)
 	case c.fb.Load() == fbExpired:
-		e.Outcome = proxy.TargetTimedOut
-		e.Err = proxy.ErrFirstByteTimeout
-		f.targetTimedOut.Add(1)
+		e.Outcome = TargetTimedOut
+		e.Err = ErrFirstByteTimeout
+		f.count.TargetTimedOut.Add(1)
 		if !c.fbReported.Load() {
 			// Released already (the idle watchdog, or the target's
 			// FIN before the timer): reported all the same.
-			sess.TargetFailed(c.d, proxy.ErrFirstByteTimeout)
+			sess.TargetFailed(c.d, ErrFirstByteTimeout)
 		}
 	case c.idle.Load():
-		e.Outcome = proxy.IdleClosed
+		e.Outcome = IdleClosed
 	}
 	sess.End(&e)
 }
@@ -235,7 +234,7 @@ func (f *Forwarder) endSplice(c *connEntry, sess proxy.Session, dials int) {
 // guard runs one half of a splice, recovering a panic in it: the panic is
 // counted and reported, and the connection aborted (which ends the other
 // half too).
-func (f *Forwarder) guard(c *connEntry, half func()) {
+func (f *Proxy) guard(c *connEntry, half func()) {
 	defer func() {
 		if v := recover(); v != nil {
 			c.panicked.CompareAndSwap(nil, panicValue{v})
@@ -260,21 +259,21 @@ func (p panicValue) String() string { return fmt.Sprint(p.v) }
 // the client for it: the 503 page for http (d's Reason names the
 // timeout), RST for tcp. write bounds sending the page (the service's
 // RequestRead).
-func (f *Forwarder) copyToClient(c *connEntry, d proxy.Decision, sess proxy.Session, http bool, write time.Duration) {
+func (f *Proxy) copyToClient(c *connEntry, d Decision, sess Session, http bool, write time.Duration) {
 	f.copyHalf(c, c.client, c.target, &c.toClient, 0)
 	if c.fb.Load() != fbExpired || c.aborted.Load() {
 		return
 	}
-	c.fbReported.Store(c.rel.Report(func() { sess.TargetFailed(c.d, proxy.ErrFirstByteTimeout) }))
+	c.fbReported.Store(c.rel.Report(func() { sess.TargetFailed(c.d, ErrFirstByteTimeout) }))
 	if http && c.toClient.Load() == 0 {
 		d.Limit, d.Value, d.Reason = "firstByte", 0, "the target sent no response in time"
 		_ = c.client.SetWriteDeadline(time.Now().Add(write))
-		if _, err := c.client.Write(pageOf(d).Render("close")); err == nil {
-			c.clientDone(proxy.ClientSndClosed)
+		if _, err := c.client.Write(PageOf(d).Render("close")); err == nil {
+			c.clientDone(ClientSndClosed)
 			_ = c.client.CloseWrite()
 		}
 	} else {
-		c.client.reset()
+		c.client.Reset()
 	}
 	c.abort()
 }
@@ -285,29 +284,22 @@ func (f *Forwarder) copyToClient(c *connEntry, d proxy.Decision, sess proxy.Sess
 // starts the first-byte timer; the target→client half (firstByte 0) ends
 // the wait with its first byte. Once the timer has won, errors no longer
 // abort: copyToClient answers the client first.
-func (f *Forwarder) copyHalf(c *connEntry, dst, src proxy.Leg, n *atomic.Uint64, firstByte time.Duration) {
-	// The buffer is lent only while src has data waiting (bufpool.go).
+func (f *Proxy) copyHalf(c *connEntry, dst, src Leg, n *atomic.Uint64, firstByte time.Duration) {
+	// The buffer is lent only while src has data waiting (Leg.ReadLent).
 	var bp *[]byte
 	defer func() { f.returnBuffer(bp) }()
-	toClient := dst == proxy.Leg(c.client)
-	var sm proxy.StreamMeter // this half's reads, for streamNs
-	ls, lending := src.(lendingLeg)
+	toClient := dst == Leg(c.client)
+	var sm StreamMeter // this half's reads, for streamNs
 	for {
-		hook("splice")
 		var nr int
 		var er error
-		if lending {
-			bp, nr, er = ls.readLent(&f.bufPool, bp)
-		} else {
-			bp = f.lendBuffer(src, bp)
-			nr, er = src.Read(*bp)
-		}
+		bp, nr, er = src.ReadLent(&f.bufPool, bp)
 		if nr > 0 {
 			buf := *bp
 			if toClient && !c.fb.CompareAndSwap(fbWaiting, fbSpoke) && c.fb.Load() == fbExpired {
 				return
 			}
-			now := f.now().UnixNano()
+			now := f.Now().UnixNano()
 			if cr := sm.Read(now, now-c.lastIO.Swap(now), nr); cr > 0 {
 				c.streamNs.Add(cr)
 			}
@@ -335,9 +327,9 @@ func (f *Forwarder) copyHalf(c *connEntry, dst, src proxy.Leg, n *atomic.Uint64,
 			// connection for the client: before weir's FIN to the client,
 			// and on the client's FIN before it is passed on.
 			if toClient {
-				c.clientDone(proxy.ClientSndClosed)
+				c.clientDone(ClientSndClosed)
 			} else {
-				c.clientDone(proxy.ClientRcvClosed)
+				c.clientDone(ClientRcvClosed)
 			}
 			if dst.CloseWrite() != nil {
 				c.abort()

@@ -1,20 +1,18 @@
-package netstack
+package proxy
 
 import (
 	"sort"
 	"time"
-
-	"weir/netstack/proxy"
 )
 
 // sampleState is what the sampler saw of a connection at its last Sample.
 type sampleState struct {
 	at             time.Time
-	client, target proxy.LegCounters
+	client, target LegCounters
 	toClient       uint64
 	toTarget       uint64
-	from, to       proxy.DirCounters // the target leg's directions (see direction.go)
-	stream         int64             // connEntry.streamNs
+	from, to       DirCounters // the target leg's directions (see direction.go)
+	stream         int64       // connEntry.streamNs
 }
 
 // delta is the activity of one connection's target leg in a sampling
@@ -22,7 +20,7 @@ type sampleState struct {
 type delta struct {
 	segsSent, retrans, timeouts uint64
 	bytes                       uint64 // both directions
-	from, to                    proxy.DirCounters
+	from, to                    DirCounters
 	// waiting: data streamed for at least half the time since the last
 	// observation, elapsed (see AggSample.Waiting); stream is that
 	// streaming time.
@@ -30,13 +28,6 @@ type delta struct {
 	elapsed, stream time.Duration
 	// rtoUnknown: the target leg does not count its RTO expiries.
 	rtoUnknown bool
-}
-
-func sub(a, b uint64) uint64 {
-	if a < b {
-		return 0
-	}
-	return a - b
 }
 
 // AggSample is the activity of one target, or of one target's connections
@@ -64,11 +55,11 @@ type AggSample struct {
 	// "outbound traffic being serviced by the target servers") and those
 	// weir sent it. Pure ACKs never count. See direction.go for how each
 	// kind of leg is measured; Source is the weakest of the connections'.
-	FromTarget, ToTarget proxy.DirCounters
+	FromTarget, ToTarget DirCounters
 	// Waiting counts the connections that had data waiting to be sent
 	// during the interval, and WaitingBytes their payload bytes. A
 	// connection counts when data kept streaming through it (see
-	// proxy.StreamMeter) for at least half of its time in the interval: its
+	// StreamMeter) for at least half of its time in the interval: its
 	// sender had a backlog, so a low rate is the path's or the target's
 	// doing, not an idle or interactive application's. (The raw counter
 	// is the splice's streamNs; policy's MinRate check without a MeanRate
@@ -76,7 +67,7 @@ type AggSample struct {
 	Waiting      int
 	WaitingBytes uint64
 	// WaitingTime is the sum of those connections' streaming time in the
-	// interval (the time data kept moving at proxy.StreamRate or faster), so WaitingBytes/WaitingTime is their rate per
+	// interval (the time data kept moving at StreamRate or faster), so WaitingBytes/WaitingTime is their rate per
 	// connection while they had data waiting: fair to a connection that
 	// opened, closed or paused in the interval.
 	WaitingTime time.Duration
@@ -154,7 +145,9 @@ func serviceName(c *connEntry) string {
 	return c.req.Service.Name
 }
 
-func targetName(d proxy.Decision) string {
+// TargetName is the name of d's target as ConnStats and Sample give it:
+// its Name, else its address; "" for none.
+func TargetName(d Decision) string {
 	if d.Target == nil {
 		return ""
 	}
@@ -164,7 +157,7 @@ func targetName(d proxy.Decision) string {
 	return d.Target.Addr.String()
 }
 
-func actionName(d proxy.Decision) string {
+func actionName(d Decision) string {
 	if d.Action == nil {
 		return ""
 	}
@@ -174,7 +167,7 @@ func actionName(d proxy.Decision) string {
 // observe reads c's counters now and returns them with the target leg's
 // deltas since the last observation, which it records. Call with sampleMu
 // held.
-func (f *Forwarder) observe(c *connEntry, now time.Time) (cl, tg proxy.LegCounters, dt delta) {
+func (f *Proxy) observe(c *connEntry, now time.Time) (cl, tg LegCounters, dt delta) {
 	cl = c.client.Counters()
 	tg = c.target.Counters()
 	from, to := f.dirs(c, tg)
@@ -184,8 +177,8 @@ func (f *Forwarder) observe(c *connEntry, now time.Time) (cl, tg proxy.LegCounte
 		retrans:  sub(tg.Retransmits, c.last.target.Retransmits),
 		timeouts: sub(tg.Timeouts, c.last.target.Timeouts),
 		bytes:    sub(toC, c.last.toClient) + sub(toT, c.last.toTarget),
-		from:     proxy.SubDir(from, c.last.from),
-		to:       proxy.SubDir(to, c.last.to),
+		from:     SubDir(from, c.last.from),
+		to:       SubDir(to, c.last.to),
 	}
 	stream := c.streamNs.Load()
 	if el := now.Sub(c.last.at); el > 0 {
@@ -199,9 +192,9 @@ func (f *Forwarder) observe(c *connEntry, now time.Time) (cl, tg proxy.LegCounte
 
 // finish takes a closing connection's final statistics, adds its last deltas
 // to the sampler and removes it from the registry.
-func (f *Forwarder) finish(c *connEntry) proxy.ConnStats {
+func (f *Proxy) finish(c *connEntry) ConnStats {
 	f.syncHost(c) // direction.go
-	now := f.now()
+	now := f.Now()
 	f.sampleMu.Lock()
 	prev := c.last
 	if c.finished { // an http target connection Close aborted first
@@ -221,8 +214,8 @@ func (f *Forwarder) finish(c *connEntry) proxy.ConnStats {
 // settle adds a delta of c to the sampler's aggregates of ended activity:
 // its target's and, unless c is pooled, its action's; closed is 1 when c
 // ended. Call with sampleMu held.
-func (f *Forwarder) settle(c *connEntry, dt delta, closed int) {
-	svc, tn := serviceName(c), targetName(c.d)
+func (f *Proxy) settle(c *connEntry, dt delta, closed int) {
+	svc, tn := serviceName(c), TargetName(c.d)
 	t := aggFor(f.sampler.closedTargets, aggKey{service: svc, name: tn})
 	t.add(dt)
 	t.Closed += closed
@@ -245,11 +238,11 @@ func (f *Forwarder) settle(c *connEntry, dt delta, closed int) {
 // capture's socket when the proxy read them, would otherwise be read
 // after the hand-over and credited to the idle pool, no action's, so
 // outside the monitor's (default, policy) scope.
-func (f *Forwarder) hand(c *connEntry, req *proxy.ConnRequest, d *proxy.Decision) {
+func (f *Proxy) hand(c *connEntry, req *ConnRequest, d *Decision) {
 	if d == nil {
 		f.syncHost(c) // direction.go
 	}
-	now := f.now()
+	now := f.Now()
 	f.sampleMu.Lock()
 	defer f.sampleMu.Unlock()
 	if c.finished {
@@ -267,16 +260,16 @@ func (f *Forwarder) hand(c *connEntry, req *proxy.ConnRequest, d *proxy.Decision
 }
 
 // stats builds the exported record from counters read now.
-func (c *connEntry) stats(cl, tg proxy.LegCounters, prev sampleState, now time.Time) proxy.ConnStats {
+func (c *connEntry) stats(cl, tg LegCounters, prev sampleState, now time.Time) ConnStats {
 	toC, toT := c.toClient.Load(), c.toTarget.Load()
-	cs := proxy.ConnStats{
+	cs := ConnStats{
 		ID:        c.req.ID,
 		Client:    c.req.Client,
 		VIP:       c.req.VIP,
-		Target:    targetName(c.d),
+		Target:    TargetName(c.d),
 		Start:     c.start,
-		ClientLeg: proxy.LegStats{LegCounters: cl, BytesSent: toC, BytesReceived: toT},
-		TargetLeg: proxy.LegStats{LegCounters: tg, BytesSent: toT, BytesReceived: toC},
+		ClientLeg: LegStats{LegCounters: cl, BytesSent: toC, BytesReceived: toT},
+		TargetLeg: LegStats{LegCounters: tg, BytesSent: toT, BytesReceived: toC},
 	}
 	if c.req.Service != nil {
 		cs.Service = c.req.Service.Name
@@ -292,15 +285,15 @@ func (c *connEntry) stats(cl, tg proxy.LegCounters, prev sampleState, now time.T
 
 // Conns returns the statistics of every open connection, sorted by ID (for
 // an admin /connections view). It reads each endpoint's counters.
-func (f *Forwarder) Conns() []proxy.ConnStats {
+func (f *Proxy) Conns() []ConnStats {
 	f.mu.Lock()
 	list := make([]*connEntry, 0, len(f.conns))
 	for _, c := range f.conns {
 		list = append(list, c)
 	}
 	f.mu.Unlock()
-	now := f.now()
-	out := make([]proxy.ConnStats, 0, len(list))
+	now := f.Now()
+	out := make([]ConnStats, 0, len(list))
 	f.sampleMu.Lock()
 	for _, c := range list {
 		out = append(out, c.stats(c.client.Counters(), c.target.Counters(), c.last, now))
@@ -311,10 +304,10 @@ func (f *Forwarder) Conns() []proxy.ConnStats {
 }
 
 // Sample aggregates, per target and per target and policy action, what
-// happened since the previous Sample (or since NewForwarder): deltas of
+// happened since the previous Sample (or since New): deltas of
 // every open connection's counters plus the last deltas of connections that
 // closed in between. Call it once per sampling interval from one goroutine.
-func (f *Forwarder) Sample() Sample {
+func (f *Proxy) Sample() Sample {
 	f.mu.Lock()
 	list := make([]*connEntry, 0, len(f.conns))
 	for _, c := range f.conns {
@@ -322,7 +315,7 @@ func (f *Forwarder) Sample() Sample {
 	}
 	f.mu.Unlock()
 
-	now := f.now()
+	now := f.Now()
 	f.sampleMu.Lock()
 	defer f.sampleMu.Unlock()
 	start := f.sampler.last
@@ -333,7 +326,7 @@ func (f *Forwarder) Sample() Sample {
 			continue
 		}
 		_, _, dt := f.observe(c, now)
-		svc, tn := serviceName(c), targetName(c.d)
+		svc, tn := serviceName(c), TargetName(c.d)
 		t := aggFor(targets, aggKey{service: svc, name: tn})
 		t.add(dt)
 		if c.pooled {

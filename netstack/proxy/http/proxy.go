@@ -1,7 +1,7 @@
-package netstack
+package http
 
-// HTTP request flow (virtual servers with protocol http, when the Admitter
-// is a proxy.RequestAdmitter)
+// HTTP request flow (virtual servers with protocol http, when the proxy's
+// Options.HTTP is a Server)
 //
 //	client established ──► AdmitClient (the service's client-connection
 //	    bound, apart from the request limits) ──► refused: 503 page, close
@@ -68,18 +68,75 @@ import (
 )
 
 var (
-	ErrHeaderTimeout   = errors.New("netstack: request head not received within the header timeout")
-	ErrHeaderTooLarge  = errors.New("netstack: request head larger than maxHeaderBytes")
-	ErrSmuggling       = errors.New("netstack: request has both Content-Length and Transfer-Encoding")
-	errForwarderClosed = errors.New("netstack: forwarder closed")
+	ErrHeaderTimeout  = errors.New("netstack: request head not received within the header timeout")
+	ErrHeaderTooLarge = errors.New("netstack: request head larger than maxHeaderBytes")
+	ErrSmuggling      = errors.New("netstack: request has both Content-Length and Transfer-Encoding")
 )
+
+// Options configure a Server.
+type Options struct {
+	// RequestAdmitter admits the client connections and requests; nil
+	// refuses every client connection with RST.
+	RequestAdmitter proxy.RequestAdmitter
+}
+
+// Stats are a Server's counters: totals since New, but the gauges
+// (Clients, TargetConns, TargetConnsIdle). The connections it admits,
+// refuses and dials count in its proxy's Stats too.
+type Stats struct {
+	Requests      uint64 // requests whose head was parsed
+	Refused       uint64 // of those, answered with the 503 page (also in the proxy's Refused503)
+	HeaderTimeout uint64 // request heads not complete within HeaderTimeout (408)
+	HeaderTooBig  uint64 // request heads over MaxHeaderBytes (431)
+	BadRequest    uint64 // malformed heads, Content-Length with Transfer-Encoding, bodies the client malformed or cut short (400)
+	Retried       uint64 // idempotent requests sent again on a fresh target connection after a pooled one failed
+	BadGateway    uint64 // requests whose target failed mid-exchange (502, or a cut response)
+	BodyTimeout   uint64 // admitted requests whose client stalled its body past the idle timeout (408)
+	Clients       int64  // client connections open now
+	TargetConns   int64  // target connections open now (in use or pooled)
+	// TargetConnsIdle: of those, idle in the pool.
+	TargetConnsIdle int
+}
+
+// Server is the request-by-request proxy of http virtual servers: a
+// proxy.RequestServer (give it to proxy.Options.HTTP). Make one with New.
+type Server struct {
+	ra proxy.RequestAdmitter
+
+	pool                                                                   pool
+	requests, requestsRefused, httpRetried                                 atomic.Uint64
+	httpHeaderTimedOut, httpHeaderTooLarge, httpBadRequest, httpBadGateway atomic.Uint64
+	httpBodyTimedOut                                                       atomic.Uint64
+	httpClients, backends                                                  atomic.Int64
+}
+
+var _ proxy.RequestServer = (*Server)(nil)
+
+// New returns a Server.
+func New(opts Options) *Server { return &Server{ra: opts.RequestAdmitter} }
+
+// Stats returns the server's counters.
+func (s *Server) Stats() Stats {
+	return Stats{
+		Requests: s.requests.Load(), Refused: s.requestsRefused.Load(), HeaderTimeout: s.httpHeaderTimedOut.Load(),
+		HeaderTooBig: s.httpHeaderTooLarge.Load(), BadRequest: s.httpBadRequest.Load(), Retried: s.httpRetried.Load(),
+		BadGateway: s.httpBadGateway.Load(), BodyTimeout: s.httpBodyTimedOut.Load(), Clients: s.httpClients.Load(),
+		TargetConns: s.backends.Load(), TargetConnsIdle: s.pool.idleCount(),
+	}
+}
+
+// Close implements proxy.RequestServer: it closes the idle target
+// connections; later puts close theirs.
+func (s *Server) Close() { s.pool.closeAll(s) }
 
 // httpConn is one client connection of an http virtual server.
 type httpConn struct {
-	f      *Forwarder
+	f      *Server
+	p      *proxy.Proxy
+	c      *proxy.Counters // p's
 	req    *proxy.ConnRequest
 	ha     proxy.RequestAdmitter
-	client *Conn
+	client proxy.Client
 	br     *bufio.Reader
 	bw     *bufio.Writer
 	cw     countWriter // under bw: counts the bytes written to the client
@@ -105,28 +162,38 @@ type httpConn struct {
 	hdr     int64
 }
 
-// serveHTTP runs an http client connection in serve's goroutine.
-func (f *Forwarder) serveHTTP(req *proxy.ConnRequest, client *Conn, ha proxy.RequestAdmitter, t policy.Timeouts, pendingDone func()) {
+// ServeClient implements proxy.RequestServer: it runs an http client
+// connection in the proxy's goroutine for it.
+func (f *Server) ServeClient(p *proxy.Proxy, req *proxy.ConnRequest, client proxy.Client, pendingDone func()) {
+	t := req.Service.Timeouts
 	o := req.Service.HTTP
+	c := p.Counters()
+	ha := f.ra
+	if ha == nil {
+		pendingDone()
+		c.RefusedRST.Add(1)
+		client.Reset()
+		return
+	}
 	d, release := ha.AdmitClient(req)
 	pendingDone()
 	if d.Verdict != proxy.Accept {
 		if d.Verdict == proxy.Refuse503 {
-			f.refused503.Add(1)
-			proxy.Serve503(client, pageOf(d), t.RequestRead)
+			c.Refused503.Add(1)
+			proxy.Serve503(client, proxy.PageOf(d), t.RequestRead)
 		} else {
-			f.refusedRST.Add(1)
-			client.reset()
+			c.RefusedRST.Add(1)
+			client.Reset()
 		}
 		if release != nil {
 			release()
 		}
 		return
 	}
-	f.accepted.Add(1) // for an http service: client connections admitted
+	c.Accepted.Add(1) // for an http service: client connections admitted
 	f.httpClients.Add(1)
 	defer f.httpClients.Add(-1)
-	hc := &httpConn{f: f, req: req, ha: ha, client: client, t: t, o: o}
+	hc := &httpConn{f: f, p: p, c: c, req: req, ha: ha, client: client, t: t, o: o}
 	hc.cw.w, hc.cr.r = client, client
 	// The reader's buffer holds a whole head: the bounds are checked on
 	// it before net/http parses it.
@@ -138,8 +205,7 @@ func (f *Forwarder) serveHTTP(req *proxy.ConnRequest, client *Conn, ha proxy.Req
 		hc.hdr = 20 + 32
 	}
 	hc.skipSegs() // the handshake is no request's
-	f.trackHTTP(client, true)
-	defer f.trackHTTP(client, false)
+	defer p.Hold(client)()
 	for hc.one() {
 	}
 	// The client's slot goes back before weir's FIN, as a tcp
@@ -157,7 +223,7 @@ func (f *Forwarder) serveHTTP(req *proxy.ConnRequest, client *Conn, ha proxy.Req
 // another.
 func (hc *httpConn) one() bool {
 	f := hc.f
-	if f.draining.Load() || f.ctx.Err() != nil {
+	if hc.p.Stopping() {
 		return false
 	}
 	// Idle: no request slot is held while waiting.
@@ -198,6 +264,11 @@ func (hc *httpConn) one() bool {
 	if err != nil {
 		f.httpBadRequest.Add(1)
 		hc.badRequest(line, http.StatusBadRequest, start)
+		return false
+	}
+	if status := proxy.Unservable(in, head); status != 0 {
+		f.httpBadRequest.Add(1)
+		hc.badRequest(line, status, start)
 		return false
 	}
 	_ = hc.client.SetReadDeadline(time.Time{})
@@ -297,7 +368,7 @@ func (hc *httpConn) route(in *http.Request, r *proxy.Request) (keep bool) {
 		ended = true
 		re.Duration = time.Since(r.Start)
 		end.Outcome, end.Decision, end.Err, end.Dials = o, d, err, hc.req.Attempt
-		end.Stats.Target = targetName(d)
+		end.Stats.Target = proxy.TargetName(d)
 		end.Stats.TargetLeg.BytesSent = uint64(re.RequestBytes)
 		end.Stats.ClientLeg.BytesSent = uint64(re.ResponseBytes)
 		sess.End(&end)
@@ -314,16 +385,16 @@ func (hc *httpConn) route(in *http.Request, r *proxy.Request) (keep bool) {
 	hc.req.Attempt = 0
 	d, sess = hc.ha.AdmitRequest(hc.req, r)
 	if d.Verdict == proxy.Accept && sess == nil {
-		f.noSession.Add(1)
+		hc.c.NoSession.Add(1)
 		d = proxy.Decision{Verdict: proxy.Refuse503, Reason: "accepted without a session"}
 	}
 	if d.Verdict != proxy.Accept {
-		f.refused503.Add(1)
+		hc.c.Refused503.Add(1)
 		f.requestsRefused.Add(1)
 		keep = !clientWantsClose && hc.dropBody(in)
 		before := hc.cw.n
 		_ = hc.client.SetWriteDeadline(time.Now().Add(hc.t.RequestRead))
-		_, err := hc.bw.Write(pageOf(d).Render(hc.connField(in, keep)))
+		_, err := hc.bw.Write(proxy.PageOf(d).Render(hc.connField(in, keep)))
 		if err == nil {
 			err = hc.bw.Flush()
 		}
@@ -390,12 +461,12 @@ func (hc *httpConn) exchange(in *http.Request, d *proxy.Decision, sess proxy.Req
 	for attempt := 0; ; attempt++ {
 		bc, err = hc.backend(d, sess, attempt > 0)
 		if err != nil {
-			if f.ctx.Err() != nil {
-				f.aborted.Add(1)
+			if hc.p.Closed() {
+				hc.c.Aborted.Add(1)
 				return false, proxy.Aborted, err
 			}
 			// Every target failed: the Session refused.
-			f.refused503.Add(1)
+			hc.c.Refused503.Add(1)
 			f.requestsRefused.Add(1)
 			hc.endSink()
 			if mb, ok := in.Body.(*meteredBody); ok {
@@ -403,7 +474,7 @@ func (hc *httpConn) exchange(in *http.Request, d *proxy.Decision, sess proxy.Req
 			}
 			keep := !clientWantsClose && hc.dropBody(in)
 			before := hc.cw.n
-			if _, werr := hc.bw.Write(pageOf(*d).Render(hc.connField(in, keep))); werr == nil && hc.bw.Flush() == nil {
+			if _, werr := hc.bw.Write(proxy.PageOf(*d).Render(hc.connField(in, keep))); werr == nil && hc.bw.Flush() == nil {
 				re.Status = http.StatusServiceUnavailable
 			} else {
 				keep = false
@@ -434,13 +505,13 @@ func (hc *httpConn) exchange(in *http.Request, d *proxy.Decision, sess proxy.Req
 			continue
 		}
 		if errors.Is(err, proxy.ErrFirstByteTimeout) {
-			f.targetTimedOut.Add(1)
+			hc.c.TargetTimedOut.Add(1)
 			sess.TargetFailed(*d, err)
 			fd := *d
 			fd.Verdict, fd.Limit, fd.Value, fd.Reason = proxy.Refuse503, "firstByte", 0, "the target sent no response in time"
 			hc.endSink()
 			before := hc.cw.n
-			if _, werr := hc.bw.Write(pageOf(fd).Render("close")); werr == nil && hc.bw.Flush() == nil {
+			if _, werr := hc.bw.Write(proxy.PageOf(fd).Render("close")); werr == nil && hc.bw.Flush() == nil {
 				re.Status = http.StatusServiceUnavailable
 			}
 			re.ResponseBytes = hc.cw.n - before
@@ -463,8 +534,8 @@ func (hc *httpConn) exchange(in *http.Request, d *proxy.Decision, sess proxy.Req
 	}
 	bc.uses++
 	keep, backendOK := hc.respond(in, resp, re, clientWantsClose, sess)
-	if backendOK && !resp.Close && !f.draining.Load() {
-		f.park(bc)
+	if backendOK && !resp.Close && !hc.p.Stopping() {
+		bc.t.Park()
 		f.pool.put(f, bc, hc.o.MaxIdlePerTarget, hc.o.BackendIdle)
 	} else {
 		f.closeBackend(bc)
@@ -486,22 +557,22 @@ func (hc *httpConn) backend(d *proxy.Decision, sess proxy.RequestSession, fresh 
 		if d.Target == nil {
 			return nil, errors.New("netstack: accept decision without a target")
 		}
-		k := poolKey{service: hc.req.Service.Name, target: targetName(*d), via: d.Target.Via, addr: d.Target.Addr.String()}
+		k := poolKey{service: hc.req.Service.Name, target: proxy.TargetName(*d), via: d.Target.Via, addr: d.Target.Addr.String()}
 		if !fresh && d.Dialer == nil {
 			if bc := f.pool.get(f, k, hc.o.BackendIdle); bc != nil {
 				// From now on its activity is this request's (its action).
-				f.lend(bc, hc.req, *d)
+				bc.t.Lend(hc.req, *d)
 				return bc, nil
 			}
 		}
-		bc, err := f.dialBackend(hc.req, *d, hc.client, k, hc.t.Connect)
+		bc, err := f.dialBackend(hc.p, hc.req, *d, hc.client, k, hc.t.Connect)
 		if err == nil {
 			return bc, nil
 		}
-		if f.ctx.Err() != nil {
+		if hc.p.Closed() {
 			return nil, err
 		}
-		f.dialFailed.Add(1)
+		hc.c.DialFailed.Add(1)
 		hc.req.Attempt++
 		*d = sess.DialFailed(*d, err)
 	}
@@ -579,7 +650,7 @@ func hasToken(h http.Header, name, token string) bool {
 // goroutine of its own, so that a client waiting for 100 Continue, or a
 // target that answers before the body is in, cannot stall the exchange.
 func (hc *httpConn) roundTrip(bc *backendConn, out *http.Request, re *proxy.RequestEnd) (*http.Response, error) {
-	before := bc.entry.toTarget.Load()
+	before := bc.t.Sent()
 	_ = bc.leg.SetWriteDeadline(time.Now().Add(hc.idle()))
 	hasBody := out.Body != nil && out.Body != http.NoBody
 	wait := hc.t.FirstByte
@@ -628,7 +699,7 @@ func (hc *httpConn) roundTrip(bc *backendConn, out *http.Request, re *proxy.Requ
 				_ = hc.client.SetReadDeadline(time.Unix(1, 0))
 				<-bodyErr
 			}
-			re.RequestBytes = int64(bc.entry.toTarget.Load() - before)
+			re.RequestBytes = int64(bc.t.Sent() - before)
 			if fault != nil {
 				return nil, bodyFault(fault)
 			}
@@ -729,7 +800,7 @@ func (b *bodyJoin) join(abandon bool) {
 			}
 		}
 	}
-	b.re.RequestBytes = int64(b.bc.entry.toTarget.Load() - b.before)
+	b.re.RequestBytes = int64(b.bc.t.Sent() - b.before)
 }
 
 // respond writes the response to the client. It returns whether the client
@@ -743,7 +814,7 @@ func (hc *httpConn) respond(in *http.Request, resp *http.Response, re *proxy.Req
 	bj := resp.Body.(*bodyJoin)
 	removeHopByHop(resp.Header)
 	http10 := in.ProtoMajor == 1 && in.ProtoMinor == 0
-	keep = !clientWantsClose && !hc.f.draining.Load()
+	keep = !clientWantsClose && !hc.p.Stopping()
 	if resp.ContentLength < 0 && len(resp.TransferEncoding) == 0 && in.Method != http.MethodHead {
 		// A body the target ends by closing: so must weir.
 		keep = false
@@ -830,7 +901,7 @@ func (hc *httpConn) skipBytes() { hc.inDone.Store(hc.consumed()) }
 
 // skipSegs marks the client connection's segments so far as accounted for,
 // unreported (the handshake, a page of weir's own).
-func (hc *httpConn) skipSegs() { hc.segDone.Store(hc.client.segments()) }
+func (hc *httpConn) skipSegs() { hc.segDone.Store(hc.client.Segments()) }
 
 // reportIn reports to s the client bytes consumed since the last account
 // (the head, then the body as it is read). Call it from the goroutine
@@ -845,7 +916,7 @@ func (hc *httpConn) reportIn(s proxy.RequestSession) {
 // moved reports n bytes to s, with the TCP/IP headers of the client
 // connection's segments since the last report for the wire count.
 func (hc *httpConn) moved(s proxy.RequestSession, n int64) {
-	seg := hc.client.segments()
+	seg := hc.client.Segments()
 	segs := int64(seg - hc.segDone.Swap(seg))
 	s.Moved(n, n+segs*hc.hdr)
 }
@@ -937,22 +1008,4 @@ func (b *meteredBody) Read(p []byte) (int, error) {
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
-}
-
-// trackHTTP registers an http client connection for Close (which must end
-// its goroutine) while it is open.
-func (f *Forwarder) trackHTTP(c *Conn, open bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if open {
-		if f.httpConns == nil {
-			f.httpConns = make(map[*Conn]struct{})
-		}
-		f.httpConns[c] = struct{}{}
-		if f.closed {
-			c.Close()
-		}
-		return
-	}
-	delete(f.httpConns, c)
 }

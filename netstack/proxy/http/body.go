@@ -1,4 +1,4 @@
-package netstack
+package http
 
 // A client's fault is never the target's
 //
@@ -164,6 +164,6 @@ func (hc *httpConn) targetCut(before int64, status int) int {
 		}
 		return 0
 	}
-	hc.client.reset()
+	hc.client.Reset()
 	return status
 }
