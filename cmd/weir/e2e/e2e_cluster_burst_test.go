@@ -26,9 +26,9 @@ import (
 // sharedConfig is one service with maxConnections 10 enforced over the
 // three instances; {{lease}} and {{down}} are the lease interval and the
 // onRedisDown mode, the two %s the instance id. borrowTimeout is 50 ms,
-// not the default 5: a borrow that finds the slots at idle members waits
+// not the default 20: a borrow that finds the slots at idle members waits
 // for two of their renewals, and this shared 2-core test machine often
-// takes longer than 5 ms to wake three processes.
+// takes longer than 20 ms to wake three processes.
 const sharedConfig = `# e2e cluster instance %s
 instance:
   recomputeInterval: 100ms

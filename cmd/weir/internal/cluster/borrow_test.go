@@ -146,7 +146,7 @@ func TestLeaseEndsOnHolderClock(t *testing.T) {
 }
 
 // TestBorrowWait measures what borrowing adds to a connection's wait, for
-// borrowTimeout 5 ms (the default), 20 ms and 50 ms: three instances idle
+// borrowTimeout 5 ms, 20 ms (the default) and 50 ms: three instances idle
 // (limit 30, 10 each, lease 1 s, the default), 20 clients at once at one
 // of them, each admitted or borrowing as admit does (up to 8 borrows
 // while the cluster grants), none retrying. The 10 beyond the local share

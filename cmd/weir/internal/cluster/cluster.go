@@ -44,17 +44,18 @@
 // A member's demand is its open connections plus those its share refused
 // since its last renewal. A share the answer lowers is lowered first and
 // its smaller lease recorded right after (release.lua), so that slots go
-// back at that renewal. The members nudge each other through a Pub/Sub
-// channel: one that joins or leaves, one below its part while another
-// holds slots above its own, and one that gave slots back publish, and
-// the others renew at once (rate-limited while their renewals move
-// nothing). Between renewals Loop also checks the local demand every tenth
+// back at that renewal. The members nudge each other through Pub/Sub: one
+// that joins or leaves publishes to all; one below its part while others
+// hold slots above their own, a borrow, and one that gave slots back
+// publish to the own channel of only as many members as cover what is
+// lacking or freed, the largest first; those renew at once (rate-limited
+// while their renewals move nothing). Between renewals Loop also checks the local demand every tenth
 // of the lease interval and renews early when a level's share is full or
 // refused a connection while the cluster has room.
 //
 // Borrow (borrow.go) is the synchronous path for a connection refused by a
 // full share after its handshake: bounded by cluster.borrowTimeout
-// (default 5 ms) in all, it records the burst's demand and takes this
+// (default 20 ms) in all, it records the burst's demand and takes this
 // member's part out of what the other members' leases leave, recording it
 // in Redis before the share grows; when the slots it needs are held above
 // their part by others it nudges them and tries again once they gave back.
