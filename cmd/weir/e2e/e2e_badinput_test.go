@@ -20,6 +20,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -239,7 +241,8 @@ func badInputCases() []badInputCase {
 // weir_http_header_too_big_total, and no target connection was ever reset
 // or marked down by a client's bad request.
 func TestE2EBadInput(t *testing.T) {
-	w := startWeir(t, "hostile.yaml")
+	access := filepath.Join(t.TempDir(), "access.log")
+	w := startWeir(t, "hostile.yaml", "--access-log", access)
 	rec := w.recordingTarget("198.18.1.1:8081")
 	cases := badInputCases()
 	refused := 0
@@ -285,5 +288,27 @@ func TestE2EBadInput(t *testing.T) {
 	}
 	if s := statusService(st, "web"); s == nil || len(s.Targets) != 1 || s.Targets[0].Down || s.Targets[0].Failed != 0 {
 		t.Errorf("a client's bad input marked the target down: %+v", s)
+	}
+	// Each refused head has its access-log line with the status sent.
+	w.signal(os.Interrupt) // weir flushes the access log on exit
+	if _, err := w.Wait(10 * time.Second); err != nil {
+		t.Fatalf("weir did not exit on SIGINT: %v", err)
+	}
+	logged := map[int]int{}
+	for _, r := range accessRecords(t, access) {
+		if st, _ := r["status"].(float64); st != 200 && st != 0 {
+			logged[int(st)]++
+		}
+	}
+	want := map[int]int{}
+	for _, c := range cases {
+		for _, s := range c.status {
+			if s != 200 {
+				want[s] += 2
+			}
+		}
+	}
+	if fmt.Sprint(logged) != fmt.Sprint(want) {
+		t.Errorf("access log: refused heads by status %v, want %v", logged, want)
 	}
 }
