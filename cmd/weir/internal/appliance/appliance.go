@@ -196,11 +196,7 @@ func New(opts Options) (*Appliance, error) {
 	a.adm = policy.NewAdmission(cfg, 0)
 	bals := map[string]*balancer.Balancer{}
 	for _, vs := range cfg.Services {
-		b, err := balancer.New(vs, cfg.Balancer)
-		if err != nil {
-			return nil, fmt.Errorf("virtual server %s: %w", vs.Name, err)
-		}
-		bals[vs.Name] = b
+		bals[vs.Name] = balancer.New(vs, cfg.Balancer)
 	}
 	a.bals.Store(&bals)
 
@@ -384,8 +380,8 @@ func (a *Appliance) reportHealth(service, target string, r health.Result, now ti
 // Reload swaps in a new configuration: limits, balancers (counts and
 // down-state carry over by target name), rules and meters (by name). Open
 // connections keep running and count against the new limits. cfg must be
-// compiled; Reload cannot fail on a compiled config except where a virtual
-// server's balancer cannot be built, in which case nothing changes.
+// compiled; Reload fails, and nothing changes, only where Compile refuses it
+// or its cluster section changed.
 func (a *Appliance) Reload(cfg *policy.Config) error {
 	cfg, err := policy.Compile(cfg)
 	if err != nil {
@@ -399,26 +395,16 @@ func (a *Appliance) Reload(cfg *policy.Config) error {
 	old := *a.bals.Load()
 	next := make(map[string]*balancer.Balancer, len(cfg.Services))
 	for _, vs := range cfg.Services {
-		if b := old[vs.Name]; b != nil {
-			next[vs.Name] = b
-			continue
-		}
-		b, err := balancer.New(vs, cfg.Balancer)
-		if err != nil {
-			return a.reloadFailed(fmt.Errorf("virtual server %s: %w", vs.Name, err))
-		}
-		if a.clu != nil {
-			b.SetDefaultCapacity(a.cluDefCap) // no slots until the cluster leases them
-		}
-		next[vs.Name] = b
-	}
-	// Every check passed: from here on the swap cannot fail half-way.
-	for _, vs := range cfg.Services {
-		if b := old[vs.Name]; b != nil {
-			if err := b.Update(vs, cfg.Balancer); err != nil {
-				return a.reloadFailed(fmt.Errorf("virtual server %s: %w", vs.Name, err))
+		b := old[vs.Name]
+		if b != nil {
+			b.Update(vs, cfg.Balancer)
+		} else {
+			b = balancer.New(vs, cfg.Balancer)
+			if a.clu != nil {
+				b.SetDefaultCapacity(a.cluDefCap) // no slots until the cluster leases them
 			}
 		}
+		next[vs.Name] = b
 	}
 	a.adm.Apply(cfg)
 	a.engine.SetConfig(cfg)
