@@ -43,7 +43,6 @@ import (
 	"weir/datapath"
 	"weir/datapath/hostcap"
 	"weir/netstack"
-	"weir/netstack/proxy"
 	"weir/policy"
 )
 
@@ -267,7 +266,7 @@ func New(opts Options) (*Appliance, error) {
 			fo.Back = &netstack.StackDialer{Stack: a.stack}
 		}
 	}
-	fo.OnPanic = a.connPanic
+	fo.OnPanic = a.admit.Panic
 	if cfg.Cluster != nil {
 		// Before the forwarder admits anything: cluster.New holds every
 		// enforced level at zero slots until the first lease (Start).
@@ -490,20 +489,6 @@ func (a *Appliance) listen(cfg *policy.Config) {
 	if err := a.fwd.Listen(cfg.Services); err != nil {
 		a.log.Warn().Err(err).Msg("some VIPs have no listener (no SYN cookies for them)")
 	}
-}
-
-// connPanic logs a panic recovered in a connection's goroutines, once, with
-// the connection and the stack; the forwarder has counted it
-// (weir_forwarder_panics_total) and closed that connection.
-func (a *Appliance) connPanic(req *proxy.ConnRequest, v any, stack []byte) {
-	ev := a.log.Error().Str("panic", fmt.Sprint(v)).Bytes("stack", stack)
-	if req.ID != 0 {
-		ev = ev.Uint64("conn", req.ID).Str("client", req.Client.String()).Str("vip", req.VIP.String())
-		if req.Service != nil {
-			ev = ev.Str("service", req.Service.Name)
-		}
-	}
-	ev.Msg("panic in a connection; that connection was closed")
 }
 
 // setHostTargets points the host-leg capture at cfg's via: host targets.
