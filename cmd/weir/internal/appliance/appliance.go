@@ -118,10 +118,8 @@ type Appliance struct {
 	log  zerolog.Logger
 	now  func() time.Time
 
-	cfg       atomic.Pointer[policy.Config]
-	gen       atomic.Int64
-	loadedAt  atomic.Pointer[time.Time]
-	reloadErr atomic.Pointer[reloadError]
+	cfg     atomic.Pointer[policy.Config]
+	reloads status.Reloads // generations, the last rejected config
 
 	adm     *policy.Admission
 	balMu   sync.Mutex // serialises reloads of the balancer map
@@ -130,7 +128,6 @@ type Appliance struct {
 
 	engine *datapath.Engine
 	stack  *netstack.Stack
-	front  *netstack.NIC
 	nics   []nicEntry // every NIC, front ones first, with its device
 	fwd    *netstack.Forwarder
 
@@ -144,11 +141,8 @@ type Appliance struct {
 	// /status; guarded by explMu.
 	actionFr map[string]map[string]map[string]int
 
-	admit          *admit.Admitter // connections and requests (package admit)
-	reloads        atomic.Uint64
-	reloadFailures atomic.Uint64
-	skipMu         sync.Mutex
-	skipped        map[policy.TargetKey]uint64 // SkippedAtLimit already warned about
+	admit *admit.Admitter // connections and requests (package admit)
+	skips obs.SkipLog     // targets passed over at their maxConnections
 
 	clu       *cluster.Cluster // nil without a cluster section
 	cluCancel context.CancelFunc
@@ -189,9 +183,7 @@ func New(opts Options) (*Appliance, error) {
 	}
 	a.checks = health.Supervisor{Plan: a.healthPlan, Report: a.reportHealth, Now: a.now}
 	a.cfg.Store(cfg)
-	now := a.now()
-	a.loadedAt.Store(&now)
-	a.gen.Store(1)
+	a.reloads.Loaded(a.now())
 	a.adm = policy.NewAdmission(cfg, 0)
 	bals := map[string]*balancer.Balancer{}
 	for _, vs := range cfg.Services {
@@ -206,12 +198,12 @@ func New(opts Options) (*Appliance, error) {
 	if err != nil {
 		return nil, err
 	}
-	a.front, err = a.stack.AddNIC(a.engine, netstack.NICOptions{Name: "front", Promiscuous: true})
+	front, err := a.stack.AddNIC(a.engine, netstack.NICOptions{Name: "front", Promiscuous: true})
 	if err != nil {
 		a.stack.Close()
 		return nil, err
 	}
-	a.nics = append(a.nics, nicEntry{name: "front", nic: a.front, dev: opts.Front})
+	a.nics = append(a.nics, nicEntry{name: "front", nic: front, dev: opts.Front})
 	for i, q := range opts.FrontQueues {
 		name := fmt.Sprintf("front%d", i+1)
 		nic, err := a.stack.AddNIC(a.engine.Attach(q, i+1), netstack.NICOptions{Name: name, Promiscuous: true})
@@ -410,21 +402,16 @@ func (a *Appliance) Reload(cfg *policy.Config) error {
 	a.setHostTargets(cfg)
 	a.cfg.Store(cfg)
 	a.bals.Store(&next)
-	now := a.now()
-	a.loadedAt.Store(&now)
-	a.gen.Add(1)
-	a.reloadErr.Store(nil)
+	gen := a.reloads.Loaded(a.now())
 	a.checks.Sync(sortedNames(next))
 	a.listen(cfg)
 	a.monitorOff(cfg)
-	a.reloads.Add(1)
-	a.log.Info().Int64("generation", a.gen.Load()).Int("services", len(cfg.Services)).Msg("configuration reloaded")
+	a.log.Info().Int64("generation", gen).Int("services", len(cfg.Services)).Msg("configuration reloaded")
 	return nil
 }
 
 func (a *Appliance) reloadFailed(err error) error {
-	a.reloadErr.Store(&reloadError{At: a.now(), Err: err.Error()})
-	a.reloadFailures.Add(1)
+	a.reloads.Failed(a.now(), err)
 	a.log.Error().Err(err).Msg("configuration rejected; the previous one keeps running")
 	return err
 }

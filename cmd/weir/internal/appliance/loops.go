@@ -133,26 +133,12 @@ func (a *Appliance) monitorOff(cfg *policy.Config) {
 	}
 }
 
-// warnSkipped writes the WebSphere plug-in's warning, once per sampling
-// interval and target, for each target that was passed over at its
-// maxConnections since the previous interval.
+// warnSkipped writes the WebSphere plug-in's warning for each target
+// passed over at its maxConnections since the last interval (obs.SkipLog).
 func (a *Appliance) warnSkipped() {
 	now := a.now()
-	a.skipMu.Lock()
-	defer a.skipMu.Unlock()
-	if a.skipped == nil {
-		a.skipped = map[policy.TargetKey]uint64{}
-	}
 	for name, b := range *a.bals.Load() {
-		for _, t := range b.Snapshot(now).Targets {
-			k := policy.TargetKey{Service: name, Target: t.Name}
-			if d := t.SkippedAtLimit - a.skipped[k]; t.SkippedAtLimit > a.skipped[k] {
-				a.log.Warn().Str("service", name).Str("target", t.Name).Uint64("skipped", d).
-					Int64("open", t.Open).Int64("max", t.Max).
-					Msg("target " + t.Name + " has reached maximum connections and is not selected")
-			}
-			a.skipped[k] = t.SkippedAtLimit
-		}
+		a.skips.Log(&a.log, name, b.Snapshot(now).Targets)
 	}
 }
 
