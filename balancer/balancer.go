@@ -19,8 +19,6 @@ package balancer
 //	none: *NoTargetError naming each target and why (allocates; refusal only)
 
 import (
-	"errors"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -56,38 +54,22 @@ type effWeight struct{ units, base int }
 
 // New builds a balancer for vs with settings s. Both come from a Config
 // passed through policy.Compile, which fills the defaults and checks what
-// PickAction relies on (target names present and unique, weights not negative,
-// MaxAttempts within 1..MaxTried); the balancer does not repeat it. New
-// fails only on values that cannot have been compiled.
-func New(vs *policy.VirtualServer, s policy.BalancerSettings) (*Balancer, error) {
+// PickAction relies on (target names present and unique, weights not
+// negative, MaxAttempts within 1..MaxTried); the balancer does not repeat
+// it, so building one and reloading it (Update) cannot fail.
+func New(vs *policy.VirtualServer, s policy.BalancerSettings) *Balancer {
 	b := &Balancer{states: map[string]*targetState{}, eff: map[string]effWeight{}, levels: map[string]map[string]effWeight{},
 		defCap: noCapacity}
-	if err := b.Update(vs, s); err != nil {
-		return nil, err
-	}
-	return b, nil
+	b.Update(vs, s)
+	return b
 }
-
-// ErrNotCompiled is returned by New and Update for settings no compiled
-// Config holds (see policy.Compile).
-var ErrNotCompiled = errors.New("balancer: settings not compiled by policy.Compile")
 
 // Update swaps in a new configuration of the virtual server (a reload),
 // compiled like New's. Targets are matched by name: open connections,
 // down-state, health and counters carry over, and leases taken before the
 // swap release correctly after it. Effective weights from SetWeights carry
-// over for targets whose base weight did not change. On error the balancer
-// is unchanged.
-func (b *Balancer) Update(vs *policy.VirtualServer, s policy.BalancerSettings) error {
-	if vs == nil {
-		return errors.New("balancer: nil virtual server")
-	}
-	// The tried-set bounds a connection's attempts only if MaxAttempts fits
-	// in it, and a retry interval of 0 would never mark a target down:
-	// guard the two values PickAction cannot do without, whoever built s.
-	if s.MaxAttempts < 1 || s.MaxAttempts > MaxTried || s.RetryInterval <= 0 {
-		return fmt.Errorf("%w: maxAttempts %d, retryInterval %v", ErrNotCompiled, s.MaxAttempts, s.RetryInterval)
-	}
+// over for targets whose base weight did not change.
+func (b *Balancer) Update(vs *policy.VirtualServer, s policy.BalancerSettings) {
 	seen := make(map[string]bool, len(vs.Targets))
 	for _, t := range vs.Targets {
 		seen[t.Name] = true
@@ -133,7 +115,6 @@ func (b *Balancer) Update(vs *policy.VirtualServer, s policy.BalancerSettings) e
 		}
 	}
 	b.swap(vs, s)
-	return nil
 }
 
 // SetCapacity sets this instance's share of target's MaxConnections, for a

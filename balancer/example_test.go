@@ -24,10 +24,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	b, err := balancer.New(cfg.Services[0], cfg.Balancer)
-	if err != nil {
-		panic(err)
-	}
+	b := balancer.New(cfg.Services[0], cfg.Balancer)
 	now := time.Date(2005, 5, 11, 7, 26, 23, 0, time.UTC)
 	var open []balancer.Lease
 	for range 8 {

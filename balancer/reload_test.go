@@ -35,9 +35,7 @@ func TestReloadCarriesStateOver(t *testing.T) {
 
 	// Reload: c removed, d added, a's limit unchanged, b's weight changed.
 	vs2 := makeVS("a:1:max=2", "b:2", "d:1")
-	if err := b.Update(compile(t, vs2, s)); err != nil {
-		t.Fatal(err)
-	}
+	b.Update(compile(t, vs2, s))
 	snap := map[string]TargetStatus{}
 	for _, ts := range b.Snapshot(t0.Add(time.Second)).Targets {
 		snap[ts.Name] = ts
@@ -75,13 +73,9 @@ func TestRemovedTargetKeepsCountUntilReleased(t *testing.T) {
 	if err != nil || l.Name() != "a" {
 		t.Fatalf("pick %q, %v", l.Name(), err)
 	}
-	if err := b.Update(compile(t, makeVS("b:1"), policy.BalancerSettings{})); err != nil {
-		t.Fatal(err)
-	}
+	b.Update(compile(t, makeVS("b:1"), policy.BalancerSettings{}))
 	// a comes back while its old connection is still open: still at its limit.
-	if err := b.Update(compile(t, makeVS("a:1:max=1"), policy.BalancerSettings{})); err != nil {
-		t.Fatal(err)
-	}
+	b.Update(compile(t, makeVS("a:1:max=1"), policy.BalancerSettings{}))
 	if _, err := b.PickAction(t0, 0, nil, nil); err == nil || !strings.Contains(err.Error(), "a (at limit 1/1)") {
 		t.Errorf("pick with a's old connection open: %v, want a at limit", err)
 	}
@@ -91,36 +85,39 @@ func TestRemovedTargetKeepsCountUntilReleased(t *testing.T) {
 	}
 }
 
-// TestNewRejectsUncompiledSettings: the balancer does not repeat
-// policy.Compile's defaults and checks (TestCompile in policy has them), but
-// it refuses the settings its tried-set and down-marking cannot work with,
-// and a refused Update leaves it as it was.
-func TestNewRejectsUncompiledSettings(t *testing.T) {
-	vs, ok := compile(t, makeVS("a"), policy.BalancerSettings{})
+// TestUncompiledAttemptsStayBounded: the balancer does not repeat
+// policy.Compile's defaults and checks (TestCompile in policy has them), and
+// building or reloading one cannot fail; a MaxAttempts outside 1..MaxTried
+// (which Compile refuses) is held to it, so that a connection's retries end
+// even where no failed target is marked down (no retry interval) and there
+// are more targets than the tried-set holds.
+func TestUncompiledAttemptsStayBounded(t *testing.T) {
+	names := make([]string, MaxTried+4)
+	for i := range names {
+		names[i] = fmt.Sprintf("t%d", i)
+	}
+	vs, _ := compile(t, makeVS(names...), policy.BalancerSettings{})
 	for _, tc := range []struct {
-		name string
-		vs   *policy.VirtualServer
-		s    policy.BalancerSettings
-		want string
-	}{
-		{"nil", nil, ok, "nil virtual server"},
-		{"zero settings", vs, policy.BalancerSettings{}, "not compiled"},
-		{"attempts beyond the tried-set", vs, policy.BalancerSettings{MaxAttempts: MaxTried + 1, RetryInterval: time.Second}, "not compiled"},
-		{"no retry interval", vs, policy.BalancerSettings{MaxAttempts: 3}, "not compiled"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			_, err := New(tc.vs, tc.s)
-			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("error %v, want it to contain %q", err, tc.want)
+		attempts, want int
+	}{{0, 1}, {-3, 1}, {MaxTried + 5, MaxTried}, {2, 2}} {
+		b := New(vs, policy.BalancerSettings{MaxAttempts: tc.attempts})
+		var tried Tried
+		n := 0
+		for ; n < 3*MaxTried; n++ {
+			l, err := b.PickAction(t0, 0, nil, &tried)
+			if err != nil {
+				var nt *NoTargetError
+				if !errors.As(err, &nt) || !nt.Exhausted {
+					t.Errorf("maxAttempts %d: after %d attempts %v, want the attempts used up", tc.attempts, n, err)
+				}
+				break
 			}
-		})
-	}
-	b := mustNew(t, makeVS("a"), policy.BalancerSettings{})
-	if err := b.Update(makeVS("x"), policy.BalancerSettings{}); !errors.Is(err, ErrNotCompiled) {
-		t.Fatalf("Update of uncompiled settings: %v", err)
-	}
-	if l, err := b.PickAction(t0, 0, nil, nil); err != nil || l.Name() != "a" {
-		t.Errorf("after failed Update: %q %v", l.Name(), err)
+			l.Failed(t0)
+		}
+		if n != tc.want {
+			t.Errorf("maxAttempts %d: %d attempts, want %d", tc.attempts, n, tc.want)
+		}
+		b.Update(vs, policy.BalancerSettings{MaxAttempts: 1}) // a reload of the same, uncompiled: no error to return
 	}
 }
 
@@ -170,9 +167,7 @@ func TestSwapsDuringConcurrentPicks(t *testing.T) {
 	}
 	for i := range 300 {
 		if i%3 == 0 {
-			if err := b.Update(configs[i/3%len(configs)], s); err != nil {
-				t.Fatal(err)
-			}
+			b.Update(configs[i/3%len(configs)], s)
 		} else {
 			b.SetWeights(map[string]int{"a": i % 4, "b": 2, "c": i % 3})
 		}

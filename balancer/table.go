@@ -56,7 +56,7 @@ type table struct {
 
 	retry     int64 // retry interval, ns
 	slowStart int64 // slow-start window, ns; 0: off
-	attempts  int   // MaxAttempts: 1..MaxTried, checked by Update
+	attempts  int   // MaxAttempts, held to 1..MaxTried
 
 	// sched interleaves primary indices in proportion to their effective
 	// weights (see schedule); round robin walks it with cursor, least-conn
@@ -83,7 +83,10 @@ func newTable(vs *policy.VirtualServer, s policy.BalancerSettings, states map[st
 		settings:  s,
 		retry:     int64(s.RetryInterval),
 		slowStart: int64(s.SlowStart),
-		attempts:  s.MaxAttempts,
+		// Compile rejects a MaxAttempts outside 1..MaxTried; held to it
+		// here (a bound, not a default) so that whoever built s, the
+		// tried-set bounds a connection's attempts.
+		attempts: min(max(s.MaxAttempts, 1), MaxTried),
 	}
 	for _, role := range []policy.Role{policy.RolePrimary, policy.RoleBackup} {
 		for _, pt := range vs.Targets {

@@ -127,7 +127,7 @@ func TestCaptureFlushesWhileRunning(t *testing.T) {
 }
 
 func TestCaptureRejects(t *testing.T) {
-	if _, err := NewCapture(io.Discard, CaptureOptions{MaxBytes: 10}); err == nil {
+	if _, err := newCapture(io.Discard, CaptureOptions{MaxBytes: 10}); err == nil {
 		t.Error("MaxBytes below the file header accepted")
 	}
 	// An existing world-readable file is narrowed to 0600.

@@ -1,15 +1,12 @@
-// Package pcapdev connects weir's datapath to pcap capture files: Replay
-// is a datapath.Device whose input is a capture, and Recorder wraps any
-// Device and writes everything read from or written to it into a Capture
-// (link type RAW: bare IPv4/IPv6 packets), which Wireshark and tcpdump
-// open directly. `weir run --capture FILE` records its front NIC this way:
-// one Capture, bounded in size, shared by a Recorder per TUN queue.
+// Package pcapdev records weir's datapath into pcap capture files: a
+// Recorder wraps any Device and writes everything read from or written to
+// it into a Capture (link type RAW: bare IPv4/IPv6 packets), which
+// Wireshark and tcpdump open directly. `weir run --capture FILE` records
+// its front NIC this way: one Capture, bounded in size, shared by a
+// Recorder per TUN queue.
 //
 // Flow
 //
-//	Replay.Read:     pcap record ─► strip link header (Ethernet, Linux SLL) ─► caller's buffer
-//	                 end of file ─► 0, os.ErrClosed (or start over, Loops times)
-//	Replay.Write:    counted and discarded
 //	Recorder.Read:   inner.Read ─► each packet appended to the capture ─► caller
 //	Recorder.Write:  each packet appended to the capture ─► inner.Write
 //	Capture:         buffered, flushed every FlushEvery; past MaxBytes: counted, not written
@@ -22,8 +19,6 @@ package pcapdev
 
 import (
 	"bufio"
-	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -38,213 +33,7 @@ import (
 	"weir/datapath"
 )
 
-// ReplayOptions configure NewReplay. The zero value works.
-type ReplayOptions struct {
-	// MTU is what MTU reports and the largest packet Read returns; zero
-	// means 65535. Longer packets are dropped and counted.
-	MTU int
-	// BatchSize is the most packets one Read returns; zero means 64.
-	BatchSize int
-	// Loops is how many more times the capture is replayed after the
-	// first pass, for an io.ReadSeeker source; zero means once.
-	Loops int
-}
-
-// Replay is a datapath.Device that reads its input from a pcap capture.
-// Read is meant for one goroutine at a time; Write, which discards, may be
-// called from any.
-type Replay struct {
-	opts  ReplayOptions
-	src   io.Reader
-	mu    sync.Mutex // guards r, loops, closed
-	r     *pcapgo.Reader
-	link  layers.LinkType
-	loops int
-
-	closed atomic.Bool
-	stats  struct {
-		rxPackets, rxBytes, txPackets, txBytes, tooBig, skipped atomic.Uint64
-	}
-}
-
-var (
-	_ datapath.Device        = (*Replay)(nil)
-	_ datapath.StatsReporter = (*Replay)(nil)
-)
-
-// NewReplay returns a device replaying the capture read from src. The
-// capture's link type must be RAW, IPv4, IPv6, Ethernet or Linux SLL.
-func NewReplay(src io.Reader, o ReplayOptions) (*Replay, error) {
-	if o.MTU <= 0 {
-		o.MTU = 65535
-	}
-	if o.BatchSize <= 0 {
-		o.BatchSize = 64
-	}
-	r, err := pcapgo.NewReader(src)
-	if err != nil {
-		return nil, fmt.Errorf("pcap replay: %w", err)
-	}
-	switch lt := r.LinkType(); lt {
-	case layers.LinkTypeRaw, layers.LinkTypeIPv4, layers.LinkTypeIPv6, layers.LinkTypeEthernet, layers.LinkTypeLinuxSLL:
-	default:
-		return nil, fmt.Errorf("pcap replay: unsupported link type %v", lt)
-	}
-	return &Replay{opts: o, src: src, r: r, link: r.LinkType(), loops: o.Loops}, nil
-}
-
-// OpenReplay opens the capture file at path; Close closes the file.
-func OpenReplay(path string, o ReplayOptions) (*Replay, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	d, err := NewReplay(f, o)
-	if err != nil {
-		f.Close()
-		return nil, err
-	}
-	return d, nil
-}
-
-// ipPayload returns the IP packet inside a frame of link type lt, or nil
-// when the frame carries something else.
-func ipPayload(lt layers.LinkType, frame []byte) []byte {
-	var typ uint16
-	switch lt {
-	case layers.LinkTypeRaw, layers.LinkTypeIPv4, layers.LinkTypeIPv6:
-		return frame
-	case layers.LinkTypeEthernet:
-		if len(frame) < 14 {
-			return nil
-		}
-		typ, frame = binary.BigEndian.Uint16(frame[12:14]), frame[14:]
-		if typ == 0x8100 && len(frame) >= 4 { // one VLAN tag
-			typ, frame = binary.BigEndian.Uint16(frame[2:4]), frame[4:]
-		}
-	case layers.LinkTypeLinuxSLL:
-		if len(frame) < 16 {
-			return nil
-		}
-		typ, frame = binary.BigEndian.Uint16(frame[14:16]), frame[16:]
-	}
-	if typ == 0x0800 || typ == 0x86dd {
-		return frame
-	}
-	return nil
-}
-
-// Read implements datapath.Device: it returns the next packets of the
-// capture, at most BatchSize, and 0, os.ErrClosed once the capture (and
-// its loops) is exhausted or the device is closed. Frames that carry no IP
-// packet are skipped and counted.
-func (d *Replay) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	n := 0
-	limit := min(len(bufs), d.opts.BatchSize)
-	for n < limit {
-		if d.closed.Load() {
-			break
-		}
-		frame, _, err := d.r.ZeroCopyReadPacketData()
-		if err != nil {
-			if errors.Is(err, io.EOF) && d.rewind() {
-				continue
-			}
-			if n == 0 {
-				if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-					return 0, os.ErrClosed
-				}
-				return 0, fmt.Errorf("pcap replay: %w", err)
-			}
-			break
-		}
-		p := ipPayload(d.link, frame)
-		if p == nil {
-			d.stats.skipped.Add(1)
-			continue
-		}
-		if len(p) > d.opts.MTU || offset > len(bufs[n]) || len(p) > len(bufs[n])-offset {
-			d.stats.tooBig.Add(1)
-			continue
-		}
-		sizes[n] = copy(bufs[n][offset:], p)
-		d.stats.rxBytes.Add(uint64(len(p)))
-		n++
-	}
-	if n == 0 {
-		return 0, os.ErrClosed
-	}
-	d.stats.rxPackets.Add(uint64(n))
-	return n, nil
-}
-
-// rewind starts the capture over when loops remain; d.mu is held.
-func (d *Replay) rewind() bool {
-	s, ok := d.src.(io.Seeker)
-	if !ok || d.loops == 0 {
-		return false
-	}
-	if _, err := s.Seek(0, io.SeekStart); err != nil {
-		return false
-	}
-	r, err := pcapgo.NewReader(d.src)
-	if err != nil {
-		return false
-	}
-	d.loops--
-	d.r = r
-	return true
-}
-
-// Write implements datapath.Device: a replay has no output, so it counts
-// the packets and discards them.
-func (d *Replay) Write(bufs [][]byte, offset int) (int, error) {
-	if d.closed.Load() {
-		return 0, os.ErrClosed
-	}
-	for _, b := range bufs {
-		if offset <= len(b) {
-			d.stats.txBytes.Add(uint64(len(b) - offset))
-		}
-	}
-	d.stats.txPackets.Add(uint64(len(bufs)))
-	return len(bufs), nil
-}
-
-// BatchSize implements datapath.Device.
-func (d *Replay) BatchSize() int { return d.opts.BatchSize }
-
-// MTU implements datapath.Device.
-func (d *Replay) MTU() int { return d.opts.MTU }
-
-// Close implements datapath.Device; it closes the source if it is an
-// io.Closer.
-func (d *Replay) Close() error {
-	if d.closed.Swap(true) {
-		return nil
-	}
-	if c, ok := d.src.(io.Closer); ok {
-		return c.Close()
-	}
-	return nil
-}
-
-// Stats implements datapath.StatsReporter. DroppedTooBig counts packets
-// over the MTU or the caller's buffer.
-func (d *Replay) Stats() datapath.DeviceStats {
-	return datapath.DeviceStats{
-		RxPackets: d.stats.rxPackets.Load(), RxBytes: d.stats.rxBytes.Load(),
-		TxPackets: d.stats.txPackets.Load(), TxBytes: d.stats.txBytes.Load(),
-		DroppedTooBig: d.stats.tooBig.Load(),
-	}
-}
-
-// Skipped returns the number of frames that carried no IP packet.
-func (d *Replay) Skipped() uint64 { return d.stats.skipped.Load() }
-
-// CaptureOptions configure NewCapture. The zero value works.
+// CaptureOptions configure CreateCapture. The zero value works.
 type CaptureOptions struct {
 	// Snaplen is the most bytes of each packet recorded; zero means the
 	// whole packet (up to 65535).
@@ -260,9 +49,6 @@ type CaptureOptions struct {
 	// Now is the clock for packet timestamps; nil means time.Now.
 	Now func() time.Time
 }
-
-// RecorderOptions configure NewRecorder: those of its capture.
-type RecorderOptions = CaptureOptions
 
 // Sizes of the pcap format, for MaxBytes.
 const (
@@ -297,9 +83,9 @@ type CaptureStats struct {
 	Bytes    int64  // size of the capture, file header included
 }
 
-// NewCapture writes a pcap file header to w. If w is an io.Closer, Close
+// newCapture writes a pcap file header to w. If w is an io.Closer, Close
 // closes it.
-func NewCapture(w io.Writer, o CaptureOptions) (*Capture, error) {
+func newCapture(w io.Writer, o CaptureOptions) (*Capture, error) {
 	if o.Snaplen <= 0 || o.Snaplen > 65535 {
 		o.Snaplen = 65535
 	}
@@ -342,7 +128,7 @@ func CreateCapture(path string, o CaptureOptions) (*Capture, error) {
 		f.Close()
 		return nil, err
 	}
-	c, err := NewCapture(f, o)
+	c, err := newCapture(f, o)
 	if err != nil {
 		f.Close()
 		return nil, err
@@ -451,37 +237,12 @@ func (c *Capture) Close() error {
 type Recorder struct {
 	inner datapath.Device
 	c     *Capture
-	owns  bool // Close closes c too (NewRecorder, CreateRecorder)
 }
 
 var (
 	_ datapath.Device        = (*Recorder)(nil)
 	_ datapath.StatsReporter = (*Recorder)(nil)
 )
-
-// NewRecorder starts a capture in w and returns a recorder around inner
-// that owns it: Close closes inner, then the capture (and w when it is an
-// io.Closer).
-func NewRecorder(inner datapath.Device, w io.Writer, o RecorderOptions) (*Recorder, error) {
-	c, err := NewCapture(w, o)
-	if err != nil {
-		return nil, err
-	}
-	r := c.Wrap(inner)
-	r.owns = true
-	return r, nil
-}
-
-// CreateRecorder records inner's traffic to a new file at path (mode 0600).
-func CreateRecorder(inner datapath.Device, path string, o RecorderOptions) (*Recorder, error) {
-	c, err := CreateCapture(path, o)
-	if err != nil {
-		return nil, err
-	}
-	r := c.Wrap(inner)
-	r.owns = true
-	return r, nil
-}
 
 // Read implements datapath.Device: it reads from the inner device and
 // records what it returns.
@@ -504,22 +265,9 @@ func (r *Recorder) Write(bufs [][]byte, offset int) (int, error) {
 	return r.inner.Write(bufs, offset)
 }
 
-// Capture returns the capture r records in.
-func (r *Recorder) Capture() *Capture { return r.c }
-
 // Unwrap returns the device r records, for callers that look for its own
 // methods (a TUN's kernel counters).
 func (r *Recorder) Unwrap() datapath.Device { return r.inner }
-
-// Flush writes buffered records to the underlying writer.
-func (r *Recorder) Flush() error { return r.c.Flush() }
-
-// Recorded returns the number of packets written to the capture.
-func (r *Recorder) Recorded() uint64 { return r.c.recorded.Load() }
-
-// Err returns the first error writing the capture, after which recording
-// stopped (traffic still passes).
-func (r *Recorder) Err() error { return r.c.Err() }
 
 // BatchSize implements datapath.Device.
 func (r *Recorder) BatchSize() int { return r.inner.BatchSize() }
@@ -536,15 +284,12 @@ func (r *Recorder) Stats() datapath.DeviceStats {
 	return datapath.DeviceStats{}
 }
 
-// Close implements datapath.Device: it closes the inner device and, when
-// r owns its capture, flushes and closes the capture.
+// Close implements datapath.Device: it closes the inner device and flushes
+// the capture, which stays open for the other recorders sharing it (its
+// owner closes it).
 func (r *Recorder) Close() error {
 	err := r.inner.Close()
-	if r.owns {
-		if cerr := r.c.Close(); err == nil {
-			err = cerr
-		}
-	} else if ferr := r.c.Flush(); err == nil {
+	if ferr := r.c.Flush(); err == nil {
 		err = ferr
 	}
 	return err

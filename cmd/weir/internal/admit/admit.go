@@ -18,6 +18,7 @@ package admit
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"sort"
 	"strconv"
@@ -437,6 +438,20 @@ func (s *session) End(e *proxy.End) {
 }
 
 // warnEvery and errorEvery write a line at most once per second per key,
+// Panic logs a panic recovered in a connection's goroutines, once, with
+// the connection and the stack; the forwarder has counted it
+// (weir_forwarder_panics_total) and closed that connection.
+func (a *Admitter) Panic(req *proxy.ConnRequest, v any, stack []byte) {
+	ev := a.log.Error().Str("panic", fmt.Sprint(v)).Bytes("stack", stack)
+	if req.ID != 0 {
+		ev = ev.Uint64("conn", req.ID).Str("client", req.Client.String()).Str("vip", req.VIP.String())
+		if req.Service != nil {
+			ev = ev.Str("service", req.Service.Name)
+		}
+	}
+	ev.Msg("panic in a connection; that connection was closed")
+}
+
 // saying how many were held back since.
 func (a *Admitter) warnEvery(key string, now time.Time, f func(*zerolog.Event)) {
 	a.logEvery(zerolog.WarnLevel, key, now, f)

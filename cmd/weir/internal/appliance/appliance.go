@@ -123,10 +123,8 @@ type Appliance struct {
 	log  zerolog.Logger
 	now  func() time.Time
 
-	cfg       atomic.Pointer[policy.Config]
-	gen       atomic.Int64
-	loadedAt  atomic.Pointer[time.Time]
-	reloadErr atomic.Pointer[reloadError]
+	cfg     atomic.Pointer[policy.Config]
+	reloads status.Reloads // generations, the last rejected config
 
 	adm     *policy.Admission
 	balMu   sync.Mutex // serialises reloads of the balancer map
@@ -135,7 +133,6 @@ type Appliance struct {
 
 	engine *datapath.Engine
 	stack  *netstack.Stack
-	front  *netstack.NIC
 	nics   []nicEntry          // every NIC, front ones first, with its device
 	fwd    *netstack.Forwarder // the accept path: hands connections to px
 	px     *proxy.Proxy        // admission, dials, splices; http services through hs
@@ -151,11 +148,8 @@ type Appliance struct {
 	// /status; guarded by explMu.
 	actionFr map[string]map[string]map[string]int
 
-	admit          *admit.Admitter // connections and requests (package admit)
-	reloads        atomic.Uint64
-	reloadFailures atomic.Uint64
-	skipMu         sync.Mutex
-	skipped        map[policy.TargetKey]uint64 // SkippedAtLimit already warned about
+	admit *admit.Admitter // connections and requests (package admit)
+	skips obs.SkipLog     // targets passed over at their maxConnections
 
 	clu       *cluster.Cluster // nil without a cluster section
 	cluCancel context.CancelFunc
@@ -196,17 +190,11 @@ func New(opts Options) (*Appliance, error) {
 	}
 	a.checks = health.Supervisor{Plan: a.healthPlan, Report: a.reportHealth, Now: a.now}
 	a.cfg.Store(cfg)
-	now := a.now()
-	a.loadedAt.Store(&now)
-	a.gen.Store(1)
+	a.reloads.Loaded(a.now())
 	a.adm = policy.NewAdmission(cfg, 0)
 	bals := map[string]*balancer.Balancer{}
 	for _, vs := range cfg.Services {
-		b, err := balancer.New(vs, cfg.Balancer)
-		if err != nil {
-			return nil, fmt.Errorf("virtual server %s: %w", vs.Name, err)
-		}
-		bals[vs.Name] = b
+		bals[vs.Name] = balancer.New(vs, cfg.Balancer)
 	}
 	a.bals.Store(&bals)
 
@@ -217,12 +205,12 @@ func New(opts Options) (*Appliance, error) {
 	if err != nil {
 		return nil, err
 	}
-	a.front, err = a.stack.AddNIC(a.engine, netstack.NICOptions{Name: "front", Promiscuous: true})
+	front, err := a.stack.AddNIC(a.engine, netstack.NICOptions{Name: "front", Promiscuous: true})
 	if err != nil {
 		a.stack.Close()
 		return nil, err
 	}
-	a.nics = append(a.nics, nicEntry{name: "front", nic: a.front, dev: opts.Front})
+	a.nics = append(a.nics, nicEntry{name: "front", nic: front, dev: opts.Front})
 	for i, q := range opts.FrontQueues {
 		name := fmt.Sprintf("front%d", i+1)
 		nic, err := a.stack.AddNIC(a.engine.Attach(q, i+1), netstack.NICOptions{Name: name, Promiscuous: true})
@@ -280,8 +268,8 @@ func New(opts Options) (*Appliance, error) {
 			po.Back = &netstack.StackDialer{Stack: a.stack}
 		}
 	}
-	po.OnPanic = a.connPanic
-	fo.OnPanic = a.connPanic
+	po.OnPanic = a.admit.Panic
+	fo.OnPanic = a.admit.Panic
 	if cfg.Cluster != nil {
 		// Before the forwarder admits anything: cluster.New holds every
 		// enforced level at zero slots until the first lease (Start).
@@ -398,8 +386,8 @@ func (a *Appliance) reportHealth(service, target string, r health.Result, now ti
 // Reload swaps in a new configuration: limits, balancers (counts and
 // down-state carry over by target name), rules and meters (by name). Open
 // connections keep running and count against the new limits. cfg must be
-// compiled; Reload cannot fail on a compiled config except where a virtual
-// server's balancer cannot be built, in which case nothing changes.
+// compiled; Reload fails, and nothing changes, only where Compile refuses it
+// or its cluster section changed.
 func (a *Appliance) Reload(cfg *policy.Config) error {
 	cfg, err := policy.Compile(cfg)
 	if err != nil {
@@ -413,47 +401,32 @@ func (a *Appliance) Reload(cfg *policy.Config) error {
 	old := *a.bals.Load()
 	next := make(map[string]*balancer.Balancer, len(cfg.Services))
 	for _, vs := range cfg.Services {
-		if b := old[vs.Name]; b != nil {
-			next[vs.Name] = b
-			continue
-		}
-		b, err := balancer.New(vs, cfg.Balancer)
-		if err != nil {
-			return a.reloadFailed(fmt.Errorf("virtual server %s: %w", vs.Name, err))
-		}
-		if a.clu != nil {
-			b.SetDefaultCapacity(a.cluDefCap) // no slots until the cluster leases them
-		}
-		next[vs.Name] = b
-	}
-	// Every check passed: from here on the swap cannot fail half-way.
-	for _, vs := range cfg.Services {
-		if b := old[vs.Name]; b != nil {
-			if err := b.Update(vs, cfg.Balancer); err != nil {
-				return a.reloadFailed(fmt.Errorf("virtual server %s: %w", vs.Name, err))
+		b := old[vs.Name]
+		if b != nil {
+			b.Update(vs, cfg.Balancer)
+		} else {
+			b = balancer.New(vs, cfg.Balancer)
+			if a.clu != nil {
+				b.SetDefaultCapacity(a.cluDefCap) // no slots until the cluster leases them
 			}
 		}
+		next[vs.Name] = b
 	}
 	a.adm.Apply(cfg)
 	a.engine.SetConfig(cfg)
 	a.setHostTargets(cfg)
 	a.cfg.Store(cfg)
 	a.bals.Store(&next)
-	now := a.now()
-	a.loadedAt.Store(&now)
-	a.gen.Add(1)
-	a.reloadErr.Store(nil)
+	gen := a.reloads.Loaded(a.now())
 	a.checks.Sync(sortedNames(next))
 	a.listen(cfg)
 	a.monitorOff(cfg)
-	a.reloads.Add(1)
-	a.log.Info().Int64("generation", a.gen.Load()).Int("services", len(cfg.Services)).Msg("configuration reloaded")
+	a.log.Info().Int64("generation", gen).Int("services", len(cfg.Services)).Msg("configuration reloaded")
 	return nil
 }
 
 func (a *Appliance) reloadFailed(err error) error {
-	a.reloadErr.Store(&reloadError{At: a.now(), Err: err.Error()})
-	a.reloadFailures.Add(1)
+	a.reloads.Failed(a.now(), err)
 	a.log.Error().Err(err).Msg("configuration rejected; the previous one keeps running")
 	return err
 }
@@ -518,20 +491,6 @@ func (a *Appliance) listen(cfg *policy.Config) {
 	if err := a.fwd.Listen(cfg.Services); err != nil {
 		a.log.Warn().Err(err).Msg("some VIPs have no listener (no SYN cookies for them)")
 	}
-}
-
-// connPanic logs a panic recovered in a connection's goroutines, once, with
-// the connection and the stack; the forwarder has counted it
-// (weir_forwarder_panics_total) and closed that connection.
-func (a *Appliance) connPanic(req *proxy.ConnRequest, v any, stack []byte) {
-	ev := a.log.Error().Str("panic", fmt.Sprint(v)).Bytes("stack", stack)
-	if req.ID != 0 {
-		ev = ev.Uint64("conn", req.ID).Str("client", req.Client.String()).Str("vip", req.VIP.String())
-		if req.Service != nil {
-			ev = ev.Str("service", req.Service.Name)
-		}
-	}
-	ev.Msg("panic in a connection; that connection was closed")
 }
 
 // setHostTargets points the host-leg capture at cfg's via: host targets.

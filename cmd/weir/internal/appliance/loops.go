@@ -102,51 +102,14 @@ func (a *Appliance) SampleNow() []policy.Explanation {
 }
 
 // applyFractions hands each balancer the fractions of every service level
-// of its targets: the default level's (connections under no policy action)
-// and one per action with connections to a target (Explanation.Levels).
-// With the monitor off every fraction is 0, so the balancers go back to the
-// configured weights at once rather than keeping the last cut ones.
+// of its targets (policy.ServiceFractions) and keeps the action levels' for
+// /status and the STATS lines.
 func (a *Appliance) applyFractions(cfg *policy.Config, expl []policy.Explanation) {
-	type levels struct {
-		def      map[string]int
-		byAction map[string]map[string]int
-	}
-	by := map[string]*levels{}
-	for _, vs := range cfg.Services {
-		by[vs.Name] = &levels{def: map[string]int{}, byAction: map[string]map[string]int{}}
-	}
-	if cfg.Monitor.Enabled {
-		for _, e := range expl {
-			l := by[e.Service]
-			if l == nil {
-				continue
-			}
-			l.def[e.Target] = e.DefaultFraction
-			for _, lv := range e.Levels {
-				m := l.byAction[lv.Action]
-				if m == nil {
-					m = map[string]int{}
-					l.byAction[lv.Action] = m
-				}
-				m[e.Target] = lv.Fraction
-			}
-		}
-		// A target without connections under an action is balanced, in
-		// that action's level, on its default fraction.
-		for _, l := range by {
-			for _, m := range l.byAction {
-				for name, f := range l.def {
-					if _, ok := m[name]; !ok {
-						m[name] = f
-					}
-				}
-			}
-		}
-	}
+	by := policy.ServiceFractions(cfg, expl)
 	actionFr := make(map[string]map[string]map[string]int, len(by))
 	for name, l := range by {
-		if len(l.byAction) > 0 {
-			actionFr[name] = l.byAction
+		if len(l.ByAction) > 0 {
+			actionFr[name] = l.ByAction
 		}
 	}
 	a.explMu.Lock()
@@ -154,7 +117,7 @@ func (a *Appliance) applyFractions(cfg *policy.Config, expl []policy.Explanation
 	a.explMu.Unlock()
 	for name, l := range by {
 		if b := a.balancer(name); b != nil {
-			b.SetFractions(l.def, l.byAction)
+			b.SetFractions(l.Default, l.ByAction)
 		}
 	}
 }
@@ -169,26 +132,12 @@ func (a *Appliance) monitorOff(cfg *policy.Config) {
 	}
 }
 
-// warnSkipped writes the WebSphere plug-in's warning, once per sampling
-// interval and target, for each target that was passed over at its
-// maxConnections since the previous interval.
+// warnSkipped writes the WebSphere plug-in's warning for each target
+// passed over at its maxConnections since the last interval (obs.SkipLog).
 func (a *Appliance) warnSkipped() {
 	now := a.now()
-	a.skipMu.Lock()
-	defer a.skipMu.Unlock()
-	if a.skipped == nil {
-		a.skipped = map[policy.TargetKey]uint64{}
-	}
 	for name, b := range *a.bals.Load() {
-		for _, t := range b.Snapshot(now).Targets {
-			k := policy.TargetKey{Service: name, Target: t.Name}
-			if d := t.SkippedAtLimit - a.skipped[k]; t.SkippedAtLimit > a.skipped[k] {
-				a.log.Warn().Str("service", name).Str("target", t.Name).Uint64("skipped", d).
-					Int64("open", t.Open).Int64("max", t.Max).
-					Msg("target " + t.Name + " has reached maximum connections and is not selected")
-			}
-			a.skipped[k] = t.SkippedAtLimit
-		}
+		a.skips.Log(&a.log, name, b.Snapshot(now).Targets)
 	}
 }
 

@@ -10,28 +10,21 @@ import (
 	"weir/policy"
 )
 
-// reloadError is a rejected configuration, as /status shows it.
-type reloadError = api.ReloadError
-
 // Status returns the appliance's state now: the document /status serves,
 // `weir status` prints and the metrics collector exports.
 func (a *Appliance) Status() api.Status {
 	cfg := a.cfg.Load()
 	now := a.now()
 	st := api.Status{
-		Instance:       cfg.Instance.Name,
-		Source:         a.opts.Source,
-		Generation:     a.gen.Load(),
-		LoadedAt:       *a.loadedAt.Load(),
-		ReloadError:    a.reloadErr.Load(),
-		Reloads:        a.reloads.Load(),
-		ReloadFailures: a.reloadFailures.Load(),
-		Draining:       a.admit.Draining(),
-		Open:           a.OpenConnections(),
-		Closed:         a.admit.Closed(),
-		DialFailures:   a.admit.DialFailures(),
-		Refusals:       a.admit.Refusals(),
+		Instance:     cfg.Instance.Name,
+		Source:       a.opts.Source,
+		Draining:     a.admit.Draining(),
+		Open:         a.OpenConnections(),
+		Closed:       a.admit.Closed(),
+		DialFailures: a.admit.DialFailures(),
+		Refusals:     a.admit.Refusals(),
 	}
+	a.reloads.Fill(&st)
 	devs := make([]datapath.Device, len(a.nics))
 	for i, n := range a.nics {
 		devs[i] = n.dev

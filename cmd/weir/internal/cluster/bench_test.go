@@ -42,10 +42,7 @@ func BenchmarkAdmit(b *testing.B) {
 				b.Fatal(err)
 			}
 			adm := policy.NewAdmission(cfg, 0)
-			bal, err := balancer.New(cfg.Services[0], cfg.Balancer)
-			if err != nil {
-				b.Fatal(err)
-			}
+			bal := balancer.New(cfg.Services[0], cfg.Balancer)
 			if clustered {
 				cl, err := New(Options{Config: *cfg.Cluster, Admission: adm, Targets: balTargets{"web", bal}})
 				if err != nil {

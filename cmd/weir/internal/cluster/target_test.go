@@ -63,10 +63,7 @@ func newTargetNode(t *testing.T, redisAddr, id string, max int64) *targetNode {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := balancer.New(cfg.Services[0], cfg.Balancer)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := balancer.New(cfg.Services[0], cfg.Balancer)
 	n := &targetNode{id: id, b: b, adm: policy.NewAdmission(cfg, 0)}
 	n.c, err = New(Options{Config: *cfg.Cluster, Admission: n.adm, Targets: balTargets{"web", b}})
 	if err != nil {

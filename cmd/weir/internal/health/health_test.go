@@ -77,10 +77,7 @@ func newRig(t *testing.T, hc policy.HealthCheck, dial func(policy.DialVia) DialF
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := balancer.New(cfg.Services[0], cfg.Balancer)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := balancer.New(cfg.Services[0], cfg.Balancer)
 	if dial == nil {
 		dial = func(policy.DialVia) DialFunc { return HostDial }
 	}

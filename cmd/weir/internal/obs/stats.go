@@ -3,9 +3,11 @@ package obs
 import (
 	"fmt"
 	"sort"
+	"sync"
 
 	"github.com/rs/zerolog"
 
+	"weir/balancer"
 	"weir/cmd/weir/api"
 	"weir/policy"
 )
@@ -73,4 +75,32 @@ func LimitEvent(log *zerolog.Logger, e policy.Event) {
 	l.Str("qos_level", e.Level.String()).Str("name", e.Name).Str("limit", e.Limit.String()).
 		Int64("value", e.Value).Int64("measured", e.Measured).Bool("enforced", e.Enforced).
 		Msg("qos: " + e.String())
+}
+
+// SkipLog writes the WebSphere plug-in's warning, once per call (a
+// sampling interval) and target, for each target passed over at its
+// maxConnections since the last call. Safe for concurrent use; the zero
+// value is ready.
+type SkipLog struct {
+	mu   sync.Mutex
+	seen map[policy.TargetKey]uint64 // SkippedAtLimit already warned about
+}
+
+// Log warns of the targets of service, from its balancer's snapshot, that
+// were passed over at their limit since the last Log.
+func (s *SkipLog) Log(log *zerolog.Logger, service string, targets []balancer.TargetStatus) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.seen == nil {
+		s.seen = map[policy.TargetKey]uint64{}
+	}
+	for _, t := range targets {
+		k := policy.TargetKey{Service: service, Target: t.Name}
+		if d := t.SkippedAtLimit - s.seen[k]; t.SkippedAtLimit > s.seen[k] {
+			log.Warn().Str("service", service).Str("target", t.Name).Uint64("skipped", d).
+				Int64("open", t.Open).Int64("max", t.Max).
+				Msg("target " + t.Name + " has reached maximum connections and is not selected")
+		}
+		s.seen[k] = t.SkippedAtLimit
+	}
 }

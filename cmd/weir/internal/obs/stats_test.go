@@ -9,6 +9,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"weir/balancer"
 	"weir/cmd/weir/api"
 	"weir/policy"
 )
@@ -84,5 +85,34 @@ func TestLimitEvent(t *testing.T) {
 		if l.Level != want || l.Name != "gold" || l.Value != 10 || !strings.HasPrefix(l.Message, "qos: ") {
 			t.Errorf("line %d: %+v, want level %s", i, l, want)
 		}
+	}
+}
+
+// TestSkipLog: a target passed over at its limit is warned of once per
+// interval with the count since the last one; a quiet interval writes
+// nothing, and each service's targets are counted apart.
+func TestSkipLog(t *testing.T) {
+	var buf bytes.Buffer
+	log := zerolog.New(&buf)
+	var s SkipLog
+	lines := func() []string {
+		defer buf.Reset()
+		if buf.Len() == 0 {
+			return nil
+		}
+		return strings.Split(strings.TrimSpace(buf.String()), "\n")
+	}
+	s.Log(&log, "web", []balancer.TargetStatus{{Name: "t1", SkippedAtLimit: 3, Open: 2, Max: 2}, {Name: "t2"}})
+	if l := lines(); len(l) != 1 || !strings.Contains(l[0], `"skipped":3`) || !strings.Contains(l[0], "target t1 has reached maximum connections") {
+		t.Errorf("first interval: %q", l)
+	}
+	s.Log(&log, "web", []balancer.TargetStatus{{Name: "t1", SkippedAtLimit: 3}, {Name: "t2"}})
+	if l := lines(); len(l) != 0 {
+		t.Errorf("quiet interval: %q", l)
+	}
+	s.Log(&log, "api", []balancer.TargetStatus{{Name: "t1", SkippedAtLimit: 1}})
+	s.Log(&log, "web", []balancer.TargetStatus{{Name: "t1", SkippedAtLimit: 5}})
+	if l := lines(); len(l) != 2 || !strings.Contains(l[0], `"service":"api"`) || !strings.Contains(l[1], `"skipped":2`) {
+		t.Errorf("third interval: %q", l)
 	}
 }
