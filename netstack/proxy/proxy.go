@@ -111,8 +111,8 @@ type LegMeter interface {
 // Options configure a Proxy. The zero value works: it refuses every
 // connection with RST.
 type Options struct {
-	// Admitter decides about each connection to a virtual server; nil
-	// refuses every one with RST.
+	// Admitter decides about each connection to a virtual server (but
+	// those HTTP serves); nil refuses every one with RST.
 	Admitter Admitter
 	// HTTP serves the connections of http virtual servers request by
 	// request; nil: they are admitted by Admitter and spliced as a tcp
@@ -345,6 +345,10 @@ func (p *Proxy) serve(reqp **ConnRequest, req *ConnRequest, client Client) {
 	defer pendingDone()
 	req.ID = p.nextID.Add(1)
 	*reqp = req
+	if hs := p.opts.HTTP; hs != nil && req.Service.Proto == policy.ProtoHTTP {
+		hs.ServeClient(p, req, client, pendingDone)
+		return
+	}
 	if p.opts.Admitter == nil {
 		p.count.RefusedRST.Add(1)
 		client.Reset()
@@ -385,10 +389,6 @@ func (p *Proxy) serve(reqp **ConnRequest, req *ConnRequest, client Client) {
 			panic(v)
 		}
 	}()
-	if hs := p.opts.HTTP; hs != nil && req.Service.Proto == policy.ProtoHTTP {
-		hs.ServeClient(p, req, client, pendingDone)
-		return
-	}
 	since := p.closing.Gen()
 	p.closing.PreSettle(req.Client.Addr())
 	req.SettleFunc = func() bool { return p.closing.Settle(req.Client.Addr(), SettleWait, since) }
