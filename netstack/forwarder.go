@@ -189,6 +189,7 @@ type ForwarderStats struct {
 	Aborted           uint64 // connections Close ended (pending or spliced)
 	NoSession         uint64 // Accepts without a Session, refused with RST (an Admitter bug)
 	TimeWaitReopened  uint64 // SYNs that ended a TIME_WAIT on their 4-tuple and opened a new connection
+	CookieReplays     uint64 // connections a listener made of an ended connection's late segment (a valid-looking SYN cookie, no SYN since), aborted before admission
 	UDPUnreachable    uint64 // UDP datagrams to no socket, answered with ICMP port unreachable
 	HTTPRequests      uint64 // http requests whose head was parsed (http virtual servers)
 	HTTPRefused       uint64 // of those, answered with the 503 page (also in Refused503)
@@ -323,6 +324,7 @@ func (f *Forwarder) Stats() ForwarderStats {
 		Aborted:           f.aborted.Load(),
 		NoSession:         f.noSession.Load(),
 		TimeWaitReopened:  f.tw.reopened.Load(),
+		CookieReplays:     f.tw.recent.replays.Load(),
 		UDPUnreachable:    st.UDP.UnknownPortErrors.Value(),
 		HTTPRequests:      f.requests.Load(),
 		HTTPRefused:       f.requestsRefused.Load(),
@@ -377,6 +379,7 @@ func (f *Forwarder) Close() error {
 	f.pool.closeAll(f)
 	f.workers.Close()
 	f.s.setSYNHook(nil)
+	f.tw.recent.stop()
 	return nil
 }
 

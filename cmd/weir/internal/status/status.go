@@ -225,7 +225,7 @@ func forwarderDoc(s netstack.ForwarderStats) api.Forwarder {
 			{Reason: "accept_queue", Count: ld.AcceptQueue}, {Reason: "failed", Count: ld.Failed}},
 		Accepted: s.Accepted, Pending: s.Pending, NoService: s.NoService, RefusedClosed: s.RefusedClosed,
 		HandshakeTimedOut: s.HandshakeTimedOut, HandshakeFailed: s.HandshakeFailed,
-		IdleClosed: s.IdleClosed, TimeWaitReopened: s.TimeWaitReopened, Aborted: s.Aborted, NoSession: s.NoSession,
+		IdleClosed: s.IdleClosed, TimeWaitReopened: s.TimeWaitReopened, CookieReplays: s.CookieReplays, Aborted: s.Aborted, NoSession: s.NoSession,
 		SYNCookiesSent: s.SYNCookiesSent, SYNCookiesValid: s.SYNCookiesValid, SYNCookiesInvalid: s.SYNCookiesInvalid,
 		Listeners: s.Listeners, TargetTimedOut: s.TargetTimedOut, Panics: s.Panics,
 		HTTPRequests: s.HTTPRequests, HTTPRefused: s.HTTPRefused, HTTPHeaderTimeout: s.HTTPHeaderTimeout,
