@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"gvisor.dev/gvisor/pkg/tcpip/header"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 
 	"weir/datapath"
 	"weir/internal/testutil"
@@ -216,4 +218,147 @@ func TestCookieModeEnds(t *testing.T) {
 	if after := r.stats(); after.SYNCookiesSent != st.SYNCookiesSent || after.SYNCookiesValid != st.SYNCookiesValid {
 		t.Errorf("still in cookie mode after the half-open handshakes expired: %+v", after)
 	}
+}
+
+// lastACKs wraps weir's end of the rig's pipe and keeps a copy of the last
+// pure ACK each client port sent.
+type lastACKs struct {
+	datapath.Device
+	mu   sync.Mutex
+	last map[uint16][]byte // protected by mu
+}
+
+func (d *lastACKs) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
+	n, err := d.Device.Read(bufs, sizes, offset)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for i := 0; i < n; i++ {
+		p := bufs[i][offset : offset+sizes[i]]
+		ip := header.IPv4(p)
+		if len(p) < header.IPv4MinimumSize || !ip.IsValid(len(p)) || ip.TransportProtocol() != header.TCPProtocolNumber || ip.SourceAddress().As4() != clientV4.Addr().As4() {
+			continue
+		}
+		tcp := header.TCP(ip.Payload())
+		if len(tcp) < header.TCPMinimumSize || tcp.Flags() != header.TCPFlagAck || len(tcp) > int(tcp.DataOffset()) {
+			continue
+		}
+		if d.last == nil {
+			d.last = map[uint16][]byte{}
+		}
+		d.last[tcp.SourcePort()] = append([]byte(nil), p...)
+	}
+	return n, err
+}
+
+func (d *lastACKs) get(port uint16) []byte {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.last[port]
+}
+
+// TestCookieReplay: the client's last ACK of an echo connection that came
+// through a SYN cookie, sent again after weir's end of the connection is
+// gone, still carries a valid cookie (the echo moved both sequence numbers
+// alike). The listener must not make a connection of it: before the fix
+// weir admitted it and dialed the target for a connection no client opened
+// (the phantom behind TestSYNFloodCookies' rare 41 of 40). Counted in
+// CookieReplays, and a new connection of the same 4-tuple (a SYN first) is
+// served as before.
+func TestCookieReplay(t *testing.T) {
+	taddr, accepts, stop := countingEcho(t)
+	defer stop()
+	vs := &policy.VirtualServer{Name: "a", VIPs: []netip.Addr{vipV4}, Ports: policy.PortRange{Lo: 80, Hi: 80},
+		Timeouts: policy.Timeouts{InFlightPerVIP: 16, Handshake: time.Minute}}
+	adm := &testAdmitter{target: &policy.Target{Name: "t", Addr: taddr}}
+	rec := &lastACKs{}
+	r := newRig(t, rigOptions{fwd: fwdOptions{Services: services(vs), Admitter: adm}, listen: []*policy.VirtualServer{vs},
+		wrapFront: func(d datapath.Device) datapath.Device { rec.Device = d; return rec }})
+	dst := netip.AddrPortFrom(vipV4, 80)
+	floodSYNs(r, 256, 200, dst)
+	testutil.Eventually(t, 10*time.Second, func() bool { return r.fwd.Stats().SYNCookiesSent > 0 }, "no SYN cookie after 200 spoofed SYNs: %+v", r.fwd.Stats())
+	echo := func(local netip.AddrPort) netip.AddrPort {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		c, err := r.client.DialTCP(ctx, local, dst)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		b := make([]byte, 4)
+		if _, err := io.WriteString(c, "ping"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(c, b); err != nil || string(b) != "ping" {
+			t.Fatalf("echo: %q, %v", b, err)
+		}
+		return c.LocalAddr().(*net.TCPAddr).AddrPort()
+	}
+	gone := func(local netip.AddrPort) func() bool {
+		return func() bool {
+			if r.stats().Open != 0 {
+				return false
+			}
+			for _, e := range r.weir.s.RegisteredEndpoints() {
+				id := e.(*tcp.Endpoint).Info().(*stack.TransportEndpointInfo).ID
+				if id.RemotePort == local.Port() && id.LocalPort == 80 {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	before := r.fwd.Stats()
+	local := echo(netip.AddrPort{})
+	testutil.Eventually(t, 10*time.Second, gone(local), "weir's end of the connection from %v is still there: %+v", local, r.fwd.Stats())
+	if got := r.fwd.Stats().SYNCookiesValid - before.SYNCookiesValid; got != 1 {
+		t.Fatalf("%d connections through a cookie, want 1", got)
+	}
+	last := rec.get(local.Port())
+	if last == nil {
+		t.Fatal("no pure ACK from the client recorded")
+	}
+	// The late ACK, as the client in TIME_WAIT sends it again.
+	if _, err := r.clientDev.Write([][]byte{last}, 0); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, func() bool {
+		st := r.fwd.Stats()
+		return st.CookieReplays > 0 || adm.nAdmit.Load() > 1 || st.SYNCookiesInvalid > before.SYNCookiesInvalid
+	}, "the late ACK went nowhere: %+v", r.fwd.Stats())
+	st := r.fwd.Stats()
+	t.Logf("after the late ACK: cookies valid %d, replays %d, admitted %d, target connections %d",
+		st.SYNCookiesValid-before.SYNCookiesValid, st.CookieReplays, adm.nAdmit.Load(), accepts.Load())
+	if n := adm.nAdmit.Load(); n != 1 {
+		t.Errorf("Admit called %d times for one client connection: the late ACK opened a connection", n)
+	}
+	if st.CookieReplays != 1 {
+		t.Errorf("CookieReplays %d, want 1", st.CookieReplays)
+	}
+	// The client's own new connection on the same 4-tuple starts with a
+	// SYN and is served (the client's TIME_WAIT is over by the reset).
+	testutil.Eventually(t, 10*time.Second, gone(local), "the replay's endpoint is still there")
+	waitClientFree(t, r, local)
+	echo(local)
+	if n := adm.nAdmit.Load(); n != 2 {
+		t.Errorf("Admit called %d times, want 2", n)
+	}
+	if n := accepts.Load(); n != 2 {
+		t.Errorf("the target accepted %d connections, want 2", n)
+	}
+}
+
+// waitClientFree waits until the client stack holds no endpoint on local's
+// port (its TIME_WAIT over), so that a new dial can bind it.
+func waitClientFree(t *testing.T, r *rig, local netip.AddrPort) {
+	t.Helper()
+	testutil.Eventually(t, 10*time.Second, func() bool {
+		for _, e := range r.client.s.RegisteredEndpoints() {
+			if e.(*tcp.Endpoint).Info().(*stack.TransportEndpointInfo).ID.LocalPort == local.Port() {
+				return false
+			}
+		}
+		return true
+	}, "the client's endpoint on %v is still there", local)
 }

@@ -119,6 +119,7 @@ type ForwarderStats struct {
 	HandshakeTimedOut uint64 // client handshakes aborted by HandshakeTimeout (tcp.Forwarder path; listeners' half-open sweep)
 	HandshakeFailed   uint64 // client handshakes that failed otherwise (RST from the client; tcp.Forwarder path)
 	TimeWaitReopened  uint64 // SYNs that ended a TIME_WAIT on their 4-tuple and opened a new connection
+	CookieReplays     uint64 // connections a listener made of an ended connection's late segment (a valid-looking SYN cookie, no SYN since), aborted before admission
 	UDPUnreachable    uint64 // UDP datagrams to no socket, answered with ICMP port unreachable
 	Handshaking       int64  // handshakes on the tcp.Forwarder path now (between SYN and the hand-over)
 
@@ -202,6 +203,7 @@ func (f *Forwarder) Stats() ForwarderStats {
 		HandshakeTimedOut: f.hsTimedOut.Load(),
 		HandshakeFailed:   f.hsFailed.Load(),
 		TimeWaitReopened:  f.tw.reopened.Load(),
+		CookieReplays:     f.tw.recent.replays.Load(),
 		UDPUnreachable:    st.UDP.UnknownPortErrors.Value(),
 		Handshaking:       f.handshaking.Load(),
 	}
@@ -230,6 +232,7 @@ func (f *Forwarder) Close() error {
 	f.wg.Wait()
 	f.workers.Close()
 	f.s.setSYNHook(nil)
+	f.tw.recent.stop()
 	return err
 }
 

@@ -238,9 +238,44 @@ func (f *Forwarder) acceptLoop(l *listener) {
 			return
 		default:
 		}
+		c := newConn(wq, ep.(*tcp.Endpoint))
+		if !f.remember(c) {
+			continue
+		}
 		f.s.setKeepalive(ep)
-		f.accepted1(newConn(wq, ep.(*tcp.Endpoint)), l.vip)
+		f.accepted1(c, l.vip)
 	}
+}
+
+// remember records a connection a listener accepted in the recent
+// 4-tuples until recentFor after it ends, or, if its 4-tuple is still
+// remembered from an earlier connection with no SYN since, aborts it as a
+// cookie replay (see Cookie replays in timewait.go), counts it and
+// returns false.
+func (f *Forwarder) remember(c *Conn) bool {
+	r := &f.tw.recent
+	k := keyOf(c.ep.Info().(*stack.TransportEndpointInfo).ID)
+	gen, replay := r.accept(k)
+	if replay {
+		r.replays.Add(1)
+		c.Reset()
+		return false
+	}
+	ended := func() bool {
+		switch c.state() {
+		case tcp.StateClose, tcp.StateError:
+			r.ended(k, gen)
+			return true
+		}
+		return false
+	}
+	// The stack notifies EventHUp when the connection closes (and when it
+	// enters TIME_WAIT). The callback runs in the notifier's context and
+	// must not touch the waiter queue.
+	entry := waiter.NewFunctionEntry(waiter.EventHUp, func(waiter.EventMask) { ended() })
+	c.wq.EventRegister(&entry)
+	ended() // it may have closed before the entry was registered
+	return true
 }
 
 // accepted1 starts serving one connection a listener accepted.

@@ -164,3 +164,54 @@ func TestTimeWaitBounded(t *testing.T) {
 	}, "weir's stack still holds endpoints in TIME_WAIT")
 	t.Logf("%d TIME_WAIT legs gone %v after the last connection ended (DefaultTimeWait %v)", n, time.Since(ended).Round(10*time.Millisecond), DefaultTimeWait)
 }
+
+// TestRecentTuples: a listener's 4-tuple is remembered while its
+// connection is open and recentFor after it ended, forgotten on a SYN, at
+// most recentMax ended ones are kept, and the table empties (its memory
+// given back) once they expire.
+func TestRecentTuples(t *testing.T) {
+	var r recentTuples
+	r.init()
+	r.forTest = 50 * time.Millisecond
+	defer r.stop()
+	key := func(i int) twKey {
+		return twKey{local: netip.AddrPortFrom(vipV4, 80), remote: netip.AddrPortFrom(netip.AddrFrom4([4]byte{198, 18, byte(i >> 16), byte(i >> 8)}), uint16(i))}
+	}
+	g, replay := r.accept(key(1))
+	if replay {
+		t.Fatal("a new 4-tuple taken for a replay")
+	}
+	if _, replay := r.accept(key(1)); !replay {
+		t.Error("an open connection's 4-tuple accepted again without a SYN")
+	}
+	r.ended(key(1), g)
+	if _, replay := r.accept(key(1)); !replay {
+		t.Error("an ended connection's 4-tuple accepted again without a SYN")
+	}
+	r.forget(key(1))
+	g, replay = r.accept(key(1))
+	if replay {
+		t.Error("a 4-tuple after its SYN taken for a replay")
+	}
+	r.ended(key(1), g)
+	r.ended(key(1), g) // the HUp of TIME_WAIT's end after the close: once
+	testutil.Eventually(t, 5*time.Second, func() bool { return r.size() == 0 }, "an ended 4-tuple outlived its time: %d left", r.size())
+	if _, replay := r.accept(key(1)); replay {
+		t.Error("an expired 4-tuple taken for a replay")
+	}
+	// The bound: recentMax+100 ended at once keep recentMax.
+	r.forTest = time.Hour
+	for i := 2; i < recentMax+102; i++ {
+		g, _ := r.accept(key(i))
+		r.ended(key(i), g)
+	}
+	if n := r.size(); n > recentMax+1 { // + key(1), still open
+		t.Errorf("%d 4-tuples remembered, the bound is %d", n, recentMax)
+	}
+	if _, replay := r.accept(key(2)); replay {
+		t.Error("the oldest ended 4-tuple kept past the bound")
+	}
+	if _, replay := r.accept(key(recentMax + 101)); !replay {
+		t.Error("the newest ended 4-tuple forgotten")
+	}
+}

@@ -390,6 +390,7 @@ type Forwarder struct {
 	HandshakeFailed   uint64 `json:"handshake_failed"`    // client handshakes that failed otherwise
 	IdleClosed        uint64 `json:"idle_closed"`         // connections closed by the idle timeout
 	TimeWaitReopened  uint64 `json:"time_wait_reopened"`  // SYNs that ended a TIME_WAIT and opened a new connection
+	CookieReplays     uint64 `json:"cookie_replays"`      // late segments of ended connections a listener took for a SYN cookie, aborted
 	Aborted           uint64 `json:"aborted"`             // connections, pending or spliced, that weir's shutdown ended
 	// NoSession counts admitted SYNs the appliance returned no session for,
 	// refused with RST: a weir bug.

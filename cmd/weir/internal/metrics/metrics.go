@@ -373,6 +373,9 @@ var Defs = []Def{
 	{Name: "weir_forwarder_time_wait_reopened_total", Type: Counter,
 		Help:    "SYNs that ended a TIME_WAIT on their 4-tuple and opened a new connection at once (clients reusing ports quickly).",
 		samples: one(func(st *api.Status) float64 { return float64(st.Forwarder.TimeWaitReopened) })},
+	{Name: "weir_forwarder_cookie_replays_total", Type: Counter,
+		Help:    "Connections a VIP listener made of a late segment of a connection that had ended (its SYN cookie still valid, no SYN since: an echo moves both sequence numbers alike), aborted before admission so that no target connection is opened for them.",
+		samples: one(func(st *api.Status) float64 { return float64(st.Forwarder.CookieReplays) })},
 
 	{Name: "weir_forwarder_aborted_total", Type: Counter,
 		Help:    "Connections, pending or spliced, that weir ended because it shut down (after the drain grace, or on Close).",

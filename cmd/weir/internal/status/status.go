@@ -231,7 +231,7 @@ func forwarderDoc(s netstack.ForwarderStats, p proxy.Stats, h proxyhttp.Stats) a
 			{Reason: "accept_queue", Count: ld.AcceptQueue}, {Reason: "failed", Count: ld.Failed}},
 		Accepted: p.Accepted, Pending: s.Handshaking + p.Pending, NoService: s.NoService, RefusedClosed: s.RefusedClosed,
 		HandshakeTimedOut: s.HandshakeTimedOut, HandshakeFailed: s.HandshakeFailed,
-		IdleClosed: p.IdleClosed, TimeWaitReopened: s.TimeWaitReopened, Aborted: p.Aborted, NoSession: p.NoSession,
+		IdleClosed: p.IdleClosed, TimeWaitReopened: s.TimeWaitReopened, CookieReplays: s.CookieReplays, Aborted: p.Aborted, NoSession: p.NoSession,
 		SYNCookiesSent: s.SYNCookiesSent, SYNCookiesValid: s.SYNCookiesValid, SYNCookiesInvalid: s.SYNCookiesInvalid,
 		Listeners: s.Listeners, TargetTimedOut: p.TargetTimedOut, Panics: s.Panics + p.Panics,
 		HTTPRequests: h.Requests, HTTPRefused: h.Refused, HTTPHeaderTimeout: h.HeaderTimeout,
