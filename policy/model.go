@@ -134,7 +134,7 @@ const (
 	DefaultFirstByteTimeout   = 30 * time.Second // target's first byte after the client's first
 	DefaultIdleTimeout        = 5 * time.Minute  // no byte either way
 	DefaultRequestReadTimeout = 2 * time.Second  // reading a refused HTTP request's head
-	DefaultInFlightPerVIP     = 128              // half-open handshakes per VIP and port
+	DefaultInFlightPerVIP     = 1024             // half-open handshakes per VIP and port, and its accept queue
 )
 
 // Timeouts bound the phases of one connection, and the half-open handshakes
@@ -159,8 +159,12 @@ type Timeouts struct {
 	Idle time.Duration
 	// RequestRead bounds reading an HTTP request head before a 503 page.
 	RequestRead time.Duration
-	// InFlightPerVIP bounds the half-open handshakes of one VIP and port;
-	// beyond it, SYN cookies answer and hold no state.
+	// InFlightPerVIP is the backlog of one VIP and port's listener, as
+	// listen(2)'s: it bounds the half-open handshakes (beyond it, SYN
+	// cookies answer and hold no state) and the established connections
+	// the accept loop has not taken yet (beyond it, gVisor drops the ACK
+	// that completes a handshake: a burst of more connections completing
+	// at once loses them). gVisor sizes both from the one number.
 	InFlightPerVIP int
 }
 

@@ -158,7 +158,7 @@
 //	firstByte: 30s             # target's first byte after the whole request (tcp: the client's first); "off" or a duration; a timeout marks it down
 //	idle: 5m                   # no byte either way closes the connection; "off" or a duration
 //	requestRead: 2s            # reading a refused HTTP request's head before the 503 page
-//	inFlightPerVIP: 128        # half-open handshakes per VIP and port, 1..65535; beyond: SYN cookies
+//	inFlightPerVIP: 1024       # a VIP and port's backlog, 1..65535: half-open handshakes (beyond: SYN cookies) and connections not yet accepted
 //
 // HTTP tunes an http service, which weir proxies request by request: each
 // request head is parsed, admitted (limits count requests in flight) and
