@@ -429,7 +429,7 @@ func (s *session) End(e *proxy.End) {
 		r.Target, r.BytesIn = "", 0
 		r.BytesOut = uint64(e.Refusal.Bytes)
 		r.RequestLine, r.Status = e.Refusal.RequestLine, e.Refusal.Status
-	case proxy.HandshakeFailed, proxy.HandshakeTimedOut, proxy.Aborted, proxy.TargetTimedOut, proxy.Panicked:
+	case proxy.Aborted, proxy.TargetTimedOut, proxy.Panicked:
 		if e.Err != nil {
 			r.Reason = e.Err.Error()
 		}
