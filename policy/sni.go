@@ -140,3 +140,24 @@ func (c *Config) RouteSNI(addr netip.Addr, port uint16, serverName string) *Virt
 	}
 	return def
 }
+
+// AnswersSNI reports whether vs, a tls service, answers a ClientHello with
+// serverName (normalised; "" none) on its own: a name or wildcard of its
+// matches, or it is a default. RouteSNI, which weighs the other services
+// of the VIP and port, is what routes; this is for a caller that has vs
+// alone.
+func (vs *VirtualServer) AnswersSNI(serverName string) bool {
+	if vs.Proto != ProtoTLS {
+		return false
+	}
+	parent := ""
+	if i := strings.IndexByte(serverName, '.'); i > 0 {
+		parent = serverName[i+1:]
+	}
+	for _, n := range vs.SNI {
+		if serverName != "" && (n == serverName || parent != "" && len(n) == len(parent)+2 && n[0] == '*' && n[2:] == parent) {
+			return true
+		}
+	}
+	return vs.SNIDefault
+}
