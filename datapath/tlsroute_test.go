@@ -12,7 +12,9 @@ import (
 func tlsConfig(t *testing.T) *policy.Config {
 	t.Helper()
 	vip := netip.AddrFrom4([4]byte(vip4.To4()))
-	tg := func(a string) []*policy.Target { return []*policy.Target{{Addr: netip.MustParseAddrPort(a), Weight: 1}} }
+	tg := func(a string) []*policy.Target {
+		return []*policy.Target{{Addr: netip.MustParseAddrPort(a), Weight: 1}}
+	}
 	a := &policy.VirtualServer{Name: "a", VIPs: []netip.Addr{vip}, Ports: policy.PortRange{Lo: 443, Hi: 443}, Proto: policy.ProtoTLS, SNI: []string{"a.example"}, Targets: tg("198.18.1.1:443")}
 	b := &policy.VirtualServer{Name: "b", VIPs: []netip.Addr{vip}, Ports: policy.PortRange{Lo: 443, Hi: 443}, Proto: policy.ProtoTLS, SNIDefault: true, Targets: tg("198.18.1.2:443")}
 	ea, eb := &policy.Action{Name: "ea", OutgoingTOS: 0x28, SetTOS: true}, &policy.Action{Name: "eb", OutgoingTOS: 0xb8, SetTOS: true}
