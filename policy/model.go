@@ -225,23 +225,29 @@ type Limits struct {
 func (l Limits) Any() bool { return l.MaxBandwidth > 0 || l.MaxConnections > 0 }
 
 // ServiceProto is what a virtual server speaks, which decides how a refusal
-// looks: TCP refuses with RST, HTTP with a 503 page naming the limit.
+// looks: TCP refuses with RST, HTTP with a 503 page naming the limit. TLS
+// is TCP whose service is chosen by the server name of the client's
+// ClientHello among the tls services of one VIP and port (see sni.go); it
+// refuses with RST.
 type ServiceProto uint8
 
 const (
 	ProtoTCP  ServiceProto = iota // tcp
 	ProtoHTTP                     // http
+	ProtoTLS                      // tls
 )
 
-// ParseServiceProto parses "tcp" or "http".
+// ParseServiceProto parses "tcp", "http" or "tls".
 func ParseServiceProto(s string) (ServiceProto, error) {
 	switch s {
 	case "tcp":
 		return ProtoTCP, nil
 	case "http":
 		return ProtoHTTP, nil
+	case "tls":
+		return ProtoTLS, nil
 	}
-	return 0, fmt.Errorf("unknown protocol %q (want tcp or http)", s)
+	return 0, fmt.Errorf("unknown protocol %q (want tcp, http or tls)", s)
 }
 
 // PortRange is an inclusive range of ports. The zero value {0, 0} matches any
@@ -287,6 +293,14 @@ type VirtualServer struct {
 	Timeouts Timeouts
 	// HTTP tunes request handling; used only when Proto is ProtoHTTP.
 	HTTP HTTPOptions
+	// SNI are the server names a ProtoTLS service answers for, among the
+	// tls services sharing its VIPs and ports: host names ("www.example.com")
+	// and wildcards of one label ("*.example.com"), compared without case
+	// and trailing dot (Compile lower-cases them). SNIDefault makes it the
+	// service of a ClientHello no other one's names match, or without a
+	// server name. See sni.go.
+	SNI        []string
+	SNIDefault bool
 	// Targets in configured order: primaries first in the order given, then
 	// backups in the order they are to be tried.
 	Targets []*Target
@@ -899,11 +913,12 @@ func (c *Config) compileServices(bad func(string, ...any)) {
 			bad("virtual server %q has no VIP", vs.Name)
 		}
 		c.compileTargets(vs, bad)
+		c.compileSNI(vs, bad)
 		for _, vip := range vs.VIPs {
 			vip = vip.Unmap()
 			for _, o := range c.byVIP[vip] {
 				if o.Ports.Overlaps(vs.Ports) {
-					bad("%v ports %v claimed by both %q and %q", vip, vs.Ports, o.Name, vs.Name)
+					sharedTLS(vip, o, vs, bad)
 				}
 			}
 			c.byVIP[vip] = append(c.byVIP[vip], vs)
