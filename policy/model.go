@@ -231,12 +231,16 @@ type Limits struct {
 func (l Limits) Any() bool { return l.MaxBandwidth > 0 || l.MaxConnections > 0 }
 
 // ServiceProto is what a virtual server speaks, which decides how a refusal
-// looks: TCP refuses with RST, HTTP with a 503 page naming the limit.
+// looks: TCP refuses with RST, HTTP with a 503 page naming the limit, UDP
+// drops the new session's datagram (counted, no ICMP).
 type ServiceProto uint8
 
 const (
 	ProtoTCP ServiceProto = iota
 	ProtoHTTP
+	// ProtoUDP is a datagram service: a session per client address and
+	// port, relayed datagram by datagram (see UDPOptions).
+	ProtoUDP
 )
 
 func (p ServiceProto) String() string {
@@ -245,19 +249,23 @@ func (p ServiceProto) String() string {
 		return "tcp"
 	case ProtoHTTP:
 		return "http"
+	case ProtoUDP:
+		return "udp"
 	}
 	return "proto(" + strconv.Itoa(int(p)) + ")"
 }
 
-// ParseServiceProto parses "tcp" or "http".
+// ParseServiceProto parses "tcp", "http" or "udp".
 func ParseServiceProto(s string) (ServiceProto, error) {
 	switch s {
 	case "tcp":
 		return ProtoTCP, nil
 	case "http":
 		return ProtoHTTP, nil
+	case "udp":
+		return ProtoUDP, nil
 	}
-	return 0, fmt.Errorf("unknown protocol %q (want tcp or http)", s)
+	return 0, fmt.Errorf("unknown protocol %q (want tcp, http or udp)", s)
 }
 
 // PortRange is an inclusive range of ports. The zero value {0, 0} matches any
@@ -303,6 +311,9 @@ type VirtualServer struct {
 	Timeouts Timeouts
 	// HTTP tunes request handling; used only when Proto is ProtoHTTP.
 	HTTP HTTPOptions
+	// UDP tunes the sessions of a udp service; used only when Proto is
+	// ProtoUDP.
+	UDP UDPOptions
 	// Targets in configured order: primaries first in the order given, then
 	// backups in the order they are to be tried.
 	Targets []*Target
@@ -453,11 +464,24 @@ func (r *Rule) matchProto(proto uint8) bool {
 	return (r.ProtoLo == 0 && r.ProtoHi == 0) || (proto >= r.ProtoLo && proto <= r.ProtoHi)
 }
 
-// ipProtoTCP is TCP's IP protocol number, the only protocol a virtual
-// server serves.
-const ipProtoTCP = 6
+// ipProtoTCP and ipProtoUDP are the IP protocol numbers virtual servers
+// serve: UDP for ProtoUDP, TCP for the others.
+const (
+	ipProtoTCP = 6
+	ipProtoUDP = 17
+)
 
-// Covers reports whether r can match some TCP connection to vs: Match
+// IPProto is the IP protocol number of vs's flows: 17 for a udp service, 6
+// otherwise.
+func (vs *VirtualServer) IPProto() uint8 {
+	if vs.Proto == ProtoUDP {
+		return ipProtoUDP
+	}
+	return ipProtoTCP
+}
+
+// Covers reports whether r can match some connection (a udp service's
+// datagram) to vs: Match
 // holds for at least one flow of vs (its protocol, one of its VIPs and
 // ports, any client). It is how a config is checked for services the
 // monitor never sees.
@@ -465,7 +489,7 @@ func (r *Rule) Covers(vs *VirtualServer) bool {
 	if r.Service != nil && r.Service != vs {
 		return false
 	}
-	if !r.matchProto(ipProtoTCP) {
+	if !r.matchProto(vs.IPProto()) {
 		return false
 	}
 	if !r.SrcPort.Overlaps(vs.Ports) {
@@ -883,6 +907,15 @@ func (c *Config) resolveHashBy(vs *VirtualServer, bad func(string, ...any)) {
 // (http, send/expect) is the service's alone (none: a TCP connect).
 func (c *Config) resolveHealth(vs *VirtualServer, bad func(string, ...any)) {
 	b := c.Balancer.Health
+	if vs.Proto == ProtoUDP {
+		// The checks connect or speak TCP: a udp service's targets get
+		// none (a udp send/expect form is not there yet).
+		if vs.Health != nil && vs.Health.Interval != 0 {
+			bad("virtual server %q: health checks of udp services are not supported (the checks speak TCP)", vs.Name)
+		}
+		vs.Health = &HealthCheck{}
+		return
+	}
 	if vs.Health == nil {
 		vs.Health = &b
 		return
@@ -932,6 +965,7 @@ func (c *Config) compileServices(bad func(string, ...any)) {
 		names[vs.Name] = true
 		vs.Timeouts.resolve(c.Instance.Timeouts, bad, "virtual server "+strconv.Quote(vs.Name))
 		vs.HTTP.resolve(bad, "virtual server "+strconv.Quote(vs.Name))
+		vs.UDP.resolve(bad, "virtual server "+strconv.Quote(vs.Name))
 		c.resolveHealth(vs, bad)
 		c.resolveHashBy(vs, bad)
 		if vs.Ports.Lo == 0 || vs.Ports.Hi < vs.Ports.Lo {
