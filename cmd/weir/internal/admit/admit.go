@@ -239,7 +239,7 @@ func (a *Admitter) admit(req *proxy.ConnRequest, s *session, now time.Time) (pro
 	// target's meters count it. Maglev maps the service's hashBy key
 	// (pickHash: the flow's 5-tuple by default) to a target.
 	s.hash = pickHash(vs, req.Client, req.VIP, s.http)
-	s.flow = a.opts.Flows.Flow(req.Client, req.VIP, datapath.ProtoTCP)
+	s.flow = a.opts.Flows.Flow(req.Client, req.VIP, vs.IPProto())
 	lease, err := b.PickAction(now, s.hash, s.action(), &s.tried)
 	if err != nil && req.Settle() {
 		lease, err = b.PickAction(now, s.hash, s.action(), &s.tried)
