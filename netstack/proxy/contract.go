@@ -179,12 +179,6 @@ const (
 	RefusedReset
 	// RefusedPage: answered with the 503 page.
 	RefusedPage
-	// HandshakeFailed and HandshakeTimedOut are no longer reported to a
-	// Session: the client's handshake completes before Admit, so a failed
-	// one has no Session (netstack.ForwarderStats counts it). They keep their
-	// values and names for the access log's codes.
-	HandshakeFailed
-	HandshakeTimedOut
 	// Aborted: Close (Proxy's, or the Forwarder's) ended the connection.
 	Aborted
 	// TargetTimedOut: spliced, then the target sent nothing within the
@@ -206,11 +200,11 @@ const (
 	numOutcomes
 )
 
-var outcomeNames = [numOutcomes]string{"ok", "idle", "reset", "503", "handshake-failed", "handshake-timeout", "aborted", "target-timeout", "panic", "bad-gateway", "client-error"}
+var outcomeNames = [numOutcomes]string{"ok", "idle", "reset", "503", "aborted", "target-timeout", "panic", "bad-gateway", "client-error"}
 
 // String returns the outcome as the access log writes it: "ok", "idle",
-// "reset", "503", "handshake-failed", "handshake-timeout", "aborted",
-// "target-timeout", "panic", "bad-gateway", "client-error".
+// "reset", "503", "aborted", "target-timeout", "panic", "bad-gateway",
+// "client-error".
 func (o Outcome) String() string {
 	if o < numOutcomes {
 		return outcomeNames[o]

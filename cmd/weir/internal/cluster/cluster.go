@@ -652,7 +652,7 @@ func (c *Cluster) demands() []demand {
 	if c.o.Targets != nil {
 		for _, t := range c.o.Targets.TargetLimits() {
 			if t.Max > 0 {
-				out = append(out, demand{key: c.prefix + "lease:target:" + t.Service + "/" + t.Target,
+				out = append(out, demand{key: c.targetKey(t.Service, t.Target),
 					kind: policy.LevelVirtualServer, name: t.Service, target: t.Target,
 					limit: t.Max, open: t.Open, refused: t.Refused})
 			}
@@ -671,6 +671,11 @@ func (c *Cluster) setCap(l *lease, n int64) int64 {
 	}
 	open, _ := c.o.Admission.SetCapacity(l.kind, l.name, n)
 	return open
+}
+
+// targetKey is the Redis key of a target's lease.
+func (c *Cluster) targetKey(service, target string) string {
+	return c.prefix + "lease:target:" + service + "/" + target
 }
 
 // levelKey is the Redis key of what the cluster shares about one level:
