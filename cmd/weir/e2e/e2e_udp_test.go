@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"weir/cmd/weir/api"
 )
 
@@ -102,29 +104,68 @@ func (w *weirProc) dnsQuery(addr string, wait time.Duration) (netip.Addr, netip.
 // dnsAsk sends an A query for who.test with id from c to addr and reads
 // the reply with that id, returning the first A record and the source.
 func dnsAsk(c *net.UDPConn, addr netip.AddrPort, id uint16, wait time.Duration) (netip.Addr, netip.AddrPort, error) {
+	a, from, _, err := dnsAskTOS(c, addr, id, wait)
+	return a, from, err
+}
+
+// recvTOS makes c report the ToS (IPv4) and traffic class (IPv6) of what
+// it receives, for dnsAskTOS.
+func recvTOS(c *net.UDPConn) error {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	err = rc.Control(func(fd uintptr) {
+		if serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_RECVTOS, 1); serr != nil {
+			return
+		}
+		serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IPV6, unix.IPV6_RECVTCLASS, 1)
+	})
+	if err == nil {
+		err = serr
+	}
+	return err
+}
+
+// dnsAskTOS is dnsAsk that also returns the reply's ToS byte (IPv4) or
+// traffic class (IPv6) when c has recvTOS on (-1: none reported).
+func dnsAskTOS(c *net.UDPConn, addr netip.AddrPort, id uint16, wait time.Duration) (netip.Addr, netip.AddrPort, int, error) {
 	q := binary.BigEndian.AppendUint16(nil, id)
 	q = append(q, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0) // RD, one question
 	q = append(q, 3, 'w', 'h', 'o', 4, 't', 'e', 's', 't', 0, 0, 1, 0, 1)
 	if _, err := c.WriteToUDPAddrPort(q, addr); err != nil {
-		return netip.Addr{}, netip.AddrPort{}, err
+		return netip.Addr{}, netip.AddrPort{}, -1, err
 	}
 	c.SetReadDeadline(time.Now().Add(wait))
 	b := make([]byte, 1500)
+	oob := make([]byte, 128)
 	for {
-		n, from, err := c.ReadFromUDPAddrPort(b)
+		n, oobn, _, from, err := c.ReadMsgUDPAddrPort(b, oob)
 		if err != nil {
-			return netip.Addr{}, netip.AddrPort{}, err
+			return netip.Addr{}, netip.AddrPort{}, -1, err
 		}
 		if n < 12 || binary.BigEndian.Uint16(b) != id {
 			continue
 		}
+		tos := -1
+		if msgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
+			for _, m := range msgs {
+				switch {
+				case m.Header.Level == unix.IPPROTO_IP && m.Header.Type == unix.IP_TOS && len(m.Data) >= 1:
+					tos = int(m.Data[0])
+				case m.Header.Level == unix.IPPROTO_IPV6 && m.Header.Type == unix.IPV6_TCLASS && len(m.Data) >= 4:
+					tos = int(binary.NativeEndian.Uint32(m.Data))
+				}
+			}
+		}
 		// The answer's A record is the reply's last 4 bytes (one
 		// question, one answer, no additional records).
 		if binary.BigEndian.Uint16(b[6:]) != 1 || n < 16 {
-			return netip.Addr{}, from, fmt.Errorf("reply without one answer (%d bytes)", n)
+			return netip.Addr{}, from, tos, fmt.Errorf("reply without one answer (%d bytes)", n)
 		}
 		a, _ := netip.AddrFromSlice(b[n-4 : n])
-		return a, from, nil
+		return a, from, tos, nil
 	}
 }
 
@@ -166,7 +207,8 @@ func (w *weirProc) dig(path, vip string) (string, string, error) {
 // counters and the targets' picks agree. A target with maxConnections 3
 // serves three Go clients while the fourth one's datagrams are dropped and
 // counted (no reply, no ICMP); the 2 s idle timeout frees the slots and the
-// fourth is served.
+// fourth is served. Every reply of the capped services carries the ToS its
+// rule marks (0xB8), IPv4 ToS and IPv6 traffic class alike.
 func TestE2EUDPDNS(t *testing.T) {
 	w := startWeir(t, "udp.yaml")
 	w.addIPv6Targets()
@@ -234,12 +276,18 @@ func TestE2EUDPDNS(t *testing.T) {
 				if err := w.ns.Do(func() (err error) { clients[i], err = net.ListenUDP("udp", nil); return err }); err != nil {
 					t.Fatal(err)
 				}
+				if err := recvTOS(clients[i]); err != nil {
+					t.Fatal(err)
+				}
 				defer clients[i].Close()
 			}
 			ask := func(i int, wait time.Duration) (netip.Addr, error) {
-				a, from, err := dnsAsk(clients[i], vip, uint16(0x100+i), wait)
+				a, from, tos, err := dnsAskTOS(clients[i], vip, uint16(0x100+i), wait)
 				if from = netip.AddrPortFrom(from.Addr().Unmap(), from.Port()); err == nil && from != vip {
 					t.Errorf("client %d: reply from %v, not the VIP %v", i, from, vip)
+				}
+				if err == nil && tos != 0xb8 { // the capped-ef rule's dnsEF
+					t.Errorf("client %d: reply ToS %#x, want 0xb8 (rule capped-ef)", i, tos)
 				}
 				return a, err
 			}
