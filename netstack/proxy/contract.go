@@ -6,6 +6,7 @@ package proxy
 // answers, and what it hears of the connection until its End. Nothing here
 // depends on gVisor: a leg is a net.Conn with half-close and counters.
 
+//go:generate go run golang.org/x/tools/cmd/stringer@v0.52.0 -type=Verdict -linecomment -output=contract_string.go
 import (
 	"context"
 	"errors"
@@ -53,27 +54,14 @@ type Verdict uint8
 
 const (
 	// Accept connects the client to Decision.Target.
-	Accept Verdict = iota
+	Accept Verdict = iota // accept
 	// RefuseRST resets the (established) client connection.
-	RefuseRST
+	RefuseRST // refuse-rst
 	// Refuse503 answers with an HTTP 503 page naming Decision.Limit and
 	// Decision.Value, then closes. For a tcp virtual server it acts as
 	// RefuseRST.
-	Refuse503
+	Refuse503 // refuse-503
 )
-
-// String returns the verdict's name.
-func (v Verdict) String() string {
-	switch v {
-	case Accept:
-		return "accept"
-	case RefuseRST:
-		return "refuse-rst"
-	case Refuse503:
-		return "refuse-503"
-	}
-	return "verdict(?)"
-}
 
 // Decision is the Admitter's answer for one connection request.
 type Decision struct {
