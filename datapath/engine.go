@@ -472,7 +472,7 @@ func (p *Port) newFlow(st *engineState, k *FlowKey, h uint64, now int64, c *engi
 // decide classifies k under st's config.
 func (st *engineState) decide(k *FlowKey) (*policy.VirtualServer, *policy.Action, verdict) {
 	server := k.ServerAddrPort()
-	return st.decideFor(k, st.cfg.Service(server.Addr(), server.Port()))
+	return st.decideFor(k, st.cfg.Service(server.Addr(), server.Port(), k.Proto))
 }
 
 // decideFor classifies k as a flow of vs (nil: none) under st's config.

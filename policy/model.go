@@ -228,16 +228,20 @@ func (l Limits) Any() bool { return l.MaxBandwidth > 0 || l.MaxConnections > 0 }
 // looks: TCP refuses with RST, HTTP with a 503 page naming the limit. TLS
 // is TCP whose service is chosen by the server name of the client's
 // ClientHello among the tls services of one VIP and port (see sni.go); it
-// refuses with RST.
+// refuses with RST. UDP drops the new session's datagram (counted, no
+// ICMP).
 type ServiceProto uint8
 
 const (
 	ProtoTCP  ServiceProto = iota // tcp
 	ProtoHTTP                     // http
 	ProtoTLS                      // tls
+	// ProtoUDP is a datagram service: a session per client address and
+	// port, relayed datagram by datagram (see UDPOptions).
+	ProtoUDP // udp
 )
 
-// ParseServiceProto parses "tcp", "http" or "tls".
+// ParseServiceProto parses "tcp", "http", "tls" or "udp".
 func ParseServiceProto(s string) (ServiceProto, error) {
 	switch s {
 	case "tcp":
@@ -246,8 +250,10 @@ func ParseServiceProto(s string) (ServiceProto, error) {
 		return ProtoHTTP, nil
 	case "tls":
 		return ProtoTLS, nil
+	case "udp":
+		return ProtoUDP, nil
 	}
-	return 0, fmt.Errorf("unknown protocol %q (want tcp, http or tls)", s)
+	return 0, fmt.Errorf("unknown protocol %q (want tcp, http, tls or udp)", s)
 }
 
 // PortRange is an inclusive range of ports. The zero value {0, 0} matches any
@@ -301,6 +307,9 @@ type VirtualServer struct {
 	// server name. See sni.go.
 	SNI        []string
 	SNIDefault bool
+	// UDP tunes the sessions of a udp service; used only when Proto is
+	// ProtoUDP.
+	UDP UDPOptions
 	// Targets in configured order: primaries first in the order given, then
 	// backups in the order they are to be tried.
 	Targets []*Target
@@ -437,11 +446,24 @@ func (r *Rule) matchProto(proto uint8) bool {
 	return (r.ProtoLo == 0 && r.ProtoHi == 0) || (proto >= r.ProtoLo && proto <= r.ProtoHi)
 }
 
-// ipProtoTCP is TCP's IP protocol number, the only protocol a virtual
-// server serves.
-const ipProtoTCP = 6
+// IPProtoTCP and IPProtoUDP are the IP protocol numbers virtual servers
+// serve: UDP for ProtoUDP, TCP for the others.
+const (
+	IPProtoTCP = 6
+	IPProtoUDP = 17
+)
 
-// Covers reports whether r can match some TCP connection to vs: Match
+// IPProto is the IP protocol number of vs's flows: 17 for a udp service, 6
+// otherwise.
+func (vs *VirtualServer) IPProto() uint8 {
+	if vs.Proto == ProtoUDP {
+		return IPProtoUDP
+	}
+	return IPProtoTCP
+}
+
+// Covers reports whether r can match some connection (a udp service's
+// datagram) to vs: Match
 // holds for at least one flow of vs (its protocol, one of its VIPs and
 // ports, any client). It is how a config is checked for services the
 // monitor never sees.
@@ -449,7 +471,7 @@ func (r *Rule) Covers(vs *VirtualServer) bool {
 	if r.Service != nil && r.Service != vs {
 		return false
 	}
-	if !r.matchProto(ipProtoTCP) {
+	if !r.matchProto(vs.IPProto()) {
 		return false
 	}
 	if !r.SrcPort.Overlaps(vs.Ports) {
@@ -855,6 +877,15 @@ func (c *Config) resolveHashBy(vs *VirtualServer, bad func(string, ...any)) {
 // (http, send/expect) is the service's alone (none: a TCP connect).
 func (c *Config) resolveHealth(vs *VirtualServer, bad func(string, ...any)) {
 	b := c.Balancer.Health
+	if vs.Proto == ProtoUDP {
+		// The checks connect or speak TCP: a udp service's targets get
+		// none (a udp send/expect form is not there yet).
+		if vs.Health != nil && vs.Health.Interval != 0 {
+			bad("virtual server %q: health checks of udp services are not supported (the checks speak TCP)", vs.Name)
+		}
+		vs.Health = &HealthCheck{}
+		return
+	}
 	if vs.Health == nil {
 		vs.Health = &b
 		return
@@ -904,6 +935,7 @@ func (c *Config) compileServices(bad func(string, ...any)) {
 		names[vs.Name] = true
 		vs.Timeouts.resolve(c.Instance.Timeouts, bad, "virtual server "+strconv.Quote(vs.Name))
 		vs.HTTP.resolve(bad, "virtual server "+strconv.Quote(vs.Name))
+		vs.UDP.resolve(bad, "virtual server "+strconv.Quote(vs.Name))
 		c.resolveHealth(vs, bad)
 		c.resolveHashBy(vs, bad)
 		if vs.Ports.Lo == 0 || vs.Ports.Hi < vs.Ports.Lo {
@@ -917,7 +949,10 @@ func (c *Config) compileServices(bad func(string, ...any)) {
 		for _, vip := range vs.VIPs {
 			vip = vip.Unmap()
 			for _, o := range c.byVIP[vip] {
-				if o.Ports.Overlaps(vs.Ports) {
+				// A udp service and a tcp one may share a port (DNS on 53,
+				// QUIC beside TLS on 443): only one protocol's overlap
+				// counts.
+				if o.Ports.Overlaps(vs.Ports) && o.IPProto() == vs.IPProto() {
 					sharedTLS(vip, o, vs, bad)
 				}
 			}
@@ -946,15 +981,23 @@ func (c *Config) compileTargets(vs *VirtualServer, bad func(string, ...any)) {
 	}
 }
 
-// Service returns the virtual server answering on addr:port, or nil. It does
-// not allocate.
-func (c *Config) Service(addr netip.Addr, port uint16) *VirtualServer {
+// Service returns the virtual server answering on addr:port for IP
+// protocol ipProto (IPProtoTCP: a tcp, http or tls service; IPProtoUDP: a
+// udp one), or nil. It does not allocate.
+func (c *Config) Service(addr netip.Addr, port uint16, ipProto uint8) *VirtualServer {
 	for _, vs := range c.byVIP[addr.Unmap()] {
-		if vs.Ports.Contains(port) {
+		if vs.Ports.Contains(port) && vs.IPProto() == ipProto {
 			return vs
 		}
 	}
 	return nil
+}
+
+// TCPService is Service for IPProtoTCP: the tcp, http or tls virtual
+// server a TCP connection to addr:port reaches (netstack's
+// ForwarderOptions.Services).
+func (c *Config) TCPService(addr netip.Addr, port uint16) *VirtualServer {
+	return c.Service(addr, port, IPProtoTCP)
 }
 
 // TargetIndex returns t's position among all of c's targets, numbered in

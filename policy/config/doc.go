@@ -52,11 +52,12 @@
 //	    class: gold            # optional: a class name
 //	    vips: [198.18.0.10, "fd00::10"] # required: IPv4 and/or IPv6
 //	    port: 80               # required: 1..65535, or a range "8000-8010"
-//	    protocol: http         # tcp (default: refuse with RST), http (refuse with a 503 page) or tls (TLS passthrough routed by server name, refused with RST)
+//	    protocol: http         # tcp (default: refuse with RST), http (refuse with a 503 page), tls (TLS passthrough routed by server name, refused with RST) or udp (datagram sessions; a refused session's datagram is dropped and counted)
 //	    sni: [www.example.com, "*.example.com", default] # protocol tls only, required there: the ClientHello server names it answers for; "*." one label; default: no other tls service of its VIP and port matches, or no server name
 //	    limits: LIMITS
 //	    timeouts: TIMEOUTS     # overrides the instance's, field by field
 //	    http: HTTP             # protocol http only: request handling
+//	    udp: UDP               # protocol udp only: sessions
 //	    hashBy: client         # overrides balancer.hashBy; header and cookie need protocol http (a tcp service given them by the balancer hashes by client)
 //	    healthCheck: HEALTH    # overrides balancer.healthCheck: omitted interval, timeout, rise, fall take the balancer's; the probe (http, send/expect) is this one's (none: a TCP connect)
 //	    targets:               # required, at least one
@@ -172,6 +173,17 @@
 //	backendIdle: 30s           # a pooled target connection unused
 //	maxIdlePerTarget: 32       # pooled target connections per target
 //	forwarded: x-forwarded-for # or forwarded (RFC 7239), both, none
+//
+// UDP tunes a udp service. A session is one client address and port with
+// the VIP and port it sent to; its first datagram admits it (the limits
+// count it as one connection, the balancer picks its target, maxConnections
+// counts sessions, bandwidth counts datagram payload), then every datagram
+// is relayed on its own both ways, in order, never merged, replies leaving
+// from the VIP. A udp service gets no health check (the checks speak TCP):
+//
+//	idleTimeout: 30s           # no datagram either way ends the session, default 30s
+//	responses: 1               # the session ends after this many datagrams from the target (DNS: 1); 0 (default): only idleTimeout
+//	maxSessions: 10000         # open sessions per VIP and port, 1..16777216, default 10000; a new session's datagram past it is dropped and counted
 //
 // noServices exists for reloads: weir run refuses a reload that would remove
 // every service (a file caught empty or half-written, an editor's truncate)

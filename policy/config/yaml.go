@@ -437,6 +437,25 @@ func (p *yparser) httpOptions(o *policy.HTTPOptions, v *yaml.Node) {
 	})
 }
 
+// udpOptions parses a service's udp mapping; defaults are policy.Compile's.
+func (p *yparser) udpOptions(o *policy.UDPOptions, v *yaml.Node) {
+	p.mapping(v, "udp", []field{
+		{name: "idleTimeout", fn: func(k, v *yaml.Node) {
+			if d, ok := p.positive(k, v); ok {
+				o.IdleTimeout = d
+			}
+		}},
+		{name: "responses", fn: func(k, v *yaml.Node) {
+			n, _ := p.int(k, v, 0, 1<<20)
+			o.Responses = int(n)
+		}},
+		{name: "maxSessions", fn: func(k, v *yaml.Node) {
+			n, _ := p.int(k, v, 1, 1<<24)
+			o.MaxSessions = int(n)
+		}},
+	})
+}
+
 // timeouts parses a timeouts mapping (instance defaults or one service's).
 // Defaults and range checks are policy.Compile's; firstByte and idle also
 // take "off", kept as a negative duration.
@@ -560,12 +579,13 @@ func (p *yparser) service(n *yaml.Node) {
 		}},
 		{name: "port", required: true, fn: func(k, v *yaml.Node) { vs.Ports, _ = parse(p, k, v, "a port", parsePortRange) }},
 		{name: "protocol", fn: func(k, v *yaml.Node) {
-			vs.Proto, _ = parse(p, k, v, "tcp, http or tls", policy.ParseServiceProto)
+			vs.Proto, _ = parse(p, k, v, "tcp, http, tls or udp", policy.ParseServiceProto)
 		}},
 		{name: "sni", fn: func(k, v *yaml.Node) { p.sni(vs, k, v) }},
 		{name: "limits", fn: func(_, v *yaml.Node) { p.limits(&vs.Limits, v) }},
 		{name: "timeouts", fn: func(_, v *yaml.Node) { p.timeouts(&vs.Timeouts, v) }},
 		{name: "http", fn: func(_, v *yaml.Node) { p.httpOptions(&vs.HTTP, v) }},
+		{name: "udp", fn: func(_, v *yaml.Node) { p.udpOptions(&vs.UDP, v) }},
 		{name: "hashBy", fn: func(k, v *yaml.Node) {
 			if h, ok := parse(p, k, v, "connection, client, header:NAME or cookie:NAME", policy.ParseHashBy); ok {
 				vs.HashBy = &h

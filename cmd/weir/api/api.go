@@ -47,9 +47,47 @@ type Status struct {
 	Cluster *Cluster `json:"cluster,omitempty"`
 	// HTTP is the request-level state of http services.
 	HTTP HTTP `json:"http"`
+	// UDP is the session state of udp services.
+	UDP UDP `json:"udp"`
 	// HostCapture is the host-leg capture's state: how the via: host
 	// target legs are measured.
 	HostCapture *HostCapture `json:"host_capture,omitempty"`
+}
+
+// UDP is the udp services' sessions and VIP endpoints: totals since start
+// except Sessions and Endpoints. A session is one client address and port
+// with its VIP and port; In is client → target, Out target → client.
+type UDP struct {
+	Sessions  int64  `json:"sessions"`  // open now
+	Endpoints int    `json:"endpoints"` // VIP and port endpoints open now
+	Created   uint64 `json:"created"`   // sessions admitted (their rate is the new-session rate)
+	// Refused: new sessions' datagrams dropped because admission refused
+	// them (a limit, maxConnections of every target, no target); nothing
+	// is sent back. DroppedFull: the session table was full;
+	// DroppedVIP: the VIP and port had udp.maxSessions open.
+	Refused     uint64 `json:"refused"`
+	DroppedFull uint64 `json:"dropped_table_full"`
+	DroppedVIP  uint64 `json:"dropped_vip_full"`
+	DialFailed  uint64 `json:"dial_failed"`
+	// Ended sessions by reason: idle (udp.idleTimeout), responses
+	// (udp.responses replies), error (the target's socket failed: ICMP
+	// unreachable), closed (shutdown).
+	EndedIdle      uint64 `json:"ended_idle"`
+	EndedResponses uint64 `json:"ended_responses"`
+	EndedError     uint64 `json:"ended_error"`
+	EndedClosed    uint64 `json:"ended_closed"`
+	// Datagrams and payload bytes relayed per direction.
+	DatagramsIn  uint64 `json:"datagrams_in"`
+	DatagramsOut uint64 `json:"datagrams_out"`
+	BytesIn      uint64 `json:"bytes_in"`
+	BytesOut     uint64 `json:"bytes_out"`
+	// WriteErrors: datagrams lost because a socket refused them;
+	// ReceiveDropped: datagrams a VIP endpoint's full receive buffer
+	// dropped before the relay read them; NoService: datagrams read whose
+	// service a reload had removed.
+	WriteErrors    uint64 `json:"write_errors"`
+	ReceiveDropped uint64 `json:"receive_dropped"`
+	NoService      uint64 `json:"no_service"`
 }
 
 // HostCapture is the state of the capture that measures via: host target

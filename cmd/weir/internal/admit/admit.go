@@ -251,7 +251,7 @@ func (a *Admitter) admit(req *proxy.ConnRequest, s *session, now time.Time) (pro
 	// target's meters count it. Maglev maps the service's hashBy key
 	// (pickHash: the flow's 5-tuple by default) to a target.
 	s.hash = pickHash(vs, req.Client, req.VIP, s.http)
-	s.flow = a.opts.Flows.Flow(req.Client, req.VIP, datapath.ProtoTCP)
+	s.flow = a.opts.Flows.Flow(req.Client, req.VIP, vs.IPProto())
 	if s.flow != nil && s.flow.Service != vs && vs.Proto == policy.ProtoTLS {
 		// The SYN was classified into the first tls service of the VIP
 		// and port; the ClientHello routed it to vs: its action, ToS and

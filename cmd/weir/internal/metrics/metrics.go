@@ -40,6 +40,10 @@ type Def struct {
 	histograms func(st *api.Status, emit func(count uint64, sum float64, buckets map[float64]uint64, labels ...string))
 }
 
+// udpOn reports whether st has udp services (or had sessions): the udp
+// metrics with labels are emitted only then.
+func udpOn(st *api.Status) bool { return st.UDP.Endpoints > 0 || st.UDP.Created > 0 }
+
 // emitter is the function a Def's samples calls per sample.
 type emitter = func(v float64, labels ...string)
 
@@ -329,7 +333,7 @@ var Defs = []Def{
 		Help:    "SYNs dropped for want of room: a VIP listener's accept queue full, or, for services without listeners (port ranges over 256), the in-flight bounds (inFlightPerVIP per VIP, 1024 in all); clients retry after a second. A flood at a listened VIP shows as weir_forwarder_syn_cookies_sent_total instead.",
 		samples: one(func(st *api.Status) float64 { return float64(st.Stack.SYNsDroppedInFlight) })},
 	{Name: "weir_stack_udp_no_socket_total", Type: Counter,
-		Help:    "UDP datagrams to an address with no socket, answered with ICMP port unreachable: weir balances TCP only.",
+		Help:    "UDP datagrams to an address and port with no socket (no udp service), answered with ICMP port unreachable (rate-limited by the stack).",
 		samples: one(func(st *api.Status) float64 { return float64(st.Stack.UDPNoSocket) })},
 	{Name: "weir_stack_icmp_unreachables_sent_total", Type: Counter,
 		Help:    "ICMP and ICMPv6 destination-unreachable messages weir's stack sent.",
@@ -343,6 +347,69 @@ var Defs = []Def{
 	{Name: "weir_stack_ip_fragments_refused_total", Type: Counter,
 		Help:    "IP fragments reassembly refused: overlapping (the whole datagram is dropped), conflicting last fragments, or past 64 KiB. Tiny fragments are weir_datapath_dropped_total{reason=tiny_fragment}.",
 		samples: one(func(st *api.Status) float64 { return float64(st.Stack.IPFragmentsRefused) })},
+
+	// UDP services.
+	{Name: "weir_udp_endpoints", Type: Gauge,
+		Help:    "VIP and port endpoints of udp services open now: each VIP times each port of every udp service. Fewer than configured: see the error log (a range wider than 256 ports).",
+		samples: one(func(st *api.Status) float64 { return float64(st.UDP.Endpoints) })},
+	{Name: "weir_udp_target_dial_failures_total", Type: Counter,
+		Help:    "udp session target sockets that could not be opened (no route to the target, no back arm); the next target is tried.",
+		samples: one(func(st *api.Status) float64 { return float64(st.UDP.DialFailed) })},
+	{Name: "weir_udp_sessions", Type: Gauge,
+		Help:    "Open udp sessions (client address and port with VIP and port). Near the table bound (65536) or a service's udp.maxSessions: new sessions are being dropped.",
+		samples: one(func(st *api.Status) float64 { return float64(st.UDP.Sessions) })},
+	{Name: "weir_udp_sessions_created_total", Type: Counter,
+		Help:    "udp sessions admitted; its rate is the new-session rate (a spoofed flood shows here and in the drops).",
+		samples: one(func(st *api.Status) float64 { return float64(st.UDP.Created) })},
+	{Name: "weir_udp_sessions_dropped_total", Type: Counter, Labels: []string{"reason"},
+		Help: "New udp sessions whose datagram was dropped, nothing sent back: refused (admission: a limit, every target at maxConnections, no target, or every target socket failed), table_full (the session table's bound), vip_full (the VIP and port's udp.maxSessions).",
+		samples: func(st *api.Status, emit emitter) {
+			if !udpOn(st) {
+				return
+			}
+			emit(float64(st.UDP.Refused), "refused")
+			emit(float64(st.UDP.DroppedFull), "table_full")
+			emit(float64(st.UDP.DroppedVIP), "vip_full")
+		}},
+	{Name: "weir_udp_sessions_ended_total", Type: Counter, Labels: []string{"reason"},
+		Help: "udp sessions ended: idle (udp.idleTimeout), responses (udp.responses replies), error (the target socket failed: ICMP unreachable from the target, which marks it down), closed (shutdown).",
+		samples: func(st *api.Status, emit emitter) {
+			if !udpOn(st) {
+				return
+			}
+			emit(float64(st.UDP.EndedIdle), "idle")
+			emit(float64(st.UDP.EndedResponses), "responses")
+			emit(float64(st.UDP.EndedError), "error")
+			emit(float64(st.UDP.EndedClosed), "closed")
+		}},
+	{Name: "weir_udp_datagrams_total", Type: Counter, Labels: []string{"direction"},
+		Help: "Datagrams relayed by udp sessions: in (client to target), out (target to client).",
+		samples: func(st *api.Status, emit emitter) {
+			if !udpOn(st) {
+				return
+			}
+			emit(float64(st.UDP.DatagramsIn), "in")
+			emit(float64(st.UDP.DatagramsOut), "out")
+		}},
+	{Name: "weir_udp_bytes_total", Type: Counter, Labels: []string{"direction"},
+		Help: "Payload bytes relayed by udp sessions: in (client to target), out (target to client).",
+		samples: func(st *api.Status, emit emitter) {
+			if !udpOn(st) {
+				return
+			}
+			emit(float64(st.UDP.BytesIn), "in")
+			emit(float64(st.UDP.BytesOut), "out")
+		}},
+	{Name: "weir_udp_datagrams_lost_total", Type: Counter, Labels: []string{"reason"},
+		Help: "Datagrams of udp services lost inside weir: write_error (a socket refused it), receive_buffer (a VIP endpoint's receive buffer was full: the relay fell behind), no_service (its service was reloaded away).",
+		samples: func(st *api.Status, emit emitter) {
+			if !udpOn(st) {
+				return
+			}
+			emit(float64(st.UDP.WriteErrors), "write_error")
+			emit(float64(st.UDP.ReceiveDropped), "receive_buffer")
+			emit(float64(st.UDP.NoService), "no_service")
+		}},
 
 	// Forwarder.
 	{Name: "weir_forwarder_no_service_total", Type: Counter,

@@ -16,6 +16,7 @@ import (
 	"weir/netstack"
 	"weir/netstack/proxy"
 	proxyhttp "weir/netstack/proxy/http"
+	udprelay "weir/netstack/proxy/udp"
 	"weir/policy"
 )
 
@@ -31,6 +32,8 @@ type RawStats struct {
 	Forwarder netstack.ForwarderStats // the accept path
 	Proxy     proxy.Stats             // the connections it handed over
 	HTTP      proxyhttp.Stats         // of those, the http virtual servers' requests
+	UDPFront  netstack.UDPFrontStats  // the udp services' VIP endpoints
+	UDP       udprelay.Stats          // the udp services' sessions
 	// NICs are the front NIC, the further front queues' and the back
 	// arms', in that order.
 	NICs []NICStats
@@ -63,6 +66,12 @@ func Parts(st *api.Status, raw RawStats, devs []datapath.Device) {
 	// own counter is only the tcp.Forwarder path's global bound).
 	st.Stack.SYNsDroppedInFlight = raw.Forwarder.DroppedInFlight
 	st.Forwarder = forwarderDoc(raw.Forwarder, raw.Proxy, raw.HTTP)
+	u, f := raw.UDP, raw.UDPFront
+	st.UDP = api.UDP{Sessions: u.Sessions, Endpoints: f.Endpoints, Created: u.Created, Refused: u.Refused,
+		DroppedFull: u.DroppedFull, DroppedVIP: u.DroppedVIP, DialFailed: u.DialFailed,
+		EndedIdle: u.EndedIdle, EndedResponses: u.EndedResponses, EndedError: u.EndedError, EndedClosed: u.EndedClosed,
+		DatagramsIn: u.DatagramsIn, DatagramsOut: u.DatagramsOut, BytesIn: u.BytesIn, BytesOut: u.BytesOut,
+		WriteErrors: u.WriteErrors, ReceiveDropped: f.ReceiveDropped, NoService: f.NoService}
 	st.Control.DroppedEvents = raw.AdmissionEventsDropped
 	for i, n := range raw.NICs {
 		st.NICs = append(st.NICs, nicDoc(n))
