@@ -21,6 +21,9 @@ const (
 	// Draining: the target is configured with weight 0 and takes no new
 	// connection.
 	Draining
+	// Ejected: outlier ejection took the target out (balancer.ejection)
+	// until Until.
+	Ejected
 )
 
 // String returns the reason as the refusal text words it.
@@ -36,6 +39,8 @@ func (w Why) String() string {
 		return "already tried"
 	case Draining:
 		return "draining (weight 0)"
+	case Ejected:
+		return "ejected"
 	}
 	return "why(" + strconv.Itoa(int(w)) + ")"
 }
@@ -176,6 +181,8 @@ func (t *table) refuse(now time.Time, tried *Tried, exhausted bool, sk *skipSet)
 			r.Why = HealthDown
 		case ns < en.st.downUntil.Load():
 			r.Why, r.Until = Down, time.Unix(0, en.st.downUntil.Load()).In(now.Location())
+		case ns < en.st.ejectedUntil.Load():
+			r.Why, r.Until = Ejected, time.Unix(0, en.st.ejectedUntil.Load()).In(now.Location())
 		default:
 			if exhausted {
 				return Reason{}, false
