@@ -40,6 +40,9 @@ func (b *Balancer) OnEject(f func(Ejection)) {
 // ejection off (the zero policy.Ejection) do nothing.
 func (b *Balancer) Report(target string, ok bool, now time.Time) (ejected bool) {
 	t := b.tab.Load()
+	if t.settings.Ejection.ConsecutiveFailures <= 0 {
+		return false // off: every connection's end costs nothing
+	}
 	for i := range t.entries {
 		if e := &t.entries[i]; e.t.Name == target {
 			return b.observe(e.st, ok, now)

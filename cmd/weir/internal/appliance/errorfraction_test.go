@@ -128,8 +128,8 @@ func TestErrorFractionCutsAndHeals(t *testing.T) {
 		t.Fatalf("t1 still erring: error %d%%, want 25", e.ErrorFraction)
 	}
 	t1.ErrorEvery.Store(0)
-	if share, errs = load(); errs != 0 {
-		t.Fatalf("healed t1 answered %d 500s", errs)
+	if share, errs = load(); errs != 0 || share > 0.46 {
+		t.Fatalf("healed t1 in the interval still judged at 25 %%: %d 500s, share %.3f; want 0 and the cut share", errs, share)
 	}
 	if e := l.App.SampleNow()[0]; e.ErrorFraction != 0 || e.Fraction != 0 || e.ServerErrors != 0 {
 		t.Fatalf("t1 healed for one interval: error %d%% total %d%%, want 0", e.ErrorFraction, e.Fraction)
