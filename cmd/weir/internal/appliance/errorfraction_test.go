@@ -74,7 +74,7 @@ func requestsAt(b *bench.Backend) int64 { return b.Served() + b.Errored() }
 // falls from ½ to 0.75/1.75 (0.429); healed, its fraction is 0 after one
 // interval and its share is back. Each SampleNow is one sampling interval.
 func TestErrorFractionCutsAndHeals(t *testing.T) {
-	const n = 400
+	const n = 200
 	cfg := lab.WebConfig([]int{1, 1}, nil)
 	cfg.Monitor.ErrorThreshold, cfg.Monitor.ErrorStep = 50, 25
 	l := lab.Must(t, cfg, lab.Options{})
@@ -104,7 +104,7 @@ func TestErrorFractionCutsAndHeals(t *testing.T) {
 	e1 := expl[0]
 	if e1.Target != "t1" || e1.Responses != n/2 || e1.ServerErrors != n/2/10 || e1.ErrorRatio != 100 || e1.ErrorFraction != 25 ||
 		e1.Fraction != 25 || e1.Winner != policy.WinError {
-		t.Fatalf("t1 after one interval: %d/%d 5xx, ratio %d, error %d%%, total %d%% won %v; want 20/200, 100 (10.0 %%), 25, 25, error",
+		t.Fatalf("t1 after one interval: %d/%d 5xx, ratio %d, error %d%%, total %d%% won %v; want 10/100, 100 (10.0 %%), 25, 25, error",
 			e1.ServerErrors, e1.Responses, e1.ErrorRatio, e1.ErrorFraction, e1.Fraction, e1.Winner)
 	}
 	if e2 := expl[1]; e2.ErrorFraction != 0 || e2.Fraction != 0 || e2.Responses != n/2 {
