@@ -203,3 +203,42 @@ func TestEjectionOfServerErrorTarget(t *testing.T) {
 		t.Errorf("t2 back: ejected %v, %d ejections; want back, 1", st.Ejected, st.Ejections)
 	}
 }
+
+// TestEjectionOfRefusingTarget: a target whose server is gone (every
+// connect refused), with retryInterval 1 ms so that each failed connect
+// rests it only until the next request of the manual clock, is ejected
+// after 5 failed connects in a row, gets no pick for the 30 s, and is
+// picked again afterwards. The clients never see the failures: each
+// failed dial goes on to the other target.
+func TestEjectionOfRefusingTarget(t *testing.T) {
+	cfg := lab.WebConfig([]int{1, 1}, nil)
+	cfg.Balancer.RetryInterval = time.Millisecond
+	cfg.Balancer.Ejection = policy.Ejection{ConsecutiveFailures: 5, For: 30 * time.Second, MaxPercent: 50}
+	clk := &clock{}
+	clk.ns.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	l := lab.Must(t, cfg, lab.Options{Appliance: appliance.Options{Now: clk.Now}})
+	l.Backends[policy.TargetKey{Service: "web", Target: "t2"}].Close() // connects refused from now on
+	one := func() {
+		t.Helper()
+		res := bench.Load{Dial: l.Dial, Addr: "198.19.0.80:80", Clients: 1, Requests: 1, Duration: 30 * time.Second}.Run(context.Background())
+		if res.OK != 1 || res.PerTarget["t1"] != 1 {
+			t.Fatalf("request: %+v, want served by t1", res)
+		}
+		waitClosed(t, l.App)
+		clk.Advance(2 * time.Millisecond) // past the retry interval
+	}
+	for range 20 {
+		one()
+	}
+	st := targetStatus(t, l, "t2")
+	if st.Failed != 5 || !st.Ejected || st.Ejections != 1 {
+		t.Fatalf("t2 after 20 requests: %d failed connects, ejected %v (%d); want 5, ejected once", st.Failed, st.Ejected, st.Ejections)
+	}
+	clk.Advance(30 * time.Second)
+	for range 4 {
+		one()
+	}
+	if st := targetStatus(t, l, "t2"); st.Picked <= 5 || st.Ejected {
+		t.Errorf("t2 after its 30 s: picked %d times, ejected %v; want picked again", st.Picked, st.Ejected)
+	}
+}
