@@ -34,6 +34,10 @@ const (
 	DefaultTimeoutMax       = 100 // percent
 	// DefaultMinSegments is Monitor.MinSegments when unset.
 	DefaultMinSegments = 100
+	// DefaultErrorMax is Monitor.ErrorMax when unset (percent), and
+	// DefaultMinResponses Monitor.MinResponses.
+	DefaultErrorMax     = 100
+	DefaultMinResponses = 20
 )
 
 // DefaultMaxConnLevels are MaxConnWeightFr 50 65 80: the percentages of an
@@ -528,6 +532,24 @@ type Monitor struct {
 	// The zero value, on, captures the via: host legs' segments
 	// (datapath/hostcap) so that both their directions are measured.
 	HostCaptureOff bool
+	// ErrorThreshold and ErrorStep are errorRatioAndWeightFr, the seed's
+	// step rule applied to an http target's 5xx responses: each whole
+	// ErrorThreshold (tenths of a percent) the ratio of 5xx responses to
+	// responses in a sampling interval strictly exceeds cuts ErrorStep
+	// percent, capped at ErrorMax (errorMaxWeightFr, default 100); the
+	// error fraction adds to the loss and timeout fractions under the same
+	// 100 % cap. Zero (the default): no error fraction.
+	ErrorThreshold int
+	ErrorStep      int
+	ErrorMax       int
+	// MinResponses is the error part's noise guard (errorMinResponses,
+	// default DefaultMinResponses): a target with fewer responses in an
+	// interval is held and its counts carried, as MinSegments does.
+	MinResponses int
+	// ErrorCountsFailures counts the requests that failed before a
+	// response (first-byte timeout, connection cut) as errors too
+	// (errorCountsFailures); by default only 5xx responses are.
+	ErrorCountsFailures bool
 }
 
 // Algorithm selects how the balancer spreads new connections.
@@ -573,6 +595,28 @@ type BalancerSettings struct {
 	// value is HashConnection. A service's own (VirtualServer.HashBy)
 	// overrides it.
 	HashBy HashBy
+	// Ejection is outlier ejection (balancer.ejection); the zero value is
+	// off.
+	Ejection Ejection
+}
+
+// Defaults of Ejection, filled in by Compile when ConsecutiveFailures is set.
+const (
+	DefaultEjectionFor        = 30 * time.Second
+	DefaultEjectionMaxPercent = 50
+)
+
+// Ejection is outlier ejection, Envoy's consecutive-failures detection: a
+// target whose last ConsecutiveFailures connections or requests failed (a
+// failed connect, a first-byte timeout, with ServerErrors an http response
+// with a 5xx status) is taken out of its service's rotation for For, unless
+// MaxPercent of the service's targets are ejected already. A success resets
+// the count. ConsecutiveFailures zero turns it off.
+type Ejection struct {
+	ConsecutiveFailures int
+	For                 time.Duration // default DefaultEjectionFor
+	MaxPercent          int           // 1..100, default DefaultEjectionMaxPercent
+	ServerErrors        bool          // 5xx responses count as failures
 }
 
 // HashKind says what a Maglev pick hashes.
@@ -792,6 +836,14 @@ func compileMonitor(m *Monitor, bad func(string, ...any)) {
 		bad("monitor minSegments %d is negative", m.MinSegments)
 	}
 	setDefault(&m.MaxConnLevels, DefaultMaxConnLevels)
+	if m.ErrorThreshold > 0 {
+		setDefault(&m.ErrorMax, DefaultErrorMax)
+		setDefault(&m.MinResponses, DefaultMinResponses)
+	}
+	if m.ErrorThreshold < 0 || m.ErrorStep < 0 || m.ErrorMax < 0 || m.MinResponses < 0 {
+		bad("monitor errorRatioAndWeightFr [%d, %d], errorMaxWeightFr %d, errorMinResponses %d: none may be negative",
+			m.ErrorThreshold, m.ErrorStep, m.ErrorMax, m.MinResponses)
+	}
 }
 
 // compileBalancer fills the distributor's defaults, health checks
@@ -809,6 +861,14 @@ func compileBalancer(b *BalancerSettings, bad func(string, ...any)) {
 		bad("balancer slowStart %v is negative", b.SlowStart)
 	}
 	b.Health.compile(bad, "balancer")
+	if e := &b.Ejection; e.ConsecutiveFailures != 0 {
+		setDefault(&e.For, DefaultEjectionFor)
+		setDefault(&e.MaxPercent, DefaultEjectionMaxPercent)
+		if e.ConsecutiveFailures < 0 || e.For < 0 || e.MaxPercent < 0 || e.MaxPercent > 100 {
+			bad("balancer ejection consecutiveFailures %d, for %v, maxPercent %d: none may be negative, maxPercent at most 100",
+				e.ConsecutiveFailures, e.For, e.MaxPercent)
+		}
+	}
 	if b.HashBy.Kind != HashConnection && b.Algorithm != Maglev {
 		bad("balancer hashBy %v needs algorithm maglev, not %v", b.HashBy, b.Algorithm)
 	}

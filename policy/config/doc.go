@@ -94,6 +94,10 @@
 //	  scope: policy            # the connections monitored: policy (default: those a rule matched) or all
 //	  hostCapture: on          # on (default): via: host legs measured from their captured segments (AF_PACKET, needs CAP_NET_RAW at start); off: from_target is TCP_INFO's estimate
 //	  minSegments: 100         # noise guard: ratios judged over at least this many segments, accumulated over quiet intervals; 1..2^30
+//	  errorRatioAndWeightFr: [50, 25]   # http targets: 5xx responses above 5.0 % of an interval's responses (tenths of %, 1..1000) cut 25 % per step (1..100); added to loss and timeout, capped at 100; omitted (default): no error fraction
+//	  errorMaxWeightFr: 100    # cap of the error fraction, percent 1..100, default 100
+//	  errorMinResponses: 20    # the error part's noise guard: judged over at least this many responses, accumulated over quiet intervals; default 20
+//	  errorCountsFailures: false # true: requests that failed before a response (first-byte timeout, connection cut) count as errors too
 //	balancer:
 //	  algorithm: round-robin   # round-robin (default), least-conn or maglev
 //	  retryInterval: 60s       # how long a failed target stays down, default 60s, > 0
@@ -102,6 +106,11 @@
 //	  slowStart: 0s            # weight ramp of a recovered target; 0: off
 //	  healthCheck: HEALTH      # active checks of every service's targets; a service's own overrides it
 //	  hashBy: connection       # maglev's key: connection (default: the 5-tuple), client (the client's address), header:X-User or cookie:session (http, per request; absent: the client's address); other than connection needs algorithm maglev
+//	  ejection:                # outlier ejection; omitted (default): off
+//	    consecutiveFailures: 5 # required, 1..100: failures in a row (failed connects, first-byte timeouts, with serverErrors 5xx responses) that eject a target; a success resets the run
+//	    for: 30s               # how long an ejected target stays out, default 30s, > 0
+//	    maxPercent: 50         # never more than this share of a service's targets ejected at once, 1..100, default 50
+//	    serverErrors: false    # true: an http response with a 5xx status counts as a failure
 //	cluster:                   # optional: instances sharing their limits and measurements through Redis
 //	  redis: 127.0.0.1:6379    # required: host:port or redis://[user:pass@]host:port/db (rediss:// for TLS)
 //	  name: edge               # required: instances with the same name share state

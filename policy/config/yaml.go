@@ -808,6 +808,13 @@ func (p *yparser) monitor(m *policy.Monitor, v *yaml.Node) {
 			x, _ := p.int(k, v, 1, maxMinSegments)
 			m.MinSegments = int(x)
 		}},
+		{name: "errorRatioAndWeightFr", fn: func(k, v *yaml.Node) { pair(k, v, &m.ErrorThreshold, &m.ErrorStep) }},
+		{name: "errorMaxWeightFr", fn: func(k, v *yaml.Node) { frac(k, v, &m.ErrorMax) }},
+		{name: "errorMinResponses", fn: func(k, v *yaml.Node) {
+			x, _ := p.int(k, v, 1, maxMinSegments)
+			m.MinResponses = int(x)
+		}},
+		{name: "errorCountsFailures", fn: func(k, v *yaml.Node) { m.ErrorCountsFailures, _ = p.bool(k, v) }},
 		{name: "maxConnWeightFr", fn: func(k, v *yaml.Node) {
 			x, ok := p.ints(k, v, 3, 1, maxFraction)
 			if !ok {
@@ -841,6 +848,26 @@ func (p *yparser) balancer(b *policy.BalancerSettings, v *yaml.Node) {
 		{name: "hashBy", fn: func(k, v *yaml.Node) {
 			b.HashBy, _ = parse(p, k, v, "connection, client, header:NAME or cookie:NAME", policy.ParseHashBy)
 		}},
+		{name: "ejection", fn: func(_, v *yaml.Node) { p.ejection(&b.Ejection, v) }},
+	})
+}
+
+// ejection parses balancer.ejection; consecutiveFailures is required.
+func (p *yparser) ejection(e *policy.Ejection, v *yaml.Node) {
+	p.mapping(v, "ejection", []field{
+		{name: "consecutiveFailures", required: true, fn: func(k, v *yaml.Node) {
+			x, _ := p.int(k, v, 1, maxHealthRuns)
+			e.ConsecutiveFailures = int(x)
+		}},
+		{name: "for", fn: func(k, v *yaml.Node) {
+			d, _ := p.positive(k, v)
+			e.For = d
+		}},
+		{name: "maxPercent", fn: func(k, v *yaml.Node) {
+			x, _ := p.int(k, v, 1, maxFraction)
+			e.MaxPercent = int(x)
+		}},
+		{name: "serverErrors", fn: func(k, v *yaml.Node) { e.ServerErrors, _ = p.bool(k, v) }},
 	})
 }
 

@@ -98,6 +98,7 @@ type Admitter struct {
 	draining atomic.Bool
 	counters counters
 	reqs     requestStats // http requests (http.go)
+	outcomes outcomes     // per target, for the error fraction (outcomes.go)
 	clients  sync.Map     // service name → *atomic.Int64: open http client connections
 	limiter  obs.Limiter
 }
@@ -446,6 +447,11 @@ func (s *session) Released() {
 // forwarder's account of the end.
 func (s *session) End(e *proxy.End) {
 	a := s.a
+	if e.Request != nil {
+		// Counted before the session leaves Open: whoever waits for
+		// Open to reach 0 finds every ended request in TakeResponses.
+		a.requestOutcome(s, e, e.Stats.Target)
+	}
 	s.Released()
 	if s.counted {
 		s.counted = false
@@ -461,6 +467,7 @@ func (s *session) End(e *proxy.End) {
 	if e.Decision.Verdict == proxy.Accept {
 		a.counters.closed.Add(1)
 	}
+	a.connOutcome(s, e)
 	if a.opts.Access == nil {
 		return
 	}

@@ -197,7 +197,7 @@ func New(opts Options) (*Appliance, error) {
 	a.adm = policy.NewAdmission(cfg, 0)
 	bals := map[string]*balancer.Balancer{}
 	for _, vs := range cfg.Services {
-		bals[vs.Name] = balancer.New(vs, cfg.Balancer)
+		bals[vs.Name] = a.newBalancer(vs, cfg)
 	}
 	a.bals.Store(&bals)
 
@@ -414,6 +414,17 @@ func (a *Appliance) reportHealth(service, target string, r health.Result, now ti
 	}
 }
 
+// newBalancer builds a service's balancer, its ejections logged once each.
+func (a *Appliance) newBalancer(vs *policy.VirtualServer, cfg *policy.Config) *balancer.Balancer {
+	b := balancer.New(vs, cfg.Balancer)
+	b.OnEject(func(e balancer.Ejection) {
+		a.log.Warn().Str("service", e.Service).Str("target", e.Target).Int("failures", e.Failures).
+			Time("until", e.Until).Int("ejected", e.Ejected).Int("targets", e.Targets).
+			Msg("target ejected: consecutive failures (balancer.ejection); back at until")
+	})
+	return b
+}
+
 // Reload swaps in a new configuration: limits, balancers (counts and
 // down-state carry over by target name), rules and meters (by name). Open
 // connections keep running and count against the new limits. cfg must be
@@ -436,7 +447,7 @@ func (a *Appliance) Reload(cfg *policy.Config) error {
 		if b != nil {
 			b.Update(vs, cfg.Balancer)
 		} else {
-			b = balancer.New(vs, cfg.Balancer)
+			b = a.newBalancer(vs, cfg)
 			if a.clu != nil {
 				b.SetDefaultCapacity(a.cluDefCap) // no slots until the cluster leases them
 			}

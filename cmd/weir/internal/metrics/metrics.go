@@ -207,11 +207,12 @@ var Defs = []Def{
 			emit(float64(t.Effective), "effective")
 		})},
 	{Name: "weir_target_fraction_percent", Type: Gauge, Labels: []string{"service", "target", "part"},
-		Help: "The target's QoS weight fraction (part=total) and its parts (loss, timeout, default, action) from the last sampling interval, in percent; the part equal to the total is the cause of a cut weight.",
+		Help: "The target's QoS weight fraction (part=total) and its parts (loss, timeout, error, default, action) from the last sampling interval, in percent; the part equal to the total is the cause of a cut weight. part=error is an http target's 5xx ratio (monitor.errorRatioAndWeightFr).",
 		samples: perTarget(func(t *api.Target, emit func(float64, ...string)) {
 			if e := t.Explanation; e != nil {
 				emit(float64(e.LossFraction), "loss")
 				emit(float64(e.TimeoutFraction), "timeout")
+				emit(float64(e.ErrorFraction), "error")
 				emit(float64(e.DefaultFraction), "default")
 				emit(float64(e.ActionFraction), "action")
 				emit(float64(e.Fraction), "total")
@@ -241,14 +242,20 @@ var Defs = []Def{
 		Help:    "Retransmission timeouts on those legs by direction (from_target: retransmissions after a silence longer than the flow's RTO estimate).",
 		samples: perDirection(func(d *api.DirTotals) float64 { return float64(d.Timeouts) })},
 	{Name: "weir_target_up", Type: Gauge, Labels: targetLabels,
-		Help:    "1 while the target may be picked; 0 while a failed connect keeps it down for retryInterval or its health checks fail.",
-		samples: perTarget(func(t *api.Target, emit func(float64, ...string)) { emit(bool01(!t.Down && t.HealthUp)) })},
+		Help:    "1 while the target may be picked; 0 while a failed connect keeps it down for retryInterval, its health checks fail or outlier ejection keeps it out.",
+		samples: perTarget(func(t *api.Target, emit func(float64, ...string)) { emit(bool01(!t.Down && t.HealthUp && !t.Ejected)) })},
 	{Name: "weir_target_picked_total", Type: Counter, Labels: targetLabels,
 		Help:    "Connections the balancer gave to the target.",
 		samples: perTarget(func(t *api.Target, emit func(float64, ...string)) { emit(float64(t.Picked)) })},
 	{Name: "weir_target_connect_failures_total", Type: Counter, Labels: targetLabels,
 		Help:    "Connects to the target that failed; each takes the target out for retryInterval. Check that the target listens and is reachable.",
 		samples: perTarget(func(t *api.Target, emit func(float64, ...string)) { emit(float64(t.Failed)) })},
+	{Name: "weir_target_ejected", Type: Gauge, Labels: targetLabels,
+		Help:    "1 while outlier ejection (balancer.ejection) keeps the target out after consecutive failures; it comes back by itself after ejection.for.",
+		samples: perTarget(func(t *api.Target, emit func(float64, ...string)) { emit(bool01(t.Ejected)) })},
+	{Name: "weir_target_ejections_total", Type: Counter, Labels: targetLabels,
+		Help:    "Times outlier ejection took the target out; each is also one log line. Never more than ejection.maxPercent of a service's targets are out at once.",
+		samples: perTarget(func(t *api.Target, emit func(float64, ...string)) { emit(float64(t.Ejections)) })},
 	{Name: "weir_target_skipped_at_limit_total", Type: Counter, Labels: targetLabels,
 		Help:    "Picks that passed the target over because it was at maxConnections; a steady rise means the target's maxConnections is too low for its share.",
 		samples: perTarget(func(t *api.Target, emit func(float64, ...string)) { emit(float64(t.SkippedAtLimit)) })},

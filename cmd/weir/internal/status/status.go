@@ -173,6 +173,7 @@ func Target(t balancer.TargetStatus, e *policy.Explanation, fr map[string]map[st
 		Weight: t.Weight, Effective: t.Effective, Exact: t.Exact, SlowStart: t.SlowStart,
 		Open: t.Open, Max: t.Max, Down: t.Down, DownUntil: t.DownUntil, HealthUp: t.HealthUp,
 		SkippedAtLimit: t.SkippedAtLimit, Picked: t.Picked, Failed: t.Failed,
+		Ejected: t.Ejected, EjectedUntil: t.EjectedUntil, Ejections: t.Ejections,
 	}
 	if c := t.Check; c != nil {
 		out.Check = &api.HealthCheck{At: c.At, OK: c.OK, Reason: c.Reason, Streak: c.Streak, Need: c.Need}
@@ -198,6 +199,9 @@ func Target(t balancer.TargetStatus, e *policy.Explanation, fr map[string]map[st
 			Fraction: e.Fraction, Winner: e.Winner.String(), BaseWeight: e.BaseWeight, Weight: e.Weight,
 			MinSegments: e.MinSegments, PendingSegments: e.PendingSegments, TimeoutsUnknown: e.TimeoutsUnknown,
 			DefaultWeight: e.DefaultWeight,
+			Responses:     e.Responses, ServerErrors: e.ServerErrors, FailedRequests: e.FailedRequests,
+			ErrorRatio: e.ErrorRatio, ErrorFraction: e.ErrorFraction, ErrorHeld: e.ErrorHeld,
+			MinResponses: e.MinResponses, PendingResponses: e.PendingResponses,
 		}
 		for _, l := range e.Levels {
 			out.Explanation.Levels = append(out.Explanation.Levels, api.ExplanationLevel{
