@@ -154,8 +154,15 @@ func (t *clientTable) pushIdle(e *clientEntry) {
 	}
 }
 
-// slotNow is the current window slot: the last Recompute's time.
-func (t *clientTable) slotNow() int64 { return t.a.now.Load() / t.slot.Load() }
+// slotNow is the current window slot: the last Recompute's time (the wall
+// clock before the first: bytes moved then count from then on).
+func (t *clientTable) slotNow() int64 {
+	ns := t.a.now.Load()
+	if ns == 0 {
+		ns = time.Now().UnixNano()
+	}
+	return ns / t.slot.Load()
+}
 
 // rate is e's bytes per second over the metric interval as of slot cur.
 func (e *clientEntry) rate(cur int64, slot int64) int64 {

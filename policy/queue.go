@@ -316,7 +316,7 @@ func (a *Admission) Wait(ctx context.Context, vs *VirtualServer, t *Ticket, o Wa
 			d := now().Sub(start)
 			in.c.timeouts.Add(1)
 			in.leave(w, d, false)
-			ref.waited = d
+			ref.waited = ref.qtimeout // the text names the bound that refused
 			return ref, Waited{Duration: d, Queued: true, TimedOut: true}, false
 		case <-ctx.Done():
 			if pstop != nil {
