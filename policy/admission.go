@@ -693,6 +693,10 @@ func (a *Admission) Apply(cfg *Config) {
 	// entries release them on it; a later config starts it anew.
 	a.tables = fresh2
 	a.st.Store(st)
+	// A limit raised, or a queue gone, may have room for those waiting.
+	for _, l := range st.levels {
+		l.lvl.q.wakeHead()
+	}
 }
 
 // applyBurst starts, resizes or stops lv's burst bucket for lim. Under mu.

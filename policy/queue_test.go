@@ -259,3 +259,48 @@ func TestQueueClient(t *testing.T) {
 		t.Fatalf("active clients %d after every release, want 0", cs[0].Active)
 	}
 }
+
+// TestQueueSharedBorrow: at a cluster-wide limit whose share here is full
+// (SetCapacity), a connection borrows first (Retry); when the cluster
+// cannot lend it waits in the queue, asking again at each ShareRetry,
+// and is admitted once a borrow grows the share. Nothing is held while
+// Retry runs (it takes the control plane's lock through SetCapacity).
+func TestQueueSharedBorrow(t *testing.T) {
+	cfg, vs := queueCfg(t, 4, 4, 2*time.Second)
+	a := NewAdmission(cfg, 0)
+	if _, ok := a.SetCapacity(LevelVirtualServer, "web", 1); !ok {
+		t.Fatal("no level web")
+	}
+	clk := newManualTimers()
+	var calls int
+	retry := func(_ context.Context, r Refusal) bool {
+		calls++
+		if !r.Shared {
+			t.Errorf("Retry for a refusal that is not a share's: %v", r.Error())
+		}
+		if calls < 3 {
+			return false // the cluster has nothing to lend yet
+		}
+		a.SetCapacity(LevelVirtualServer, "web", 2)
+		return true
+	}
+	opts := WaitOptions{Timer: clk.Timer, Now: clk.Now, Retry: retry, ShareRetry: 100 * time.Millisecond}
+	var first, second Ticket
+	if _, _, ok := a.Wait(context.Background(), vs, &first, opts); !ok {
+		t.Fatal("first refused")
+	}
+	out := make(chan waitResult, 1)
+	go func() {
+		r, w, ok := a.Wait(context.Background(), vs, &second, opts)
+		out <- waitResult{0, r, w, ok}
+	}()
+	<-clk.armed // the queue timeout
+	<-clk.armed // the first share poll
+	clk.advance(100 * time.Millisecond)
+	res := <-out
+	if !res.ok || !res.w.Queued || res.w.Duration != 100*time.Millisecond || calls != 3 {
+		t.Fatalf("ok=%v %+v after %d Retry calls (%v), want admitted from the queue after 100 ms, 3 calls", res.ok, res.w, calls, res.ref.Error())
+	}
+	first.Release()
+	second.Release()
+}
