@@ -3,6 +3,7 @@ package policy
 import (
 	"context"
 	"net/netip"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -303,4 +304,44 @@ func TestQueueSharedBorrow(t *testing.T) {
 	}
 	first.Release()
 	second.Release()
+}
+
+// BenchmarkQueueHandoff is the queue's added latency: from the Release
+// that frees a slot to the queued connection's admission (a goroutine
+// wake-up), reported as ns/handoff. A connection that finds a slot free
+// never queues and pays nothing (BenchmarkAdmit).
+func BenchmarkQueueHandoff(b *testing.B) {
+	cfg, vs := queueCfg(&testing.T{}, 1, 1, time.Minute)
+	a := NewAdmission(cfg, 0)
+	lv := a.levels[keyOf(LevelVirtualServer, "web")]
+	var held Ticket
+	if _, ok := a.Admit(vs, &held); !ok {
+		b.Fatal("refused")
+	}
+	var total time.Duration
+	for i := 0; i < b.N; i++ {
+		var next Ticket
+		var freed time.Time
+		done := make(chan time.Duration)
+		go func() {
+			_, _, ok := a.Wait(context.Background(), vs, &next, WaitOptions{})
+			if !ok {
+				done <- -1
+				return
+			}
+			done <- time.Since(freed)
+		}()
+		for lv.q.n.Load() == 0 {
+			runtime.Gosched()
+		}
+		freed = time.Now()
+		held.Release()
+		d := <-done
+		if d < 0 {
+			b.Fatal("the waiter was refused")
+		}
+		total += d
+		held.c.Store(next.c.Swap(nil))
+	}
+	b.ReportMetric(float64(total.Nanoseconds())/float64(b.N), "ns/handoff")
 }
