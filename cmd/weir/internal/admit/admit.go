@@ -69,7 +69,18 @@ type Options struct {
 	// cluster's borrowTimeout (cluster.Cluster.Borrow): the client's
 	// handshake has completed, so the wait is inside the connection.
 	Borrow func(ctx context.Context, kind policy.LevelKind, name string) bool
+	// BorrowTarget, when set, is Borrow for a target's maxConnections: a
+	// pick that found no target free, one or more of them at this
+	// instance's share of their cluster-wide limit (a balancer.Reason with
+	// Shared set), asks for a slot of each such target in turn and picks
+	// again once one grants (cluster.Cluster.BorrowTarget).
+	BorrowTarget func(ctx context.Context, service, target string) bool
 }
+
+// maxBorrows bounds the borrows one pick makes when the targets are at
+// their share (Options.BorrowTarget): the wait is at most maxBorrows times
+// the cluster's borrowTimeout. policy.Wait bounds a level's borrows alike.
+const maxBorrows = 8
 
 // retry is Wait's Retry: a borrow from the cluster for a refusal at this
 // instance's full share (policy.Wait bounds the attempts).
@@ -247,9 +258,9 @@ func (a *Admitter) admit(req *proxy.ConnRequest, s *session, now time.Time) (pro
 	// (pickHash: the flow's 5-tuple by default) to a target.
 	s.hash = pickHash(vs, req.Client, req.VIP, s.http)
 	s.flow = a.opts.Flows.Flow(req.Client, req.VIP, datapath.ProtoTCP)
-	lease, err := b.PickAction(now, s.hash, s.action(), &s.tried)
+	lease, err := a.pick(b, s, now)
 	if err != nil && req.Settle() {
-		lease, err = b.PickAction(now, s.hash, s.action(), &s.tried)
+		lease, err = a.pick(b, s, now)
 	}
 	if err != nil {
 		s.ticket.Release()
@@ -263,6 +274,34 @@ func (a *Admitter) admit(req *proxy.ConnRequest, s *session, now time.Time) (pro
 		a.reqs.begin(vs.Name, s.inflight)
 	}
 	return s.accept(), s
+}
+
+// pick asks the balancer for s's target. When every target that could
+// serve was full, some at this instance's share of a cluster-wide
+// maxConnections, it borrows a slot of one of those (Options.BorrowTarget)
+// and picks again, up to maxBorrows times, as admit borrows for a level.
+func (a *Admitter) pick(b *balancer.Balancer, s *session, now time.Time) (balancer.Lease, error) {
+	lease, err := b.PickAction(now, s.hash, s.action(), &s.tried)
+	for i := 0; err != nil && a.opts.BorrowTarget != nil && i < maxBorrows && a.borrowTarget(s.req.Service.Name, err); i++ {
+		lease, err = b.PickAction(now, s.hash, s.action(), &s.tried)
+	}
+	return lease, err
+}
+
+// borrowTarget asks the cluster for a slot of each target the refusal err
+// found at its share, in the balancer's order, and reports whether one
+// granted.
+func (a *Admitter) borrowTarget(service string, err error) bool {
+	var nte *balancer.NoTargetError
+	if !errors.As(err, &nte) {
+		return false
+	}
+	for _, r := range nte.Reasons {
+		if r.Why == balancer.AtLimit && r.Shared && a.opts.BorrowTarget(context.Background(), service, r.Target) {
+			return true
+		}
+	}
+	return false
 }
 
 // session is one connection's proxy.Session: what admission reserved for
@@ -364,7 +403,7 @@ func (s *session) DialFailed(failed proxy.Decision, err error) proxy.Decision {
 		e.Str("service", vs.Name).Str("target", name).Err(err).Msg("target connect failed; marked down for the retry interval")
 	})
 	if b := a.balancer(vs.Name); b != nil {
-		lease, perr := b.PickAction(now, s.hash, s.action(), &s.tried)
+		lease, perr := a.pick(b, s, now)
 		if perr == nil {
 			s.lease = lease
 			if s.http != nil && s.counted {
@@ -440,7 +479,7 @@ func (s *session) End(e *proxy.End) {
 		r.Target, r.BytesIn = "", 0
 		r.BytesOut = uint64(e.Refusal.Bytes)
 		r.RequestLine, r.Status = e.Refusal.RequestLine, e.Refusal.Status
-	case proxy.HandshakeFailed, proxy.HandshakeTimedOut, proxy.Aborted, proxy.TargetTimedOut, proxy.Panicked:
+	case proxy.Aborted, proxy.TargetTimedOut, proxy.Panicked:
 		if e.Err != nil {
 			r.Reason = e.Err.Error()
 		}
