@@ -99,6 +99,10 @@ type Admitter struct {
 	now      func() time.Time
 	open     atomic.Int64 // sessions that hold a target slot and have not ended
 	draining atomic.Bool
+	// drained ends the queue waits when Drain is called: a connection
+	// waiting for a slot is refused then, not held until its timeout.
+	drained context.Context
+	drain   context.CancelFunc
 	counters counters
 	reqs     requestStats // http requests (http.go)
 	clients  sync.Map     // service name → *atomic.Int64: open http client connections
@@ -110,6 +114,7 @@ var _ proxy.Admitter = (*Admitter)(nil)
 // New returns an Admitter over opts.
 func New(opts Options) *Admitter {
 	a := &Admitter{opts: opts, log: zerolog.Nop(), now: opts.Now}
+	a.drained, a.drain = context.WithCancel(context.Background())
 	if opts.Log != nil {
 		a.log = *opts.Log
 	}
@@ -123,7 +128,10 @@ func (a *Admitter) balancer(name string) *balancer.Balancer { return a.opts.Bala
 
 // Drain makes every later admission refuse (RST, or 503 for a request):
 // weir is going away.
-func (a *Admitter) Drain() { a.draining.Store(true) }
+func (a *Admitter) Drain() {
+	a.draining.Store(true)
+	a.drain()
+}
 
 // Draining reports whether Drain was called.
 func (a *Admitter) Draining() bool { return a.draining.Load() }
@@ -223,11 +231,11 @@ func (a *Admitter) admit(req *proxy.ConnRequest, s *session, now time.Time) (pro
 	// attempt bounded by borrowTimeout, 8 at most). A level (or client) at
 	// its limit with a queue holds the connection in it, first in first
 	// out, up to its queueTimeout.
-	ref, w, ok := a.opts.Admission.Wait(context.Background(), vs, &s.ticket, opts)
+	ref, w, ok := a.opts.Admission.Wait(a.drained, vs, &s.ticket, opts)
 	if !ok && !w.Queued && req.Settle() {
 		// The client's previous connection was over for it, its release
 		// still on the way: check again.
-		ref, w, ok = a.opts.Admission.Wait(context.Background(), vs, &s.ticket, opts)
+		ref, w, ok = a.opts.Admission.Wait(a.drained, vs, &s.ticket, opts)
 	}
 	s.waited = w.Duration
 	if w.Queued {
