@@ -101,8 +101,8 @@ type Admitter struct {
 	draining atomic.Bool
 	// drained ends the queue waits when Drain is called: a connection
 	// waiting for a slot is refused then, not held until its timeout.
-	drained context.Context
-	drain   context.CancelFunc
+	drained  context.Context
+	drain    context.CancelFunc
 	counters counters
 	reqs     requestStats // http requests (http.go)
 	clients  sync.Map     // service name → *atomic.Int64: open http client connections
