@@ -75,3 +75,27 @@ func TestClientBandwidthLab(t *testing.T) {
 		t.Fatalf("at 3.1 s, the download out of the window: %+v, want served", r)
 	}
 }
+
+// TestQueueTCPLab: a tcp service at maxConnections 1 with a queue of 4:
+// four clients at once are all served, one at a time at the backend, the
+// three that waited counted in the level's queue.
+func TestQueueTCPLab(t *testing.T) {
+	cfg := lab.WebConfig([]int{1}, nil)
+	cfg.Services[0].Proto = policy.ProtoTCP
+	cfg.Services[0].Limits = policy.Limits{MaxConnections: 1, EnforceConnections: true, Queue: 4, QueueTimeout: 10 * time.Second}
+	l := lab.Must(t, cfg, lab.Options{Backend: func(_ policy.TargetKey, b *bench.Backend) { b.Delay = 50 * time.Millisecond }})
+	res := bench.Load{Dial: l.Dial, Addr: "198.19.0.80:80", Clients: 4, Requests: 4, Duration: 30 * time.Second}.Run(context.Background())
+	b := l.Backends[policy.TargetKey{Service: "web", Target: "t1"}]
+	if res.OK != 4 || b.MaxActive() != 1 {
+		t.Fatalf("%+v, backend peak %d: want 4 served one at a time", res, b.MaxActive())
+	}
+	var q policy.QueueStat
+	for _, lv := range l.App.Status().Levels {
+		if lv.Name == "web" && lv.Queue != nil {
+			q = policy.QueueStat{Waits: lv.Queue.Waits, Served: lv.Queue.Served, TimedOut: lv.Queue.TimedOut}
+		}
+	}
+	if q.Waits == 0 || q.Served != q.Waits || q.TimedOut != 0 {
+		t.Fatalf("queue %+v, want waits, all served", q)
+	}
+}
