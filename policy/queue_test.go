@@ -63,7 +63,7 @@ func (m *manualTimers) advance(d time.Duration) {
 }
 
 // queueCfg is one virtual server "web" at maxConnections max with a queue.
-func queueCfg(t *testing.T, max, queue int64, timeout time.Duration) (*Config, *VirtualServer) {
+func queueCfg(t testing.TB, max, queue int64, timeout time.Duration) (*Config, *VirtualServer) {
 	t.Helper()
 	vs := &VirtualServer{Name: "web", Ports: PortRange{80, 80}, VIPs: []netip.Addr{netip.MustParseAddr("10.0.0.1")},
 		Limits: Limits{MaxConnections: max, EnforceConnections: true, Queue: queue, QueueTimeout: timeout}}
@@ -311,7 +311,7 @@ func TestQueueSharedBorrow(t *testing.T) {
 // wake-up), reported as ns/handoff. A connection that finds a slot free
 // never queues and pays nothing (BenchmarkAdmit).
 func BenchmarkQueueHandoff(b *testing.B) {
-	cfg, vs := queueCfg(&testing.T{}, 1, 1, time.Minute)
+	cfg, vs := queueCfg(b, 1, 1, time.Minute)
 	a := NewAdmission(cfg, 0)
 	lv := a.levels[keyOf(LevelVirtualServer, "web")]
 	var held Ticket
