@@ -81,6 +81,9 @@ type Config struct {
 type Instance struct {
 	Name   string // default "weir"
 	Limits Limits
+	// ClientLimits are every client's own limits across the instance (see
+	// clients.go); zero: none.
+	ClientLimits ClientLimits
 
 	// MetricInterval is the sliding window over which bandwidth is averaged;
 	// zero means DefaultMetricInterval (30 s).
@@ -223,6 +226,15 @@ type Limits struct {
 	// seed's hole where an idle window lets a client use 30× the limit in one
 	// second. 0 (the default) turns it off.
 	BurstBytes int64
+	// Queue, with an enforced MaxConnections, lets up to Queue
+	// connections (tcp) or requests (http) over the limit wait, first in
+	// first out, for a slot instead of being refused at once; a freed slot
+	// goes to the queue before new arrivals. 0 (the default): refused at
+	// once.
+	Queue int64
+	// QueueTimeout bounds one wait in the queue; then the RST or the 503
+	// page. 0 means DefaultQueueTimeout (2 s).
+	QueueTimeout time.Duration
 }
 
 // Any reports whether any limit is set.
@@ -298,6 +310,9 @@ type VirtualServer struct {
 	Ports  PortRange
 	Proto  ServiceProto
 	Limits Limits
+	// ClientLimits are each client's own limits at this virtual server
+	// (for http: requests in flight); zero: none.
+	ClientLimits ClientLimits
 	// Timeouts of this virtual server's connections; zero fields take the
 	// instance's (see Timeouts).
 	Timeouts Timeouts
@@ -820,6 +835,8 @@ func compileInstance(in *Instance, bad func(string, ...any)) {
 		Handshake: DefaultHandshakeTimeout, Connect: DefaultConnectTimeout, FirstByte: DefaultFirstByteTimeout,
 		Idle: DefaultIdleTimeout, RequestRead: DefaultRequestReadTimeout, InFlightPerVIP: DefaultInFlightPerVIP,
 	}, bad, "instance")
+	in.Limits.check(bad, "instance limits")
+	in.ClientLimits.check(bad, "instance clientLimits")
 }
 
 // compileMonitor fills the performance monitor's defaults and checks them.
@@ -975,6 +992,7 @@ func compileClasses(classes []*Class, bad func(string, ...any)) {
 			}
 			seen[p] = true
 		}
+		cl.Limits.check(bad, "class "+strconv.Quote(cl.Name)+" limits")
 	}
 }
 
@@ -996,6 +1014,8 @@ func (c *Config) compileServices(bad func(string, ...any)) {
 		vs.Timeouts.resolve(c.Instance.Timeouts, bad, "virtual server "+strconv.Quote(vs.Name))
 		vs.HTTP.resolve(bad, "virtual server "+strconv.Quote(vs.Name))
 		vs.UDP.resolve(bad, "virtual server "+strconv.Quote(vs.Name))
+		vs.Limits.check(bad, "virtual server "+strconv.Quote(vs.Name)+" limits")
+		vs.ClientLimits.check(bad, "virtual server "+strconv.Quote(vs.Name)+" clientLimits")
 		c.resolveHealth(vs, bad)
 		c.resolveHashBy(vs, bad)
 		if vs.Ports.Lo == 0 || vs.Ports.Hi < vs.Ports.Lo {

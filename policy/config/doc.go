@@ -42,6 +42,7 @@
 //	  recomputeInterval: 100ms # default 100ms; must divide metricInterval
 //	  bandwidthBytes: payload  # what bandwidth limits count: payload (TCP payload, default) or wire (whole packets), of admitted connections only
 //	  limits: LIMITS
+//	  clientLimits: CLIENTLIMITS # each client's own limits across every service
 //	  timeouts: TIMEOUTS       # every service's defaults
 //	classes:                   # Sun's virtual-server classes, in file order
 //	  - name: gold             # required, unique
@@ -55,6 +56,7 @@
 //	    protocol: http         # tcp (default: refuse with RST), http (refuse with a 503 page), tls (TLS passthrough routed by server name, refused with RST) or udp (datagram sessions; a refused session's datagram is dropped and counted)
 //	    sni: [www.example.com, "*.example.com", default] # protocol tls only, required there: the ClientHello server names it answers for; "*." one label; default: no other tls service of its VIP and port matches, or no server name
 //	    limits: LIMITS
+//	    clientLimits: CLIENTLIMITS # each client's own limits at this service (http: requests in flight)
 //	    timeouts: TIMEOUTS     # overrides the instance's, field by field
 //	    http: HTTP             # protocol http only: request handling
 //	    udp: UDP               # protocol udp only: sessions
@@ -159,6 +161,36 @@
 //	maxConnections: 100        # concurrent connections; -1 or 0: no limit
 //	enforceConnections: true   # refuse at the limit; false: log only
 //	burstBytes: 64KiB          # optional token bucket refilled at maxBandwidth; needs maxBandwidth
+//	queue: 8                   # up to 8 connections (http: requests) over an enforced maxConnections wait, first in first out; 0 (default): refused at once
+//	queueTimeout: 2s           # a wait's bound, then RST or the 503 page naming the limit; default 2s
+//
+// A queue hands a freed slot to its first waiter before any new arrival: a
+// level whose queue is not empty sends every arrival to its tail, and one
+// that finds it full is refused at once ("queue full" in the refusal). The
+// wait is inside the connection (its handshake is complete) and counts in
+// the access log (queue_wait_ms; CLF: queue=µs), /status, weir status and
+// the weir_queue_* metrics. In cluster mode a connection at its instance's
+// full share borrows first and queues when the cluster cannot lend, asking
+// again every 100 ms while it waits.
+//
+// CLIENTLIMITS are limits each client gets on its own, checked before the
+// levels (the service's clientLimits, then the instance's): the refusal
+// and the log line name the client, "client 198.18.5.1: maxConnections 2
+// reached (2 open)". They take the LIMITS keys but burstBytes, and:
+//
+//	maxConnections: 2          # per client; http: requests in flight
+//	maxBandwidth: 100kB        # per client, bytes per second over metricInterval
+//	clientPrefix: {ipv4: 24, ipv6: 64} # group clients by prefix; default 32 and 128 (each address alone)
+//	tableSize: 100000          # clients kept, 1..16777216, default 100000
+//
+// The table keeps one entry per client (about 120 bytes; 360 with
+// maxBandwidth, whose window is 30 slots of metricInterval/30). At
+// tableSize a new client replaces the least recently used idle one (no
+// connection open, none queued); when every entry is active the new
+// client is admitted without a client limit and counted as overflow
+// (weir_client_table_overflow_total). A client's address is the carried
+// one when a PROXY header gave it. Each instance keeps its own table: the
+// limits are per instance, not cluster-wide.
 //
 // TIMEOUTS bound each phase of a connection; under instance they are every
 // service's defaults, under a service they override the instance's field by
