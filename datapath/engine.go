@@ -218,6 +218,42 @@ func (e *Engine) Flow(client, server netip.AddrPort, proto uint8) *Flow {
 	return e.flows.Lookup(&k, k.Hash(), e.clock())
 }
 
+// Reclassify decides the live flow between client and server again as if
+// its client were as, and returns it (a new Flow when the decision
+// changed), or nil when there is none. It is for a connection that came
+// through an outer load balancer (client) on behalf of as, the client a
+// PROXY-protocol header named: the rule, ToS and meter row of as then
+// apply to the flow's packets. The flow keeps its key, its target binding,
+// its measurement and its half-open state. A flow decided under an older
+// config is returned as it is (its next packet decides it again, as a
+// config swap does, by its key: the load balancer's address, until the
+// next Reclassify).
+func (e *Engine) Reclassify(client, server netip.AddrPort, proto uint8, as netip.AddrPort) *Flow {
+	k := NewFlowKey(client, server, proto)
+	h := k.Hash()
+	now := e.clock()
+	f := e.flows.Lookup(&k, h, now)
+	st := e.state.Load()
+	if f == nil || f.Gen != st.gen {
+		return f
+	}
+	real := NewFlowKey(as, server, proto)
+	_, act, v := st.decide(&real)
+	if f.Action == act && f.Row == v.row && f.TOS == v.tos && f.SetTOS == v.setTOS {
+		return f
+	}
+	nf := &Flow{Key: f.Key, Service: f.Service, Action: act, TOS: v.tos, SetTOS: v.setTOS, Gen: st.gen, Row: v.row}
+	nf.half.Store(f.half.Load())
+	nf.seg = f.seg
+	for d := range nf.app {
+		nf.app[d].w.Store(f.app[d].w.Load())
+	}
+	if e.flows.insert(nf, h, now, f.target.Load()) == nil {
+		return f
+	}
+	return nf
+}
+
 // Segments returns the passive measurement of the back-leg TCP flow from
 // local (a back arm's address and port) to remote (the target), or nil when
 // the engine has no such flow or does not measure it.

@@ -139,6 +139,11 @@ type Options struct {
 	// the stack. It is called once per panic, from that goroutine, and must
 	// not block.
 	OnPanic func(req *ConnRequest, v any, stack []byte)
+	// OnProxyRefused, if set, hears of each connection refused for its
+	// PROXY-protocol header (a service's AcceptProxy, see proxyhdr.go),
+	// counted in Stats.ProxyRefused. It is called from the connection's
+	// goroutine before the refusal is sent and must not block.
+	OnProxyRefused func(req *ConnRequest, r ProxyRefusal)
 }
 
 // ErrNoDialer is the error of a dial through a Dialer that Options left
@@ -171,8 +176,11 @@ type Counters struct {
 	IdleClosed     atomic.Uint64 // connections closed by IdleTimeout
 	Aborted        atomic.Uint64 // connections Close ended (pending or spliced)
 	NoSession      atomic.Uint64 // Accepts without a Session (an Admitter bug)
-	Open           atomic.Int64  // spliced connections open now
-	Pending        atomic.Int64  // connections between the hand-over and the splice (admission, dial)
+	// ProxyRefused counts connections refused for their PROXY-protocol
+	// header, by reason (ProxyReasons).
+	ProxyRefused [NumProxyReasons]atomic.Uint64
+	Open         atomic.Int64 // spliced connections open now
+	Pending      atomic.Int64 // connections between the hand-over and the splice (admission, dial)
 }
 
 // Stats are a Proxy's counters at one moment (see Counters).
@@ -186,8 +194,11 @@ type Stats struct {
 	IdleClosed     uint64 // connections closed by IdleTimeout
 	Aborted        uint64 // connections Close ended (pending or spliced)
 	NoSession      uint64 // Accepts without a Session, refused (an Admitter bug)
-	Open           int64  // connections open now (spliced)
-	Pending        int64  // connections between the hand-over and the splice now (admission, dial)
+	// ProxyRefused are the connections refused for their PROXY-protocol
+	// header (RST, or 400 for http), by reason: ProxyReasons[i] names i.
+	ProxyRefused [NumProxyReasons]uint64
+	Open         int64 // connections open now (spliced)
+	Pending      int64 // connections between the hand-over and the splice now (admission, dial)
 }
 
 // Proxy admits the client connections an accept path hands it, dials their
@@ -250,12 +261,16 @@ func (p *Proxy) Closed() bool { return p.ctx.Err() != nil }
 // Stats returns the proxy's counters.
 func (p *Proxy) Stats() Stats {
 	c := &p.count
-	return Stats{
+	st := Stats{
 		Accepted: c.Accepted.Load(), RefusedRST: c.RefusedRST.Load(), Refused503: c.Refused503.Load(),
 		TargetTimedOut: c.TargetTimedOut.Load(), Panics: c.Panics.Load(), DialFailed: c.DialFailed.Load(),
 		IdleClosed: c.IdleClosed.Load(), Aborted: c.Aborted.Load(), NoSession: c.NoSession.Load(),
 		Open: c.Open.Load(), Pending: c.Pending.Load(),
 	}
+	for i := range c.ProxyRefused {
+		st.ProxyRefused[i] = c.ProxyRefused[i].Load()
+	}
+	return st
 }
 
 // Drain implements Handler: kept-alive http connections take no further
@@ -345,6 +360,9 @@ func (p *Proxy) serve(reqp **ConnRequest, req *ConnRequest, client Client) {
 	defer pendingDone()
 	req.ID = p.nextID.Add(1)
 	*reqp = req
+	if !p.readProxyHeader(req, client) {
+		return
+	}
 	if hs := p.opts.HTTP; hs != nil && req.Service.Proto == policy.ProtoHTTP {
 		hs.ServeClient(p, req, client, pendingDone)
 		return
@@ -399,7 +417,7 @@ func (p *Proxy) serve(reqp **ConnRequest, req *ConnRequest, client Client) {
 	}
 	for d.Verdict == Accept {
 		var err error
-		target, err = p.dial(d, t.Connect)
+		target, err = p.dial(req, d, t.Connect)
 		if err == nil {
 			break
 		}
@@ -464,8 +482,9 @@ func (p *Proxy) recoverConnValue(reqp **ConnRequest, v any) {
 	}
 }
 
-// dial opens the target leg of an Accept decision, within timeout.
-func (p *Proxy) dial(d Decision, timeout time.Duration) (Leg, error) {
+// dial opens the target leg of an Accept decision for req, within timeout,
+// and writes the PROXY-protocol header first where the target takes one.
+func (p *Proxy) dial(req *ConnRequest, d Decision, timeout time.Duration) (Leg, error) {
 	if d.Target == nil {
 		return nil, errors.New("proxy: accept decision without a target")
 	}
@@ -481,7 +500,15 @@ func (p *Proxy) dial(d Decision, timeout time.Duration) (Leg, error) {
 	}
 	ctx, cancel := context.WithTimeout(p.ctx, timeout)
 	defer cancel()
-	return dl.DialTarget(ctx, d.Target.Addr)
+	leg, err := dl.DialTarget(ctx, d.Target.Addr)
+	if err != nil || d.Target.ProxyProtocol == policy.ProxyNone {
+		return leg, err
+	}
+	if err := sendProxyHeader(ctx, leg, d.Target.ProxyProtocol, req.Client, req.VIP); err != nil {
+		leg.Close()
+		return nil, err
+	}
+	return leg, nil
 }
 
 // returnBuffer gives bp back to the splice buffer pool; nil is allowed.

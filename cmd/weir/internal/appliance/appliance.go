@@ -269,6 +269,7 @@ func New(opts Options) (*Appliance, error) {
 		}
 	}
 	po.OnPanic = a.admit.Panic
+	po.OnProxyRefused = a.admit.ProxyRefused
 	fo.OnPanic = a.admit.Panic
 	if cfg.Cluster != nil {
 		// Before the forwarder admits anything: cluster.New holds every
