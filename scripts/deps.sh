@@ -11,7 +11,10 @@ set -euo pipefail
 # chromium (the status page test loads /ui in a headless browser),
 # redis-server (cmd/weir/internal/cluster: each test starts its own on a
 # loopback port, without persistence), ab (apache2-utils: the http request
-# tests in cmd/weir/e2e/e2e_requests_test.go run ApacheBench in their namespace).
+# tests in cmd/weir/e2e/e2e_requests_test.go run ApacheBench in their namespace),
+# haproxy (cmd/weir/e2e/e2e_proxyproto_test.go: the PROXY protocol's other
+# end, started in the test's namespace; the package's own service is stopped
+# and disabled).
 need_apt=()
 command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)
 command -v iperf3 >/dev/null 2>&1 || need_apt+=(iperf3)
@@ -21,6 +24,7 @@ command -v systemd-analyze >/dev/null 2>&1 || need_apt+=(systemd)
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
 command -v ab >/dev/null 2>&1 || need_apt+=(apache2-utils)
+command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || need_apt+=(haproxy)
 if [ ${#need_apt[@]} -gt 0 ]; then
 	if [ "$(id -u)" = 0 ]; then
 		echo "deps: installing ${need_apt[*]}"
@@ -28,6 +32,11 @@ if [ ${#need_apt[@]} -gt 0 ]; then
 		# start their own servers inside their namespaces.
 		echo "iperf3 iperf3/start_daemon boolean false" | debconf-set-selections 2>/dev/null || true
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+		# The package starts its service where systemd runs (the stock
+		# config listens nowhere); the tests start their own HAProxy.
+		if [[ " ${need_apt[*]} " == *" haproxy "* ]] && [ -d /run/systemd/system ]; then
+			systemctl disable --now haproxy >/dev/null 2>&1 || true
+		fi
 	else
 		echo "deps: missing ${need_apt[*]} (root needed to install; tests that need them will skip)"
 	fi
