@@ -116,7 +116,7 @@ func TestProxyProtocolSend(t *testing.T) {
 
 // proxyRig is a rig whose tcp service on VIP port 80 and http service on
 // port 8080 accept PROXY-protocol headers of version v from trusted, with a
-// 300 ms handshake timeout; port 81 is a tcp service trusting nobody the
+// 1 s handshake timeout; port 81 is a tcp service trusting nobody the
 // client is. The admitter records each admitted request's client and peer.
 type proxyRig struct {
 	*rig
@@ -131,7 +131,7 @@ func newProxyRig(t *testing.T, v policy.ProxyProtocol, trusted []netip.Prefix) *
 	t.Cleanup(stop)
 	mk := func(name string, port uint16, trusted []netip.Prefix, proto policy.ServiceProto) *policy.VirtualServer {
 		return &policy.VirtualServer{Name: name, VIPs: []netip.Addr{vipV4, vipV6}, Ports: policy.PortRange{Lo: port, Hi: port}, Proto: proto,
-			AcceptProxy: v, TrustedProxies: trusted, Timeouts: policy.Timeouts{Handshake: 300 * time.Millisecond}}
+			AcceptProxy: v, TrustedProxies: trusted, Timeouts: policy.Timeouts{Handshake: time.Second}}
 	}
 	tcp, other, web := mk("tcp", 80, trusted, policy.ProtoTCP), mk("other", 81, []netip.Prefix{netip.MustParsePrefix("198.19.9.0/24")}, policy.ProtoTCP), mk("web", 8080, trusted, policy.ProtoHTTP)
 	pr := &proxyRig{}
@@ -251,9 +251,11 @@ func TestProxyProtocolAccept(t *testing.T) {
 				} else if tc.reason != proxy.ProxyUntrusted {
 					t.Fatalf("%s: dial: %v", tc.name, err)
 				}
-				testutil.Eventually(t, 5*time.Second, func() bool { return pr.refused(tc.reason) == before+1 }, "%s: counted under %s", tc.name, proxy.ProxyReasons[tc.reason])
-				if tc.reason == proxy.ProxyTimeout && time.Since(start) < 300*time.Millisecond {
-					t.Errorf("slow: refused after %v, before the 300 ms handshake timeout", time.Since(start))
+				if !testutil.Within(5*time.Second, func() bool { return pr.refused(tc.reason) == before+1 }) {
+					t.Fatalf("%s: not counted under %s: %v (%v)", tc.name, proxy.ProxyReasons[tc.reason], pr.px.Stats().ProxyRefused, proxy.ProxyReasons)
+				}
+				if tc.reason == proxy.ProxyTimeout && time.Since(start) < time.Second {
+					t.Errorf("slow: refused after %v, before the 1 s handshake timeout", time.Since(start))
 				}
 				if len(pr.requests()) != admitted {
 					t.Errorf("%s: admitted", tc.name)

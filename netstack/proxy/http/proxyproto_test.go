@@ -15,8 +15,8 @@ import (
 	"weir/internal/testutil"
 	"weir/netstack/proxy"
 	proxyhttp "weir/netstack/proxy/http"
-	"weir/netstack/proxy/proxytest"
 	"weir/netstack/proxy/proxyproto"
+	"weir/netstack/proxy/proxytest"
 	"weir/policy"
 )
 
