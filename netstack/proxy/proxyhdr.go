@@ -78,7 +78,11 @@ func (p *Proxy) readProxyHeader(req *ConnRequest, client Client) bool {
 		p.refuseProxy(req, client, ProxyUntrusted, nil)
 		return false
 	}
-	_ = client.SetReadDeadline(time.Now().Add(vs.Timeouts.Handshake))
+	timeout := vs.Timeouts.Handshake
+	if timeout <= 0 { // a service policy.Compile did not fill
+		timeout = policy.DefaultHandshakeTimeout
+	}
+	_ = client.SetReadDeadline(time.Now().Add(timeout))
 	h, err := proxyproto.Read(client, proxyproto.Version(vs.AcceptProxy))
 	_ = client.SetReadDeadline(time.Time{})
 	if err != nil {
