@@ -115,8 +115,8 @@ func TestProxyProtocolSend(t *testing.T) {
 }
 
 // proxyRig is a rig whose tcp service on VIP port 80 and http service on
-// port 8080 accept PROXY-protocol headers of version v from trusted, with a
-// 1 s handshake timeout; port 81 is a tcp service trusting nobody the
+// port 8080 accept PROXY-protocol headers of version v from trusted, within
+// handshake; port 81 is a tcp service trusting nobody the
 // client is. The admitter records each admitted request's client and peer.
 type proxyRig struct {
 	*rig
@@ -125,13 +125,13 @@ type proxyRig struct {
 	req []proxy.ConnRequest // protected by mu
 }
 
-func newProxyRig(t *testing.T, v policy.ProxyProtocol, trusted []netip.Prefix) *proxyRig {
+func newProxyRig(t *testing.T, v policy.ProxyProtocol, trusted []netip.Prefix, handshake time.Duration) *proxyRig {
 	t.Helper()
 	echo, stop := echoServer(t, "tcp4", "127.0.0.1:0")
 	t.Cleanup(stop)
 	mk := func(name string, port uint16, trusted []netip.Prefix, proto policy.ServiceProto) *policy.VirtualServer {
 		return &policy.VirtualServer{Name: name, VIPs: []netip.Addr{vipV4, vipV6}, Ports: policy.PortRange{Lo: port, Hi: port}, Proto: proto,
-			AcceptProxy: v, TrustedProxies: trusted, Timeouts: policy.Timeouts{Handshake: time.Second}}
+			AcceptProxy: v, TrustedProxies: trusted, Timeouts: policy.Timeouts{Handshake: handshake}}
 	}
 	tcp, other, web := mk("tcp", 80, trusted, policy.ProtoTCP), mk("other", 81, []netip.Prefix{netip.MustParsePrefix("198.19.9.0/24")}, policy.ProtoTCP), mk("web", 8080, trusted, policy.ProtoHTTP)
 	pr := &proxyRig{}
@@ -177,7 +177,7 @@ func TestProxyProtocolAccept(t *testing.T) {
 	trusted := []netip.Prefix{netip.PrefixFrom(clientV4.Addr(), 32), netip.PrefixFrom(clientV6.Addr(), 128)}
 	for _, v := range []policy.ProxyProtocol{policy.ProxyV1, policy.ProxyV2} {
 		t.Run(v.String(), func(t *testing.T) {
-			pr := newProxyRig(t, v, trusted)
+			pr := newProxyRig(t, v, trusted, time.Second)
 			for i, tc := range []struct {
 				vip      netip.Addr
 				src, dst netip.AddrPort
@@ -269,7 +269,7 @@ func TestProxyProtocolAccept(t *testing.T) {
 // with a 400 (and counts it), and takes a trusted one's client.
 func TestProxyProtocolAcceptHTTP(t *testing.T) {
 	trusted := []netip.Prefix{netip.PrefixFrom(clientV4.Addr(), 32)}
-	pr := newProxyRig(t, policy.ProxyAny, trusted)
+	pr := newProxyRig(t, policy.ProxyAny, trusted, time.Second)
 	c := dial(t, pr.client, netip.AddrPortFrom(vipV4, 8080))
 	c.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"))
 	c.SetReadDeadline(time.Now().Add(10 * time.Second))
@@ -291,5 +291,24 @@ func TestProxyProtocolAcceptHTTP(t *testing.T) {
 	}
 	if r := pr.requests(); len(r) != 1 || r[0].Client != netip.MustParseAddrPort("198.19.0.9:999") {
 		t.Errorf("admitted %+v", r)
+	}
+}
+
+// TestProxyProtocolCloseEndsTheWait: Close does not wait out the handshake
+// timeout of a connection whose header has not come: it ends the read and
+// counts the connection aborted, not refused.
+func TestProxyProtocolCloseEndsTheWait(t *testing.T) {
+	pr := newProxyRig(t, policy.ProxyV2, []netip.Prefix{netip.PrefixFrom(clientV4.Addr(), 32)}, time.Minute)
+	c := dial(t, pr.client, netip.AddrPortFrom(vipV4, 80))
+	defer c.Close()
+	testutil.Eventually(t, 5*time.Second, func() bool { return pr.px.Stats().Pending == 1 }, "the connection waiting for its header")
+	start := time.Now()
+	pr.px.Close()
+	if d := time.Since(start); d > 20*time.Second {
+		t.Errorf("Close took %v", d)
+	}
+	st := pr.px.Stats()
+	if st.Aborted != 1 || st.ProxyRefused != [proxy.NumProxyReasons]uint64{} {
+		t.Errorf("aborted %d, refused %v; want 1 aborted, none refused", st.Aborted, st.ProxyRefused)
 	}
 }

@@ -83,8 +83,17 @@ func (p *Proxy) readProxyHeader(req *ConnRequest, client Client) bool {
 		timeout = policy.DefaultHandshakeTimeout
 	}
 	_ = client.SetReadDeadline(time.Now().Add(timeout))
+	// Held while it waits, so that Close ends the wait (it closes the
+	// connection) rather than wait up to the timeout for it.
+	release := p.Hold(client)
 	h, err := proxyproto.Read(client, proxyproto.Version(vs.AcceptProxy))
+	release()
 	_ = client.SetReadDeadline(time.Time{})
+	if err != nil && p.Closed() {
+		p.count.Aborted.Add(1)
+		client.Reset()
+		return false
+	}
 	if err != nil {
 		p.refuseProxy(req, client, proxyReason(err), err)
 		return false
