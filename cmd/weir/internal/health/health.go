@@ -8,7 +8,9 @@
 // whole check. With no probe it passes when the TCP handshake completes; an
 // HTTP probe sends one request and judges the response's status; a
 // send/expect probe writes Send and judges the first bytes read against
-// Expect or ExpectRegexp. The connection is closed at the end.
+// Expect or ExpectRegexp. A target that takes a PROXY-protocol header
+// (Target.ProxyProtocol) gets the address-less one first (v2 LOCAL, v1
+// UNKNOWN), before the probe. The connection is closed at the end.
 package health
 
 import (
