@@ -62,11 +62,14 @@ $(STATICCHECK):
 	bash scripts/deps.sh
 
 .PHONY: lint
-lint: | $(STATICCHECK) ## gofmt, go vet and staticcheck (installs staticcheck when missing)
+lint: | $(STATICCHECK) ## gofmt, go vet, staticcheck (installs staticcheck when missing) and go generate's stringer output up to date
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 	$(STATICCHECK) $(PKGS)
+	@# the stringer output (go:generate) matches its constants
+	@$(GO) generate ./... && if [ -d .git ] && ! git diff --quiet -- '*_string.go' '*_string_linux.go'; then \
+	  echo "go generate changed these (commit them):"; git diff --stat -- '*_string.go' '*_string_linux.go'; exit 1; fi
 
 .PHONY: bench
 bench: ## all micro-benchmarks, 5 runs each, into bench/out/bench.txt

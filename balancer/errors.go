@@ -1,5 +1,6 @@
 package balancer
 
+//go:generate go run golang.org/x/tools/cmd/stringer@v0.52.0 -type=Why -linecomment -output=why_string.go
 import (
 	"strconv"
 	"strings"
@@ -11,34 +12,17 @@ type Why uint8
 
 const (
 	// AtLimit: the target has MaxConnections open connections.
-	AtLimit Why = iota
+	AtLimit Why = iota // at limit
 	// Down: a connect failed and the retry interval has not passed.
-	Down
+	Down // down
 	// HealthDown: active health checks mark the target down.
-	HealthDown
+	HealthDown // health check failed
 	// AlreadyTried: this connection was already given the target (PickAction's tried).
-	AlreadyTried
+	AlreadyTried // already tried
 	// Draining: the target is configured with weight 0 and takes no new
 	// connection.
-	Draining
+	Draining // draining (weight 0)
 )
-
-// String returns the reason as the refusal text words it.
-func (w Why) String() string {
-	switch w {
-	case AtLimit:
-		return "at limit"
-	case Down:
-		return "down"
-	case HealthDown:
-		return "health check failed"
-	case AlreadyTried:
-		return "already tried"
-	case Draining:
-		return "draining (weight 0)"
-	}
-	return "why(" + strconv.Itoa(int(w)) + ")"
-}
 
 // Reason is one target's part in a refusal.
 type Reason struct {

@@ -34,6 +34,10 @@ type Backend struct {
 	// and are not counted in Served.
 	HealthPath   string
 	HealthStatus atomic.Int32
+	// Group, when set, counts this backend's requests in progress together
+	// with the other backends that share it: the peak over a service's
+	// targets at once, exact where a sum of per-backend reads is not.
+	Group *Gauge
 
 	served  atomic.Int64
 	active  atomic.Int64
@@ -55,10 +59,29 @@ func (b *Backend) Active() int64 { return b.active.Load() }
 // MaxActive is the largest number of requests in progress at once so far.
 func (b *Backend) MaxActive() int64 { return b.maxSeen.Load() }
 
+// Gauge is a count of requests in progress and its peak.
+type Gauge struct {
+	cur, peak atomic.Int64
+}
+
+// Add moves the count by d and the peak with it.
+func (g *Gauge) Add(d int64) {
+	n := g.cur.Add(d)
+	for m := g.peak.Load(); n > m && !g.peak.CompareAndSwap(m, n); m = g.peak.Load() {
+	}
+}
+
+// Peak is the largest count seen so far.
+func (g *Gauge) Peak() int64 { return g.peak.Load() }
+
 // ServeHTTP answers one request.
 func (b *Backend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	n := b.active.Add(1)
 	defer b.active.Add(-1)
+	if b.Group != nil {
+		b.Group.Add(1)
+		defer b.Group.Add(-1)
+	}
 	for {
 		m := b.maxSeen.Load()
 		if n <= m || b.maxSeen.CompareAndSwap(m, n) {

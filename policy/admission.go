@@ -1,5 +1,6 @@
 package policy
 
+//go:generate go run golang.org/x/tools/cmd/stringer@v0.52.0 -type=LevelKind,LimitKind -linecomment -output=admission_string.go
 import (
 	"math"
 	"math/bits"
@@ -64,23 +65,10 @@ type LevelKind uint8
 
 // The levels, outermost first.
 const (
-	LevelInstance LevelKind = iota
-	LevelClass
-	LevelVirtualServer
+	LevelInstance      LevelKind = iota // instance
+	LevelClass                          // class
+	LevelVirtualServer                  // virtual server
 )
-
-// String returns the level as the refusal text names it ("virtual server").
-func (k LevelKind) String() string {
-	switch k {
-	case LevelInstance:
-		return "instance"
-	case LevelClass:
-		return "class"
-	case LevelVirtualServer:
-		return "virtual server"
-	}
-	return "level(" + strconv.Itoa(int(k)) + ")"
-}
 
 // MarshalText encodes k as its String form for the admin API.
 func (k LevelKind) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
@@ -91,23 +79,10 @@ type LimitKind uint8
 
 // The limits of a level.
 const (
-	LimitMaxConnections LimitKind = iota
-	LimitMaxBandwidth
-	LimitBurst
+	LimitMaxConnections LimitKind = iota // maxConnections
+	LimitMaxBandwidth                    // maxBandwidth
+	LimitBurst                           // burst
 )
-
-// String returns the limit's configuration name ("maxConnections").
-func (k LimitKind) String() string {
-	switch k {
-	case LimitMaxConnections:
-		return "maxConnections"
-	case LimitMaxBandwidth:
-		return "maxBandwidth"
-	case LimitBurst:
-		return "burst"
-	}
-	return "limit(" + strconv.Itoa(int(k)) + ")"
-}
 
 // MarshalText encodes k as its String form for the admin API.
 func (k LimitKind) MarshalText() ([]byte, error) { return []byte(k.String()), nil }

@@ -357,8 +357,8 @@ func TestKindsMarshalText(t *testing.T) {
 func TestKindStrings(t *testing.T) {
 	for got, want := range map[string]string{
 		LevelInstance.String(): "instance", LevelClass.String(): "class", LevelVirtualServer.String(): "virtual server",
-		LevelKind(9).String(): "level(9)", LimitMaxConnections.String(): "maxConnections",
-		LimitMaxBandwidth.String(): "maxBandwidth", LimitBurst.String(): "burst", LimitKind(7).String(): "limit(7)",
+		LevelKind(9).String(): "LevelKind(9)", LimitMaxConnections.String(): "maxConnections",
+		LimitMaxBandwidth.String(): "maxBandwidth", LimitBurst.String(): "burst", LimitKind(7).String(): "LimitKind(7)",
 		(Refusal{Over: Over{LevelClass, "gold", LimitMaxConnections, 100, 100, false, 0}}).String():                                         `class "gold": maxConnections 100 reached (100 open)`,
 		(Event{Level: LevelInstance, Name: "weir", Limit: LimitMaxBandwidth, Value: 10, Measured: 20, Over: true, Enforced: true}).String(): `instance "weir": maxBandwidth 10 B/s exceeded (measured 20 B/s), enforced`,
 	} {

@@ -30,7 +30,7 @@ func TestCompileCluster(t *testing.T) {
 		{Cluster{Redis: "r:1", Name: "e"}, "instance not set and the host name is unknown"},
 		{Cluster{Redis: "r:1", Name: "e{", Instance: "i"}, "may not contain { or }"},
 		{Cluster{Redis: "r:1", Name: "e", Instance: "i", LeaseInterval: time.Millisecond}, "leaseInterval 1ms is below 10ms"},
-		{Cluster{Redis: "r:1", Name: "e", Instance: "i", OnRedisDown: 9}, "unknown onRedisDown redisdown(9)"},
+		{Cluster{Redis: "r:1", Name: "e", Instance: "i", OnRedisDown: 9}, "unknown onRedisDown RedisDown(9)"},
 	} {
 		cl := tt.cl
 		_, err := Compile(&Config{Cluster: &cl})

@@ -1,5 +1,6 @@
 package policy
 
+//go:generate go run golang.org/x/tools/cmd/stringer@v0.52.0 -type=Direction,Scope -linecomment -output=direction_string.go
 import "fmt"
 
 // Which segments the monitor measures
@@ -32,23 +33,13 @@ type Direction uint8
 
 // The directions.
 const (
-	FromTarget    Direction = iota // the target's segments (default)
-	ToTarget                       // weir's segments toward the target
-	DirectionBoth                  // the larger of the two
+	// the target's segments (default)
+	FromTarget Direction = iota // fromTarget
+	// weir's segments toward the target
+	ToTarget // toTarget
+	// the larger of the two
+	DirectionBoth // both
 )
-
-// String returns the YAML spelling: fromTarget, toTarget or both.
-func (d Direction) String() string {
-	switch d {
-	case FromTarget:
-		return "fromTarget"
-	case ToTarget:
-		return "toTarget"
-	case DirectionBoth:
-		return "both"
-	}
-	return fmt.Sprintf("Direction(%d)", uint8(d))
-}
 
 // ParseDirection parses fromTarget, toTarget or both.
 func ParseDirection(s string) (Direction, error) {
@@ -65,20 +56,11 @@ type Scope uint8
 
 // The scopes.
 const (
-	ScopePolicy Scope = iota // connections a policy rule matched (default)
-	ScopeAll                 // every connection
+	// connections a policy rule matched (default)
+	ScopePolicy Scope = iota // policy
+	// every connection
+	ScopeAll // all
 )
-
-// String returns the YAML spelling: policy or all.
-func (s Scope) String() string {
-	switch s {
-	case ScopePolicy:
-		return "policy"
-	case ScopeAll:
-		return "all"
-	}
-	return fmt.Sprintf("Scope(%d)", uint8(s))
-}
 
 // ParseScope parses policy or all.
 func ParseScope(s string) (Scope, error) {

@@ -1,5 +1,6 @@
 package policy
 
+//go:generate go run golang.org/x/tools/cmd/stringer@v0.52.0 -type=Winner -linecomment -output=winner_string.go
 import (
 	"fmt"
 	"math"
@@ -144,45 +145,23 @@ type Winner uint8
 // between an action's two checks WinActionConns before WinMinRate.
 const (
 	// WinNone: every partial fraction is zero.
-	WinNone Winner = iota
+	WinNone Winner = iota // none
 	// WinActionConns: the connections against an action's MaxConnections
 	// (MaxConnWeightFr).
-	WinActionConns
+	WinActionConns // maxconn
 	// WinMinRate: an action's connections are below MinRate while the
 	// action is above 85 % of its MeanRate.
-	WinMinRate
+	WinMinRate // minrate
 	// WinConstrained: the target's connections reached 90 % of its
 	// MaxConnections.
-	WinConstrained
+	WinConstrained // constrained
 	// WinLossTimeout: the loss and timeout fractions, both nonzero, added.
-	WinLossTimeout
+	WinLossTimeout // loss+timeout
 	// WinLoss: the loss-ratio fraction alone.
-	WinLoss
+	WinLoss // loss
 	// WinTimeout: the timeout-ratio fraction alone.
-	WinTimeout
+	WinTimeout // timeout
 )
-
-// String returns the short name used in logs and the admin API ("loss",
-// "maxconn", …).
-func (w Winner) String() string {
-	switch w {
-	case WinNone:
-		return "none"
-	case WinActionConns:
-		return "maxconn"
-	case WinMinRate:
-		return "minrate"
-	case WinConstrained:
-		return "constrained"
-	case WinLossTimeout:
-		return "loss+timeout"
-	case WinLoss:
-		return "loss"
-	case WinTimeout:
-		return "timeout"
-	}
-	return "winner(" + strconv.Itoa(int(w)) + ")"
-}
 
 // MarshalText encodes w as its String form, so an encoded Explanation reads
 // "won": "loss" rather than a number.

@@ -489,7 +489,7 @@ func TestExplanationString(t *testing.T) {
 func TestWinnerString(t *testing.T) {
 	for w, want := range map[Winner]string{
 		WinNone: "none", WinActionConns: "maxconn", WinMinRate: "minrate", WinConstrained: "constrained",
-		WinLossTimeout: "loss+timeout", WinLoss: "loss", WinTimeout: "timeout", Winner(99): "winner(99)",
+		WinLossTimeout: "loss+timeout", WinLoss: "loss", WinTimeout: "timeout", Winner(99): "Winner(99)",
 	} {
 		if w.String() != want {
 			t.Errorf("%d: %q, want %q", w, w.String(), want)

@@ -1,5 +1,6 @@
 package policy
 
+//go:generate go run golang.org/x/tools/cmd/stringer@v0.52.0 -type=ByteCount,ServiceProto,Role,DialVia,Algorithm,RedisDown -linecomment -output=model_string.go
 import (
 	"errors"
 	"fmt"
@@ -101,21 +102,10 @@ type ByteCount uint8
 
 const (
 	// CountPayload counts TCP payload bytes (application bytes).
-	CountPayload ByteCount = iota
+	CountPayload ByteCount = iota // payload
 	// CountWire counts whole IP packets, headers included.
-	CountWire
+	CountWire // wire
 )
-
-// String returns "payload" or "wire".
-func (b ByteCount) String() string {
-	switch b {
-	case CountPayload:
-		return "payload"
-	case CountWire:
-		return "wire"
-	}
-	return "bytecount(" + strconv.Itoa(int(b)) + ")"
-}
 
 // ParseByteCount parses a ByteCount's String form.
 func ParseByteCount(s string) (ByteCount, error) {
@@ -235,19 +225,9 @@ func (l Limits) Any() bool { return l.MaxBandwidth > 0 || l.MaxConnections > 0 }
 type ServiceProto uint8
 
 const (
-	ProtoTCP ServiceProto = iota
-	ProtoHTTP
+	ProtoTCP  ServiceProto = iota // tcp
+	ProtoHTTP                     // http
 )
-
-func (p ServiceProto) String() string {
-	switch p {
-	case ProtoTCP:
-		return "tcp"
-	case ProtoHTTP:
-		return "http"
-	}
-	return "proto(" + strconv.Itoa(int(p)) + ")"
-}
 
 // ParseServiceProto parses "tcp" or "http".
 func ParseServiceProto(s string) (ServiceProto, error) {
@@ -378,33 +358,19 @@ func ParseProxyProtocol(s string, any bool) (ProxyProtocol, error) {
 type Role uint8
 
 const (
-	RolePrimary Role = iota
-	RoleBackup
+	RolePrimary Role = iota // primary
+	RoleBackup              // backup
 )
-
-func (r Role) String() string {
-	if r == RoleBackup {
-		return "backup"
-	}
-	return "primary"
-}
 
 // DialVia says how weir reaches a target.
 type DialVia uint8
 
 const (
 	// DialHost uses an ordinary kernel socket; stats come from TCP_INFO.
-	DialHost DialVia = iota
+	DialHost DialVia = iota // host
 	// DialNetstack dials through weir's second gVisor NIC (the back arm).
-	DialNetstack
+	DialNetstack // netstack
 )
-
-func (d DialVia) String() string {
-	if d == DialNetstack {
-		return "netstack"
-	}
-	return "host"
-}
 
 // DialAddr is the address a connection the client made to port
 // clientPort of the virtual server goes to: Addr, or Addr's IP at
@@ -591,24 +557,12 @@ type Algorithm uint8
 
 const (
 	// RoundRobin is smooth weighted round robin over effective weights.
-	RoundRobin Algorithm = iota
+	RoundRobin Algorithm = iota // round-robin
 	// LeastConn is weighted least connections.
-	LeastConn
+	LeastConn // least-conn
 	// Maglev is consistent hashing on the 5-tuple.
-	Maglev
+	Maglev // maglev
 )
-
-func (a Algorithm) String() string {
-	switch a {
-	case RoundRobin:
-		return "round-robin"
-	case LeastConn:
-		return "least-conn"
-	case Maglev:
-		return "maglev"
-	}
-	return "algorithm(" + strconv.Itoa(int(a)) + ")"
-}
 
 // ParseAlgorithm parses an Algorithm's String form.
 func ParseAlgorithm(s string) (Algorithm, error) {
@@ -1154,29 +1108,16 @@ type RedisDown uint8
 const (
 	// LocalShare enforces limit ÷ live members (rounded down) on each
 	// instance, with the members as last seen.
-	LocalShare RedisDown = iota
+	LocalShare RedisDown = iota // localShare
 	// FailOpen enforces each limit locally in full (the cluster-wide sum
 	// may reach members × limit).
-	FailOpen
+	FailOpen // failOpen
 	// FailClosed refuses every connection at an enforced connection limit.
 	// The other members also keep a silent member's slots one lease
 	// lifetime longer (a crashed member's slots free after two), so that
 	// a paused member that resumes finds its slots still its own.
-	FailClosed
+	FailClosed // failClosed
 )
-
-// String returns the configuration word: localShare, failOpen or failClosed.
-func (d RedisDown) String() string {
-	switch d {
-	case LocalShare:
-		return "localShare"
-	case FailOpen:
-		return "failOpen"
-	case FailClosed:
-		return "failClosed"
-	}
-	return "redisdown(" + strconv.Itoa(int(d)) + ")"
-}
 
 // ParseRedisDown parses a RedisDown's String form.
 func ParseRedisDown(s string) (RedisDown, error) {

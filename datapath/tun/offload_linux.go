@@ -22,6 +22,7 @@ package tun
 // wants the super-packets whole, through its datapath and into gVisor,
 // rather than split into MTU-sized packets on read.
 
+//go:generate go run golang.org/x/tools/cmd/stringer@v0.52.0 -type=OffloadMode -linecomment -output=offloadmode_string_linux.go
 import (
 	"errors"
 	"fmt"
@@ -38,12 +39,12 @@ type OffloadMode uint8
 
 const (
 	// OffloadOff opens plain queues through water: one packet per read.
-	OffloadOff OffloadMode = iota
+	OffloadOff OffloadMode = iota // off
 	// OffloadAuto offloads when the kernel accepts TUNSETOFFLOAD and
 	// falls back to OffloadOff otherwise.
-	OffloadAuto
+	OffloadAuto // auto
 	// OffloadOn offloads or fails.
-	OffloadOn
+	OffloadOn // on
 )
 
 // ParseOffload parses "auto", "on" or "off".
@@ -57,17 +58,6 @@ func ParseOffload(s string) (OffloadMode, error) {
 		return OffloadOff, nil
 	}
 	return 0, fmt.Errorf("offload %q: want auto, on or off", s)
-}
-
-// String returns "off", "auto" or "on".
-func (m OffloadMode) String() string {
-	switch m {
-	case OffloadAuto:
-		return "auto"
-	case OffloadOn:
-		return "on"
-	}
-	return "off"
 }
 
 // GSOMax is the largest packet, IP header included, an offload queue reads

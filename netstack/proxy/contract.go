@@ -6,6 +6,7 @@ package proxy
 // answers, and what it hears of the connection until its End. Nothing here
 // depends on gVisor: a leg is a net.Conn with half-close and counters.
 
+//go:generate go run golang.org/x/tools/cmd/stringer@v0.52.0 -type=Verdict -linecomment -output=contract_string.go
 import (
 	"context"
 	"errors"
@@ -68,27 +69,14 @@ type Verdict uint8
 
 const (
 	// Accept connects the client to Decision.Target.
-	Accept Verdict = iota
+	Accept Verdict = iota // accept
 	// RefuseRST resets the (established) client connection.
-	RefuseRST
+	RefuseRST // refuse-rst
 	// Refuse503 answers with an HTTP 503 page naming Decision.Limit and
 	// Decision.Value, then closes. For a tcp virtual server it acts as
 	// RefuseRST.
-	Refuse503
+	Refuse503 // refuse-503
 )
-
-// String returns the verdict's name.
-func (v Verdict) String() string {
-	switch v {
-	case Accept:
-		return "accept"
-	case RefuseRST:
-		return "refuse-rst"
-	case Refuse503:
-		return "refuse-503"
-	}
-	return "verdict(?)"
-}
 
 // Decision is the Admitter's answer for one connection request.
 type Decision struct {
@@ -194,12 +182,6 @@ const (
 	RefusedReset
 	// RefusedPage: answered with the 503 page.
 	RefusedPage
-	// HandshakeFailed and HandshakeTimedOut are no longer reported to a
-	// Session: the client's handshake completes before Admit, so a failed
-	// one has no Session (netstack.ForwarderStats counts it). They keep their
-	// values and names for the access log's codes.
-	HandshakeFailed
-	HandshakeTimedOut
 	// Aborted: Close (Proxy's, or the Forwarder's) ended the connection.
 	Aborted
 	// TargetTimedOut: spliced, then the target sent nothing within the
@@ -221,11 +203,11 @@ const (
 	numOutcomes
 )
 
-var outcomeNames = [numOutcomes]string{"ok", "idle", "reset", "503", "handshake-failed", "handshake-timeout", "aborted", "target-timeout", "panic", "bad-gateway", "client-error"}
+var outcomeNames = [numOutcomes]string{"ok", "idle", "reset", "503", "aborted", "target-timeout", "panic", "bad-gateway", "client-error"}
 
 // String returns the outcome as the access log writes it: "ok", "idle",
-// "reset", "503", "handshake-failed", "handshake-timeout", "aborted",
-// "target-timeout", "panic", "bad-gateway", "client-error".
+// "reset", "503", "aborted", "target-timeout", "panic", "bad-gateway",
+// "client-error".
 func (o Outcome) String() string {
 	if o < numOutcomes {
 		return outcomeNames[o]

@@ -1,5 +1,6 @@
 package proxy
 
+//go:generate go run golang.org/x/tools/cmd/stringer@v0.52.0 -type=DirSource -linecomment -output=direction_string.go
 import (
 	"net/netip"
 
@@ -12,36 +13,21 @@ type DirSource uint8
 // The sources of a DirCounters.
 const (
 	// DirNone: not measured (no datapath on the leg, or no such leg).
-	DirNone DirSource = iota
+	DirNone DirSource = iota // none
 	// DirPassive: counted from the segments by the datapath (exact).
-	DirPassive
+	DirPassive // passive
 	// DirKernel: counted by the kernel's TCP sender (exact).
-	DirKernel
+	DirKernel // kernel
 	// DirCapture: counted from the segments by the host-leg capture
 	// (datapath/hostcap: an AF_PACKET socket feeding the datapath's
 	// sequence tracker), as exact as DirPassive while the capture loses
 	// nothing.
-	DirCapture
+	DirCapture // capture
 	// DirEstimate: the kernel's receive-side counters: data segments and
 	// out-of-order arrivals, no retransmission count (Retransmitted and
 	// Timeouts are 0 and mean "unknown").
-	DirEstimate
+	DirEstimate // estimate
 )
-
-// String returns "none", "passive", "kernel", "capture" or "estimate".
-func (s DirSource) String() string {
-	switch s {
-	case DirCapture:
-		return "capture"
-	case DirPassive:
-		return "passive"
-	case DirKernel:
-		return "kernel"
-	case DirEstimate:
-		return "estimate"
-	}
-	return "none"
-}
 
 // DirCounters are one direction of a target leg: totals on a connection,
 // deltas in a sample (AggSample).

@@ -385,7 +385,7 @@ func TestE2EClusterStall(t *testing.T) {
 				wg.Wait()
 			}()
 			tr := rg.traceOpen()
-			rg.waitStatus(rg.procs[0], 10*time.Second, "w1 holding requests", func(st api.Status) bool {
+			rg.waitStatus(t, rg.procs[0], 10*time.Second, "w1 holding requests", func(st api.Status) bool {
 				l, ok := clusterLevel(st, "virtual server", "web")
 				return ok && l.Open > 0 && rg.backendOpen() >= 9
 			})
@@ -396,7 +396,7 @@ func TestE2EClusterStall(t *testing.T) {
 			time.Sleep(3 * clusterLeaseInterval)
 			rg.procs[0].Signal(syscall.SIGCONT)
 			stall := time.Since(stopped)
-			rg.waitStatus(rg.procs[0], 5*time.Second, "w1 sharing again", func(st api.Status) bool {
+			rg.waitStatus(t, rg.procs[0], 5*time.Second, "w1 sharing again", func(st api.Status) bool {
 				return st.Cluster != nil && st.Cluster.Reachable && st.Cluster.Mode == "shared"
 			})
 			// Three lease lifetimes after the resume: the recorded leases
@@ -438,21 +438,21 @@ func TestE2EClusterPartition(t *testing.T) {
 				wg.Wait()
 			}()
 			tr := rg.traceOpen()
-			rg.waitStatus(rg.procs[0], 10*time.Second, "w1 holding requests", func(st api.Status) bool {
+			rg.waitStatus(t, rg.procs[0], 10*time.Second, "w1 holding requests", func(st api.Status) bool {
 				l, ok := clusterLevel(st, "virtual server", "web")
 				return ok && l.Open > 0
 			})
 			nftIn(t, rg.ws[0], "add", "table", "inet", "part")
 			nftIn(t, rg.ws[0], "add", "chain", "inet", "part", "out", "{ type filter hook output priority 0; }")
 			nftIn(t, rg.ws[0], "add", "rule", "inet", "part", "out", "ip", "daddr", "198.18.3.100", "tcp", "dport", "6379", "drop")
-			rg.waitStatus(rg.procs[0], 5*time.Second, "w1 cut off", func(st api.Status) bool {
+			rg.waitStatus(t, rg.procs[0], 5*time.Second, "w1 cut off", func(st api.Status) bool {
 				return st.Cluster != nil && !st.Cluster.Reachable
 			})
 			cut := time.Now()
 			time.Sleep(10*clusterLeaseInterval - time.Since(cut))
 			during := rg.webLevel(0)
 			nftIn(t, rg.ws[0], "delete", "table", "inet", "part")
-			rg.waitStatus(rg.procs[0], 10*time.Second, "w1 sharing again", func(st api.Status) bool {
+			rg.waitStatus(t, rg.procs[0], 10*time.Second, "w1 sharing again", func(st api.Status) bool {
 				return st.Cluster != nil && st.Cluster.Reachable && st.Cluster.Mode == "shared"
 			})
 			time.Sleep(5 * clusterLeaseInterval)

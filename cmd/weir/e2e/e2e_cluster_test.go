@@ -84,6 +84,9 @@ type ecmpRig struct {
 	ws      []*netns.NS
 	procs   []*weirproc.Proc
 	backs   []*bench.Backend
+	// web counts the requests in progress at the three backends together:
+	// what the service's cluster-wide maxConnections bounds, read at once.
+	web bench.Gauge
 }
 
 // sysctl writes value to /proc/sys/<key> (dots as slashes) inside ns.
@@ -212,7 +215,7 @@ func newECMPRigWith(t *testing.T, o rigOptions) *ecmpRig {
 	// Backends: a request takes 1 s, so that 30 clients keep every slot
 	// busy; t1's MaxActive is what its maxConnections must bound.
 	for i, a := range []string{"198.18.3.1:8081", "198.18.3.2:8082", "198.18.3.3:8083"} {
-		b := &bench.Backend{Name: fmt.Sprintf("t%d", i+1), Delay: o.delay, Hold: o.hold}
+		b := &bench.Backend{Name: fmt.Sprintf("t%d", i+1), Delay: o.delay, Hold: o.hold, Group: &rg.web}
 		ln, err := rg.targets.Listen("tcp", a)
 		must(err)
 		go b.Serve(ln)
@@ -237,7 +240,7 @@ func (rg *ecmpRig) startInstances() {
 		rg.procs = append(rg.procs, weirproc.Start(t, weirproc.Options{Binary: rg.bin, Config: cfg, NS: w, Ready: 30 * time.Second}))
 	}
 	for _, p := range rg.procs {
-		rg.waitStatus(p, 15*time.Second, "3 members sharing", func(st api.Status) bool {
+		rg.waitStatus(t, p, 15*time.Second, "3 members sharing", func(st api.Status) bool {
 			c := st.Cluster
 			return c != nil && c.Reachable && c.Mode == "shared" && len(c.Members) == 3
 		})
@@ -250,15 +253,15 @@ func (rg *ecmpRig) status(p *weirproc.Proc) (api.Status, error) {
 	return st, err
 }
 
-func (rg *ecmpRig) waitStatus(p *weirproc.Proc, d time.Duration, what string, ok func(api.Status) bool) api.Status {
-	rg.t.Helper()
+func (rg *ecmpRig) waitStatus(t *testing.T, p *weirproc.Proc, d time.Duration, what string, ok func(api.Status) bool) api.Status {
+	t.Helper()
 	var st api.Status
 	if !testutil.WithinEvery(d, 50*time.Millisecond, func() bool {
 		var err error
 		st, err = rg.status(p)
 		return err == nil && ok(st)
 	}) {
-		rg.t.Fatalf("after %v: not %s: %+v", d, what, st.Cluster)
+		t.Fatalf("after %v: not %s: %+v", d, what, st.Cluster)
 	}
 	return st
 }
@@ -372,6 +375,9 @@ func TestE2EClusterECMP(t *testing.T) {
 		if len(sums) < 20 {
 			t.Fatalf("only %d samples of /status in 8 s", len(sums))
 		}
+		// The steady part: after the first quarter (2 s at 80 samples),
+		// before the last eighth (clients stop at 8 s).
+		steady := sums[len(sums)/4 : len(sums)*7/8]
 		// An instance whose renewals timed out twice in a row (a starved
 		// host: half the 200 ms lease) runs on localShare while the others
 		// still reach Redis: the documented overshoot, its share (3).
@@ -380,9 +386,6 @@ func TestE2EClusterECMP(t *testing.T) {
 			bound += 10 / 3
 			t.Logf("%d outages (renewals timed out twice in a row) during the load: bound %d", n, bound)
 		}
-		// The steady part: after the first 2 s, before the last second
-		// (clients stop at 8 s).
-		steady := sums[20 : len(sums)-10]
 		lo, hi, at9 := int64(1<<62), int64(0), 0
 		for _, s := range sums {
 			hi = max(hi, s)
@@ -393,10 +396,14 @@ func TestE2EClusterECMP(t *testing.T) {
 				at9++
 			}
 		}
-		t.Logf("open over the 3 instances (every 100 ms): max %d, steady min %d, ≥9 in %d of %d steady samples; per instance at the peak %v; load %+v",
-			hi, lo, at9, len(steady), per[len(per)/2], struct{ OK, Refused503, Failed, Reset int }{res.OK, res.Refused503, res.Failed, res.Reset})
-		if hi > bound {
-			t.Errorf("%d connections open over the three instances, enforced maxConnections 10 (bound %d)", hi, bound)
+		t.Logf("open over the 3 instances (every 100 ms): max %d, steady min %d, ≥9 in %d of %d steady samples; per instance at the peak %v; at the backends at once: peak %d; load %+v",
+			hi, lo, at9, len(steady), per[len(per)/2], rg.web.Peak(), struct{ OK, Refused503, Failed, Reset int }{res.OK, res.Refused503, res.Failed, res.Reset})
+		// The bound is judged where the requests are counted at once: the
+		// three backends' common gauge. The sum of three /status reads is
+		// not one moment (a loaded machine stretched a round of reads to
+		// 300 ms and summed 11 of 10 in 2 of 20 runs).
+		if p := rg.web.Peak(); p > bound {
+			t.Errorf("%d requests at the backends at once over the three instances, enforced maxConnections 10 (bound %d)", p, bound)
 		}
 		if at9*10 < len(steady)*9 {
 			t.Errorf("at least 9 open in only %d of %d steady samples (min %d): the slots do not follow the demand", at9, len(steady), lo)
@@ -496,10 +503,10 @@ func TestE2EClusterECMP(t *testing.T) {
 			}
 			return api.Target{}
 		}
-		rg.waitStatus(rg.procs[0], 10*time.Second, "t3 down at w1", func(st api.Status) bool { return target(st).Down && target(st).Failed > 0 })
+		rg.waitStatus(t, rg.procs[0], 10*time.Second, "t3 down at w1", func(st api.Status) bool { return target(st).Down && target(st).Failed > 0 })
 		failedAt := time.Now()
 		for i, p := range rg.procs[1:] {
-			st := rg.waitStatus(p, 3*clusterSampling, fmt.Sprintf("t3 down at w%d, told by w1", i+2), func(st api.Status) bool { return target(st).Down })
+			st := rg.waitStatus(t, p, 3*clusterSampling, fmt.Sprintf("t3 down at w%d, told by w1", i+2), func(st api.Status) bool { return target(st).Down })
 			if f := target(st).Failed; f != 0 {
 				t.Errorf("w%d itself failed %d connects to t3: the test did not isolate w1", i+2, f)
 			}
@@ -516,7 +523,7 @@ func TestE2EClusterECMP(t *testing.T) {
 		time.Sleep(time.Second)
 		rg.redis.Kill()
 		for _, p := range rg.procs {
-			rg.waitStatus(p, 5*time.Second, "on its local share", func(st api.Status) bool {
+			rg.waitStatus(t, p, 5*time.Second, "on its local share", func(st api.Status) bool {
 				l, ok := clusterLevel(st, "virtual server", "web")
 				return !st.Cluster.Reachable && st.Cluster.Mode == "localShare" && ok && l.Share == 3
 			})
@@ -559,7 +566,7 @@ func TestE2EClusterECMP(t *testing.T) {
 		rg.redis.Start()
 		back := time.Now()
 		for _, p := range rg.procs {
-			rg.waitStatus(p, 10*time.Second, "sharing again", func(st api.Status) bool {
+			rg.waitStatus(t, p, 10*time.Second, "sharing again", func(st api.Status) bool {
 				return st.Cluster.Reachable && st.Cluster.Mode == "shared" && len(st.Cluster.Members) == 3
 			})
 		}
@@ -588,7 +595,7 @@ func TestE2EClusterECMP(t *testing.T) {
 		results := make(chan bench.Result, 1)
 		go func() { results <- rg.load(ctx, 30, 30*time.Second, 0) }()
 		// w3 holds connections.
-		rg.waitStatus(rg.procs[2], 10*time.Second, "w3 holding slots", func(st api.Status) bool {
+		rg.waitStatus(t, rg.procs[2], 10*time.Second, "w3 holding slots", func(st api.Status) bool {
 			l, ok := clusterLevel(st, "virtual server", "web")
 			return ok && l.Open > 0
 		})

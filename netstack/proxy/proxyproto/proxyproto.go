@@ -15,6 +15,7 @@
 // Plain Go: no gVisor, no allocation beyond the returned header.
 package proxyproto
 
+//go:generate go run golang.org/x/tools/cmd/stringer@v0.52.0 -type=Version -linecomment -output=version_string.go
 import (
 	"encoding/binary"
 	"errors"
@@ -29,23 +30,10 @@ type Version uint8
 
 // The versions; Any is the set of both, for Read.
 const (
-	V1  Version = 1
-	V2  Version = 2
-	Any Version = V1 | V2
+	V1  Version = 1       // v1
+	V2  Version = 2       // v2
+	Any Version = V1 | V2 // any
 )
-
-// String returns "v1", "v2" or "any".
-func (v Version) String() string {
-	switch v {
-	case V1:
-		return "v1"
-	case V2:
-		return "v2"
-	case Any:
-		return "any"
-	}
-	return "version(" + strconv.Itoa(int(v)) + ")"
-}
 
 // Bounds of what Read reads.
 const (

@@ -72,6 +72,12 @@ type Options struct {
 	// cluster's borrowTimeout (cluster.Cluster.Borrow): the client's
 	// handshake has completed, so the wait is inside the connection.
 	Borrow func(ctx context.Context, kind policy.LevelKind, name string) bool
+	// BorrowTarget, when set, is Borrow for a target's maxConnections: a
+	// pick that found no target free, one or more of them at this
+	// instance's share of their cluster-wide limit (a balancer.Reason with
+	// Shared set), asks for a slot of each such target in turn and picks
+	// again once one grants (cluster.Cluster.BorrowTarget).
+	BorrowTarget func(ctx context.Context, service, target string) bool
 }
 
 // maxBorrows bounds the borrows one connection or request makes when its
@@ -243,9 +249,9 @@ func (a *Admitter) admit(req *proxy.ConnRequest, s *session, now time.Time) (pro
 	// (pickHash: the flow's 5-tuple by default) to a target.
 	s.hash = pickHash(vs, req.Client, req.VIP, s.http)
 	s.flow = a.flow(req)
-	lease, err := b.PickAction(now, s.hash, s.action(), &s.tried)
+	lease, err := a.pick(b, s, now)
 	if err != nil && req.Settle() {
-		lease, err = b.PickAction(now, s.hash, s.action(), &s.tried)
+		lease, err = a.pick(b, s, now)
 	}
 	if err != nil {
 		s.ticket.Release()
@@ -270,6 +276,34 @@ func (a *Admitter) flow(req *proxy.ConnRequest) *datapath.Flow {
 		return a.opts.Flows.Reclassify(req.Peer, req.VIP, datapath.ProtoTCP, req.Client)
 	}
 	return a.opts.Flows.Flow(req.Client, req.VIP, datapath.ProtoTCP)
+}
+
+// pick asks the balancer for s's target. When every target that could
+// serve was full, some at this instance's share of a cluster-wide
+// maxConnections, it borrows a slot of one of those (Options.BorrowTarget)
+// and picks again, up to maxBorrows times, as admit borrows for a level.
+func (a *Admitter) pick(b *balancer.Balancer, s *session, now time.Time) (balancer.Lease, error) {
+	lease, err := b.PickAction(now, s.hash, s.action(), &s.tried)
+	for i := 0; err != nil && a.opts.BorrowTarget != nil && i < maxBorrows && a.borrowTarget(s.req.Service.Name, err); i++ {
+		lease, err = b.PickAction(now, s.hash, s.action(), &s.tried)
+	}
+	return lease, err
+}
+
+// borrowTarget asks the cluster for a slot of each target the refusal err
+// found at its share, in the balancer's order, and reports whether one
+// granted.
+func (a *Admitter) borrowTarget(service string, err error) bool {
+	var nte *balancer.NoTargetError
+	if !errors.As(err, &nte) {
+		return false
+	}
+	for _, r := range nte.Reasons {
+		if r.Why == balancer.AtLimit && r.Shared && a.opts.BorrowTarget(context.Background(), service, r.Target) {
+			return true
+		}
+	}
+	return false
 }
 
 // session is one connection's proxy.Session: what admission reserved for
@@ -368,7 +402,7 @@ func (s *session) DialFailed(failed proxy.Decision, err error) proxy.Decision {
 		e.Str("service", vs.Name).Str("target", name).Err(err).Msg("target connect failed; marked down for the retry interval")
 	})
 	if b := a.balancer(vs.Name); b != nil {
-		lease, perr := b.PickAction(now, s.hash, s.action(), &s.tried)
+		lease, perr := a.pick(b, s, now)
 		if perr == nil {
 			s.lease = lease
 			if s.http != nil && s.counted {
@@ -443,7 +477,7 @@ func (s *session) End(e *proxy.End) {
 		r.Target, r.BytesIn = "", 0
 		r.BytesOut = uint64(e.Refusal.Bytes)
 		r.RequestLine, r.Status = e.Refusal.RequestLine, e.Refusal.Status
-	case proxy.HandshakeFailed, proxy.HandshakeTimedOut, proxy.Aborted, proxy.TargetTimedOut, proxy.Panicked:
+	case proxy.Aborted, proxy.TargetTimedOut, proxy.Panicked:
 		if e.Err != nil {
 			r.Reason = e.Err.Error()
 		}

@@ -168,7 +168,8 @@ func TestMaxAttemptsOneOwner(t *testing.T) {
 func TestAccessOutcomes(t *testing.T) {
 	for o, code := range map[proxy.Outcome]string{
 		proxy.Served: "200", proxy.IdleClosed: "200", proxy.RefusedReset: "503", proxy.RefusedPage: "503",
-		proxy.HandshakeFailed: "408", proxy.HandshakeTimedOut: "408", proxy.Aborted: "500",
+		proxy.Aborted: "500", proxy.TargetTimedOut: "504", proxy.Panicked: "500", proxy.BadGateway: "502",
+		proxy.ClientFailed: "400",
 	} {
 		line := obs.CLF(obs.AccessRecord{Client: "198.18.0.2:4000", VIP: "198.19.0.80:80", Target: "t1", Outcome: o.String()})
 		if !strings.Contains(line, `"TCP 198.19.0.80:80 t1" `+code+" ") {

@@ -223,7 +223,7 @@ func New(opts Options) (*Appliance, error) {
 	fo, po := opts.Forwarder, opts.Proxy
 	fo.Services = a.service
 	a.admit = admit.New(admit.Options{Admission: a.adm, Balancer: a.balancer, Flows: a.engine,
-		Log: &a.log, Access: opts.Access, Now: a.now, Borrow: a.borrow})
+		Log: &a.log, Access: opts.Access, Now: a.now, Borrow: a.borrow, BorrowTarget: a.borrowTarget})
 	po.Admitter = a.admit
 	a.hs = proxyhttp.New(proxyhttp.Options{RequestAdmitter: a.admit})
 	po.HTTP = a.hs

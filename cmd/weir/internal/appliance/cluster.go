@@ -60,6 +60,16 @@ func (a *Appliance) borrow(ctx context.Context, kind policy.LevelKind, name stri
 	return a.clu.Borrow(ctx, kind, name)
 }
 
+// borrowTarget asks the cluster for a slot of a target whose local share
+// of its cluster-wide maxConnections is full (admit.Options.BorrowTarget);
+// false without a cluster.
+func (a *Appliance) borrowTarget(ctx context.Context, service, target string) bool {
+	if a.clu == nil {
+		return false
+	}
+	return a.clu.BorrowTarget(ctx, service, target)
+}
+
 // shareSamples publishes this instance's samples of the interval and the
 // down-state of its targets, marks down the targets another member saw
 // fail, and returns the cluster-wide sums the sampler judges (the local

@@ -241,14 +241,31 @@ func TestClusterSharesTargetLimit(t *testing.T) {
 // members that hold slots above their part without using them, they give
 // them back at once, and the borrow takes them within borrowTimeout.
 // Without the nudges and the release at the renewal, the requests beyond
-// the share got the 503 page.
+// the share got the 503 page. The same holds for a target's
+// maxConnections of 10 (admit.Options.BorrowTarget: the pick that found
+// the target at its share borrows a slot of it and picks again); without
+// that borrow, the 6 or 7 requests beyond the share got the page.
 func TestClusterBorrowServesBurst(t *testing.T) {
+	t.Run("service", func(t *testing.T) {
+		clusterBurst(t, func(cfg *policy.Config) {
+			cfg.Services[0].Limits = policy.Limits{MaxConnections: 10, EnforceConnections: true}
+		}, webLevel)
+	})
+	t.Run("target", func(t *testing.T) {
+		clusterBurst(t, func(cfg *policy.Config) { cfg.Services[0].Targets[0].MaxConnections = 10 },
+			func(a *appliance.Appliance) (api.ClusterLevel, bool) { return targetLevel(a, "t1") })
+	})
+}
+
+// clusterBurst is TestClusterBorrowServesBurst with the limit limit sets
+// in each member's config, read back by level.
+func clusterBurst(t *testing.T, limit func(*policy.Config), level func(*appliance.Appliance) (api.ClusterLevel, bool)) {
 	r := clustertest.StartRedis(t)
 	hold := make(chan struct{})
 	var labs []*lab.Lab
 	for _, id := range []string{"a", "b", "c"} {
 		cfg := lab.WebConfig([]int{1}, nil)
-		cfg.Services[0].Limits = policy.Limits{MaxConnections: 10, EnforceConnections: true}
+		limit(cfg)
 		// A borrow waits for two other members' renewals: on a loaded
 		// test machine more than the default 5 ms.
 		cfg.Cluster = &policy.Cluster{Redis: r.Addr(), Name: "lab", Instance: id, LeaseInterval: 2 * time.Second, BorrowTimeout: 100 * time.Millisecond}
@@ -265,7 +282,7 @@ func TestClusterBorrowServesBurst(t *testing.T) {
 	shares := func() []int64 {
 		var out []int64
 		for _, l := range labs {
-			lv, _ := webLevel(l.App)
+			lv, _ := level(l.App)
 			out = append(out, lv.Share)
 		}
 		return out
@@ -322,7 +339,7 @@ func TestClusterBorrowServesBurst(t *testing.T) {
 			}
 			break
 		}
-		lv, _ := webLevel(labs[0].App)
+		lv, _ := level(labs[0].App)
 		return len(refused) > 0 || lv.Open == int64(burst)
 	}, "the burst of %d never settled", burst)
 	if len(refused) > 0 {

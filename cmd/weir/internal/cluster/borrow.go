@@ -27,6 +27,14 @@ func (c *Cluster) Borrow(ctx context.Context, kind policy.LevelKind, name string
 	return c.borrow(ctx, c.levelKey("lease", kind, name))
 }
 
+// BorrowTarget is Borrow for a target's maxConnections: a pick that found
+// the target at its local share of the cluster-wide limit (a
+// balancer.Reason with Shared set) asks for more of its slots the same
+// way, and the caller picks again when it returns true.
+func (c *Cluster) BorrowTarget(ctx context.Context, service, target string) bool {
+	return c.borrow(ctx, c.targetKey(service, target))
+}
+
 func (c *Cluster) borrow(ctx context.Context, key string) bool {
 	ctx, cancel := context.WithTimeout(ctx, c.o.Config.BorrowTimeout)
 	defer cancel()

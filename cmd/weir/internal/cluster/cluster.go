@@ -239,19 +239,25 @@ type Cluster struct {
 	nudgeMu sync.Mutex
 	nudged  chan struct{} // closed and replaced at each nudge: a borrow waits on it
 
-	mu         sync.Mutex                        // guards the fields below and Loop's state
-	levels     map[string]*lease                 // by Redis key
-	byKey      atomic.Pointer[map[string]*lease] // a copy of levels, read without mu (Borrow)
-	state      state
-	st         Status
-	members    int       // live members at the last renewal, ≥ 1
-	graceUntil time.Time // after an outage: no growth beyond the fallback share until then,
-	graceWait  []string  // or until these members, live before it, are back
-	downAt     time.Time // when the current outage was seen
-	fails      int       // renewals failed in a row
-	leaseUntil time.Time // the shares stand on leases that end then (zero: none)
-	membersAt  time.Time // when the last renewal that read the members was sent
-	closed     bool
+	mu      sync.Mutex                        // guards the fields below and Loop's state
+	levels  map[string]*lease                 // by Redis key
+	byKey   atomic.Pointer[map[string]*lease] // a copy of levels, read without mu (Borrow)
+	state   state
+	st      Status
+	members int // live members at the last renewal, ≥ 1
+	// peakMembers is the most members a renewal saw within one lease
+	// lifetime (ttl) of peakAt: what localShare divides by, so that a
+	// member whose entry lapsed for a moment (a starved host) before the
+	// outage still counts.
+	peakMembers int
+	peakAt      time.Time
+	graceUntil  time.Time // after an outage: no growth beyond the fallback share until then,
+	graceWait   []string  // or until these members, live before it, are back
+	downAt      time.Time // when the current outage was seen
+	fails       int       // renewals failed in a row
+	leaseUntil  time.Time // the shares stand on leases that end then (zero: none)
+	membersAt   time.Time // when the last renewal that read the members was sent
+	closed      bool
 }
 
 // lease is one enforced level's local lease.
@@ -652,7 +658,7 @@ func (c *Cluster) demands() []demand {
 	if c.o.Targets != nil {
 		for _, t := range c.o.Targets.TargetLimits() {
 			if t.Max > 0 {
-				out = append(out, demand{key: c.prefix + "lease:target:" + t.Service + "/" + t.Target,
+				out = append(out, demand{key: c.targetKey(t.Service, t.Target),
 					kind: policy.LevelVirtualServer, name: t.Service, target: t.Target,
 					limit: t.Max, open: t.Open, refused: t.Refused})
 			}
@@ -671,6 +677,11 @@ func (c *Cluster) setCap(l *lease, n int64) int64 {
 	}
 	open, _ := c.o.Admission.SetCapacity(l.kind, l.name, n)
 	return open
+}
+
+// targetKey is the Redis key of a target's lease.
+func (c *Cluster) targetKey(service, target string) string {
+	return c.prefix + "lease:target:" + service + "/" + target
 }
 
 // levelKey is the Redis key of what the cluster shares about one level:
@@ -923,7 +934,7 @@ func (c *Cluster) plan(l *lease, grace bool) (want, floor, ceil int64) {
 		// before it, not the fewer that have renewed since.
 		share := c.fallbackShare(l)
 		if c.o.Config.OnRedisDown == policy.LocalShare {
-			share = l.limit / int64(max(c.members, len(c.graceWait), 1))
+			share = l.limit / int64(max(c.fallbackMembers(), len(c.graceWait)))
 		}
 		ceil = max(min(cur, l.limit), share)
 	}
@@ -938,7 +949,22 @@ func (c *Cluster) fallbackShare(l *lease) int64 {
 	case policy.FailClosed:
 		return 0
 	}
-	return l.limit / int64(max(c.members, 1))
+	return l.limit / int64(c.fallbackMembers())
+}
+
+// setMembers records the members a renewal saw. Under mu.
+func (c *Cluster) setMembers(n int) {
+	c.members = max(n, 1)
+	if now := time.Now(); c.members >= c.peakMembers || now.Sub(c.peakAt) > c.ttl {
+		c.peakMembers, c.peakAt = c.members, now
+	}
+}
+
+// fallbackMembers is what localShare divides a limit by: the most members
+// seen within a lease lifetime before the last renewal (an outage does
+// not age it: no renewal sees members leave then). Under mu.
+func (c *Cluster) fallbackMembers() int {
+	return max(c.members, c.peakMembers, 1)
 }
 
 // apply reads the script's answer: the members, then grant, record, the
@@ -977,7 +1003,7 @@ func (c *Cluster) apply(res []any, order []*lease) (back []*lease, moved bool, e
 		if err != nil {
 			return nil, false, err
 		}
-		c.members = max(int(count), 1)
+		c.setMembers(int(count))
 	} else {
 		members := make([]Member, 0, n)
 		for i := range int(n) {
@@ -991,7 +1017,7 @@ func (c *Cluster) apply(res []any, order []*lease) (back []*lease, moved bool, e
 		}
 		slices.SortFunc(members, func(a, b Member) int { return strings.Compare(a.ID, b.ID) })
 		c.st.Members = members
-		c.members = max(len(members), 1)
+		c.setMembers(len(members))
 	}
 	base := head
 	for i, l := range order {
@@ -1031,7 +1057,7 @@ func (c *Cluster) down(err error) {
 	if c.state != stateDown {
 		c.outages.Add(1)
 		c.o.Logf("cluster %s: Redis %s unreachable (%v): %s with %d members as last seen, until it answers",
-			c.st.Name, c.st.Redis, err, mode, c.members)
+			c.st.Name, c.st.Redis, err, mode, c.fallbackMembers())
 		c.state = stateDown
 		c.downAt = time.Now()
 		c.graceUntil = time.Now().Add(24 * time.Hour) // set to graceMax when Redis answers

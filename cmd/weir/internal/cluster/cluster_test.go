@@ -440,3 +440,28 @@ func TestSharesFollowDemand(t *testing.T) {
 		t.Logf("peaks add to %d (not at the same moment)", p)
 	}
 }
+
+// TestLocalShareCountsLapsedMember: localShare divides by the most members
+// a renewal saw within one lease lifetime, so that a member whose entry
+// lapsed for a moment before the outage (a starved host: the e2e ECMP test
+// saw an instance fall back to 10 ÷ 2 while the third still served) still
+// counts; a member gone for longer than a lease lifetime no longer does.
+func TestLocalShareCountsLapsedMember(t *testing.T) {
+	c := &Cluster{ttl: 3 * interval}
+	c.o.Config.OnRedisDown = policy.LocalShare
+	l := &lease{limit: 10}
+	c.setMembers(3)
+	c.setMembers(2) // one renewal without the third
+	if got := c.fallbackShare(l); got != 3 {
+		t.Errorf("share %d after 3 members then 2 within a lease lifetime, want 10 ÷ 3", got)
+	}
+	c.peakAt = time.Now().Add(-c.ttl - time.Millisecond)
+	c.setMembers(2)
+	if got := c.fallbackShare(l); got != 5 {
+		t.Errorf("share %d with 2 members for longer than a lease lifetime, want 10 ÷ 2", got)
+	}
+	c.setMembers(4)
+	if got := c.fallbackShare(l); got != 2 {
+		t.Errorf("share %d with 4 members, want 10 ÷ 4", got)
+	}
+}

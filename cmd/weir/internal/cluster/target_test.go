@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -222,4 +223,87 @@ func TestTargetSharesLikeLevels(t *testing.T) {
 	if back > 2 {
 		t.Errorf("b needed %d renewals to take its part back", back)
 	}
+}
+
+// TestTargetBorrowServesBurst: a target's maxConnections borrows like a
+// level's. Three instances hold 3 each of maxConnections 9; 9 connections
+// arrive at one of them at once and each, refused by the local share,
+// borrows (as admit's pick does: a slot of the target the refusal names
+// at its share, then a pick again, at most 8 borrows): all 9 are served at
+// once, none refused while the cluster had a free slot, and the idle two
+// hold nothing while they are open.
+func TestTargetBorrowServesBurst(t *testing.T) {
+	r := startRedis(t)
+	var nodes []*targetNode
+	for _, id := range []string{"a", "b", "c"} {
+		nodes = append(nodes, newTargetNode(t, r.Addr(), id, 9))
+	}
+	eventually(t, 5*time.Second, func() bool {
+		for _, n := range nodes {
+			if len(n.c.Status().Members) != 3 || n.level().Share != 3 {
+				return false
+			}
+		}
+		return true
+	}, func() string {
+		return fmt.Sprintf("shares %d %d %d", nodes[0].level().Share, nodes[1].level().Share, nodes[2].level().Share)
+	})
+	a := nodes[0]
+	pick := func(hash uint64) (balancer.Lease, int, error) {
+		l, err := a.b.PickAction(time.Now(), hash, nil, nil)
+		borrows := 0
+		for ; err != nil && borrows < 8; borrows++ {
+			var nte *balancer.NoTargetError
+			if !errors.As(err, &nte) || len(nte.Reasons) != 1 || !nte.Reasons[0].Shared {
+				break
+			}
+			if !a.c.BorrowTarget(context.Background(), "web", nte.Reasons[0].Target) {
+				break
+			}
+			l, err = a.b.PickAction(time.Now(), hash, nil, nil)
+		}
+		return l, borrows, err
+	}
+	start := time.Now()
+	var leases []balancer.Lease
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	borrowed := 0
+	var errs []error
+	for i := range 9 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l, n, err := pick(uint64(i))
+			mu.Lock()
+			defer mu.Unlock()
+			borrowed += n
+			if err != nil {
+				errs = append(errs, err)
+				return
+			}
+			leases = append(leases, l)
+		}()
+	}
+	wg.Wait()
+	took := time.Since(start)
+	if len(errs) > 0 {
+		t.Errorf("%d of 9 refused with the cluster's 9 slots free for them: %v", len(errs), errs[0])
+	}
+	if a.level().Share < int64(len(leases)) {
+		t.Errorf("a's share %d below its %d open", a.level().Share, len(leases))
+	}
+	for _, n := range nodes[1:] {
+		if l := n.level(); l.Share+a.level().Share > 9 {
+			t.Errorf("%s holds %d while a holds %d of 9", n.id, l.Share, a.level().Share)
+		}
+	}
+	var extra error
+	if _, _, extra = pick(99); extra == nil {
+		t.Error("a 10th connection was served over maxConnections 9")
+	}
+	for _, l := range leases {
+		l.Release()
+	}
+	t.Logf("9 connections at once at one of three instances: %d served in %v, %d borrows", len(leases), took.Round(time.Millisecond), borrowed)
 }

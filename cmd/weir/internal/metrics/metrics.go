@@ -6,6 +6,7 @@
 // of metrics in docs/operations.md is generated from Defs.
 package metrics
 
+//go:generate go run golang.org/x/tools/cmd/stringer@v0.52.0 -type=Type -linecomment -output=type_string.go
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -17,21 +18,10 @@ type Type uint8
 
 // The metric types weir exports.
 const (
-	Gauge Type = iota
-	Counter
-	Histogram
+	Gauge     Type = iota // gauge
+	Counter               // counter
+	Histogram             // histogram
 )
-
-// String is the type as docs/operations.md and the exposition format name it.
-func (t Type) String() string {
-	switch t {
-	case Counter:
-		return "counter"
-	case Histogram:
-		return "histogram"
-	}
-	return "gauge"
-}
 
 // Def is one metric: what it is called and means, and where in the status
 // document its samples come from.

@@ -26,9 +26,12 @@ type AccessRecord struct {
 	Duration time.Duration
 	// Outcome is how the connection ended, proxy.Outcome's String: "ok"
 	// (served), "idle" (closed by the idle timeout), "reset" (refused with
-	// RST), "503" (refused with the page), "handshake-failed",
-	// "handshake-timeout" (the client never completed its handshake) or
-	// "aborted" (weir shut down).
+	// RST), "503" (refused with the page), "aborted" (weir shut down),
+	// "target-timeout" (the target sent nothing within the first-byte
+	// timeout), "panic", "bad-gateway" (an http target failed mid-response)
+	// or "client-error" (an http client's malformed or stalled body). A
+	// client that never completes its handshake has no record: the
+	// forwarder counts it (weir_forwarder_handshake_*).
 	Outcome string
 	// Reason says why a connection was refused (the limit that tripped) or
 	// why it failed (the handshake's or the aborted dial's error).
@@ -108,8 +111,12 @@ func CLF(r AccessRecord) string {
 			status = 200
 		case "503", "reset":
 			status = 503
-		case "handshake-failed", "handshake-timeout":
-			status = 408 // the client did not complete its side
+		case "target-timeout":
+			status = 504
+		case "bad-gateway":
+			status = 502
+		case "client-error":
+			status = 400
 		default:
 			status = 500
 		}
