@@ -225,9 +225,9 @@ func (e *Engine) Flow(client, server netip.AddrPort, proto uint8) *Flow {
 // PROXY-protocol header named: the rule, ToS and meter row of as then
 // apply to the flow's packets. The flow keeps its key, its target binding,
 // its measurement and its half-open state. A flow decided under an older
-// config is returned as it is (its next packet decides it again, as a
-// config swap does, by its key: the load balancer's address, until the
-// next Reclassify).
+// config is returned as it is (its next packet decides it again under the
+// new config, for its key's client, until the next Reclassify). A
+// reclassified flow that a config swap decides again is decided for as.
 func (e *Engine) Reclassify(client, server netip.AddrPort, proto uint8, as netip.AddrPort) *Flow {
 	k := NewFlowKey(client, server, proto)
 	h := k.Hash()
@@ -237,14 +237,14 @@ func (e *Engine) Reclassify(client, server netip.AddrPort, proto uint8, as netip
 	if f == nil || f.Gen != st.gen {
 		return f
 	}
-	real := NewFlowKey(as, server, proto)
-	_, act, v := st.decide(&real)
-	if f.Action == act && f.Row == v.row && f.TOS == v.tos && f.SetTOS == v.setTOS {
+	rk := NewFlowKey(as, server, proto)
+	_, act, v := st.decide(&rk)
+	if f.as != nil && *f.as == as && f.Action == act && f.Row == v.row && f.TOS == v.tos && f.SetTOS == v.setTOS {
 		return f
 	}
 	nf := &Flow{Key: f.Key, Service: f.Service, Action: act, TOS: v.tos, SetTOS: v.setTOS, Gen: st.gen, Row: v.row}
 	nf.half.Store(f.half.Load())
-	nf.seg = f.seg
+	nf.seg, nf.as = f.seg, &as
 	for d := range nf.app {
 		nf.app[d].w.Store(f.app[d].w.Load())
 	}
@@ -465,7 +465,17 @@ func (p *Port) flow(st *engineState, k *FlowKey, h uint64, now int64, c *engineC
 // newFlow decides k's flow (f is its stale entry or nil) and inserts it.
 func (p *Port) newFlow(st *engineState, k *FlowKey, h uint64, now int64, c *engineCounters, f *Flow) verdict {
 	e := p.e
-	vs, act, v := st.decide(k)
+	var vs *policy.VirtualServer
+	var act *policy.Action
+	var v verdict
+	if f != nil && f.as != nil {
+		// Decided for the client a PROXY-protocol header named
+		// (Reclassify), not the load balancer the key holds.
+		rk := NewFlowKey(*f.as, k.ServerAddrPort(), k.Proto)
+		vs, act, v = st.decide(&rk)
+	} else {
+		vs, act, v = st.decide(k)
+	}
 	if f == nil && !e.flows.room(h) {
 		c.uncached.Add(1)
 		return v
@@ -485,6 +495,7 @@ func (p *Port) newFlow(st *engineState, k *FlowKey, h uint64, now int64, c *engi
 	switch {
 	case f != nil:
 		nf.seg = f.seg // a replaced decision keeps the flow's measurement
+		nf.as = f.as
 		for d := range nf.app {
 			nf.app[d].w.Store(f.app[d].w.Load())
 		}

@@ -47,6 +47,23 @@ func TestEngineReclassify(t *testing.T) {
 	if got := tosOf(t, r.egress(t, tcp4(t, vip4, client4, 80, 40000, 0, false, true, 10))[0]); got != 0xa0 {
 		t.Errorf("ToS after = %#x, want the real client's action's 0xa0", got)
 	}
+	// A config swap decides the flow again for the real client, not by
+	// its key's (the load balancer's) address.
+	gold := &policy.Action{Name: "premium", OutgoingTOS: 0x88, SetTOS: true}
+	next, err := policy.Compile(&policy.Config{Services: []*policy.VirtualServer{{Name: "www", VIPs: []netip.Addr{vip}, Ports: policy.PortRange{Lo: 80, Hi: 80},
+		Targets: []*policy.Target{{Addr: netip.MustParseAddrPort("198.18.1.1:8080")}}}},
+		Actions: []*policy.Action{gold},
+		Rules:   []*policy.Rule{{Name: "real", Dst: netip.MustParsePrefix("198.19.5.0/24"), Action: gold}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.e.SetConfig(next)
+	if got := tosOf(t, r.egress(t, tcp4(t, vip4, client4, 80, 40000, 0, false, true, 10))[0]); got != 0x88 {
+		t.Errorf("ToS after a config swap = %#x, want the new config's action for the real client, 0x88", got)
+	}
+	if nf = r.e.Flow(lb, server, ProtoTCP); nf == nil || nf.Action != next.Actions[0] || nf.Gen != 1 {
+		t.Fatalf("after the swap: %+v", nf)
+	}
 	replaced := r.e.Flows().Stats().Replaced
 	if again := r.e.Reclassify(lb, server, ProtoTCP, netip.MustParseAddrPort("198.19.5.7:1234")); again != nf || r.e.Flows().Stats().Replaced != replaced {
 		t.Errorf("reclassifying for the same client replaced the flow")
