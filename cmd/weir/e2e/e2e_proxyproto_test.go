@@ -221,6 +221,7 @@ func TestE2EProxyProtocolHAProxy(t *testing.T) {
 		return n == 2
 	})
 
+	soFar, _ := w.capture(t)
 	type client struct {
 		family, outer, from string
 		gold                bool
@@ -267,6 +268,28 @@ func TestE2EProxyProtocolHAProxy(t *testing.T) {
 				t.Errorf("%s: action %q, want none", name, found.Action)
 			}
 			conn.Close()
+			// The datapath marks weir's packets toward the load balancer
+			// with the real client's rule: the echo's segment carries the
+			// gold action's ToS 0xA0 for the real client 198.18.1.2
+			// (fd00:1::2), none for the other.
+			wantTOS := uint8(0)
+			if c.gold {
+				wantTOS = 0xa0
+			}
+			var echo *capturedPacket
+			if !testutil.WithinEvery(5*time.Second, 10*time.Millisecond, func() bool {
+				for _, p := range soFar() {
+					if !p.outgoing && strings.Contains(string(p.tcp.Payload), "hello "+name+"\n") {
+						echo = &p
+						return true
+					}
+				}
+				return false
+			}) {
+				t.Errorf("%s: the capture on weir0 saw no echo toward the load balancer", name)
+			} else if echo.tos != wantTOS {
+				t.Errorf("%s: the echo toward the load balancer has ToS %#x, want %#x", name, echo.tos, wantTOS)
+			}
 			// The inner HAProxy logs the connection when it ends: the
 			// client weir's header named.
 			want := "INNER " + map[string]string{"front": "i1", "front1": "i2"}[ver.service] + " client=" + me.String()
