@@ -190,7 +190,8 @@ func (w *weirProc) connections() []api.Connection {
 // TestE2EProxyProtocolHAProxy: clients reach weir through an outer HAProxy
 // that sends v2 or v1 headers, over IPv4 and IPv6; weir takes the header's
 // client as the client (the rule on the real client's address gives its
-// connection the action gold, another client's none; the access log names
+// connection the action gold and its ToS 0xA0 on weir's packets toward the
+// load balancer, another client's none; the access log names
 // the real client and the proxy), and sends a header to an inner HAProxy
 // with accept-proxy, whose log shows the real client's address and port,
 // tcp and http. The health checks that go through the inner HAProxy pass
