@@ -312,3 +312,58 @@ func TestProxyProtocolCloseEndsTheWait(t *testing.T) {
 		t.Errorf("aborted %d, refused %v; want 1 aborted, none refused", st.Aborted, st.ProxyRefused)
 	}
 }
+
+// BenchmarkConnRateProxyProtocol is BenchmarkConnRate (a back-arm target)
+// with no PROXY-protocol header, with weir sending a v2 header to the
+// target, and with weir accepting one from the client: the header's cost
+// per connection, in the same run.
+func BenchmarkConnRateProxyProtocol(b *testing.B) {
+	for _, mode := range []string{"none", "send-v2", "accept-v2"} {
+		b.Run(mode, func(b *testing.B) {
+			vs := &policy.VirtualServer{Name: "bench", VIPs: []netip.Addr{vipV4}, Ports: policy.PortRange{Lo: 80, Hi: 80}}
+			back := newBackArm(b)
+			tg := back.addTarget(b, 1, false, nil, func(c net.Conn) {
+				defer c.Close()
+				if mode == "send-v2" {
+					if _, err := proxyproto.Read(c, proxyproto.V2); err != nil {
+						return
+					}
+				}
+				c.Write([]byte("bye\n"))
+			})
+			target := &policy.Target{Name: "back", Addr: tg.addr, Via: policy.DialNetstack}
+			var hdr []byte
+			switch mode {
+			case "send-v2":
+				target.ProxyProtocol = policy.ProxyV2
+			case "accept-v2":
+				vs.AcceptProxy, vs.TrustedProxies = policy.ProxyV2, []netip.Prefix{clientV4.Masked()}
+				hdr = proxyproto.AppendV2(nil, netip.MustParseAddrPort("198.19.0.7:5555"), netip.AddrPortFrom(vipV4, 80))
+			}
+			r := newRig(b, rigOptions{fwd: fwdOptions{Services: services(vs), Admitter: &testAdmitter{target: target}, Back: &StackDialer{Stack: back.s}}})
+			vip := netip.AddrPortFrom(vipV4, 80)
+			b.ReportAllocs()
+			cpu0, t0 := cpuTime(), time.Now()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				c, err := dialRetryBind(r.client, netip.AddrPort{}, vip)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if hdr != nil {
+					if _, err := c.Write(hdr); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if got, err := io.ReadAll(c); err != nil || string(got) != "bye\n" {
+					b.Fatalf("%q, %v", got, err)
+				}
+				c.Close()
+			}
+			b.StopTimer()
+			el, cpu := time.Since(t0), cpuTime()-cpu0
+			b.ReportMetric(float64(b.N)/el.Seconds(), "conns/s")
+			b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/conn")
+		})
+	}
+}
