@@ -66,7 +66,8 @@ type hdrKey struct{}
 // target on a connection whose header names its own client (the second of
 // each reuses its client's connection, never the other's idle one), two
 // target connections in all; when a client goes, its pooled connection is
-// closed with it.
+// closed with it. X-Forwarded-For names the client, not the load balancer
+// its connection came through.
 func TestPoolPerClientWithProxyProtocol(t *testing.T) {
 	for _, v := range []policy.ProxyProtocol{policy.ProxyV1, policy.ProxyV2} {
 		t.Run(v.String(), func(t *testing.T) {
@@ -74,7 +75,7 @@ func TestPoolPerClientWithProxyProtocol(t *testing.T) {
 			srv := &http.Server{
 				Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 					h := r.Context().Value(hdrKey{}).(proxyproto.Header)
-					fmt.Fprintf(w, "%v %v", h.Src, h.Dst)
+					fmt.Fprintf(w, "%v %v %s", h.Src, h.Dst, r.Header.Get("X-Forwarded-For"))
 				}),
 				ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 					return context.WithValue(ctx, hdrKey{}, c.(*headerConn).hdr)
@@ -112,7 +113,9 @@ func TestPoolPerClientWithProxyProtocol(t *testing.T) {
 				c.conn, c.br, c.done = far, bufio.NewReader(far), make(chan struct{})
 				go func() {
 					defer close(c.done)
-					p.HandleConn(near, &proxy.ConnRequest{Client: c.addr, VIP: c.vip, Service: vs})
+					// As after an accepted header: the connection came
+					// from an outer load balancer (Peer) for c.addr.
+					p.HandleConn(near, &proxy.ConnRequest{Client: c.addr, Peer: netip.MustParseAddrPort("198.18.0.250:5000"), VIP: c.vip, Service: vs})
 				}()
 			}
 			get := func(c *client) string {
@@ -132,7 +135,7 @@ func TestPoolPerClientWithProxyProtocol(t *testing.T) {
 			}
 			for round := range 2 {
 				for _, c := range clients {
-					if got, want := get(c), fmt.Sprintf("%v %v", c.addr, c.vip); got != want {
+					if got, want := get(c), fmt.Sprintf("%v %v %v", c.addr, c.vip, c.addr.Addr()); got != want {
 						t.Errorf("round %d, client %v: the target's header says %q, want %q", round, c.addr, got, want)
 					}
 				}
