@@ -44,6 +44,9 @@ type Flows interface {
 	// Reclassify decides the flow again for the client a PROXY-protocol
 	// header named (datapath.Engine.Reclassify).
 	Reclassify(client, server netip.AddrPort, proto uint8, as netip.AddrPort) *datapath.Flow
+	// Reroute moves a tls flow its ClientHello routed to vs
+	// (datapath.Engine.Reroute).
+	Reroute(client, server netip.AddrPort, vs *policy.VirtualServer) *datapath.Flow
 	Meters() *datapath.Meters
 	Generation() uint64
 }
@@ -78,12 +81,6 @@ type Options struct {
 	// Shared set), asks for a slot of each such target in turn and picks
 	// again once one grants (cluster.Cluster.BorrowTarget).
 	BorrowTarget func(ctx context.Context, service, target string) bool
-}
-
-// rerouter is the datapath engine's Reroute (a *datapath.Engine has it;
-// a Flows without it leaves a routed tls flow in its first service).
-type rerouter interface {
-	Reroute(client, server netip.AddrPort, vs *policy.VirtualServer) *datapath.Flow
 }
 
 // maxBorrows bounds the borrows one pick makes when the targets are at
@@ -286,9 +283,7 @@ func (a *Admitter) admit(req *proxy.ConnRequest, s *session, now time.Time) (pro
 		if req.Peer.IsValid() {
 			from = req.Peer
 		}
-		if r, ok := a.opts.Flows.(rerouter); ok {
-			s.flow = r.Reroute(from, req.VIP, vs)
-		}
+		s.flow = a.opts.Flows.Reroute(from, req.VIP, vs)
 	}
 	lease, err := a.pick(b, s, now)
 	if err != nil && req.Settle() {
