@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
 )
 
 // flowTableMax is weir's flow table size (datapath's default MaxFlows).
