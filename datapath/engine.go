@@ -430,6 +430,13 @@ func (p *Port) flow(st *engineState, k *FlowKey, h uint64, now int64, c *engineC
 func (p *Port) newFlow(st *engineState, k *FlowKey, h uint64, now int64, c *engineCounters, f *Flow) verdict {
 	e := p.e
 	vs, act, v := st.decide(k)
+	if f != nil {
+		// A tls flow routed by its ClientHello (Reroute) stays in its
+		// service across a config swap, found again by name.
+		if rs := st.rerouted(k, f.Service, vs); rs != nil {
+			vs, act, v = st.decideFor(k, rs)
+		}
+	}
 	if f == nil && !e.flows.room(h) {
 		c.uncached.Add(1)
 		return v
@@ -464,8 +471,13 @@ func (p *Port) newFlow(st *engineState, k *FlowKey, h uint64, now int64, c *engi
 
 // decide classifies k under st's config.
 func (st *engineState) decide(k *FlowKey) (*policy.VirtualServer, *policy.Action, verdict) {
+	server := k.ServerAddrPort()
+	return st.decideFor(k, st.cfg.Service(server.Addr(), server.Port(), k.Proto))
+}
+
+// decideFor classifies k as a flow of vs (nil: none) under st's config.
+func (st *engineState) decideFor(k *FlowKey, vs *policy.VirtualServer) (*policy.VirtualServer, *policy.Action, verdict) {
 	server, client := k.ServerAddrPort(), k.ClientAddrPort()
-	vs := st.cfg.Service(server.Addr(), server.Port())
 	act := st.cfg.Classify(k.Proto, server, client, vs)
 	v := verdict{target: NoTarget}
 	svc, ai := -1, -1

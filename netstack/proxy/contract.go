@@ -30,6 +30,10 @@ type ConnRequest struct {
 	Client  netip.AddrPort        // the client's address and port
 	VIP     netip.AddrPort        // the virtual server address and port it asked for
 	Service *policy.VirtualServer // the virtual server found for VIP; never nil
+	// ServerName is a tls service's ClientHello server name (lower case,
+	// "" when it sent none): Service is then the tls service it routed to
+	// (tlsroute.go).
+	ServerName string
 	// Attempt is 0 in Admit and counts the failed dials in DialFailed.
 	Attempt int
 	// SettleFunc is Settle's work, set by the forwarder; nil: Settle
@@ -147,6 +151,14 @@ type Session interface {
 	// End reports how the connection ended. e is valid only during the
 	// call. It must not block.
 	End(e *End)
+}
+
+// SplicedBytes is an optional interface of a spliced connection's Session:
+// the splice reports the bytes it writes, either direction, as it writes
+// them (weir's per-client bandwidth counts them). Spliced may be called
+// from both copy halves at once and must not block.
+type SplicedBytes interface {
+	Spliced(n int64)
 }
 
 // ErrFirstByteTimeout is the error a TargetFailed and the End of a

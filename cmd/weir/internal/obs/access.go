@@ -13,14 +13,17 @@ import (
 
 // AccessRecord is one connection through weir, written when it ends.
 type AccessRecord struct {
-	Start    time.Time
-	Client   string // ip:port
-	VIP      string // ip:port
-	Service  string
-	Target   string // name, or "" when refused
-	BytesIn  uint64 // client → target
-	BytesOut uint64 // target → client
-	Duration time.Duration
+	Start   time.Time
+	Client  string // ip:port
+	VIP     string // ip:port
+	Service string
+	// ServerName is a tls service's ClientHello server name (lower case;
+	// "" when none was sent, or for another protocol).
+	ServerName string
+	Target     string // name, or "" when refused
+	BytesIn    uint64 // client → target
+	BytesOut   uint64 // target → client
+	Duration   time.Duration
 	// Outcome is how the connection ended, proxy.Outcome's String: "ok"
 	// (served), "idle" (closed by the idle timeout), "reset" (refused with
 	// RST), "503" (refused with the page), "aborted" (weir shut down),
@@ -36,6 +39,9 @@ type AccessRecord struct {
 	// RequestLine and Status are set for HTTP refusals answered with a page.
 	RequestLine string
 	Status      int
+	// QueueWait is how long the connection (request) waited in a limit's
+	// queue before it was admitted or refused; 0: it did not queue.
+	QueueWait time.Duration
 }
 
 // AccessLog writes one line per connection: JSON by default, Common Log
@@ -65,7 +71,11 @@ func (a *AccessLog) Log(r AccessRecord) {
 		return
 	}
 	e := a.zl.Log().Time("time", r.Start).Str("client", r.Client).Str("vip", r.VIP).
-		Str("service", r.Service).Str("target", r.Target).
+		Str("service", r.Service).Str("target", r.Target)
+	if r.ServerName != "" {
+		e = e.Str("sni", r.ServerName)
+	}
+	e = e.
 		Uint64("bytes_in", r.BytesIn).Uint64("bytes_out", r.BytesOut).
 		Dur("duration_ms", r.Duration).Str("outcome", r.Outcome)
 	if r.Reason != "" {
@@ -73,6 +83,9 @@ func (a *AccessLog) Log(r AccessRecord) {
 	}
 	if r.RequestLine != "" {
 		e = e.Str("request", r.RequestLine).Int("status", r.Status)
+	}
+	if r.QueueWait > 0 {
+		e = e.Dur("queue_wait_ms", r.QueueWait)
 	}
 	e.Send()
 }
@@ -90,7 +103,8 @@ func (a *AccessLog) Flush() error {
 // stop after the bytes ignore. A plain TCP connection's request is
 // "TCP <vip> <target>" and its status its outcome's HTTP-like code (200
 // served, 503 refused, 408 a handshake the client did not complete, 500
-// aborted).
+// aborted). A tls service's is "TLS <vip> <server name> <target>" ("-"
+// for none).
 func CLF(r AccessRecord) string {
 	host := r.Client
 	if h, _, ok := cutPort(host); ok {
@@ -100,6 +114,9 @@ func CLF(r AccessRecord) string {
 	status := r.Status
 	if req == "" {
 		req = fmt.Sprintf("TCP %s %s", r.VIP, orDash(r.Target))
+		if r.ServerName != "" {
+			req = fmt.Sprintf("TLS %s %s %s", r.VIP, r.ServerName, orDash(r.Target))
+		}
 		switch r.Outcome {
 		case "ok", "idle":
 			status = 200
@@ -115,8 +132,14 @@ func CLF(r AccessRecord) string {
 			status = 500
 		}
 	}
-	return fmt.Sprintf("%s - - [%s] %q %d %s %q %d", host, r.Start.Format("02/Jan/2006:15:04:05 -0700"),
+	line := fmt.Sprintf("%s - - [%s] %q %d %s %q %d", host, r.Start.Format("02/Jan/2006:15:04:05 -0700"),
 		req, status, strconv.FormatUint(r.BytesOut, 10), orDash(r.Target), r.Duration.Microseconds())
+	if r.QueueWait > 0 {
+		// A fourth field of weir's own, only for a connection that
+		// queued: the queue wait in microseconds.
+		line += " queue=" + strconv.FormatInt(r.QueueWait.Microseconds(), 10)
+	}
+	return line
 }
 
 func cutPort(hostport string) (host, port string, ok bool) {

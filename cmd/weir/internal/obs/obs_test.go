@@ -86,6 +86,24 @@ func TestAccessLog(t *testing.T) {
 	if m["outcome"] != "503" || m["request"] != "GET /wlm/BeenThere HTTP/1.1" || m["bytes_out"] != 431.0 {
 		t.Errorf("json access line %v", m)
 	}
+	if _, ok := m["queue_wait_ms"]; ok {
+		t.Errorf("queue_wait_ms on a line that did not queue: %v", m)
+	}
+	// A request that waited in a limit's queue says how long.
+	rec.QueueWait = 1250 * time.Millisecond
+	if got := CLF(rec); !strings.HasSuffix(got, `"-" 1500 queue=1250000`) {
+		t.Errorf("CLF of a queued request: %s", got)
+	}
+	buf.Reset()
+	a.Log(rec)
+	a.Flush()
+	m = nil
+	if err := json.Unmarshal(buf.Bytes(), &m); err != nil {
+		t.Fatal(err)
+	}
+	if m["queue_wait_ms"] != 1250.0 {
+		t.Errorf("json access line of a queued request: %v", m)
+	}
 }
 
 // TestCloseKeepsOutputOpen: closing the log must not close its output
@@ -104,5 +122,31 @@ func TestCloseKeepsOutputOpen(t *testing.T) {
 	l.Close()
 	if _, err := f.WriteString("weir: exit error\n"); err != nil {
 		t.Fatalf("output closed by Logs.Close: %v", err)
+	}
+}
+
+// TestAccessLogServerName: a tls connection's line carries its server name,
+// in JSON ("sni") and in CLF (the request "TLS vip name target").
+func TestAccessLogServerName(t *testing.T) {
+	r := AccessRecord{Start: time.Unix(0, 0).UTC(), Client: "198.18.5.1:40000", VIP: "198.18.0.10:443", Service: "shop",
+		ServerName: "shop.example", Target: "t1", Outcome: "ok", BytesOut: 10}
+	var b strings.Builder
+	l := NewAccessLog(&b, false)
+	l.Log(r)
+	if err := l.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), `"sni":"shop.example"`) {
+		t.Errorf("JSON line %q lacks the server name", b.String())
+	}
+	if got := CLF(r); !strings.Contains(got, `"TLS 198.18.0.10:443 shop.example t1" 200`) {
+		t.Errorf("CLF %q", got)
+	}
+	r.ServerName = ""
+	b.Reset()
+	l.Log(r)
+	_ = l.Flush()
+	if strings.Contains(b.String(), "sni") || !strings.Contains(CLF(r), `"TCP 198.18.0.10:443 t1"`) {
+		t.Errorf("no server name: %q, %q", b.String(), CLF(r))
 	}
 }
