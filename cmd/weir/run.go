@@ -298,6 +298,11 @@ func runAppliance(ctx context.Context, stdout, stderr io.Writer, o runOptions) e
 	reg.MustRegister(metrics.NewCollector(app.Status))
 	src.set(app)
 	app.Start()
+	// Memory a load took goes back to the OS once the load is over.
+	go host.TrimLoop(ctx, host.TrimOptions{Trimmed: func(before, after host.HeapFigures, quiet bool) {
+		log.Info().Uint64("heap_mib", before.Live>>20).Uint64("free_mib", before.Free>>20).Bool("quiet", quiet).
+			Uint64("heap_after_mib", after.Live>>20).Msg("free heap returned to the OS")
+	}})
 	go func() {
 		if err := srv.Serve(); err != nil {
 			log.Error().Err(err).Msg("admin API stopped")
