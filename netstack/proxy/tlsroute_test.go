@@ -279,3 +279,37 @@ func BenchmarkConnTLSPeek(b *testing.B) {
 		})
 	}
 }
+
+// TestTLSPeekClose: Close ends a peek that waits on a silent client (the
+// handshake timeout 30 s away) at once, counted Aborted, not a refusal.
+func TestTLSPeekClose(t *testing.T) {
+	cfg := tlsConfig(t, true)
+	vs := *cfg.Services[0]
+	vs.Timeouts.Handshake = 30 * time.Second
+	adm := &sniAdmitter{}
+	p := proxy.New(proxy.Options{Admitter: adm})
+	near, far := proxytest.Pipe()
+	defer far.Close()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		p.HandleConn(near, &proxy.ConnRequest{Client: netip.MustParseAddrPort("198.18.0.2:40000"), VIP: netip.MustParseAddrPort("198.18.0.10:443"), Service: &vs})
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for p.Stats().Pending != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the connection never became pending")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	start := time.Now()
+	p.Close()
+	<-done
+	st := p.Stats()
+	if time.Since(start) > 5*time.Second || st.Aborted != 1 || st.SNIRefused != [proxy.NumSNIRefusals]uint64{} {
+		t.Fatalf("Close took %v; aborted %d, refused %v", time.Since(start), st.Aborted, st.SNIRefused)
+	}
+	if got, ends := adm.last(); got != "" || ends != 0 {
+		t.Fatalf("admitted %q, %d ends", got, ends)
+	}
+}
