@@ -203,7 +203,7 @@ func Parse(body []byte) (string, error) {
 	if !s.vec16(&exts) || len(s) != 0 {
 		return "", fmt.Errorf("%w: extensions block", ErrMalformed)
 	}
-	var seen [4]uint64 // a bitset of the first 256 extension types, enough to catch most repeats cheaply
+	var seen [4]uint64       // a bitset of the first 256 extension types, enough to catch most repeats cheaply
 	var othersBuf [16]uint16 // the types ≥ 256 seen, on the stack for a usual hello
 	others := othersBuf[:0]
 	name := ""
