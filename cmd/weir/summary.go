@@ -30,6 +30,9 @@ func writeSummary(w io.Writer, c *policy.Config) error {
 	s := &summary{w: w}
 	in := c.Instance
 	s.printf("instance %s: %s", in.Name, limitsText(in.Limits))
+	if t := clientLimitsText(in.ClientLimits); t != "" {
+		s.printf("  %s", t)
+	}
 	s.printf("  bandwidth averaged over %v, recomputed every %v", in.MetricInterval, in.RecomputeInterval)
 	s.printf("  timeouts: %s", timeoutsText(in.Timeouts))
 
@@ -63,6 +66,9 @@ func writeSummary(w io.Writer, c *policy.Config) error {
 			s.printf("    sni: %s", names)
 		}
 		s.printf("    limits: %s", limitsText(vs.Limits))
+		if t := clientLimitsText(vs.ClientLimits); t != "" {
+			s.printf("    %s", t)
+		}
 		if vs.Timeouts != in.Timeouts {
 			s.printf("    timeouts: %s", timeoutsText(vs.Timeouts))
 		}
@@ -136,9 +142,36 @@ func limitsText(l policy.Limits) string {
 		parts = append(parts, p)
 	}
 	if l.MaxConnections > 0 {
-		parts = append(parts, fmt.Sprintf("connections %d %s", l.MaxConnections, enforced(l.EnforceConnections)))
+		p := fmt.Sprintf("connections %d %s", l.MaxConnections, enforced(l.EnforceConnections))
+		if l.Queue > 0 {
+			to := l.QueueTimeout
+			if to == 0 {
+				to = policy.DefaultQueueTimeout
+			}
+			p += fmt.Sprintf(", queue %d for %v", l.Queue, to)
+		}
+		parts = append(parts, p)
 	}
 	return strings.Join(parts, "; ")
+}
+
+// clientLimitsText is a clientLimits line for weir check, "" for none.
+func clientLimitsText(c policy.ClientLimits) string {
+	if !c.Any() {
+		return ""
+	}
+	v4, v6 := c.PrefixV4, c.PrefixV6
+	if v4 == 0 {
+		v4 = 32
+	}
+	if v6 == 0 {
+		v6 = 128
+	}
+	size := c.TableSize
+	if size == 0 {
+		size = policy.DefaultClientTableSize
+	}
+	return fmt.Sprintf("per client (/%d, /%d; %d kept): %s", v4, v6, size, limitsText(c.Limits))
 }
 
 func enforced(b bool) string {

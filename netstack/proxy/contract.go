@@ -153,6 +153,14 @@ type Session interface {
 	End(e *End)
 }
 
+// SplicedBytes is an optional interface of a spliced connection's Session:
+// the splice reports the bytes it writes, either direction, as it writes
+// them (weir's per-client bandwidth counts them). Spliced may be called
+// from both copy halves at once and must not block.
+type SplicedBytes interface {
+	Spliced(n int64)
+}
+
 // ErrFirstByteTimeout is the error a TargetFailed and the End of a
 // TargetTimedOut connection carry.
 var ErrFirstByteTimeout = errors.New("netstack: target sent nothing within the first-byte timeout")

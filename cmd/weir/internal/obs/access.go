@@ -39,6 +39,9 @@ type AccessRecord struct {
 	// RequestLine and Status are set for HTTP refusals answered with a page.
 	RequestLine string
 	Status      int
+	// QueueWait is how long the connection (request) waited in a limit's
+	// queue before it was admitted or refused; 0: it did not queue.
+	QueueWait time.Duration
 }
 
 // AccessLog writes one line per connection: JSON by default, Common Log
@@ -80,6 +83,9 @@ func (a *AccessLog) Log(r AccessRecord) {
 	}
 	if r.RequestLine != "" {
 		e = e.Str("request", r.RequestLine).Int("status", r.Status)
+	}
+	if r.QueueWait > 0 {
+		e = e.Dur("queue_wait_ms", r.QueueWait)
 	}
 	e.Send()
 }
@@ -126,8 +132,14 @@ func CLF(r AccessRecord) string {
 			status = 500
 		}
 	}
-	return fmt.Sprintf("%s - - [%s] %q %d %s %q %d", host, r.Start.Format("02/Jan/2006:15:04:05 -0700"),
+	line := fmt.Sprintf("%s - - [%s] %q %d %s %q %d", host, r.Start.Format("02/Jan/2006:15:04:05 -0700"),
 		req, status, strconv.FormatUint(r.BytesOut, 10), orDash(r.Target), r.Duration.Microseconds())
+	if r.QueueWait > 0 {
+		// A fourth field of weir's own, only for a connection that
+		// queued: the queue wait in microseconds.
+		line += " queue=" + strconv.FormatInt(r.QueueWait.Microseconds(), 10)
+	}
+	return line
 }
 
 func cutPort(hostport string) (host, port string, ok bool) {
