@@ -140,7 +140,8 @@ const (
 // field is zero except FirstByte and Idle turned off (negative in the
 // model, "off" in the config: Compile keeps them negative).
 type Timeouts struct {
-	// Handshake aborts a client handshake not completed in time.
+	// Handshake aborts a client handshake not completed in time; for a
+	// tls service it also bounds reading the ClientHello after it.
 	Handshake time.Duration
 	// Connect bounds one dial to a target; a dial that times out counts as
 	// a failed target (down for the balancer's retry interval).

@@ -58,6 +58,13 @@ func writeSummary(w io.Writer, c *policy.Config) error {
 			class = "class " + vs.Class.Name
 		}
 		s.printf("  %s: %s %s, port %v, under %s", vs.Name, vs.Proto, addrsText(vs.VIPs), vs.Ports, class)
+		if vs.Proto == policy.ProtoTLS {
+			names := strings.Join(vs.SNI, " ")
+			if vs.SNIDefault {
+				names = strings.TrimSpace(names + " (default)")
+			}
+			s.printf("    sni: %s", names)
+		}
 		s.printf("    limits: %s", limitsText(vs.Limits))
 		if t := clientLimitsText(vs.ClientLimits); t != "" {
 			s.printf("    %s", t)

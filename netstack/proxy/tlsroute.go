@@ -66,7 +66,10 @@ func (p *Proxy) routeTLS(req *ConnRequest, client Client) (Client, bool) {
 	h, err := tlshello.Read(client, tlshello.MaxHello)
 	_ = client.SetReadDeadline(time.Time{})
 	if err != nil {
-		if p.Closed() {
+		p.mu.Lock()
+		closed := p.closed // set before Close closes the Held client
+		p.mu.Unlock()
+		if closed {
 			p.count.Aborted.Add(1)
 		} else {
 			p.count.SNIRefused[sniReason(err)].Add(1)

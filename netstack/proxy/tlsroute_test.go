@@ -9,6 +9,7 @@ import (
 	"crypto/x509/pkix"
 	"io"
 	"math/big"
+	"net"
 	"net/netip"
 	"sync"
 	"testing"
@@ -74,7 +75,7 @@ func (a *sniAdmitter) last() (string, int) {
 	return a.got[len(a.got)-1], a.ends
 }
 
-func tlsConfig(t *testing.T, def bool) *policy.Config {
+func tlsConfig(t testing.TB, def bool) *policy.Config {
 	t.Helper()
 	vip := []netip.Addr{netip.MustParseAddr("198.18.0.10")}
 	tg := func(a string) []*policy.Target {
@@ -222,5 +223,93 @@ func TestSNIRefusalNames(t *testing.T) {
 	}
 	if len(tlshello.Reasons) != proxy.SNINoMatch {
 		t.Fatalf("%d hello reasons, SNINoMatch %d", len(tlshello.Reasons), proxy.SNINoMatch)
+	}
+}
+
+// BenchmarkConnTLSPeek is a whole connection through the proxy over pipes,
+// tcp against tls: the client sends a 1.5 KB ClientHello (Go's) and closes,
+// the target reads it all and closes; the difference is the peek's cost
+// per connection (reading the hello in two reads, routing, replaying it).
+func BenchmarkConnTLSPeek(b *testing.B) {
+	c, s := net.Pipe()
+	go func() { _ = tls.Client(c, &tls.Config{ServerName: "a.example", InsecureSkipVerify: true}).Handshake() }()
+	_ = s.SetReadDeadline(time.Now().Add(10 * time.Second))
+	h, err := tlshello.Read(s, 0)
+	c.Close()
+	s.Close()
+	if err != nil {
+		b.Fatal(err)
+	}
+	hello := h.Raw
+	cfg := tlsConfig(b, true)
+	tcp := *cfg.Services[0]
+	tcp.Proto = policy.ProtoTCP
+	for _, bc := range []struct {
+		name string
+		vs   *policy.VirtualServer
+	}{{"tcp", &tcp}, {"tls", cfg.Services[0]}} {
+		b.Run(bc.name, func(b *testing.B) {
+			targets := proxytest.NewListener()
+			adm := &sniAdmitter{dialer: targets}
+			p := proxy.New(proxy.Options{Admitter: adm, RouteSNI: func(vip netip.AddrPort, name string) *policy.VirtualServer {
+				return cfg.RouteSNI(vip.Addr(), vip.Port(), name)
+			}})
+			vip := netip.MustParseAddrPort("198.18.0.10:443")
+			b.ReportAllocs()
+			for b.Loop() {
+				near, far := proxytest.Pipe()
+				go p.HandleConn(near, &proxy.ConnRequest{Client: netip.MustParseAddrPort("198.18.0.2:40000"), VIP: vip, Service: bc.vs})
+				go func() {
+					_, _ = far.Write(hello)
+					_ = far.CloseWrite()
+				}()
+				t, err := targets.Accept()
+				if err != nil {
+					b.Fatal(err)
+				}
+				if n, _ := io.Copy(io.Discard, t); n != int64(len(hello)) {
+					b.Fatalf("target read %d bytes, want %d", n, len(hello))
+				}
+				t.Close()
+				_, _ = io.Copy(io.Discard, far)
+				far.Close()
+			}
+			p.Close()
+			targets.Close()
+		})
+	}
+}
+
+// TestTLSPeekClose: Close ends a peek that waits on a silent client (the
+// handshake timeout 30 s away) at once, counted Aborted, not a refusal.
+func TestTLSPeekClose(t *testing.T) {
+	cfg := tlsConfig(t, true)
+	vs := *cfg.Services[0]
+	vs.Timeouts.Handshake = 30 * time.Second
+	adm := &sniAdmitter{}
+	p := proxy.New(proxy.Options{Admitter: adm})
+	near, far := proxytest.Pipe()
+	defer far.Close()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		p.HandleConn(near, &proxy.ConnRequest{Client: netip.MustParseAddrPort("198.18.0.2:40000"), VIP: netip.MustParseAddrPort("198.18.0.10:443"), Service: &vs})
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for p.Stats().Pending != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the connection never became pending")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	start := time.Now()
+	p.Close()
+	<-done
+	st := p.Stats()
+	if time.Since(start) > 5*time.Second || st.Aborted != 1 || st.SNIRefused != [proxy.NumSNIRefusals]uint64{} {
+		t.Fatalf("Close took %v; aborted %d, refused %v", time.Since(start), st.Aborted, st.SNIRefused)
+	}
+	if got, ends := adm.last(); got != "" || ends != 0 {
+		t.Fatalf("admitted %q, %d ends", got, ends)
 	}
 }

@@ -199,7 +199,7 @@
 // service's defaults, under a service they override the instance's field by
 // field. weir check prints the values in force:
 //
-//	handshake: 5s              # a client handshake not completed in time is aborted (on a listener too: the VIP leaves SYN-cookie mode that long after a flood)
+//	handshake: 5s              # a client handshake not completed in time is aborted (on a listener too: the VIP leaves SYN-cookie mode that long after a flood); protocol tls: the ClientHello must be read within it too, else RST
 //	connect: 3s                # one dial to a target; a timeout marks the target down (retryInterval)
 //	firstByte: 30s             # target's first byte after the whole request (tcp: the client's first); "off" or a duration; a timeout marks it down
 //	idle: 5m                   # no byte either way closes the connection; "off" or a duration

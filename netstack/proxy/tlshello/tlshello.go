@@ -107,8 +107,11 @@ func Read(r io.Reader, max int) (Hello, error) {
 	}
 	var h Hello
 	var hdr [recordHeaderLen]byte
-	msg := make([]byte, 0, 512) // the handshake bytes, record headers stripped
-	need := -1                  // the message's full length once known
+	// msg is the handshake bytes, record headers stripped: the first
+	// record's fragment inside Raw (capped, so that an append copies),
+	// a buffer of its own once a second record comes.
+	var msg []byte
+	need := -1 // the message's full length once known
 	for need < 0 || len(msg) < need {
 		if _, err := io.ReadFull(r, hdr[:]); err != nil {
 			if h.Records == 0 && err == io.ErrUnexpectedEOF {
@@ -116,8 +119,11 @@ func Read(r io.Reader, max int) (Hello, error) {
 			}
 			return h, fmt.Errorf("tlshello: reading record %d header: %w", h.Records+1, err)
 		}
-		h.Raw = append(h.Raw, hdr[:]...)
 		typ, major, n := hdr[0], hdr[1], int(binary.BigEndian.Uint16(hdr[3:5]))
+		if h.Raw == nil && n <= maxRecord {
+			h.Raw = make([]byte, 0, recordHeaderLen+n) // most hellos: one record
+		}
+		h.Raw = append(h.Raw, hdr[:]...)
 		if typ != recordHandshake || major != 3 {
 			if h.Records == 0 {
 				return h, fmt.Errorf("%w (first bytes %#x)", ErrNotTLS, hdr[:3])
@@ -145,7 +151,11 @@ func Read(r io.Reader, max int) (Hello, error) {
 			h.Raw = h.Raw[:start]
 			return h, fmt.Errorf("tlshello: reading record %d: %w", h.Records, err)
 		}
-		msg = append(msg, h.Raw[start:]...)
+		if h.Records == 1 {
+			msg = h.Raw[start:len(h.Raw):len(h.Raw)]
+		} else {
+			msg = append(msg, h.Raw[start:]...)
+		}
 		if need < 0 && len(msg) >= handshakeHeadLen {
 			if msg[0] != typeClientHello {
 				return h, fmt.Errorf("%w: handshake type %d, not ClientHello", ErrMalformed, msg[0])
@@ -193,8 +203,9 @@ func Parse(body []byte) (string, error) {
 	if !s.vec16(&exts) || len(s) != 0 {
 		return "", fmt.Errorf("%w: extensions block", ErrMalformed)
 	}
-	var seen [4]uint64 // a bitset of the first 256 extension types, enough to catch most repeats cheaply
-	var others []uint16
+	var seen [4]uint64       // a bitset of the first 256 extension types, enough to catch most repeats cheaply
+	var othersBuf [16]uint16 // the types ≥ 256 seen, on the stack for a usual hello
+	others := othersBuf[:0]
 	name := ""
 	for len(exts) > 0 {
 		var typ uint16

@@ -167,6 +167,9 @@ func countedDrops(st api.Status) []string {
 	add("stack SYNs over the pending-handshake limit", st.Stack.SYNsDroppedInFlight)
 	add("stack IP malformed", st.Stack.IPMalformed)
 	add("forwarder SYNs admitted without a session (a bug)", st.Forwarder.NoSession)
+	for _, d := range st.Forwarder.SNIRefused {
+		add("tls ClientHello refused "+d.Reason, d.Count)
+	}
 	for _, n := range st.NICs {
 		for _, d := range n.Dropped {
 			add("nic "+n.Name+" "+d.Reason, d.Count)
