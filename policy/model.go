@@ -34,6 +34,10 @@ const (
 	DefaultTimeoutMax       = 100 // percent
 	// DefaultMinSegments is Monitor.MinSegments when unset.
 	DefaultMinSegments = 100
+	// DefaultErrorMax is Monitor.ErrorMax when unset (percent), and
+	// DefaultMinResponses Monitor.MinResponses.
+	DefaultErrorMax     = 100
+	DefaultMinResponses = 20
 )
 
 // DefaultMaxConnLevels are MaxConnWeightFr 50 65 80: the percentages of an
@@ -127,7 +131,7 @@ const (
 	DefaultFirstByteTimeout   = 30 * time.Second // target's first byte after the client's first
 	DefaultIdleTimeout        = 5 * time.Minute  // no byte either way
 	DefaultRequestReadTimeout = 2 * time.Second  // reading a refused HTTP request's head
-	DefaultInFlightPerVIP     = 128              // half-open handshakes per VIP and port
+	DefaultInFlightPerVIP     = 1024             // half-open handshakes per VIP and port, and its accept queue
 )
 
 // Timeouts bound the phases of one connection, and the half-open handshakes
@@ -152,8 +156,12 @@ type Timeouts struct {
 	Idle time.Duration
 	// RequestRead bounds reading an HTTP request head before a 503 page.
 	RequestRead time.Duration
-	// InFlightPerVIP bounds the half-open handshakes of one VIP and port;
-	// beyond it, SYN cookies answer and hold no state.
+	// InFlightPerVIP is the backlog of one VIP and port's listener, as
+	// listen(2)'s: it bounds the half-open handshakes (beyond it, SYN
+	// cookies answer and hold no state) and the established connections
+	// the accept loop has not taken yet (beyond it, gVisor drops the ACK
+	// that completes a handshake: a burst of more connections completing
+	// at once loses them). gVisor sizes both from the one number.
 	InFlightPerVIP int
 }
 
@@ -233,23 +241,35 @@ type Limits struct {
 func (l Limits) Any() bool { return l.MaxBandwidth > 0 || l.MaxConnections > 0 }
 
 // ServiceProto is what a virtual server speaks, which decides how a refusal
-// looks: TCP refuses with RST, HTTP with a 503 page naming the limit.
+// looks: TCP refuses with RST, HTTP with a 503 page naming the limit. TLS
+// is TCP whose service is chosen by the server name of the client's
+// ClientHello among the tls services of one VIP and port (see sni.go); it
+// refuses with RST. UDP drops the new session's datagram (counted, no
+// ICMP).
 type ServiceProto uint8
 
 const (
 	ProtoTCP  ServiceProto = iota // tcp
 	ProtoHTTP                     // http
+	ProtoTLS                      // tls
+	// ProtoUDP is a datagram service: a session per client address and
+	// port, relayed datagram by datagram (see UDPOptions).
+	ProtoUDP // udp
 )
 
-// ParseServiceProto parses "tcp" or "http".
+// ParseServiceProto parses "tcp", "http", "tls" or "udp".
 func ParseServiceProto(s string) (ServiceProto, error) {
 	switch s {
 	case "tcp":
 		return ProtoTCP, nil
 	case "http":
 		return ProtoHTTP, nil
+	case "tls":
+		return ProtoTLS, nil
+	case "udp":
+		return ProtoUDP, nil
 	}
-	return 0, fmt.Errorf("unknown protocol %q (want tcp or http)", s)
+	return 0, fmt.Errorf("unknown protocol %q (want tcp, http, tls or udp)", s)
 }
 
 // PortRange is an inclusive range of ports. The zero value {0, 0} matches any
@@ -298,6 +318,17 @@ type VirtualServer struct {
 	Timeouts Timeouts
 	// HTTP tunes request handling; used only when Proto is ProtoHTTP.
 	HTTP HTTPOptions
+	// SNI are the server names a ProtoTLS service answers for, among the
+	// tls services sharing its VIPs and ports: host names ("www.example.com")
+	// and wildcards of one label ("*.example.com"), compared without case
+	// and trailing dot (Compile lower-cases them). SNIDefault makes it the
+	// service of a ClientHello no other one's names match, or without a
+	// server name. See sni.go.
+	SNI        []string
+	SNIDefault bool
+	// UDP tunes the sessions of a udp service; used only when Proto is
+	// ProtoUDP.
+	UDP UDPOptions
 	// Targets in configured order: primaries first in the order given, then
 	// backups in the order they are to be tried.
 	Targets []*Target
@@ -434,11 +465,24 @@ func (r *Rule) matchProto(proto uint8) bool {
 	return (r.ProtoLo == 0 && r.ProtoHi == 0) || (proto >= r.ProtoLo && proto <= r.ProtoHi)
 }
 
-// ipProtoTCP is TCP's IP protocol number, the only protocol a virtual
-// server serves.
-const ipProtoTCP = 6
+// IPProtoTCP and IPProtoUDP are the IP protocol numbers virtual servers
+// serve: UDP for ProtoUDP, TCP for the others.
+const (
+	IPProtoTCP = 6
+	IPProtoUDP = 17
+)
 
-// Covers reports whether r can match some TCP connection to vs: Match
+// IPProto is the IP protocol number of vs's flows: 17 for a udp service, 6
+// otherwise.
+func (vs *VirtualServer) IPProto() uint8 {
+	if vs.Proto == ProtoUDP {
+		return IPProtoUDP
+	}
+	return IPProtoTCP
+}
+
+// Covers reports whether r can match some connection (a udp service's
+// datagram) to vs: Match
 // holds for at least one flow of vs (its protocol, one of its VIPs and
 // ports, any client). It is how a config is checked for services the
 // monitor never sees.
@@ -446,7 +490,7 @@ func (r *Rule) Covers(vs *VirtualServer) bool {
 	if r.Service != nil && r.Service != vs {
 		return false
 	}
-	if !r.matchProto(ipProtoTCP) {
+	if !r.matchProto(vs.IPProto()) {
 		return false
 	}
 	if !r.SrcPort.Overlaps(vs.Ports) {
@@ -503,6 +547,24 @@ type Monitor struct {
 	// The zero value, on, captures the via: host legs' segments
 	// (datapath/hostcap) so that both their directions are measured.
 	HostCaptureOff bool
+	// ErrorThreshold and ErrorStep are errorRatioAndWeightFr, the seed's
+	// step rule applied to an http target's 5xx responses: each whole
+	// ErrorThreshold (tenths of a percent) the ratio of 5xx responses to
+	// responses in a sampling interval strictly exceeds cuts ErrorStep
+	// percent, capped at ErrorMax (errorMaxWeightFr, default 100); the
+	// error fraction adds to the loss and timeout fractions under the same
+	// 100 % cap. Zero (the default): no error fraction.
+	ErrorThreshold int
+	ErrorStep      int
+	ErrorMax       int
+	// MinResponses is the error part's noise guard (errorMinResponses,
+	// default DefaultMinResponses): a target with fewer responses in an
+	// interval is held and its counts carried, as MinSegments does.
+	MinResponses int
+	// ErrorCountsFailures counts the requests that failed before a
+	// response (first-byte timeout, connection cut) as errors too
+	// (errorCountsFailures); by default only 5xx responses are.
+	ErrorCountsFailures bool
 }
 
 // Algorithm selects how the balancer spreads new connections.
@@ -548,6 +610,28 @@ type BalancerSettings struct {
 	// value is HashConnection. A service's own (VirtualServer.HashBy)
 	// overrides it.
 	HashBy HashBy
+	// Ejection is outlier ejection (balancer.ejection); the zero value is
+	// off.
+	Ejection Ejection
+}
+
+// Defaults of Ejection, filled in by Compile when ConsecutiveFailures is set.
+const (
+	DefaultEjectionFor        = 30 * time.Second
+	DefaultEjectionMaxPercent = 50
+)
+
+// Ejection is outlier ejection, Envoy's consecutive-failures detection: a
+// target whose last ConsecutiveFailures connections or requests failed (a
+// failed connect, a first-byte timeout, with ServerErrors an http response
+// with a 5xx status) is taken out of its service's rotation for For, unless
+// MaxPercent of the service's targets are ejected already. A success resets
+// the count. ConsecutiveFailures zero turns it off.
+type Ejection struct {
+	ConsecutiveFailures int
+	For                 time.Duration // default DefaultEjectionFor
+	MaxPercent          int           // 1..100, default DefaultEjectionMaxPercent
+	ServerErrors        bool          // 5xx responses count as failures
 }
 
 // HashKind says what a Maglev pick hashes.
@@ -769,6 +853,14 @@ func compileMonitor(m *Monitor, bad func(string, ...any)) {
 		bad("monitor minSegments %d is negative", m.MinSegments)
 	}
 	setDefault(&m.MaxConnLevels, DefaultMaxConnLevels)
+	if m.ErrorThreshold > 0 {
+		setDefault(&m.ErrorMax, DefaultErrorMax)
+		setDefault(&m.MinResponses, DefaultMinResponses)
+	}
+	if m.ErrorThreshold < 0 || m.ErrorStep < 0 || m.ErrorMax < 0 || m.MinResponses < 0 {
+		bad("monitor errorRatioAndWeightFr [%d, %d], errorMaxWeightFr %d, errorMinResponses %d: none may be negative",
+			m.ErrorThreshold, m.ErrorStep, m.ErrorMax, m.MinResponses)
+	}
 }
 
 // compileBalancer fills the distributor's defaults, health checks
@@ -786,6 +878,14 @@ func compileBalancer(b *BalancerSettings, bad func(string, ...any)) {
 		bad("balancer slowStart %v is negative", b.SlowStart)
 	}
 	b.Health.compile(bad, "balancer")
+	if e := &b.Ejection; e.ConsecutiveFailures != 0 {
+		setDefault(&e.For, DefaultEjectionFor)
+		setDefault(&e.MaxPercent, DefaultEjectionMaxPercent)
+		if e.ConsecutiveFailures < 0 || e.For < 0 || e.MaxPercent < 0 || e.MaxPercent > 100 {
+			bad("balancer ejection consecutiveFailures %d, for %v, maxPercent %d: none may be negative, maxPercent at most 100",
+				e.ConsecutiveFailures, e.For, e.MaxPercent)
+		}
+	}
 	if b.HashBy.Kind != HashConnection && b.Algorithm != Maglev {
 		bad("balancer hashBy %v needs algorithm maglev, not %v", b.HashBy, b.Algorithm)
 	}
@@ -854,6 +954,15 @@ func (c *Config) resolveHashBy(vs *VirtualServer, bad func(string, ...any)) {
 // (http, send/expect) is the service's alone (none: a TCP connect).
 func (c *Config) resolveHealth(vs *VirtualServer, bad func(string, ...any)) {
 	b := c.Balancer.Health
+	if vs.Proto == ProtoUDP {
+		// The checks connect or speak TCP: a udp service's targets get
+		// none (a udp send/expect form is not there yet).
+		if vs.Health != nil && vs.Health.Interval != 0 {
+			bad("virtual server %q: health checks of udp services are not supported (the checks speak TCP)", vs.Name)
+		}
+		vs.Health = &HealthCheck{}
+		return
+	}
 	if vs.Health == nil {
 		vs.Health = &b
 		return
@@ -904,6 +1013,7 @@ func (c *Config) compileServices(bad func(string, ...any)) {
 		names[vs.Name] = true
 		vs.Timeouts.resolve(c.Instance.Timeouts, bad, "virtual server "+strconv.Quote(vs.Name))
 		vs.HTTP.resolve(bad, "virtual server "+strconv.Quote(vs.Name))
+		vs.UDP.resolve(bad, "virtual server "+strconv.Quote(vs.Name))
 		vs.Limits.check(bad, "virtual server "+strconv.Quote(vs.Name)+" limits")
 		vs.ClientLimits.check(bad, "virtual server "+strconv.Quote(vs.Name)+" clientLimits")
 		c.resolveHealth(vs, bad)
@@ -915,11 +1025,15 @@ func (c *Config) compileServices(bad func(string, ...any)) {
 			bad("virtual server %q has no VIP", vs.Name)
 		}
 		c.compileTargets(vs, bad)
+		c.compileSNI(vs, bad)
 		for _, vip := range vs.VIPs {
 			vip = vip.Unmap()
 			for _, o := range c.byVIP[vip] {
-				if o.Ports.Overlaps(vs.Ports) {
-					bad("%v ports %v claimed by both %q and %q", vip, vs.Ports, o.Name, vs.Name)
+				// A udp service and a tcp one may share a port (DNS on 53,
+				// QUIC beside TLS on 443): only one protocol's overlap
+				// counts.
+				if o.Ports.Overlaps(vs.Ports) && o.IPProto() == vs.IPProto() {
+					sharedTLS(vip, o, vs, bad)
 				}
 			}
 			c.byVIP[vip] = append(c.byVIP[vip], vs)
@@ -947,15 +1061,23 @@ func (c *Config) compileTargets(vs *VirtualServer, bad func(string, ...any)) {
 	}
 }
 
-// Service returns the virtual server answering on addr:port, or nil. It does
-// not allocate.
-func (c *Config) Service(addr netip.Addr, port uint16) *VirtualServer {
+// Service returns the virtual server answering on addr:port for IP
+// protocol ipProto (IPProtoTCP: a tcp, http or tls service; IPProtoUDP: a
+// udp one), or nil. It does not allocate.
+func (c *Config) Service(addr netip.Addr, port uint16, ipProto uint8) *VirtualServer {
 	for _, vs := range c.byVIP[addr.Unmap()] {
-		if vs.Ports.Contains(port) {
+		if vs.Ports.Contains(port) && vs.IPProto() == ipProto {
 			return vs
 		}
 	}
 	return nil
+}
+
+// TCPService is Service for IPProtoTCP: the tcp, http or tls virtual
+// server a TCP connection to addr:port reaches (netstack's
+// ForwarderOptions.Services).
+func (c *Config) TCPService(addr netip.Addr, port uint16) *VirtualServer {
+	return c.Service(addr, port, IPProtoTCP)
 }
 
 // TargetIndex returns t's position among all of c's targets, numbered in

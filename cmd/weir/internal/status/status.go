@@ -16,6 +16,7 @@ import (
 	"weir/netstack"
 	"weir/netstack/proxy"
 	proxyhttp "weir/netstack/proxy/http"
+	udprelay "weir/netstack/proxy/udp"
 	"weir/policy"
 )
 
@@ -31,6 +32,8 @@ type RawStats struct {
 	Forwarder netstack.ForwarderStats // the accept path
 	Proxy     proxy.Stats             // the connections it handed over
 	HTTP      proxyhttp.Stats         // of those, the http virtual servers' requests
+	UDPFront  netstack.UDPFrontStats  // the udp services' VIP endpoints
+	UDP       udprelay.Stats          // the udp services' sessions
 	// NICs are the front NIC, the further front queues' and the back
 	// arms', in that order.
 	NICs []NICStats
@@ -63,6 +66,12 @@ func Parts(st *api.Status, raw RawStats, devs []datapath.Device) {
 	// own counter is only the tcp.Forwarder path's global bound).
 	st.Stack.SYNsDroppedInFlight = raw.Forwarder.DroppedInFlight
 	st.Forwarder = forwarderDoc(raw.Forwarder, raw.Proxy, raw.HTTP)
+	u, f := raw.UDP, raw.UDPFront
+	st.UDP = api.UDP{Sessions: u.Sessions, Endpoints: f.Endpoints, Created: u.Created, Refused: u.Refused,
+		DroppedFull: u.DroppedFull, DroppedVIP: u.DroppedVIP, DialFailed: u.DialFailed,
+		EndedIdle: u.EndedIdle, EndedResponses: u.EndedResponses, EndedError: u.EndedError, EndedClosed: u.EndedClosed,
+		DatagramsIn: u.DatagramsIn, DatagramsOut: u.DatagramsOut, BytesIn: u.BytesIn, BytesOut: u.BytesOut,
+		WriteErrors: u.WriteErrors, ReceiveDropped: f.ReceiveDropped, NoService: f.NoService}
 	st.Control.DroppedEvents = raw.AdmissionEventsDropped
 	for i, n := range raw.NICs {
 		st.NICs = append(st.NICs, nicDoc(n))
@@ -196,6 +205,7 @@ func Target(t balancer.TargetStatus, e *policy.Explanation, fr map[string]map[st
 		Weight: t.Weight, Effective: t.Effective, Exact: t.Exact, SlowStart: t.SlowStart,
 		Open: t.Open, Max: t.Max, Down: t.Down, DownUntil: t.DownUntil, HealthUp: t.HealthUp,
 		SkippedAtLimit: t.SkippedAtLimit, Picked: t.Picked, Failed: t.Failed,
+		Ejected: t.Ejected, EjectedUntil: t.EjectedUntil, Ejections: t.Ejections,
 	}
 	if c := t.Check; c != nil {
 		out.Check = &api.HealthCheck{At: c.At, OK: c.OK, Reason: c.Reason, Streak: c.Streak, Need: c.Need}
@@ -221,6 +231,9 @@ func Target(t balancer.TargetStatus, e *policy.Explanation, fr map[string]map[st
 			Fraction: e.Fraction, Winner: e.Winner.String(), BaseWeight: e.BaseWeight, Weight: e.Weight,
 			MinSegments: e.MinSegments, PendingSegments: e.PendingSegments, TimeoutsUnknown: e.TimeoutsUnknown,
 			DefaultWeight: e.DefaultWeight,
+			Responses:     e.Responses, ServerErrors: e.ServerErrors, FailedRequests: e.FailedRequests,
+			ErrorRatio: e.ErrorRatio, ErrorFraction: e.ErrorFraction, ErrorHeld: e.ErrorHeld,
+			MinResponses: e.MinResponses, PendingResponses: e.PendingResponses,
 		}
 		for _, l := range e.Levels {
 			out.Explanation.Levels = append(out.Explanation.Levels, api.ExplanationLevel{
@@ -258,7 +271,12 @@ func stackDoc(s netstack.StackStats) api.Stack {
 // three packages; Panics and Pending are the sums of the first two.
 func forwarderDoc(s netstack.ForwarderStats, p proxy.Stats, h proxyhttp.Stats) api.Forwarder {
 	ld := s.ListenDropped
+	sni := make([]api.Drop, len(p.SNIRefused))
+	for i, n := range p.SNIRefused {
+		sni[i] = api.Drop{Reason: proxy.SNIRefusalNames[i], Count: n}
+	}
 	return api.Forwarder{
+		SNIRouted: p.SNIRouted, SNIRefused: sni,
 		ListenDropped: []api.Drop{{Reason: "segment_queue", Count: ld.SegmentQueue},
 			{Reason: "accept_queue", Count: ld.AcceptQueue}, {Reason: "failed", Count: ld.Failed}},
 		Accepted: p.Accepted, Pending: s.Handshaking + p.Pending, NoService: s.NoService, RefusedClosed: s.RefusedClosed,
