@@ -340,6 +340,63 @@ type VirtualServer struct {
 	// After Compile it is never nil: the check its targets get (see
 	// Config.resolveHealth).
 	Health *HealthCheck
+	// AcceptProxy is the PROXY-protocol header weir reads first on every
+	// connection to this virtual server (ProxyNone: none). The client
+	// address it carries is the client's for everything after: the rules,
+	// the limits, the balancer's hash, the access log, X-Forwarded-For and
+	// Forwarded, and the header weir sends to its targets.
+	AcceptProxy ProxyProtocol
+	// TrustedProxies are the addresses a header is accepted from; a
+	// connection from any other is refused. Compile requires at least one
+	// when AcceptProxy is set.
+	TrustedProxies []netip.Prefix
+}
+
+// ProxyProtocol is a PROXY-protocol version (HAProxy's
+// doc/proxy-protocol.txt), or, for VirtualServer.AcceptProxy, the set
+// accepted. The values are those of weir/netstack/proxy/proxyproto's
+// Version.
+type ProxyProtocol uint8
+
+// The PROXY-protocol settings.
+const (
+	ProxyNone ProxyProtocol = 0
+	ProxyV1   ProxyProtocol = 1
+	ProxyV2   ProxyProtocol = 2
+	ProxyAny  ProxyProtocol = 3 // v1 or v2 (accepting only)
+)
+
+func (p ProxyProtocol) String() string {
+	switch p {
+	case ProxyNone:
+		return "none"
+	case ProxyV1:
+		return "v1"
+	case ProxyV2:
+		return "v2"
+	case ProxyAny:
+		return "any"
+	}
+	return "proxyProtocol(" + strconv.Itoa(int(p)) + ")"
+}
+
+// ParseProxyProtocol parses v1 or v2, and any when any is true (what a
+// service accepts).
+func ParseProxyProtocol(s string, any bool) (ProxyProtocol, error) {
+	switch s {
+	case "v1":
+		return ProxyV1, nil
+	case "v2":
+		return ProxyV2, nil
+	case "any":
+		if any {
+			return ProxyAny, nil
+		}
+	}
+	if any {
+		return 0, fmt.Errorf("want v1, v2 or any, got %q", s)
+	}
+	return 0, fmt.Errorf("want v1 or v2, got %q", s)
 }
 
 // Role says whether a target is balanced (primary) or only tried, in order,
@@ -404,6 +461,11 @@ type Target struct {
 	MaxConnections int64
 	Role           Role
 	Via            DialVia
+	// ProxyProtocol makes weir write a PROXY-protocol header of this
+	// version (the client's address and port, the VIP's) before any byte
+	// on every connection to the target, and the address-less one (v2
+	// LOCAL, v1 UNKNOWN) on its health checks; ProxyNone: no header.
+	ProxyProtocol ProxyProtocol
 }
 
 // Action is a z/OS Policy Agent policy action: the service level a matching
@@ -948,6 +1010,41 @@ func (c *Config) resolveHashBy(vs *VirtualServer, bad func(string, ...any)) {
 	vs.HashBy = &h
 }
 
+// checkProxy checks the PROXY-protocol settings of vs and of its targets.
+func (vs *VirtualServer) checkProxy(bad func(string, ...any)) {
+	if vs.AcceptProxy > ProxyAny {
+		bad("virtual server %q: acceptProxyProtocol %v", vs.Name, vs.AcceptProxy)
+	}
+	switch {
+	case vs.AcceptProxy != ProxyNone && len(vs.TrustedProxies) == 0:
+		bad("virtual server %q: acceptProxyProtocol %v needs trustedProxies (the outer load balancers' prefixes)", vs.Name, vs.AcceptProxy)
+	case vs.AcceptProxy == ProxyNone && len(vs.TrustedProxies) > 0:
+		bad("virtual server %q: trustedProxies without acceptProxyProtocol", vs.Name)
+	}
+	for i, p := range vs.TrustedProxies {
+		if !p.IsValid() {
+			bad("virtual server %q: trustedProxies[%d] is no prefix", vs.Name, i)
+		}
+		vs.TrustedProxies[i] = p.Masked()
+	}
+	for _, t := range vs.Targets {
+		if t != nil && t.ProxyProtocol != ProxyNone && t.ProxyProtocol != ProxyV1 && t.ProxyProtocol != ProxyV2 {
+			bad("virtual server %q: target %q: proxyProtocol %v (want v1 or v2)", vs.Name, t.Name, t.ProxyProtocol)
+		}
+	}
+}
+
+// Trusted reports whether a PROXY-protocol header from addr is accepted.
+func (vs *VirtualServer) Trusted(addr netip.Addr) bool {
+	addr = addr.Unmap()
+	for _, p := range vs.TrustedProxies {
+		if p.Contains(addr) {
+			return true
+		}
+	}
+	return false
+}
+
 // resolveHealth sets vs.Health, the check its targets get: the balancer's
 // when the service has none of its own; else the service's, where a zero
 // interval, timeout, rise or fall takes the balancer's and the probe
@@ -1018,6 +1115,7 @@ func (c *Config) compileServices(bad func(string, ...any)) {
 		vs.ClientLimits.check(bad, "virtual server "+strconv.Quote(vs.Name)+" clientLimits")
 		c.resolveHealth(vs, bad)
 		c.resolveHashBy(vs, bad)
+		vs.checkProxy(bad)
 		if vs.Ports.Lo == 0 || vs.Ports.Hi < vs.Ports.Lo {
 			bad("virtual server %q: bad port range %v", vs.Name, vs.Ports)
 		}

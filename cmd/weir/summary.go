@@ -65,6 +65,9 @@ func writeSummary(w io.Writer, c *policy.Config) error {
 		if vs.Timeouts != in.Timeouts {
 			s.printf("    timeouts: %s", timeoutsText(vs.Timeouts))
 		}
+		if vs.AcceptProxy != policy.ProxyNone {
+			s.printf("    accepts a PROXY-protocol header (%v) from %v, within the handshake timeout; others refused", vs.AcceptProxy, vs.TrustedProxies)
+		}
 		for _, t := range vs.Targets {
 			maxc := "no connection limit"
 			if t.MaxConnections > 0 {
@@ -79,6 +82,9 @@ func writeSummary(w io.Writer, c *policy.Config) error {
 				name = t.Name
 			}
 			s.printf("    target %s: weight %d, %s, %s, via %s", name, t.Weight, maxc, t.Role, t.Via)
+			if t.ProxyProtocol != policy.ProxyNone {
+				s.printf("      sends a PROXY-protocol %v header first on each connection (health checks: the address-less one)", t.ProxyProtocol)
+			}
 			if t.KeepsPort() {
 				s.printf("      keeps the client's port: a connection to port p of %v goes to %s port p (health checks: port %d)",
 					vs.Ports, addr, vs.Ports.Lo)

@@ -62,6 +62,8 @@
 //	    udp: UDP               # protocol udp only: sessions
 //	    hashBy: client         # overrides balancer.hashBy; header and cookie need protocol http (a tcp service given them by the balancer hashes by client)
 //	    healthCheck: HEALTH    # overrides balancer.healthCheck: omitted interval, timeout, rise, fall take the balancer's; the probe (http, send/expect) is this one's (none: a TCP connect)
+//	    acceptProxyProtocol: v2 # v1, v2 or any: read an outer load balancer's PROXY-protocol header first (within timeouts.handshake); its client address is the client's for rules, limits, hashBy, the access log and X-Forwarded-For; no, a malformed or an untrusted header: RST (tcp) or 400 (http)
+//	    trustedProxies: [198.18.9.0/24] # required with acceptProxyProtocol: the prefixes (or addresses) a header is accepted from
 //	    targets:               # required, at least one
 //	      - name: member05     # default: the address; unique within the service
 //	        address: 198.18.1.5:9080 # required: IP:port ([fd00::5]:9080), no host names; an IP alone (or port 0) keeps the client's port
@@ -69,6 +71,7 @@
 //	        maxConnections: 3  # -1 or 0: no limit (the default)
 //	        role: primary      # primary (default) or backup; backups are tried in order
 //	        via: host          # host (default: kernel socket) or netstack (weir's back NIC)
+//	        proxyProtocol: v2  # v1 or v2: a PROXY-protocol header (client and VIP address and port) before any byte of each connection; health checks send v2 LOCAL (v1 UNKNOWN); http services then pool target connections per client
 //	actions:                   # Policy Agent actions: the service level a flow gets
 //	  - name: telnetGold       # required, unique
 //	    outgoingTOS: "10100000" # ToS byte: 8 binary digits, 0xA0, 0b101 or 0d160; no bare decimal

@@ -624,6 +624,18 @@ func (p *yparser) service(n *yaml.Node) {
 			vs.Health = &policy.HealthCheck{}
 			p.healthCheck(vs.Health, v)
 		}},
+		{name: "acceptProxyProtocol", fn: func(k, v *yaml.Node) {
+			vs.AcceptProxy, _ = parse(p, k, v, "v1, v2 or any", func(s string) (policy.ProxyProtocol, error) {
+				return policy.ParseProxyProtocol(s, true)
+			})
+		}},
+		{name: "trustedProxies", fn: func(k, v *yaml.Node) {
+			p.seq(k, v, func(item *yaml.Node) {
+				if pf, ok := parse(p, k, item, "a prefix", parsePrefix); ok {
+					vs.TrustedProxies = append(vs.TrustedProxies, pf)
+				}
+			})
+		}},
 		{name: "targets", required: true, fn: func(k, v *yaml.Node) {
 			p.seq(k, v, func(item *yaml.Node) {
 				t, at := p.target(item)
@@ -721,6 +733,11 @@ func (p *yparser) target(n *yaml.Node) (*policy.Target, Pos) {
 					return policy.DialNetstack, nil
 				}
 				return 0, fmt.Errorf("want host or netstack, got %q", s)
+			})
+		}},
+		{name: "proxyProtocol", fn: func(k, v *yaml.Node) {
+			t.ProxyProtocol, _ = parse(p, k, v, "v1 or v2", func(s string) (policy.ProxyProtocol, error) {
+				return policy.ParseProxyProtocol(s, false)
 			})
 		}},
 	})

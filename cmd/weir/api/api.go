@@ -513,6 +513,11 @@ type Forwarder struct {
 	// service of the VIP and port answers the name, and none is default).
 	SNIRouted  uint64 `json:"sni_routed"`
 	SNIRefused []Drop `json:"sni_refused,omitempty"`
+	// ProxyRefused counts, by reason, connections to a service with
+	// acceptProxyProtocol refused for their PROXY-protocol header (RST, or
+	// 400 for http): untrusted (from outside trustedProxies), missing,
+	// malformed, timeout (none within timeouts.handshake), error.
+	ProxyRefused []Drop `json:"proxy_protocol_refused,omitempty"`
 	// http services: request heads parsed; refused with the 503 page;
 	// refused before admission (408 head too slow, 431 head too big, 400
 	// malformed or Content-Length with Transfer-Encoding); sent again on a

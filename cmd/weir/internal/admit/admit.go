@@ -41,6 +41,9 @@ import (
 // the meters' configuration and generation to bind that flow to its target.
 type Flows interface {
 	Flow(client, server netip.AddrPort, proto uint8) *datapath.Flow
+	// Reclassify decides the flow again for the client a PROXY-protocol
+	// header named (datapath.Engine.Reclassify).
+	Reclassify(client, server netip.AddrPort, proto uint8, as netip.AddrPort) *datapath.Flow
 	Meters() *datapath.Meters
 	Generation() uint64
 }
@@ -272,13 +275,19 @@ func (a *Admitter) admit(req *proxy.ConnRequest, s *session, now time.Time) (pro
 	// target's meters count it. Maglev maps the service's hashBy key
 	// (pickHash: the flow's 5-tuple by default) to a target.
 	s.hash = pickHash(vs, req.Client, req.VIP, s.http)
-	s.flow = a.opts.Flows.Flow(req.Client, req.VIP, vs.IPProto())
+	s.flow = a.flow(req)
 	if s.flow != nil && s.flow.Service != vs && vs.Proto == policy.ProtoTLS {
 		// The SYN was classified into the first tls service of the VIP
 		// and port; the ClientHello routed it to vs: its action, ToS and
-		// meters are vs's from here on (datapath/tlsroute.go).
+		// meters are vs's from here on (datapath/tlsroute.go). The flow's
+		// key holds the sender of the packets: the load balancer when a
+		// PROXY header named the client.
+		from := req.Client
+		if req.Peer.IsValid() {
+			from = req.Peer
+		}
 		if r, ok := a.opts.Flows.(rerouter); ok {
-			s.flow = r.Reroute(req.Client, req.VIP, vs)
+			s.flow = r.Reroute(from, req.VIP, vs)
 		}
 	}
 	lease, err := a.pick(b, s, now)
@@ -297,6 +306,17 @@ func (a *Admitter) admit(req *proxy.ConnRequest, s *session, now time.Time) (pro
 		a.reqs.begin(vs.Name, s.inflight)
 	}
 	return s.accept(), s
+}
+
+// flow is the datapath flow req's connection arrived on, decided for its
+// client: a connection whose PROXY-protocol header named the client (Peer
+// set) is decided again for that client, so that its rule (its action, ToS
+// and meters) is the real client's, not the outer load balancer's.
+func (a *Admitter) flow(req *proxy.ConnRequest) *datapath.Flow {
+	if req.Peer.IsValid() {
+		return a.opts.Flows.Reclassify(req.Peer, req.VIP, datapath.ProtoTCP, req.Client)
+	}
+	return a.opts.Flows.Flow(req.Client, req.VIP, datapath.ProtoTCP)
 }
 
 // pick asks the balancer for s's target. When every target that could
@@ -496,7 +516,7 @@ func (s *session) End(e *proxy.End) {
 	}
 	req := s.req
 	r := obs.AccessRecord{
-		Start: s.start, Client: req.Client.String(), VIP: req.VIP.String(), Service: req.Service.Name, ServerName: req.ServerName,
+		Start: s.start, Client: req.Client.String(), Proxy: proxyOf(req), VIP: req.VIP.String(), Service: req.Service.Name, ServerName: req.ServerName,
 		Target: e.Stats.Target, BytesIn: e.Stats.TargetLeg.BytesSent, BytesOut: e.Stats.ClientLeg.BytesSent,
 		Duration: a.now().Sub(s.start), Outcome: e.Outcome.String(), Reason: e.Decision.Reason,
 		QueueWait: s.waited,
@@ -529,6 +549,28 @@ func (a *Admitter) Panic(req *proxy.ConnRequest, v any, stack []byte) {
 		}
 	}
 	ev.Msg("panic in a connection; that connection was closed")
+}
+
+// proxyOf is the access log's proxy field: the outer load balancer that
+// sent req's PROXY-protocol header, "" for none.
+func proxyOf(req *proxy.ConnRequest) string {
+	if req.Peer.IsValid() {
+		return req.Peer.String()
+	}
+	return ""
+}
+
+// ProxyRefused logs (at most once a second per service and reason) a
+// connection refused for its PROXY-protocol header; the proxy counted it
+// (weir_forwarder_proxy_protocol_refused_total).
+func (a *Admitter) ProxyRefused(req *proxy.ConnRequest, r proxy.ProxyRefusal) {
+	a.warnEvery("proxyproto:"+req.Service.Name+":"+r.Reason, a.now(), func(e *zerolog.Event) {
+		e = e.Str("service", req.Service.Name).Str("peer", r.Peer.String()).Str("vip", r.VIP.String()).Str("reason", r.Reason)
+		if r.Err != nil {
+			e = e.Err(r.Err)
+		}
+		e.Msg("refused: no valid PROXY-protocol header from a trusted proxy")
+	})
 }
 
 // saying how many were held back since.

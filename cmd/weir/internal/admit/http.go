@@ -121,7 +121,7 @@ func (a *Admitter) BadRequest(req *proxy.ConnRequest, e *proxy.RequestEnd) {
 		return
 	}
 	a.opts.Access.Log(obs.AccessRecord{
-		Start: e.Start, Client: req.Client.String(), VIP: req.VIP.String(), Service: req.Service.Name,
+		Start: e.Start, Client: req.Client.String(), Proxy: proxyOf(req), VIP: req.VIP.String(), Service: req.Service.Name,
 		BytesOut: uint64(e.ResponseBytes), Duration: e.Duration, Outcome: strconv.Itoa(e.Status), Reason: limit,
 		RequestLine: orDashLine(e.Line), Status: e.Status,
 	})
@@ -151,7 +151,7 @@ func (a *Admitter) requestEnd(s *session, e *proxy.End) {
 	}
 	req := s.req
 	rec := obs.AccessRecord{
-		Start: r.Start, Client: req.Client.String(), VIP: req.VIP.String(), Service: req.Service.Name,
+		Start: r.Start, Client: req.Client.String(), Proxy: proxyOf(req), VIP: req.VIP.String(), Service: req.Service.Name,
 		Target: target, BytesIn: uint64(r.RequestBytes), BytesOut: uint64(r.ResponseBytes),
 		Duration: r.Duration, Outcome: e.Outcome.String(), Reason: e.Decision.Reason,
 		RequestLine: orDashLine(r.Line), Status: r.Status, QueueWait: s.waited,

@@ -72,6 +72,7 @@ func populated(t *testing.T) (api.Status, map[string][]float64) {
 	st.TUN = &api.TUN{Name: "weir0"}
 	st.Forwarder.ListenDropped = []api.Drop{{Reason: "segment_queue"}, {Reason: "accept_queue"}}
 	st.Forwarder.SNIRefused = []api.Drop{{Reason: "malformed"}, {Reason: "no-match"}}
+	st.Forwarder.ProxyRefused = []api.Drop{{Reason: "untrusted"}, {Reason: "malformed"}}
 	st.Cluster = &api.Cluster{Members: []api.ClusterMember{{ID: "a"}},
 		Levels:    []api.ClusterLevel{{Level: "virtual server", Name: "web"}, {Level: "target", Name: "a", Service: "web"}},
 		Bandwidth: []api.ClusterBandwidth{{Level: "instance", Name: "i"}},

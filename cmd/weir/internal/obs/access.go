@@ -13,8 +13,11 @@ import (
 
 // AccessRecord is one connection through weir, written when it ends.
 type AccessRecord struct {
-	Start   time.Time
-	Client  string // ip:port
+	Start  time.Time
+	Client string // ip:port
+	// Proxy is the outer load balancer's ip:port when a PROXY-protocol
+	// header from it named Client; "" otherwise.
+	Proxy   string
 	VIP     string // ip:port
 	Service string
 	// ServerName is a tls service's ClientHello server name (lower case;
@@ -78,6 +81,9 @@ func (a *AccessLog) Log(r AccessRecord) {
 	e = e.
 		Uint64("bytes_in", r.BytesIn).Uint64("bytes_out", r.BytesOut).
 		Dur("duration_ms", r.Duration).Str("outcome", r.Outcome)
+	if r.Proxy != "" {
+		e = e.Str("proxy", r.Proxy)
+	}
 	if r.Reason != "" {
 		e = e.Str("reason", r.Reason)
 	}

@@ -275,8 +275,12 @@ func forwarderDoc(s netstack.ForwarderStats, p proxy.Stats, h proxyhttp.Stats) a
 	for i, n := range p.SNIRefused {
 		sni[i] = api.Drop{Reason: proxy.SNIRefusalNames[i], Count: n}
 	}
+	pp := make([]api.Drop, len(p.ProxyRefused))
+	for i, n := range p.ProxyRefused {
+		pp[i] = api.Drop{Reason: proxy.ProxyReasons[i], Count: n}
+	}
 	return api.Forwarder{
-		SNIRouted: p.SNIRouted, SNIRefused: sni,
+		SNIRouted: p.SNIRouted, SNIRefused: sni, ProxyRefused: pp,
 		ListenDropped: []api.Drop{{Reason: "segment_queue", Count: ld.SegmentQueue},
 			{Reason: "accept_queue", Count: ld.AcceptQueue}, {Reason: "failed", Count: ld.Failed}},
 		Accepted: p.Accepted, Pending: s.Handshaking + p.Pending, NoService: s.NoService, RefusedClosed: s.RefusedClosed,
