@@ -470,3 +470,58 @@ func TestE2EClusterPartition(t *testing.T) {
 		})
 	}
 }
+
+// TestE2EClusterQueue: the cluster-wide limit of 10 with a queue of 30
+// (10 s) on each instance: 30 clients at once through the ECMP route, each
+// request held 1 s, are all served, none refused, the backends never above
+// 10 at once: a connection at its instance's full share borrows, then
+// waits in the queue, asking again while it waits (issue 26: the queue
+// with cluster mode's borrow path, no deadlock).
+func TestE2EClusterQueue(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipping the cluster queue burst in -short mode")
+	}
+	cfg := strings.Replace(sharedCfg(time.Second, "localShare"), "      enforceConnections: true\n",
+		"      enforceConnections: true\n      queue: 30\n      queueTimeout: 10s\n", 1)
+	rg := newECMPRigWith(t, rigOptions{config: cfg, delay: time.Second})
+	rg.startInstances()
+	time.Sleep(2 * time.Second) // the leases taken, as TestE2EClusterBurst
+	tr := rg.traceOpen()
+	start := time.Now()
+	as := burst(30, rg.router.Dial)
+	took := time.Since(start)
+	tr.end()
+	served, refused, failed := 0, 0, 0
+	for _, a := range as {
+		switch {
+		case a.ok():
+			served++
+		case a.refused():
+			refused++
+		default:
+			failed++
+		}
+	}
+	var waits, timedOut uint64
+	for _, p := range rg.procs {
+		st, _ := rg.status(p)
+		if l := statusLevel(st, "virtual server", "web"); l != nil && l.Queue != nil {
+			waits += l.Queue.Waits
+			timedOut += l.Queue.TimedOut
+		}
+	}
+	t.Logf("30 clients at a cluster-wide limit of 10 with queues: %d served, %d refused, %d failed in %v (3 s ideal); backend peak %d; %d waited, %d timed out",
+		served, refused, failed, took.Round(time.Millisecond), tr.peak(), waits, timedOut)
+	if served != 30 || refused != 0 || failed != 0 {
+		t.Errorf("%d served, %d refused, %d failed, want 30 served", served, refused, failed)
+	}
+	if p := tr.peak(); p > 10 {
+		t.Errorf("%d requests open at once cluster-wide, limit 10", p)
+	}
+	// 20 wait when the 30 arrive within the first second; a loaded
+	// machine that spreads the dials may bring some in after a slot freed.
+	if waits == 0 || timedOut != 0 {
+		t.Errorf("%d waits, %d timed out: want waits, none timed out", waits, timedOut)
+	}
+	rg.stopInstances()
+}
