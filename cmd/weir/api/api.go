@@ -30,9 +30,11 @@ type Status struct {
 	// target's Failed, including targets a reload removed.
 	DialFailures uint64 `json:"dial_failures"`
 
-	Levels    []Level   `json:"levels"`     // instance, classes, virtual servers: limits and measurements
-	Services  []Service `json:"services"`   // virtual servers in configuration order
-	SampledAt time.Time `json:"sampled_at"` // end of the sampling interval the weight explanations are from
+	Levels []Level `json:"levels"` // instance, classes, virtual servers: limits and measurements
+	// Clients are the per-client limit tables (clientLimits).
+	Clients   []ClientTable `json:"clients,omitempty"`
+	Services  []Service     `json:"services"`   // virtual servers in configuration order
+	SampledAt time.Time     `json:"sampled_at"` // end of the sampling interval the weight explanations are from
 	// Refusals counts refused connections by level and limit, sorted by
 	// level then limit.
 	Refusals []Refusal `json:"refusals"`
@@ -47,9 +49,47 @@ type Status struct {
 	Cluster *Cluster `json:"cluster,omitempty"`
 	// HTTP is the request-level state of http services.
 	HTTP HTTP `json:"http"`
+	// UDP is the session state of udp services.
+	UDP UDP `json:"udp"`
 	// HostCapture is the host-leg capture's state: how the via: host
 	// target legs are measured.
 	HostCapture *HostCapture `json:"host_capture,omitempty"`
+}
+
+// UDP is the udp services' sessions and VIP endpoints: totals since start
+// except Sessions and Endpoints. A session is one client address and port
+// with its VIP and port; In is client → target, Out target → client.
+type UDP struct {
+	Sessions  int64  `json:"sessions"`  // open now
+	Endpoints int    `json:"endpoints"` // VIP and port endpoints open now
+	Created   uint64 `json:"created"`   // sessions admitted (their rate is the new-session rate)
+	// Refused: new sessions' datagrams dropped because admission refused
+	// them (a limit, maxConnections of every target, no target); nothing
+	// is sent back. DroppedFull: the session table was full;
+	// DroppedVIP: the VIP and port had udp.maxSessions open.
+	Refused     uint64 `json:"refused"`
+	DroppedFull uint64 `json:"dropped_table_full"`
+	DroppedVIP  uint64 `json:"dropped_vip_full"`
+	DialFailed  uint64 `json:"dial_failed"`
+	// Ended sessions by reason: idle (udp.idleTimeout), responses
+	// (udp.responses replies), error (the target's socket failed: ICMP
+	// unreachable), closed (shutdown).
+	EndedIdle      uint64 `json:"ended_idle"`
+	EndedResponses uint64 `json:"ended_responses"`
+	EndedError     uint64 `json:"ended_error"`
+	EndedClosed    uint64 `json:"ended_closed"`
+	// Datagrams and payload bytes relayed per direction.
+	DatagramsIn  uint64 `json:"datagrams_in"`
+	DatagramsOut uint64 `json:"datagrams_out"`
+	BytesIn      uint64 `json:"bytes_in"`
+	BytesOut     uint64 `json:"bytes_out"`
+	// WriteErrors: datagrams lost because a socket refused them;
+	// ReceiveDropped: datagrams a VIP endpoint's full receive buffer
+	// dropped before the relay read them; NoService: datagrams read whose
+	// service a reload had removed.
+	WriteErrors    uint64 `json:"write_errors"`
+	ReceiveDropped uint64 `json:"receive_dropped"`
+	NoService      uint64 `json:"no_service"`
 }
 
 // HostCapture is the state of the capture that measures via: host target
@@ -130,6 +170,44 @@ type Level struct {
 	EnforceBandwidth   bool   `json:"enforce_bandwidth,omitempty"`
 	Over               bool   `json:"over,omitempty"`    // a limit is exceeded now
 	Retired            bool   `json:"retired,omitempty"` // gone from the configuration, kept until its connections end
+	// Queue is the level's queue at maxConnections (limits.queue); absent
+	// without one.
+	Queue *Queue `json:"queue,omitempty"`
+}
+
+// Queue is a queue at a connection limit: of a level, or of all the
+// clients of a client table.
+type Queue struct {
+	Limit     int64   `json:"limit"`      // the queue's length bound (limits.queue)
+	TimeoutMs int64   `json:"timeout_ms"` // queueTimeout
+	Waiting   int64   `json:"waiting"`    // connections (requests) waiting now
+	Waits     uint64  `json:"waits"`      // joined the queue since start
+	Served    uint64  `json:"served"`     // left it admitted
+	TimedOut  uint64  `json:"timed_out"`  // refused when queueTimeout passed
+	Full      uint64  `json:"full"`       // refused at once: the queue was full
+	WaitedSec float64 `json:"waited_seconds"`
+}
+
+// ClientTable is one scope's per-client limits (clientLimits): the
+// instance's (Scope "") or a service's.
+type ClientTable struct {
+	Scope              string `json:"scope"` // the service, "" for the instance
+	MaxConnections     int64  `json:"max_connections,omitempty"`
+	EnforceConnections bool   `json:"enforce_connections,omitempty"`
+	MaxBandwidth       int64  `json:"max_bandwidth,omitempty"`
+	EnforceBandwidth   bool   `json:"enforce_bandwidth,omitempty"`
+	PrefixV4           int    `json:"prefix_v4"`
+	PrefixV6           int    `json:"prefix_v6"`
+	Clients            int    `json:"clients"` // entries kept
+	Active             int    `json:"active"`  // with a connection open or queued
+	Size               int    `json:"size"`    // tableSize
+	// Refused counts connections refused at a client limit, Overflow the
+	// clients admitted without one because the table was full of active
+	// clients, Evicted the idle clients dropped to make room.
+	Refused  uint64 `json:"refused"`
+	Overflow uint64 `json:"overflow"`
+	Evicted  uint64 `json:"evicted"`
+	Queue    *Queue `json:"queue,omitempty"`
 }
 
 // Service is one virtual server with its balancer's targets.
@@ -435,6 +513,11 @@ type Forwarder struct {
 	// service of the VIP and port answers the name, and none is default).
 	SNIRouted  uint64 `json:"sni_routed"`
 	SNIRefused []Drop `json:"sni_refused,omitempty"`
+	// ProxyRefused counts, by reason, connections to a service with
+	// acceptProxyProtocol refused for their PROXY-protocol header (RST, or
+	// 400 for http): untrusted (from outside trustedProxies), missing,
+	// malformed, timeout (none within timeouts.handshake), error.
+	ProxyRefused []Drop `json:"proxy_protocol_refused,omitempty"`
 	// http services: request heads parsed; refused with the 503 page;
 	// refused before admission (408 head too slow, 431 head too big, 400
 	// malformed or Content-Length with Transfer-Encoding); sent again on a
