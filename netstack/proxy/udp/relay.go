@@ -426,6 +426,10 @@ type TargetKey struct{ Service, Target string }
 // udp.responseTimeout.
 type Answers struct {
 	Sessions, Unanswered uint64
+	// PolicySessions and PolicyUnanswered are those of Sessions and
+	// Unanswered under a policy action (a rule matched their flow): what
+	// monitor.scope policy judges.
+	PolicySessions, PolicyUnanswered uint64
 }
 
 // answered counts an ended request/response session for its target.
@@ -442,6 +446,12 @@ func (r *Relay) answered(s *session, ok bool) {
 	a.Sessions++
 	if !ok {
 		a.Unanswered++
+	}
+	if s.dec.Action != nil {
+		a.PolicySessions++
+		if !ok {
+			a.PolicyUnanswered++
+		}
 	}
 	r.answers[k] = a
 	r.amu.Unlock()

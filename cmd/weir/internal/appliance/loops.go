@@ -210,8 +210,8 @@ func samplesFrom(cfg *policy.Config, s proxy.Sample, open map[policy.TargetKey]i
 	return out
 }
 
-// addAnswers adds the udp request/response sessions of the interval to
-// their targets' samples: each session is a segment of both directions and
+// addAnswers adds the udp request/response sessions of the interval (those
+// the monitor's scope covers) to their targets' samples: each session is a segment of both directions and
 // each unanswered one (no reply within udp.responseTimeout) a timeout, so
 // the unanswered share is the target's timeout ratio and the z/OS timeout
 // fraction (monitor.timeoutRatioAndWeightFr, the minSegments guard) cuts
@@ -219,12 +219,16 @@ func samplesFrom(cfg *policy.Config, s proxy.Sample, open map[policy.TargetKey]i
 func addAnswers(cfg *policy.Config, samples map[policy.TargetKey]*policy.TargetSample, answers map[udprelay.TargetKey]udprelay.Answers) {
 	for k, an := range answers {
 		ts := samples[policy.TargetKey{Service: k.Service, Target: k.Target}]
-		if ts == nil || an.Sessions == 0 {
-			continue // a target gone in a reload
+		n, lost := an.Sessions, an.Unanswered
+		if cfg.Monitor.Scope != policy.ScopeAll { // only sessions a rule matched
+			n, lost = an.PolicySessions, an.PolicyUnanswered
+		}
+		if ts == nil || n == 0 {
+			continue // a target gone in a reload, or none monitored
 		}
 		for _, d := range []*policy.DirSample{&ts.FromTarget, &ts.ToTarget} {
-			d.DataSegments += an.Sessions
-			d.Timeouts += an.Unanswered
+			d.DataSegments += n
+			d.Timeouts += lost
 			d.Measured = true
 		}
 		policy.SelectDirection(&cfg.Monitor, ts)

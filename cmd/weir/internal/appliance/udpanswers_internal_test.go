@@ -17,7 +17,7 @@ func TestUDPAnswersCutWeight(t *testing.T) {
 	cfg, err := config.ParseYAML("t.yaml", []byte(`services:
 - {name: dns, vips: [198.18.0.53], port: 53, protocol: udp, udp: {responses: 1},
    targets: [{name: dead, address: "198.18.1.1:53"}, {name: live, address: "198.18.1.2:53"}]}
-monitor: {timeoutRatioAndWeightFr: [50, 50], minSegments: 100}
+monitor: {timeoutRatioAndWeightFr: [50, 50], minSegments: 100, scope: all}
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -32,6 +32,15 @@ monitor: {timeoutRatioAndWeightFr: [50, 50], minSegments: 100}
 	if dead.SegmentsSent != 200 || dead.Timeouts != 100 {
 		t.Fatalf("dead's sample %+v, want 200 segments, 100 timeouts", dead)
 	}
+	// Scope policy (the default) judges only sessions a rule matched:
+	// none here.
+	cfg.Monitor.Scope = policy.ScopePolicy
+	none := samplesFrom(cfg, proxy.Sample{}, nil, false)
+	addAnswers(cfg, none, map[udprelay.TargetKey]udprelay.Answers{{Service: "dns", Target: "dead"}: {Sessions: 200, Unanswered: 100}})
+	if d := none[policy.TargetKey{Service: "dns", Target: "dead"}]; d.SegmentsSent != 0 {
+		t.Errorf("scope policy counted sessions no rule matched: %+v", d)
+	}
+	cfg.Monitor.Scope = policy.ScopeAll
 	expl := policy.NewSampler().Sample(cfg, samples, nil)
 	fr := map[string]int{}
 	for _, e := range expl {
