@@ -83,6 +83,10 @@ var depRules = []depRule{
 	// on its own so that moving it out from under netstack/proxy fails
 	// here ("matches no package") instead of leaving it unchecked.
 	{root: "weir/netstack/proxy/http", deps: append(without(forbidden, "weir/netstack"), "weir/bench", "weir/datapath/fault")},
+	// The ClientHello reader (SNI routing) reads bytes off any io.Reader:
+	// named on its own, like http, and kept free of the proxy itself so
+	// that a parser change cannot reach the splice.
+	{root: "weir/netstack/proxy/tlshello", deps: append(slices.Clone(forbidden), "weir/policy", "weir/bench", "weir/datapath/fault")},
 	// The udp session relay likewise (its gVisor side, the VIP sockets and
 	// the back arm's target sockets, is weir/netstack's udp.go).
 	{root: "weir/netstack/proxy/udp", deps: append(without(forbidden, "weir/netstack"), "weir/bench", "weir/datapath/fault")},

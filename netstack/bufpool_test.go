@@ -257,3 +257,39 @@ func TestIdleSpliceHoldsNoBuffer(t *testing.T) {
 		t.Errorf("an idle spliced connection holds %.1f KiB of goroutine stacks, want < 28 KiB: a splice half parks deep in a stack the runtime cannot shrink", perStack/1024)
 	}
 }
+
+// TestHostConnCounters: a host leg's TCP_INFO reading counts what moved
+// (the segments both ways, the data segments of 64 KiB sent and echoed)
+// without allocating, and after Close returns the last values read.
+func TestHostConnCounters(t *testing.T) {
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(serveListener(l, func(c net.Conn) { io.Copy(c, c) }))
+	tc, err := net.DialTCP("tcp4", nil, l.Addr().(*net.TCPAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &HostConn{TCPConn: tc}
+	defer c.Close()
+	if got := c.Counters(); got.SegmentsSent == 0 || got.DataSegmentsOut != 0 {
+		t.Errorf("after the handshake: %+v; want segments sent, no data", got)
+	}
+	const size = 64 << 10
+	go c.Write(make([]byte, size))
+	if _, err := io.ReadFull(c, make([]byte, size)); err != nil {
+		t.Fatal(err)
+	}
+	got := c.Counters()
+	if got.DataSegmentsOut == 0 || got.DataSegmentsIn == 0 || got.SegmentsReceived < got.DataSegmentsIn || got.RTT == 0 {
+		t.Errorf("after 64 KiB each way: %+v", got)
+	}
+	if allocs := testing.AllocsPerRun(100, func() { c.Counters() }); allocs != 0 {
+		t.Errorf("Counters: %.1f allocations per call, want 0", allocs)
+	}
+	c.Close()
+	if after := c.Counters(); after.DataSegmentsOut < got.DataSegmentsOut || after.SegmentsSent < got.SegmentsSent {
+		t.Errorf("after Close: %+v, before %+v", after, got)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 	"gvisor.dev/gvisor/pkg/tcpip"
@@ -115,8 +116,11 @@ func rcvClosed(st tcp.EndpointState) bool {
 type HostConn struct {
 	*net.TCPConn
 
-	mu   sync.Mutex
-	last proxy.LegCounters // protected by mu: the last TCP_INFO read
+	mu      sync.Mutex
+	last    proxy.LegCounters // protected by mu: the last TCP_INFO read
+	info    unix.TCPInfo      // protected by mu: readInfo's result
+	infoErr syscall.Errno     // protected by mu: readInfo's error
+	infoFn  func(fd uintptr)  // protected by mu: readInfo, made once
 
 	rawOnce sync.Once
 	rc      syscall.RawConn
@@ -134,7 +138,9 @@ var _ proxy.Leg = (*HostConn)(nil)
 
 // Counters implements Leg from the kernel's TCP_INFO: segs_out, segs_in,
 // total_retrans, total_rto (kernel 6.7+), rtt and rttvar. After the socket is
-// closed it returns the last values read.
+// closed it returns the last values read. The getsockopt goes into the
+// connection's own TCPInfo through a callback made once (x/sys's
+// GetsockoptTCPInfo and a closure cost two allocations per reading).
 func (c *HostConn) Counters() proxy.LegCounters {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -142,14 +148,13 @@ func (c *HostConn) Counters() proxy.LegCounters {
 	if err != nil {
 		return c.last
 	}
-	var info *unix.TCPInfo
-	var ierr error
-	cerr := rc.Control(func(fd uintptr) {
-		info, ierr = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
-	})
-	if cerr != nil || ierr != nil {
+	if c.infoFn == nil {
+		c.infoFn = c.readInfo
+	}
+	if rc.Control(c.infoFn) != nil || c.infoErr != 0 {
 		return c.last
 	}
+	info := &c.info
 	c.last = proxy.LegCounters{
 		SegmentsSent:     uint64(info.Segs_out),
 		SegmentsReceived: uint64(info.Segs_in),
@@ -163,6 +168,15 @@ func (c *HostConn) Counters() proxy.LegCounters {
 		OutOfOrderIn:     uint64(info.Rcv_ooopack),
 	}
 	return c.last
+}
+
+// readInfo is Counters' RawConn.Control callback: TCP_INFO into c.info
+// (c.mu held).
+func (c *HostConn) readInfo(fd uintptr) {
+	l := uint32(unix.SizeofTCPInfo)
+	_, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, fd, unix.IPPROTO_TCP, unix.TCP_INFO,
+		uintptr(unsafe.Pointer(&c.info)), uintptr(unsafe.Pointer(&l)), 0)
+	c.infoErr = e
 }
 
 // kernelReportsRTO is whether this kernel fills tcpi_total_rto (6.7+).

@@ -34,6 +34,10 @@ const (
 	DefaultTimeoutMax       = 100 // percent
 	// DefaultMinSegments is Monitor.MinSegments when unset.
 	DefaultMinSegments = 100
+	// DefaultErrorMax is Monitor.ErrorMax when unset (percent), and
+	// DefaultMinResponses Monitor.MinResponses.
+	DefaultErrorMax     = 100
+	DefaultMinResponses = 20
 )
 
 // DefaultMaxConnLevels are MaxConnWeightFr 50 65 80: the percentages of an
@@ -124,7 +128,7 @@ const (
 	DefaultFirstByteTimeout   = 30 * time.Second // target's first byte after the client's first
 	DefaultIdleTimeout        = 5 * time.Minute  // no byte either way
 	DefaultRequestReadTimeout = 2 * time.Second  // reading a refused HTTP request's head
-	DefaultInFlightPerVIP     = 128              // half-open handshakes per VIP and port
+	DefaultInFlightPerVIP     = 1024             // half-open handshakes per VIP and port, and its accept queue
 )
 
 // Timeouts bound the phases of one connection, and the half-open handshakes
@@ -149,8 +153,12 @@ type Timeouts struct {
 	Idle time.Duration
 	// RequestRead bounds reading an HTTP request head before a 503 page.
 	RequestRead time.Duration
-	// InFlightPerVIP bounds the half-open handshakes of one VIP and port;
-	// beyond it, SYN cookies answer and hold no state.
+	// InFlightPerVIP is the backlog of one VIP and port's listener, as
+	// listen(2)'s: it bounds the half-open handshakes (beyond it, SYN
+	// cookies answer and hold no state) and the established connections
+	// the accept loop has not taken yet (beyond it, gVisor drops the ACK
+	// that completes a handshake: a burst of more connections completing
+	// at once loses them). gVisor sizes both from the one number.
 	InFlightPerVIP int
 }
 
@@ -221,29 +229,35 @@ type Limits struct {
 func (l Limits) Any() bool { return l.MaxBandwidth > 0 || l.MaxConnections > 0 }
 
 // ServiceProto is what a virtual server speaks, which decides how a refusal
-// looks: TCP refuses with RST, HTTP with a 503 page naming the limit, UDP
-// drops the new session's datagram (counted, no ICMP).
+// looks: TCP refuses with RST, HTTP with a 503 page naming the limit. TLS
+// is TCP whose service is chosen by the server name of the client's
+// ClientHello among the tls services of one VIP and port (see sni.go); it
+// refuses with RST. UDP drops the new session's datagram (counted, no
+// ICMP).
 type ServiceProto uint8
 
 const (
 	ProtoTCP  ServiceProto = iota // tcp
 	ProtoHTTP                     // http
+	ProtoTLS                      // tls
 	// ProtoUDP is a datagram service: a session per client address and
 	// port, relayed datagram by datagram (see UDPOptions).
 	ProtoUDP // udp
 )
 
-// ParseServiceProto parses "tcp", "http" or "udp".
+// ParseServiceProto parses "tcp", "http", "tls" or "udp".
 func ParseServiceProto(s string) (ServiceProto, error) {
 	switch s {
 	case "tcp":
 		return ProtoTCP, nil
 	case "http":
 		return ProtoHTTP, nil
+	case "tls":
+		return ProtoTLS, nil
 	case "udp":
 		return ProtoUDP, nil
 	}
-	return 0, fmt.Errorf("unknown protocol %q (want tcp, http or udp)", s)
+	return 0, fmt.Errorf("unknown protocol %q (want tcp, http, tls or udp)", s)
 }
 
 // PortRange is an inclusive range of ports. The zero value {0, 0} matches any
@@ -289,6 +303,14 @@ type VirtualServer struct {
 	Timeouts Timeouts
 	// HTTP tunes request handling; used only when Proto is ProtoHTTP.
 	HTTP HTTPOptions
+	// SNI are the server names a ProtoTLS service answers for, among the
+	// tls services sharing its VIPs and ports: host names ("www.example.com")
+	// and wildcards of one label ("*.example.com"), compared without case
+	// and trailing dot (Compile lower-cases them). SNIDefault makes it the
+	// service of a ClientHello no other one's names match, or without a
+	// server name. See sni.go.
+	SNI        []string
+	SNIDefault bool
 	// UDP tunes the sessions of a udp service; used only when Proto is
 	// ProtoUDP.
 	UDP UDPOptions
@@ -428,20 +450,20 @@ func (r *Rule) matchProto(proto uint8) bool {
 	return (r.ProtoLo == 0 && r.ProtoHi == 0) || (proto >= r.ProtoLo && proto <= r.ProtoHi)
 }
 
-// ipProtoTCP and ipProtoUDP are the IP protocol numbers virtual servers
+// IPProtoTCP and IPProtoUDP are the IP protocol numbers virtual servers
 // serve: UDP for ProtoUDP, TCP for the others.
 const (
-	ipProtoTCP = 6
-	ipProtoUDP = 17
+	IPProtoTCP = 6
+	IPProtoUDP = 17
 )
 
 // IPProto is the IP protocol number of vs's flows: 17 for a udp service, 6
 // otherwise.
 func (vs *VirtualServer) IPProto() uint8 {
 	if vs.Proto == ProtoUDP {
-		return ipProtoUDP
+		return IPProtoUDP
 	}
-	return ipProtoTCP
+	return IPProtoTCP
 }
 
 // Covers reports whether r can match some connection (a udp service's
@@ -510,6 +532,24 @@ type Monitor struct {
 	// The zero value, on, captures the via: host legs' segments
 	// (datapath/hostcap) so that both their directions are measured.
 	HostCaptureOff bool
+	// ErrorThreshold and ErrorStep are errorRatioAndWeightFr, the seed's
+	// step rule applied to an http target's 5xx responses: each whole
+	// ErrorThreshold (tenths of a percent) the ratio of 5xx responses to
+	// responses in a sampling interval strictly exceeds cuts ErrorStep
+	// percent, capped at ErrorMax (errorMaxWeightFr, default 100); the
+	// error fraction adds to the loss and timeout fractions under the same
+	// 100 % cap. Zero (the default): no error fraction.
+	ErrorThreshold int
+	ErrorStep      int
+	ErrorMax       int
+	// MinResponses is the error part's noise guard (errorMinResponses,
+	// default DefaultMinResponses): a target with fewer responses in an
+	// interval is held and its counts carried, as MinSegments does.
+	MinResponses int
+	// ErrorCountsFailures counts the requests that failed before a
+	// response (first-byte timeout, connection cut) as errors too
+	// (errorCountsFailures); by default only 5xx responses are.
+	ErrorCountsFailures bool
 }
 
 // Algorithm selects how the balancer spreads new connections.
@@ -555,6 +595,28 @@ type BalancerSettings struct {
 	// value is HashConnection. A service's own (VirtualServer.HashBy)
 	// overrides it.
 	HashBy HashBy
+	// Ejection is outlier ejection (balancer.ejection); the zero value is
+	// off.
+	Ejection Ejection
+}
+
+// Defaults of Ejection, filled in by Compile when ConsecutiveFailures is set.
+const (
+	DefaultEjectionFor        = 30 * time.Second
+	DefaultEjectionMaxPercent = 50
+)
+
+// Ejection is outlier ejection, Envoy's consecutive-failures detection: a
+// target whose last ConsecutiveFailures connections or requests failed (a
+// failed connect, a first-byte timeout, with ServerErrors an http response
+// with a 5xx status) is taken out of its service's rotation for For, unless
+// MaxPercent of the service's targets are ejected already. A success resets
+// the count. ConsecutiveFailures zero turns it off.
+type Ejection struct {
+	ConsecutiveFailures int
+	For                 time.Duration // default DefaultEjectionFor
+	MaxPercent          int           // 1..100, default DefaultEjectionMaxPercent
+	ServerErrors        bool          // 5xx responses count as failures
 }
 
 // HashKind says what a Maglev pick hashes.
@@ -774,6 +836,14 @@ func compileMonitor(m *Monitor, bad func(string, ...any)) {
 		bad("monitor minSegments %d is negative", m.MinSegments)
 	}
 	setDefault(&m.MaxConnLevels, DefaultMaxConnLevels)
+	if m.ErrorThreshold > 0 {
+		setDefault(&m.ErrorMax, DefaultErrorMax)
+		setDefault(&m.MinResponses, DefaultMinResponses)
+	}
+	if m.ErrorThreshold < 0 || m.ErrorStep < 0 || m.ErrorMax < 0 || m.MinResponses < 0 {
+		bad("monitor errorRatioAndWeightFr [%d, %d], errorMaxWeightFr %d, errorMinResponses %d: none may be negative",
+			m.ErrorThreshold, m.ErrorStep, m.ErrorMax, m.MinResponses)
+	}
 }
 
 // compileBalancer fills the distributor's defaults, health checks
@@ -791,6 +861,14 @@ func compileBalancer(b *BalancerSettings, bad func(string, ...any)) {
 		bad("balancer slowStart %v is negative", b.SlowStart)
 	}
 	b.Health.compile(bad, "balancer")
+	if e := &b.Ejection; e.ConsecutiveFailures != 0 {
+		setDefault(&e.For, DefaultEjectionFor)
+		setDefault(&e.MaxPercent, DefaultEjectionMaxPercent)
+		if e.ConsecutiveFailures < 0 || e.For < 0 || e.MaxPercent < 0 || e.MaxPercent > 100 {
+			bad("balancer ejection consecutiveFailures %d, for %v, maxPercent %d: none may be negative, maxPercent at most 100",
+				e.ConsecutiveFailures, e.For, e.MaxPercent)
+		}
+	}
 	if b.HashBy.Kind != HashConnection && b.Algorithm != Maglev {
 		bad("balancer hashBy %v needs algorithm maglev, not %v", b.HashBy, b.Algorithm)
 	}
@@ -927,11 +1005,15 @@ func (c *Config) compileServices(bad func(string, ...any)) {
 			bad("virtual server %q has no VIP", vs.Name)
 		}
 		c.compileTargets(vs, bad)
+		c.compileSNI(vs, bad)
 		for _, vip := range vs.VIPs {
 			vip = vip.Unmap()
 			for _, o := range c.byVIP[vip] {
-				if o.Ports.Overlaps(vs.Ports) {
-					bad("%v ports %v claimed by both %q and %q", vip, vs.Ports, o.Name, vs.Name)
+				// A udp service and a tcp one may share a port (DNS on 53,
+				// QUIC beside TLS on 443): only one protocol's overlap
+				// counts.
+				if o.Ports.Overlaps(vs.Ports) && o.IPProto() == vs.IPProto() {
+					sharedTLS(vip, o, vs, bad)
 				}
 			}
 			c.byVIP[vip] = append(c.byVIP[vip], vs)
@@ -959,15 +1041,23 @@ func (c *Config) compileTargets(vs *VirtualServer, bad func(string, ...any)) {
 	}
 }
 
-// Service returns the virtual server answering on addr:port, or nil. It does
-// not allocate.
-func (c *Config) Service(addr netip.Addr, port uint16) *VirtualServer {
+// Service returns the virtual server answering on addr:port for IP
+// protocol ipProto (IPProtoTCP: a tcp, http or tls service; IPProtoUDP: a
+// udp one), or nil. It does not allocate.
+func (c *Config) Service(addr netip.Addr, port uint16, ipProto uint8) *VirtualServer {
 	for _, vs := range c.byVIP[addr.Unmap()] {
-		if vs.Ports.Contains(port) {
+		if vs.Ports.Contains(port) && vs.IPProto() == ipProto {
 			return vs
 		}
 	}
 	return nil
+}
+
+// TCPService is Service for IPProtoTCP: the tcp, http or tls virtual
+// server a TCP connection to addr:port reaches (netstack's
+// ForwarderOptions.Services).
+func (c *Config) TCPService(addr netip.Addr, port uint16) *VirtualServer {
+	return c.Service(addr, port, IPProtoTCP)
 }
 
 // TargetIndex returns t's position among all of c's targets, numbered in

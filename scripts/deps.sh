@@ -12,6 +12,8 @@ set -euo pipefail
 # redis-server (cmd/weir/internal/cluster: each test starts its own on a
 # loopback port, without persistence), ab (apache2-utils: the http request
 # tests in cmd/weir/e2e/e2e_requests_test.go run ApacheBench in their namespace),
+# openssl and curl (cmd/weir/e2e/e2e_sni_test.go: openssl s_server TLS
+# backends behind a tls VIP, curl --resolve and openssl s_client -servername).
 # dnsmasq (dnsmasq-base) and dig (bind9-dnsutils: the udp service tests in
 # cmd/weir/e2e/e2e_udp_test.go serve DNS per target and query it through weir).
 need_apt=()
@@ -23,6 +25,8 @@ command -v systemd-analyze >/dev/null 2>&1 || need_apt+=(systemd)
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
 command -v ab >/dev/null 2>&1 || need_apt+=(apache2-utils)
+command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
+command -v curl >/dev/null 2>&1 || need_apt+=(curl)
 command -v dnsmasq >/dev/null 2>&1 || [ -x /usr/sbin/dnsmasq ] || need_apt+=(dnsmasq-base)
 command -v dig >/dev/null 2>&1 || need_apt+=(bind9-dnsutils)
 if [ ${#need_apt[@]} -gt 0 ]; then

@@ -450,6 +450,14 @@ func (c *Capture) segment(ip, vh []byte, out bool, now int64) {
 	f.last = now
 	if pk.TCPFlags&(datapath.TCPFin|datapath.TCPRst) != 0 {
 		f.closed = true
+		switch {
+		case pk.TCPFlags&datapath.TCPRst != 0:
+			f.fins |= finRst
+		case fromTarget:
+			f.fins |= finIn
+		default:
+			f.fins |= finOut
+		}
 	}
 	segs, _ := datapath.Segments(vh, b, &pk)
 	minRTO := c.opts.OwnMinRTO
@@ -468,7 +476,7 @@ func (c *Capture) sweep(now int64) {
 	for k, f := range c.flows {
 		idle := now - f.last
 		_, kept := targets[k.remote]
-		if !kept || idle > int64(c.opts.IdleTimeout) || (f.closed && idle > int64(closedLinger)) {
+		if !kept || idle > int64(f.linger(c.opts.IdleTimeout)) {
 			delete(c.flows, k)
 		}
 	}

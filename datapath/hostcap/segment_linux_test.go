@@ -114,3 +114,60 @@ func TestSegmentBadInput(t *testing.T) {
 		t.Error("a broken control message read as a timestamp")
 	}
 }
+
+// flagged is a segment with the given flags (ACK always set).
+func flagged(t *testing.T, src, dst netip.AddrPort, seq uint32, fin, rst bool) []byte {
+	t.Helper()
+	ip := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolTCP, SrcIP: net.IP(src.Addr().AsSlice()), DstIP: net.IP(dst.Addr().AsSlice())}
+	tc := &layers.TCP{SrcPort: layers.TCPPort(src.Port()), DstPort: layers.TCPPort(dst.Port()), Seq: seq, ACK: true, FIN: fin, RST: rst, Window: 1000}
+	tc.SetNetworkLayerForChecksum(ip)
+	buf := gopacket.NewSerializeBuffer()
+	if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, ip, tc); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// TestSweepLinger: a finished flow (a FIN each way, or a RST) leaves the
+// table doneLinger after its last packet; one with a single FIN (the
+// connection half-open) stays closedLinger, an open one the idle timeout.
+// The counts stay readable until then.
+func TestSweepLinger(t *testing.T) {
+	target := netip.MustParseAddrPort("198.18.3.1:80")
+	c := bare(target)
+	c.opts.IdleTimeout = DefaultIdleTimeout
+	vh := make([]byte, 10)
+	port := func(p uint16) netip.AddrPort { return netip.AddrPortFrom(netip.MustParseAddr("198.18.2.1"), p) }
+	both, half, reset, open := port(40001), port(40002), port(40003), port(40004)
+	for _, l := range []netip.AddrPort{both, half, reset, open} {
+		c.segment(seg(t, l, target, 100, true, 0), vh, true, 1)
+		c.segment(seg(t, target, l, 5000, true, 0), vh, false, 2)
+		c.segment(seg(t, l, target, 101, false, 100), vh, true, 3)
+	}
+	const at = int64(10e6)
+	c.segment(flagged(t, both, target, 201, true, false), vh, true, at)
+	c.segment(flagged(t, target, both, 5001, true, false), vh, false, at)
+	c.segment(flagged(t, half, target, 201, true, false), vh, true, at)
+	c.segment(flagged(t, target, reset, 5001, false, true), vh, false, at)
+	c.sweep(at + int64(doneLinger) - 1)
+	for _, l := range []netip.AddrPort{both, half, reset, open} {
+		if s := c.Segments(l, target); s == nil || s.ToTarget().DataSegments != 1 {
+			t.Fatalf("%v: gone or miscounted before doneLinger: %v", l, s)
+		}
+	}
+	c.sweep(at + int64(doneLinger) + 1)
+	if c.Segments(both, target) != nil || c.Segments(reset, target) != nil {
+		t.Error("a finished flow outlived doneLinger")
+	}
+	if c.Segments(half, target) == nil || c.Segments(open, target) == nil {
+		t.Fatal("a half-closed or open flow went with the finished ones")
+	}
+	c.sweep(at + int64(closedLinger) + 1)
+	if c.Segments(half, target) != nil || c.Segments(open, target) == nil {
+		t.Errorf("after closedLinger: half-closed kept %v, open gone %v", c.Segments(half, target) != nil, c.Segments(open, target) == nil)
+	}
+	c.sweep(3 + int64(DefaultIdleTimeout) + 1)
+	if len(c.flows) != 0 {
+		t.Errorf("%d flows after the idle timeout", len(c.flows))
+	}
+}

@@ -27,6 +27,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -76,6 +77,11 @@ const offloadFlags = unix.TUN_F_CSUM | unix.TUN_F_TSO4 | unix.TUN_F_TSO6
 type vnetQueue struct {
 	f  *os.File
 	rc syscall.RawConn
+
+	rmu sync.Mutex
+	r   vnetRead // protected by rmu
+	wmu sync.Mutex
+	w   vnetWrite // protected by wmu
 }
 
 // openVnet opens one offload queue of the TUN called name ("" lets the
@@ -135,39 +141,26 @@ func (d *Device) GSOMaxSize() int {
 
 var _ datapath.Offloader = (*Device)(nil)
 
-// readVnet is Read on an offload queue: see the file comment.
+// readVnet is Read on an offload queue: see the file comment. The
+// poller's callback and its state live in the queue (vnetRead), made
+// once: a closure here cost a few allocations per call, per packet
+// batch. The poll descriptor's read lock serializes RawConn.Read
+// callers already; rmu guards the state around it.
 func (d *Device) readVnet(bufs [][]byte, sizes []int, offset int) (int, error) {
 	if offset < datapath.VirtioNetHdrLen {
 		return 0, fmt.Errorf("tun: %s: offset %d leaves no room for the %d-byte virtio-net header", d.name, offset, datapath.VirtioNetHdrLen)
 	}
-	n := 0
-	var rerr error
-	var rxBytes uint64
-	err := d.vnet.rc.Read(func(fd uintptr) bool {
-		for n < len(bufs) && n < vnetBatch {
-			b := bufs[n][offset-datapath.VirtioNetHdrLen:]
-			m, err := unix.Read(int(fd), b)
-			switch {
-			case err == unix.EAGAIN:
-				return n > 0 // nothing yet: wait in the poller
-			case err == unix.EINTR:
-				continue
-			case err != nil:
-				rerr = err
-				return true
-			}
-			size := m - datapath.VirtioNetHdrLen
-			if size <= 0 || ipLen(b[datapath.VirtioNetHdrLen:m]) > size {
-				// No packet after the header, or one the buffer cut.
-				d.tooBig.Add(1)
-				continue
-			}
-			sizes[n] = size
-			rxBytes += uint64(size)
-			n++
-		}
-		return true
-	})
+	q := d.vnet
+	q.rmu.Lock()
+	r := &q.r
+	if r.fn == nil {
+		r.d, r.fn = d, r.read
+	}
+	r.bufs, r.sizes, r.offset, r.n, r.err, r.bytes = bufs, sizes, offset, 0, nil, 0
+	err := q.rc.Read(r.fn)
+	n, rerr, rxBytes := r.n, r.err, r.bytes
+	r.bufs, r.sizes, r.err = nil, nil, nil
+	q.rmu.Unlock()
 	if n > 0 {
 		d.rxPackets.Add(uint64(n))
 		d.rxBytes.Add(rxBytes)
@@ -184,6 +177,46 @@ func (d *Device) readVnet(bufs [][]byte, sizes []int, offset int) (int, error) {
 	return n, nil
 }
 
+// vnetRead is an offload queue's state for one readVnet.
+type vnetRead struct {
+	d      *Device
+	bufs   [][]byte
+	sizes  []int
+	offset int
+	n      int    // packets read into bufs
+	err    error  // a read error other than EAGAIN and EINTR
+	bytes  uint64 // of the n packets
+	fn     func(fd uintptr) bool
+}
+
+// read is the RawConn.Read callback: false makes the poller wait for
+// readability and call it again.
+func (r *vnetRead) read(fd uintptr) bool {
+	for r.n < len(r.bufs) && r.n < vnetBatch {
+		b := r.bufs[r.n][r.offset-datapath.VirtioNetHdrLen:]
+		m, err := unix.Read(int(fd), b)
+		switch {
+		case err == unix.EAGAIN:
+			return r.n > 0 // nothing yet: wait in the poller
+		case err == unix.EINTR:
+			continue
+		case err != nil:
+			r.err = err
+			return true
+		}
+		size := m - datapath.VirtioNetHdrLen
+		if size <= 0 || ipLen(b[datapath.VirtioNetHdrLen:m]) > size {
+			// No packet after the header, or one the buffer cut.
+			r.d.tooBig.Add(1)
+			continue
+		}
+		r.sizes[r.n] = size
+		r.bytes += uint64(size)
+		r.n++
+	}
+	return true
+}
+
 // ipLen returns the length the IP header of p claims, or 0 when p is too
 // short to say.
 func ipLen(p []byte) int {
@@ -197,7 +230,8 @@ func ipLen(p []byte) int {
 }
 
 // writeVnet is Write on an offload queue: each packet goes out with the
-// virtio-net header its writer put before offset.
+// virtio-net header its writer put before offset. Its poller callback and
+// state live in the queue (vnetWrite), as readVnet's do.
 func (d *Device) writeVnet(bufs [][]byte, offset int) (int, error) {
 	if d.closed.Load() {
 		return 0, os.ErrClosed
@@ -205,46 +239,70 @@ func (d *Device) writeVnet(bufs [][]byte, offset int) (int, error) {
 	if offset < datapath.VirtioNetHdrLen {
 		return 0, fmt.Errorf("tun: %s: offset %d leaves no room for the %d-byte virtio-net header", d.name, offset, datapath.VirtioNetHdrLen)
 	}
-	var h datapath.VirtioNetHdr
-	var txPackets, txBytes uint64
-	i := 0
-	err := d.vnet.rc.Write(func(fd uintptr) bool {
-		for ; i < len(bufs); i++ {
-			buf := bufs[i]
-			if offset > len(buf) {
-				d.tooBig.Add(1)
-				continue
-			}
-			p := buf[offset-datapath.VirtioNetHdrLen:]
-			size := len(p) - datapath.VirtioNetHdrLen
-			h.Decode(p)
-			if size > GSOMax || (size > d.mtu && !h.IsGSO()) {
-				d.tooBig.Add(1)
-				continue
-			}
-			for {
-				_, err := unix.Write(int(fd), p)
-				if err == unix.EINTR {
-					continue
-				}
-				if err == unix.EAGAIN {
-					return false // the queue is full: wait until writable
-				}
-				if err != nil {
-					d.txErrors.Add(1)
-				} else {
-					txPackets++
-					txBytes += uint64(size)
-				}
-				break
-			}
-		}
-		return true
-	})
+	q := d.vnet
+	q.wmu.Lock()
+	w := &q.w
+	if w.fn == nil {
+		w.d, w.fn = d, w.write
+	}
+	w.bufs, w.offset, w.i, w.packets, w.bytes = bufs, offset, 0, 0, 0
+	err := q.rc.Write(w.fn)
+	txPackets, txBytes := w.packets, w.bytes
+	w.bufs = nil
+	q.wmu.Unlock()
 	d.txPackets.Add(txPackets)
 	d.txBytes.Add(txBytes)
 	if err != nil && (d.closed.Load() || errors.Is(err, os.ErrClosed)) {
 		return 0, os.ErrClosed
 	}
 	return len(bufs), nil
+}
+
+// vnetWrite is an offload queue's state for one writeVnet.
+type vnetWrite struct {
+	d       *Device
+	bufs    [][]byte
+	offset  int
+	i       int // the next packet of bufs
+	packets uint64
+	bytes   uint64
+	fn      func(fd uintptr) bool
+}
+
+// write is the RawConn.Write callback: false (the queue full) makes the
+// poller wait for writability and call it again, from packet i on.
+func (w *vnetWrite) write(fd uintptr) bool {
+	d := w.d
+	var h datapath.VirtioNetHdr
+	for ; w.i < len(w.bufs); w.i++ {
+		buf := w.bufs[w.i]
+		if w.offset > len(buf) {
+			d.tooBig.Add(1)
+			continue
+		}
+		p := buf[w.offset-datapath.VirtioNetHdrLen:]
+		size := len(p) - datapath.VirtioNetHdrLen
+		h.Decode(p)
+		if size > GSOMax || (size > d.mtu && !h.IsGSO()) {
+			d.tooBig.Add(1)
+			continue
+		}
+		for {
+			_, err := unix.Write(int(fd), p)
+			if err == unix.EINTR {
+				continue
+			}
+			if err == unix.EAGAIN {
+				return false // the queue is full: wait until writable
+			}
+			if err != nil {
+				d.txErrors.Add(1)
+			} else {
+				w.packets++
+				w.bytes += uint64(size)
+			}
+			break
+		}
+	}
+	return true
 }

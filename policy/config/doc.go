@@ -52,7 +52,8 @@
 //	    class: gold            # optional: a class name
 //	    vips: [198.18.0.10, "fd00::10"] # required: IPv4 and/or IPv6
 //	    port: 80               # required: 1..65535, or a range "8000-8010"
-//	    protocol: http         # tcp (default: refuse with RST), http (refuse with a 503 page) or udp (datagram sessions; a refused session's datagram is dropped and counted)
+//	    protocol: http         # tcp (default: refuse with RST), http (refuse with a 503 page), tls (TLS passthrough routed by server name, refused with RST) or udp (datagram sessions; a refused session's datagram is dropped and counted)
+//	    sni: [www.example.com, "*.example.com", default] # protocol tls only, required there: the ClientHello server names it answers for; "*." one label; default: no other tls service of its VIP and port matches, or no server name
 //	    limits: LIMITS
 //	    timeouts: TIMEOUTS     # overrides the instance's, field by field
 //	    http: HTTP             # protocol http only: request handling
@@ -93,6 +94,10 @@
 //	  scope: policy            # the connections monitored: policy (default: those a rule matched) or all
 //	  hostCapture: on          # on (default): via: host legs measured from their captured segments (AF_PACKET, needs CAP_NET_RAW at start); off: from_target is TCP_INFO's estimate
 //	  minSegments: 100         # noise guard: ratios judged over at least this many segments, accumulated over quiet intervals; 1..2^30
+//	  errorRatioAndWeightFr: [50, 25]   # http targets: 5xx responses above 5.0 % of an interval's responses (tenths of %, 1..1000) cut 25 % per step (1..100); added to loss and timeout, capped at 100; omitted (default): no error fraction
+//	  errorMaxWeightFr: 100    # cap of the error fraction, percent 1..100, default 100
+//	  errorMinResponses: 20    # the error part's noise guard: judged over at least this many responses, accumulated over quiet intervals; default 20
+//	  errorCountsFailures: false # true: requests that failed before a response (first-byte timeout, connection cut) count as errors too
 //	balancer:
 //	  algorithm: round-robin   # round-robin (default), least-conn or maglev
 //	  retryInterval: 60s       # how long a failed target stays down, default 60s, > 0
@@ -101,6 +106,11 @@
 //	  slowStart: 0s            # weight ramp of a recovered target; 0: off
 //	  healthCheck: HEALTH      # active checks of every service's targets; a service's own overrides it
 //	  hashBy: connection       # maglev's key: connection (default: the 5-tuple), client (the client's address), header:X-User or cookie:session (http, per request; absent: the client's address); other than connection needs algorithm maglev
+//	  ejection:                # outlier ejection; omitted (default): off
+//	    consecutiveFailures: 5 # required, 1..100: failures in a row (failed connects, first-byte timeouts, with serverErrors 5xx responses) that eject a target; a success resets the run
+//	    for: 30s               # how long an ejected target stays out, default 30s, > 0
+//	    maxPercent: 50         # never more than this share of a service's targets ejected at once, 1..100, default 50
+//	    serverErrors: false    # true: an http response with a 5xx status counts as a failure
 //	cluster:                   # optional: instances sharing their limits and measurements through Redis
 //	  redis: 127.0.0.1:6379    # required: host:port or redis://[user:pass@]host:port/db (rediss:// for TLS)
 //	  name: edge               # required: instances with the same name share state
@@ -159,7 +169,7 @@
 //	firstByte: 30s             # target's first byte after the whole request (tcp: the client's first); "off" or a duration; a timeout marks it down
 //	idle: 5m                   # no byte either way closes the connection; "off" or a duration
 //	requestRead: 2s            # reading a refused HTTP request's head before the 503 page
-//	inFlightPerVIP: 128        # half-open handshakes per VIP and port, 1..65535; beyond: SYN cookies
+//	inFlightPerVIP: 1024       # a VIP and port's backlog, 1..65535: half-open handshakes (beyond: SYN cookies) and connections not yet accepted
 //
 // HTTP tunes an http service, which weir proxies request by request: each
 // request head is parsed, admitted (limits count requests in flight) and

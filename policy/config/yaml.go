@@ -583,7 +583,10 @@ func (p *yparser) service(n *yaml.Node) {
 			}
 		}},
 		{name: "port", required: true, fn: func(k, v *yaml.Node) { vs.Ports, _ = parse(p, k, v, "a port", parsePortRange) }},
-		{name: "protocol", fn: func(k, v *yaml.Node) { vs.Proto, _ = parse(p, k, v, "tcp, http or udp", policy.ParseServiceProto) }},
+		{name: "protocol", fn: func(k, v *yaml.Node) {
+			vs.Proto, _ = parse(p, k, v, "tcp, http, tls or udp", policy.ParseServiceProto)
+		}},
+		{name: "sni", fn: func(k, v *yaml.Node) { p.sni(vs, k, v) }},
 		{name: "limits", fn: func(_, v *yaml.Node) { p.limits(&vs.Limits, v) }},
 		{name: "timeouts", fn: func(_, v *yaml.Node) { p.timeouts(&vs.Timeouts, v) }},
 		{name: "http", fn: func(_, v *yaml.Node) { p.httpOptions(&vs.HTTP, v) }},
@@ -625,6 +628,33 @@ func (p *yparser) service(n *yaml.Node) {
 	}
 	d.at = p.at(nameAt)
 	p.b.addService(d)
+}
+
+// sni parses a tls service's server names: a list of names and
+// wildcards ("*.example.com"), in which "default" makes the service its
+// VIP and port's default, or "default" alone. Compile checks the names.
+func (p *yparser) sni(vs *policy.VirtualServer, k, v *yaml.Node) {
+	add := func(item *yaml.Node) {
+		s, ok := p.str(k, item)
+		switch {
+		case !ok:
+		case s == "default":
+			if vs.SNIDefault {
+				p.errf(item, "%s: default given twice", k.Value)
+			}
+			vs.SNIDefault = true
+		default:
+			vs.SNI = append(vs.SNI, s)
+		}
+	}
+	if x := p.deref(v); x != nil && x.Kind == yaml.ScalarNode && !isNull(x) {
+		add(x)
+		return
+	}
+	p.seq(k, v, add)
+	if x := p.deref(v); x != nil && isEmpty(x) {
+		p.errf(x, "sni: want server names or default")
+	}
 }
 
 // target parses one target; it returns nil when the target is unusable.
@@ -783,6 +813,13 @@ func (p *yparser) monitor(m *policy.Monitor, v *yaml.Node) {
 			x, _ := p.int(k, v, 1, maxMinSegments)
 			m.MinSegments = int(x)
 		}},
+		{name: "errorRatioAndWeightFr", fn: func(k, v *yaml.Node) { pair(k, v, &m.ErrorThreshold, &m.ErrorStep) }},
+		{name: "errorMaxWeightFr", fn: func(k, v *yaml.Node) { frac(k, v, &m.ErrorMax) }},
+		{name: "errorMinResponses", fn: func(k, v *yaml.Node) {
+			x, _ := p.int(k, v, 1, maxMinSegments)
+			m.MinResponses = int(x)
+		}},
+		{name: "errorCountsFailures", fn: func(k, v *yaml.Node) { m.ErrorCountsFailures, _ = p.bool(k, v) }},
 		{name: "maxConnWeightFr", fn: func(k, v *yaml.Node) {
 			x, ok := p.ints(k, v, 3, 1, maxFraction)
 			if !ok {
@@ -816,6 +853,26 @@ func (p *yparser) balancer(b *policy.BalancerSettings, v *yaml.Node) {
 		{name: "hashBy", fn: func(k, v *yaml.Node) {
 			b.HashBy, _ = parse(p, k, v, "connection, client, header:NAME or cookie:NAME", policy.ParseHashBy)
 		}},
+		{name: "ejection", fn: func(_, v *yaml.Node) { p.ejection(&b.Ejection, v) }},
+	})
+}
+
+// ejection parses balancer.ejection; consecutiveFailures is required.
+func (p *yparser) ejection(e *policy.Ejection, v *yaml.Node) {
+	p.mapping(v, "ejection", []field{
+		{name: "consecutiveFailures", required: true, fn: func(k, v *yaml.Node) {
+			x, _ := p.int(k, v, 1, maxHealthRuns)
+			e.ConsecutiveFailures = int(x)
+		}},
+		{name: "for", fn: func(k, v *yaml.Node) {
+			d, _ := p.positive(k, v)
+			e.For = d
+		}},
+		{name: "maxPercent", fn: func(k, v *yaml.Node) {
+			x, _ := p.int(k, v, 1, maxFraction)
+			e.MaxPercent = int(x)
+		}},
+		{name: "serverErrors", fn: func(k, v *yaml.Node) { e.ServerErrors, _ = p.bool(k, v) }},
 	})
 }
 

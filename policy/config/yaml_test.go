@@ -120,7 +120,7 @@ services:
 			if tg := vs.Targets[0]; tg.Weight != 0 || tg.Via != policy.DialNetstack || tg.MaxConnections != -1 {
 				t.Errorf("target 0 = %+v", tg)
 			}
-			if c.Service(netip.MustParseAddr("198.18.0.1"), 8005) != vs {
+			if c.Service(netip.MustParseAddr("198.18.0.1"), 8005, policy.IPProtoTCP) != vs {
 				t.Errorf("Service lookup failed")
 			}
 		}},
@@ -204,7 +204,7 @@ services:
   - {name: a, vips: [198.18.0.1], port: 80, targets: [{address: 198.18.1.1:80}]}
   - {name: b, vips: [198.18.0.1], port: 81-90, targets: [{address: 198.18.1.1:80}]}
 `, func(t *testing.T, c *policy.Config) {
-			if c.Service(netip.MustParseAddr("198.18.0.1"), 85).Name != "b" {
+			if c.Service(netip.MustParseAddr("198.18.0.1"), 85, policy.IPProtoTCP).Name != "b" {
 				t.Errorf("wrong service for port 85")
 			}
 		}},
@@ -277,7 +277,7 @@ func TestParseYAMLErrors(t *testing.T) {
 		{"no targets", "services:\n- {name: a, vips: [198.18.0.1], port: 80, targets: []}\n",
 			`t.yaml:2:52: targets: a service needs at least one target`},
 		{"unknown protocol", "services:\n- {name: a, vips: [198.18.0.1], port: 80, protocol: sctp, targets: [{address: 198.18.1.1:80}]}\n",
-			`t.yaml:2:53: protocol: unknown protocol "sctp" (want tcp, http or udp)`},
+			`t.yaml:2:53: protocol: unknown protocol "sctp" (want tcp, http, tls or udp)`},
 		{"bad role", "services:\n- {name: a, vips: [198.18.0.1], port: 80, targets: [{address: 198.18.1.1:80, role: spare}]}\n",
 			`t.yaml:2:84: role: want primary or backup, got "spare"`},
 		{"duplicate service", "services:\n- {name: a, vips: [198.18.0.1], port: 80, targets: [{address: 198.18.1.1:80}]}\n- {name: a, vips: [198.18.0.2], port: 80, targets: [{address: 198.18.1.1:80}]}\n",

@@ -221,10 +221,15 @@ type Target struct {
 	Check *HealthCheck `json:"check,omitempty"`
 	// SkippedAtLimit counts picks that passed the target over because it
 	// was at maxConnections.
-	SkippedAtLimit uint64       `json:"skipped_at_limit"`
-	Picked         uint64       `json:"picked"` // connections given to the target
-	Failed         uint64       `json:"failed"` // connects that failed
-	Explanation    *Explanation `json:"explanation,omitempty"`
+	SkippedAtLimit uint64 `json:"skipped_at_limit"`
+	Picked         uint64 `json:"picked"` // connections given to the target
+	Failed         uint64 `json:"failed"` // connects that failed
+	// Ejected is set while outlier ejection (balancer.ejection) keeps the
+	// target out, until EjectedUntil; Ejections counts its ejections.
+	Ejected      bool         `json:"ejected,omitempty"`
+	EjectedUntil time.Time    `json:"ejected_until,omitzero"`
+	Ejections    uint64       `json:"ejections"`
+	Explanation  *Explanation `json:"explanation,omitempty"`
 	// Segments are the target's data segments per direction since start.
 	Segments *Segments `json:"segments,omitempty"`
 }
@@ -321,8 +326,21 @@ type Explanation struct {
 	// (a host leg on a kernel before 6.7); Timeouts is a lower bound and
 	// the timeout fraction is the last judged one, not 0 %.
 	TimeoutsUnknown bool `json:"timeouts_unknown,omitempty"`
-	Constrained     bool `json:"constrained"` // active connections reached 90 % of maxConnections
-	DefaultFraction int  `json:"default_fraction"`
+	Constrained     bool `json:"constrained"`      // active connections reached 90 % of maxConnections
+	DefaultFraction int  `json:"default_fraction"` // loss + timeout + error, capped at 100
+
+	// The error part (http services, monitor.errorRatioAndWeightFr): the
+	// interval's responses, their 5xx, the requests that failed before a
+	// response, the ratio (tenths of a percent) and its fraction; held
+	// below MinResponses responses, PendingResponses carried.
+	Responses        uint64 `json:"responses,omitempty"`
+	ServerErrors     uint64 `json:"server_errors,omitempty"`
+	FailedRequests   uint64 `json:"failed_requests,omitempty"`
+	ErrorRatio       int    `json:"error_ratio"`
+	ErrorFraction    int    `json:"error_fraction"`
+	ErrorHeld        bool   `json:"error_held,omitempty"`
+	MinResponses     int    `json:"min_responses,omitempty"`
+	PendingResponses uint64 `json:"pending_responses,omitempty"`
 
 	Action          string `json:"action,omitempty"` // the policy action with the largest fraction
 	ActionConns     int64  `json:"action_conns"`
@@ -450,6 +468,13 @@ type Forwarder struct {
 	// cookie ACK, with its data, while the accept queue was full), failed
 	// (the connection could not be made).
 	ListenDropped []Drop `json:"listen_dropped,omitempty"`
+	// SNIRouted counts tls connections routed by their ClientHello's
+	// server name; SNIRefused, by reason, those reset before admission:
+	// not-tls, malformed, oversized, timeout (timeouts.handshake), eof
+	// (closed before the hello was complete), error, no-match (no tls
+	// service of the VIP and port answers the name, and none is default).
+	SNIRouted  uint64 `json:"sni_routed"`
+	SNIRefused []Drop `json:"sni_refused,omitempty"`
 	// http services: request heads parsed; refused with the 503 page;
 	// refused before admission (408 head too slow, 431 head too big, 400
 	// malformed or Content-Length with Transfer-Encoding); sent again on a

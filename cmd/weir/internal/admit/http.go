@@ -77,7 +77,10 @@ func (a *Admitter) AdmitRequest(req *proxy.ConnRequest, r *proxy.Request) (proxy
 		a.counters.refusedDraining.Add(1)
 		return refuse(req.Service, "draining", 0, "weir is draining"), s
 	}
-	return a.admit(req, s, r.Start)
+	// The pick on the admitter's clock, as DialFailed's and TargetFailed's
+	// mark-downs and ejections are: a target marked down or ejected is
+	// judged on one clock (they differ only under a test's manual clock).
+	return a.admit(req, s, a.now())
 }
 
 // Moved counts an admitted request's bytes on its client connection at

@@ -197,7 +197,7 @@ func New(opts Options) (*Appliance, error) {
 	a.adm = policy.NewAdmission(cfg, 0)
 	bals := map[string]*balancer.Balancer{}
 	for _, vs := range cfg.Services {
-		bals[vs.Name] = balancer.New(vs, cfg.Balancer)
+		bals[vs.Name] = a.newBalancer(vs, cfg)
 	}
 	a.bals.Store(&bals)
 
@@ -272,6 +272,9 @@ func New(opts Options) (*Appliance, error) {
 		}
 	}
 	po.OnPanic = a.admit.Panic
+	po.RouteSNI = func(vip netip.AddrPort, serverName string) *policy.VirtualServer {
+		return a.cfg.Load().RouteSNI(vip.Addr(), vip.Port(), serverName)
+	}
 	fo.OnPanic = a.admit.Panic
 	if cfg.Cluster != nil {
 		// Before the forwarder admits anything: cluster.New holds every
@@ -310,10 +313,11 @@ func backPrefixes(arms []BackArm) []netip.Prefix {
 	return out
 }
 
-// service is the tcp or http virtual server at addr and port for the TCP
-// forwarder: a udp service's port takes no connections (its SYNs get RST).
+// service is the tcp, http or tls virtual server at addr and port for the
+// TCP forwarder: a port only a udp service has takes no connections (its
+// SYNs get RST).
 func (a *Appliance) service(addr netip.Addr, port uint16) *policy.VirtualServer {
-	if vs := a.cfg.Load().Service(addr, port); vs != nil && vs.Proto != policy.ProtoUDP {
+	if vs := a.cfg.Load().Service(addr, port, policy.IPProtoTCP); vs != nil {
 		return vs
 	}
 	return nil
@@ -321,7 +325,7 @@ func (a *Appliance) service(addr netip.Addr, port uint16) *policy.VirtualServer 
 
 // udpService is the udp virtual server at addr and port, for the UDP front.
 func (a *Appliance) udpService(addr netip.Addr, port uint16) *policy.VirtualServer {
-	if vs := a.cfg.Load().Service(addr, port); vs != nil && vs.Proto == policy.ProtoUDP {
+	if vs := a.cfg.Load().Service(addr, port, policy.IPProtoUDP); vs != nil {
 		return vs
 	}
 	return nil
@@ -410,6 +414,17 @@ func (a *Appliance) reportHealth(service, target string, r health.Result, now ti
 	}
 }
 
+// newBalancer builds a service's balancer, its ejections logged once each.
+func (a *Appliance) newBalancer(vs *policy.VirtualServer, cfg *policy.Config) *balancer.Balancer {
+	b := balancer.New(vs, cfg.Balancer)
+	b.OnEject(func(e balancer.Ejection) {
+		a.log.Warn().Str("service", e.Service).Str("target", e.Target).Int("failures", e.Failures).
+			Time("until", e.Until).Int("ejected", e.Ejected).Int("targets", e.Targets).
+			Msg("target ejected: consecutive failures (balancer.ejection); back at until")
+	})
+	return b
+}
+
 // Reload swaps in a new configuration: limits, balancers (counts and
 // down-state carry over by target name), rules and meters (by name). Open
 // connections keep running and count against the new limits. cfg must be
@@ -432,7 +447,7 @@ func (a *Appliance) Reload(cfg *policy.Config) error {
 		if b != nil {
 			b.Update(vs, cfg.Balancer)
 		} else {
-			b = balancer.New(vs, cfg.Balancer)
+			b = a.newBalancer(vs, cfg)
 			if a.clu != nil {
 				b.SetDefaultCapacity(a.cluDefCap) // no slots until the cluster leases them
 			}

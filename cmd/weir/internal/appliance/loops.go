@@ -24,6 +24,7 @@ func (a *Appliance) recomputeLoop() {
 // own clock (Options.Now).
 func (a *Appliance) RecomputeNow() {
 	a.adm.Recompute(a.now(), a.engine)
+	a.engine.Sweep() // the flow table drains after a flood with no packet passing
 	if a.clu != nil {
 		a.clu.Recomputed() // publish the new rates, read the others' (never blocks)
 	}
@@ -87,6 +88,11 @@ func (a *Appliance) SampleNow() []policy.Explanation {
 	}
 	samples := samplesFrom(cfg, s, a.OpenByTarget(), lost > 0)
 	addAnswers(cfg, samples, a.relay.Sample())
+	for k, r := range a.admit.TakeResponses() {
+		if ts := samples[k]; ts != nil { // nil: a target gone in a reload
+			ts.Responses, ts.ServerErrors, ts.FailedRequests = r.Responses, r.ServerErrors, r.Failed
+		}
+	}
 	judged := samples
 	if a.clu != nil {
 		judged = a.shareSamples(cfg, samples) // the cluster-wide sums

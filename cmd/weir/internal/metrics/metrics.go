@@ -207,11 +207,12 @@ var Defs = []Def{
 			emit(float64(t.Effective), "effective")
 		})},
 	{Name: "weir_target_fraction_percent", Type: Gauge, Labels: []string{"service", "target", "part"},
-		Help: "The target's QoS weight fraction (part=total) and its parts (loss, timeout, default, action) from the last sampling interval, in percent; the part equal to the total is the cause of a cut weight.",
+		Help: "The target's QoS weight fraction (part=total) and its parts (loss, timeout, error, default, action) from the last sampling interval, in percent; the part equal to the total is the cause of a cut weight. part=error is an http target's 5xx ratio (monitor.errorRatioAndWeightFr).",
 		samples: perTarget(func(t *api.Target, emit func(float64, ...string)) {
 			if e := t.Explanation; e != nil {
 				emit(float64(e.LossFraction), "loss")
 				emit(float64(e.TimeoutFraction), "timeout")
+				emit(float64(e.ErrorFraction), "error")
 				emit(float64(e.DefaultFraction), "default")
 				emit(float64(e.ActionFraction), "action")
 				emit(float64(e.Fraction), "total")
@@ -241,14 +242,20 @@ var Defs = []Def{
 		Help:    "Retransmission timeouts on those legs by direction (from_target: retransmissions after a silence longer than the flow's RTO estimate).",
 		samples: perDirection(func(d *api.DirTotals) float64 { return float64(d.Timeouts) })},
 	{Name: "weir_target_up", Type: Gauge, Labels: targetLabels,
-		Help:    "1 while the target may be picked; 0 while a failed connect keeps it down for retryInterval or its health checks fail.",
-		samples: perTarget(func(t *api.Target, emit func(float64, ...string)) { emit(bool01(!t.Down && t.HealthUp)) })},
+		Help:    "1 while the target may be picked; 0 while a failed connect keeps it down for retryInterval, its health checks fail or outlier ejection keeps it out.",
+		samples: perTarget(func(t *api.Target, emit func(float64, ...string)) { emit(bool01(!t.Down && t.HealthUp && !t.Ejected)) })},
 	{Name: "weir_target_picked_total", Type: Counter, Labels: targetLabels,
 		Help:    "Connections the balancer gave to the target.",
 		samples: perTarget(func(t *api.Target, emit func(float64, ...string)) { emit(float64(t.Picked)) })},
 	{Name: "weir_target_connect_failures_total", Type: Counter, Labels: targetLabels,
 		Help:    "Connects to the target that failed; each takes the target out for retryInterval. Check that the target listens and is reachable.",
 		samples: perTarget(func(t *api.Target, emit func(float64, ...string)) { emit(float64(t.Failed)) })},
+	{Name: "weir_target_ejected", Type: Gauge, Labels: targetLabels,
+		Help:    "1 while outlier ejection (balancer.ejection) keeps the target out after consecutive failures; it comes back by itself after ejection.for.",
+		samples: perTarget(func(t *api.Target, emit func(float64, ...string)) { emit(bool01(t.Ejected)) })},
+	{Name: "weir_target_ejections_total", Type: Counter, Labels: targetLabels,
+		Help:    "Times outlier ejection took the target out; each is also one log line. Never more than ejection.maxPercent of a service's targets are out at once.",
+		samples: perTarget(func(t *api.Target, emit func(float64, ...string)) { emit(float64(t.Ejections)) })},
 	{Name: "weir_target_skipped_at_limit_total", Type: Counter, Labels: targetLabels,
 		Help:    "Picks that passed the target over because it was at maxConnections; a steady rise means the target's maxConnections is too low for its share.",
 		samples: perTarget(func(t *api.Target, emit func(float64, ...string)) { emit(float64(t.SkippedAtLimit)) })},
@@ -453,6 +460,12 @@ var Defs = []Def{
 	{Name: "weir_forwarder_listen_dropped_total", Type: Counter, Labels: []string{"reason"},
 		Help:    "Segments past the SYN that a VIP's listener dropped, by reason: segment_queue (the listener's queue refused it), accept_queue (a handshake-completing ACK, with any data it carried, while the accept queue was full), failed (the connection could not be made). Each costs its client a retransmission timeout; expected 0.",
 		samples: func(st *api.Status, emit emitter) { drops(st.Forwarder.ListenDropped, emit) }},
+	{Name: "weir_forwarder_sni_routed_total", Type: Counter,
+		Help:    "Connections to tls services routed by the server name of their ClientHello (read without terminating TLS).",
+		samples: one(func(st *api.Status) float64 { return float64(st.Forwarder.SNIRouted) })},
+	{Name: "weir_forwarder_sni_refused_total", Type: Counter, Labels: []string{"reason"},
+		Help:    "Connections to tls services reset before admission, by reason: not-tls (the first bytes are no TLS handshake record), malformed (a record or the ClientHello does not parse), oversized (a ClientHello over 16 KiB), timeout (no complete ClientHello within timeouts.handshake), eof (the client closed first), error (another read error), no-match (no tls service of the VIP and port answers the server name, and none is sni default).",
+		samples: func(st *api.Status, emit emitter) { drops(st.Forwarder.SNIRefused, emit) }},
 	{Name: "weir_forwarder_listeners", Type: Gauge,
 		Help:    "VIP and port pairs weir listens on (SYN cookies, per-VIP backlogs).",
 		samples: one(func(st *api.Status) float64 { return float64(st.Forwarder.Listeners) })},

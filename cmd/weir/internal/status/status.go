@@ -173,6 +173,7 @@ func Target(t balancer.TargetStatus, e *policy.Explanation, fr map[string]map[st
 		Weight: t.Weight, Effective: t.Effective, Exact: t.Exact, SlowStart: t.SlowStart,
 		Open: t.Open, Max: t.Max, Down: t.Down, DownUntil: t.DownUntil, HealthUp: t.HealthUp,
 		SkippedAtLimit: t.SkippedAtLimit, Picked: t.Picked, Failed: t.Failed,
+		Ejected: t.Ejected, EjectedUntil: t.EjectedUntil, Ejections: t.Ejections,
 	}
 	if c := t.Check; c != nil {
 		out.Check = &api.HealthCheck{At: c.At, OK: c.OK, Reason: c.Reason, Streak: c.Streak, Need: c.Need}
@@ -198,6 +199,9 @@ func Target(t balancer.TargetStatus, e *policy.Explanation, fr map[string]map[st
 			Fraction: e.Fraction, Winner: e.Winner.String(), BaseWeight: e.BaseWeight, Weight: e.Weight,
 			MinSegments: e.MinSegments, PendingSegments: e.PendingSegments, TimeoutsUnknown: e.TimeoutsUnknown,
 			DefaultWeight: e.DefaultWeight,
+			Responses:     e.Responses, ServerErrors: e.ServerErrors, FailedRequests: e.FailedRequests,
+			ErrorRatio: e.ErrorRatio, ErrorFraction: e.ErrorFraction, ErrorHeld: e.ErrorHeld,
+			MinResponses: e.MinResponses, PendingResponses: e.PendingResponses,
 		}
 		for _, l := range e.Levels {
 			out.Explanation.Levels = append(out.Explanation.Levels, api.ExplanationLevel{
@@ -235,7 +239,12 @@ func stackDoc(s netstack.StackStats) api.Stack {
 // three packages; Panics and Pending are the sums of the first two.
 func forwarderDoc(s netstack.ForwarderStats, p proxy.Stats, h proxyhttp.Stats) api.Forwarder {
 	ld := s.ListenDropped
+	sni := make([]api.Drop, len(p.SNIRefused))
+	for i, n := range p.SNIRefused {
+		sni[i] = api.Drop{Reason: proxy.SNIRefusalNames[i], Count: n}
+	}
 	return api.Forwarder{
+		SNIRouted: p.SNIRouted, SNIRefused: sni,
 		ListenDropped: []api.Drop{{Reason: "segment_queue", Count: ld.SegmentQueue},
 			{Reason: "accept_queue", Count: ld.AcceptQueue}, {Reason: "failed", Count: ld.Failed}},
 		Accepted: p.Accepted, Pending: s.Handshaking + p.Pending, NoService: s.NoService, RefusedClosed: s.RefusedClosed,

@@ -99,12 +99,15 @@ func writeTable(w io.Writer, st api.Status) {
 		}
 		fmt.Fprintln(w)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "  TARGET\tROLE\tOPEN/MAX\tWEIGHT\tLOSS\tTIMEOUT\tACTION\tFRACTION\tEFFECTIVE\tSTATE\tPICKED\tSKIPPED")
+		fmt.Fprintln(tw, "  TARGET\tROLE\tOPEN/MAX\tWEIGHT\tLOSS\tTIMEOUT\tERROR\tACTION\tFRACTION\tEFFECTIVE\tSTATE\tPICKED\tSKIPPED")
 		for _, t := range s.Targets {
-			loss, tmo, act, fr := "-", "-", "-", "-"
+			loss, tmo, errs, act, fr := "-", "-", "-", "-", "-"
 			if e := t.Explanation; e != nil {
 				loss = fmt.Sprintf("%d%% (%s)", e.LossFraction, Tenths(e.LossRatio))
 				tmo = fmt.Sprintf("%d%% (%s)", e.TimeoutFraction, Tenths(e.TimeoutRatio))
+				if s.Proto == "http" {
+					errs = fmt.Sprintf("%d%% (%s of %d)", e.ErrorFraction, Tenths(e.ErrorRatio), e.Responses)
+				}
 				if e.Action != "" {
 					act = fmt.Sprintf("%d%% %s", e.ActionFraction, e.Action)
 				}
@@ -112,6 +115,8 @@ func writeTable(w io.Writer, st api.Status) {
 			}
 			state := "up"
 			switch {
+			case t.Ejected:
+				state = "ejected until " + t.EjectedUntil.Format(time.TimeOnly)
 			case t.Down:
 				state = "down until " + t.DownUntil.Format(time.TimeOnly)
 			case !t.HealthUp:
@@ -123,8 +128,8 @@ func writeTable(w io.Writer, st api.Status) {
 			if t.Max > 0 {
 				max = strconv.FormatInt(t.Max, 10)
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t%d/%s\t%d\t%s\t%s\t%s\t%s\t%d\t%s\t%d\t%d\n", t.Name, t.Role, t.Open, max,
-				t.Weight, loss, tmo, act, fr, t.Effective, state, t.Picked, t.SkippedAtLimit)
+			fmt.Fprintf(tw, "  %s\t%s\t%d/%s\t%d\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%d\t%d\n", t.Name, t.Role, t.Open, max,
+				t.Weight, loss, tmo, errs, act, fr, t.Effective, state, t.Picked, t.SkippedAtLimit)
 		}
 		tw.Flush()
 		writeActionLevels(w, s.Targets)
