@@ -81,6 +81,9 @@ type Config struct {
 type Instance struct {
 	Name   string // default "weir"
 	Limits Limits
+	// ClientLimits are every client's own limits across the instance (see
+	// clients.go); zero: none.
+	ClientLimits ClientLimits
 
 	// MetricInterval is the sliding window over which bandwidth is averaged;
 	// zero means DefaultMetricInterval (30 s).
@@ -223,6 +226,15 @@ type Limits struct {
 	// seed's hole where an idle window lets a client use 30× the limit in one
 	// second. 0 (the default) turns it off.
 	BurstBytes int64
+	// Queue, with an enforced MaxConnections, lets up to Queue
+	// connections (tcp) or requests (http) over the limit wait, first in
+	// first out, for a slot instead of being refused at once; a freed slot
+	// goes to the queue before new arrivals. 0 (the default): refused at
+	// once.
+	Queue int64
+	// QueueTimeout bounds one wait in the queue; then the RST or the 503
+	// page. 0 means DefaultQueueTimeout (2 s).
+	QueueTimeout time.Duration
 }
 
 // Any reports whether any limit is set.
@@ -298,6 +310,9 @@ type VirtualServer struct {
 	Ports  PortRange
 	Proto  ServiceProto
 	Limits Limits
+	// ClientLimits are each client's own limits at this virtual server
+	// (for http: requests in flight); zero: none.
+	ClientLimits ClientLimits
 	// Timeouts of this virtual server's connections; zero fields take the
 	// instance's (see Timeouts).
 	Timeouts Timeouts
@@ -325,6 +340,63 @@ type VirtualServer struct {
 	// After Compile it is never nil: the check its targets get (see
 	// Config.resolveHealth).
 	Health *HealthCheck
+	// AcceptProxy is the PROXY-protocol header weir reads first on every
+	// connection to this virtual server (ProxyNone: none). The client
+	// address it carries is the client's for everything after: the rules,
+	// the limits, the balancer's hash, the access log, X-Forwarded-For and
+	// Forwarded, and the header weir sends to its targets.
+	AcceptProxy ProxyProtocol
+	// TrustedProxies are the addresses a header is accepted from; a
+	// connection from any other is refused. Compile requires at least one
+	// when AcceptProxy is set.
+	TrustedProxies []netip.Prefix
+}
+
+// ProxyProtocol is a PROXY-protocol version (HAProxy's
+// doc/proxy-protocol.txt), or, for VirtualServer.AcceptProxy, the set
+// accepted. The values are those of weir/netstack/proxy/proxyproto's
+// Version.
+type ProxyProtocol uint8
+
+// The PROXY-protocol settings.
+const (
+	ProxyNone ProxyProtocol = 0
+	ProxyV1   ProxyProtocol = 1
+	ProxyV2   ProxyProtocol = 2
+	ProxyAny  ProxyProtocol = 3 // v1 or v2 (accepting only)
+)
+
+func (p ProxyProtocol) String() string {
+	switch p {
+	case ProxyNone:
+		return "none"
+	case ProxyV1:
+		return "v1"
+	case ProxyV2:
+		return "v2"
+	case ProxyAny:
+		return "any"
+	}
+	return "proxyProtocol(" + strconv.Itoa(int(p)) + ")"
+}
+
+// ParseProxyProtocol parses v1 or v2, and any when any is true (what a
+// service accepts).
+func ParseProxyProtocol(s string, any bool) (ProxyProtocol, error) {
+	switch s {
+	case "v1":
+		return ProxyV1, nil
+	case "v2":
+		return ProxyV2, nil
+	case "any":
+		if any {
+			return ProxyAny, nil
+		}
+	}
+	if any {
+		return 0, fmt.Errorf("want v1, v2 or any, got %q", s)
+	}
+	return 0, fmt.Errorf("want v1 or v2, got %q", s)
 }
 
 // Role says whether a target is balanced (primary) or only tried, in order,
@@ -389,6 +461,11 @@ type Target struct {
 	MaxConnections int64
 	Role           Role
 	Via            DialVia
+	// ProxyProtocol makes weir write a PROXY-protocol header of this
+	// version (the client's address and port, the VIP's) before any byte
+	// on every connection to the target, and the address-less one (v2
+	// LOCAL, v1 UNKNOWN) on its health checks; ProxyNone: no header.
+	ProxyProtocol ProxyProtocol
 }
 
 // Action is a z/OS Policy Agent policy action: the service level a matching
@@ -820,6 +897,8 @@ func compileInstance(in *Instance, bad func(string, ...any)) {
 		Handshake: DefaultHandshakeTimeout, Connect: DefaultConnectTimeout, FirstByte: DefaultFirstByteTimeout,
 		Idle: DefaultIdleTimeout, RequestRead: DefaultRequestReadTimeout, InFlightPerVIP: DefaultInFlightPerVIP,
 	}, bad, "instance")
+	in.Limits.check(bad, "instance limits")
+	in.ClientLimits.check(bad, "instance clientLimits")
 }
 
 // compileMonitor fills the performance monitor's defaults and checks them.
@@ -931,6 +1010,41 @@ func (c *Config) resolveHashBy(vs *VirtualServer, bad func(string, ...any)) {
 	vs.HashBy = &h
 }
 
+// checkProxy checks the PROXY-protocol settings of vs and of its targets.
+func (vs *VirtualServer) checkProxy(bad func(string, ...any)) {
+	if vs.AcceptProxy > ProxyAny {
+		bad("virtual server %q: acceptProxyProtocol %v", vs.Name, vs.AcceptProxy)
+	}
+	switch {
+	case vs.AcceptProxy != ProxyNone && len(vs.TrustedProxies) == 0:
+		bad("virtual server %q: acceptProxyProtocol %v needs trustedProxies (the outer load balancers' prefixes)", vs.Name, vs.AcceptProxy)
+	case vs.AcceptProxy == ProxyNone && len(vs.TrustedProxies) > 0:
+		bad("virtual server %q: trustedProxies without acceptProxyProtocol", vs.Name)
+	}
+	for i, p := range vs.TrustedProxies {
+		if !p.IsValid() {
+			bad("virtual server %q: trustedProxies[%d] is no prefix", vs.Name, i)
+		}
+		vs.TrustedProxies[i] = p.Masked()
+	}
+	for _, t := range vs.Targets {
+		if t != nil && t.ProxyProtocol != ProxyNone && t.ProxyProtocol != ProxyV1 && t.ProxyProtocol != ProxyV2 {
+			bad("virtual server %q: target %q: proxyProtocol %v (want v1 or v2)", vs.Name, t.Name, t.ProxyProtocol)
+		}
+	}
+}
+
+// Trusted reports whether a PROXY-protocol header from addr is accepted.
+func (vs *VirtualServer) Trusted(addr netip.Addr) bool {
+	addr = addr.Unmap()
+	for _, p := range vs.TrustedProxies {
+		if p.Contains(addr) {
+			return true
+		}
+	}
+	return false
+}
+
 // resolveHealth sets vs.Health, the check its targets get: the balancer's
 // when the service has none of its own; else the service's, where a zero
 // interval, timeout, rise or fall takes the balancer's and the probe
@@ -975,6 +1089,7 @@ func compileClasses(classes []*Class, bad func(string, ...any)) {
 			}
 			seen[p] = true
 		}
+		cl.Limits.check(bad, "class "+strconv.Quote(cl.Name)+" limits")
 	}
 }
 
@@ -996,8 +1111,11 @@ func (c *Config) compileServices(bad func(string, ...any)) {
 		vs.Timeouts.resolve(c.Instance.Timeouts, bad, "virtual server "+strconv.Quote(vs.Name))
 		vs.HTTP.resolve(bad, "virtual server "+strconv.Quote(vs.Name))
 		vs.UDP.resolve(bad, "virtual server "+strconv.Quote(vs.Name))
+		vs.Limits.check(bad, "virtual server "+strconv.Quote(vs.Name)+" limits")
+		vs.ClientLimits.check(bad, "virtual server "+strconv.Quote(vs.Name)+" clientLimits")
 		c.resolveHealth(vs, bad)
 		c.resolveHashBy(vs, bad)
+		vs.checkProxy(bad)
 		if vs.Ports.Lo == 0 || vs.Ports.Hi < vs.Ports.Lo {
 			bad("virtual server %q: bad port range %v", vs.Name, vs.Ports)
 		}

@@ -85,6 +85,29 @@ instance:
 				t.Errorf("instance = %+v", in)
 			}
 		}},
+		{"queue and per-client limits", `
+instance:
+  clientLimits: {maxConnections: 50, enforceConnections: true, clientPrefix: {ipv4: 24, ipv6: 64}, tableSize: 1000}
+services:
+  - name: web
+    vips: [198.18.0.10]
+    port: 80
+    limits: {maxConnections: 2, enforceConnections: true, queue: 8, queueTimeout: 3s}
+    clientLimits: {maxConnections: 2, enforceConnections: true, maxBandwidth: 100kB, queue: 1}
+    targets: [{address: 198.18.1.1:80}]
+`, func(t *testing.T, c *policy.Config) {
+			in := policy.ClientLimits{Limits: policy.Limits{MaxConnections: 50, EnforceConnections: true}, PrefixV4: 24, PrefixV6: 64, TableSize: 1000}
+			if c.Instance.ClientLimits != in {
+				t.Errorf("instance clientLimits %+v, want %+v", c.Instance.ClientLimits, in)
+			}
+			vs := c.Services[0]
+			if want := (policy.Limits{MaxConnections: 2, EnforceConnections: true, Queue: 8, QueueTimeout: 3 * time.Second}); vs.Limits != want {
+				t.Errorf("limits %+v, want %+v", vs.Limits, want)
+			}
+			if want := (policy.ClientLimits{Limits: policy.Limits{MaxConnections: 2, EnforceConnections: true, MaxBandwidth: 100_000, Queue: 1}}); vs.ClientLimits != want {
+				t.Errorf("clientLimits %+v, want %+v", vs.ClientLimits, want)
+			}
+		}},
 		{"service with port range, v4 and v6 VIPs, backups after primaries", `
 classes:
   - {name: top}

@@ -30,9 +30,11 @@ type Status struct {
 	// target's Failed, including targets a reload removed.
 	DialFailures uint64 `json:"dial_failures"`
 
-	Levels    []Level   `json:"levels"`     // instance, classes, virtual servers: limits and measurements
-	Services  []Service `json:"services"`   // virtual servers in configuration order
-	SampledAt time.Time `json:"sampled_at"` // end of the sampling interval the weight explanations are from
+	Levels []Level `json:"levels"` // instance, classes, virtual servers: limits and measurements
+	// Clients are the per-client limit tables (clientLimits).
+	Clients   []ClientTable `json:"clients,omitempty"`
+	Services  []Service     `json:"services"`   // virtual servers in configuration order
+	SampledAt time.Time     `json:"sampled_at"` // end of the sampling interval the weight explanations are from
 	// Refusals counts refused connections by level and limit, sorted by
 	// level then limit.
 	Refusals []Refusal `json:"refusals"`
@@ -170,6 +172,44 @@ type Level struct {
 	EnforceBandwidth   bool   `json:"enforce_bandwidth,omitempty"`
 	Over               bool   `json:"over,omitempty"`    // a limit is exceeded now
 	Retired            bool   `json:"retired,omitempty"` // gone from the configuration, kept until its connections end
+	// Queue is the level's queue at maxConnections (limits.queue); absent
+	// without one.
+	Queue *Queue `json:"queue,omitempty"`
+}
+
+// Queue is a queue at a connection limit: of a level, or of all the
+// clients of a client table.
+type Queue struct {
+	Limit     int64   `json:"limit"`      // the queue's length bound (limits.queue)
+	TimeoutMs int64   `json:"timeout_ms"` // queueTimeout
+	Waiting   int64   `json:"waiting"`    // connections (requests) waiting now
+	Waits     uint64  `json:"waits"`      // joined the queue since start
+	Served    uint64  `json:"served"`     // left it admitted
+	TimedOut  uint64  `json:"timed_out"`  // refused when queueTimeout passed
+	Full      uint64  `json:"full"`       // refused at once: the queue was full
+	WaitedSec float64 `json:"waited_seconds"`
+}
+
+// ClientTable is one scope's per-client limits (clientLimits): the
+// instance's (Scope "") or a service's.
+type ClientTable struct {
+	Scope              string `json:"scope"` // the service, "" for the instance
+	MaxConnections     int64  `json:"max_connections,omitempty"`
+	EnforceConnections bool   `json:"enforce_connections,omitempty"`
+	MaxBandwidth       int64  `json:"max_bandwidth,omitempty"`
+	EnforceBandwidth   bool   `json:"enforce_bandwidth,omitempty"`
+	PrefixV4           int    `json:"prefix_v4"`
+	PrefixV6           int    `json:"prefix_v6"`
+	Clients            int    `json:"clients"` // entries kept
+	Active             int    `json:"active"`  // with a connection open or queued
+	Size               int    `json:"size"`    // tableSize
+	// Refused counts connections refused at a client limit, Overflow the
+	// clients admitted without one because the table was full of active
+	// clients, Evicted the idle clients dropped to make room.
+	Refused  uint64 `json:"refused"`
+	Overflow uint64 `json:"overflow"`
+	Evicted  uint64 `json:"evicted"`
+	Queue    *Queue `json:"queue,omitempty"`
 }
 
 // Service is one virtual server with its balancer's targets.
@@ -475,6 +515,11 @@ type Forwarder struct {
 	// service of the VIP and port answers the name, and none is default).
 	SNIRouted  uint64 `json:"sni_routed"`
 	SNIRefused []Drop `json:"sni_refused,omitempty"`
+	// ProxyRefused counts, by reason, connections to a service with
+	// acceptProxyProtocol refused for their PROXY-protocol header (RST, or
+	// 400 for http): untrusted (from outside trustedProxies), missing,
+	// malformed, timeout (none within timeouts.handshake), error.
+	ProxyRefused []Drop `json:"proxy_protocol_refused,omitempty"`
 	// http services: request heads parsed; refused with the 503 page;
 	// refused before admission (408 head too slow, 431 head too big, 400
 	// malformed or Content-Length with Transfer-Encoding); sent again on a

@@ -97,6 +97,14 @@ func (s *session) Moved(payload, wire int64) {
 	}
 }
 
+// Spliced counts a tcp connection's bytes at its clients (the per-client
+// bandwidth); its levels count them from the datapath's meters.
+func (s *session) Spliced(n int64) {
+	if n > 0 {
+		s.ticket.AddClientBytes(uint64(n))
+	}
+}
+
 // BadRequest counts a request refused before admission (400, 408, 431) and
 // writes its access-log line.
 func (a *Admitter) BadRequest(req *proxy.ConnRequest, e *proxy.RequestEnd) {
@@ -113,7 +121,7 @@ func (a *Admitter) BadRequest(req *proxy.ConnRequest, e *proxy.RequestEnd) {
 		return
 	}
 	a.opts.Access.Log(obs.AccessRecord{
-		Start: e.Start, Client: req.Client.String(), VIP: req.VIP.String(), Service: req.Service.Name,
+		Start: e.Start, Client: req.Client.String(), Proxy: proxyOf(req), VIP: req.VIP.String(), Service: req.Service.Name,
 		BytesOut: uint64(e.ResponseBytes), Duration: e.Duration, Outcome: strconv.Itoa(e.Status), Reason: limit,
 		RequestLine: orDashLine(e.Line), Status: e.Status,
 	})
@@ -143,10 +151,10 @@ func (a *Admitter) requestEnd(s *session, e *proxy.End) {
 	}
 	req := s.req
 	rec := obs.AccessRecord{
-		Start: r.Start, Client: req.Client.String(), VIP: req.VIP.String(), Service: req.Service.Name,
+		Start: r.Start, Client: req.Client.String(), Proxy: proxyOf(req), VIP: req.VIP.String(), Service: req.Service.Name,
 		Target: target, BytesIn: uint64(r.RequestBytes), BytesOut: uint64(r.ResponseBytes),
 		Duration: r.Duration, Outcome: e.Outcome.String(), Reason: e.Decision.Reason,
-		RequestLine: orDashLine(r.Line), Status: r.Status,
+		RequestLine: orDashLine(r.Line), Status: r.Status, QueueWait: s.waited,
 	}
 	if e.Err != nil {
 		rec.Reason = e.Err.Error()

@@ -275,6 +275,7 @@ func New(opts Options) (*Appliance, error) {
 	po.RouteSNI = func(vip netip.AddrPort, serverName string) *policy.VirtualServer {
 		return a.cfg.Load().RouteSNI(vip.Addr(), vip.Port(), serverName)
 	}
+	po.OnProxyRefused = a.admit.ProxyRefused
 	fo.OnPanic = a.admit.Panic
 	if cfg.Cluster != nil {
 		// Before the forwarder admits anything: cluster.New holds every

@@ -130,6 +130,30 @@ func perClusterLevel(f func(l *api.ClusterLevel) float64) func(*api.Status, emit
 	})
 }
 
+// perQueue emits f of every level's queue, then of every client table's.
+func perQueue(f func(q *api.Queue) float64) func(*api.Status, emitter) {
+	return func(st *api.Status, emit emitter) {
+		for i := range st.Levels {
+			if l := &st.Levels[i]; l.Queue != nil {
+				emit(f(l.Queue), l.Level, l.Name)
+			}
+		}
+		for i := range st.Clients {
+			if c := &st.Clients[i]; c.Queue != nil {
+				emit(f(c.Queue), "client", c.Scope)
+			}
+		}
+	}
+}
+
+func perClientTable(f func(c *api.ClientTable) float64) func(*api.Status, emitter) {
+	return func(st *api.Status, emit emitter) {
+		for i := range st.Clients {
+			emit(f(&st.Clients[i]), st.Clients[i].Scope)
+		}
+	}
+}
+
 func bool01(b bool) float64 {
 	if b {
 		return 1
@@ -188,6 +212,51 @@ var Defs = []Def{
 	{Name: "weir_level_over", Type: Gauge, Labels: levelLabels,
 		Help:    "1 while the level exceeds a limit (connections, bandwidth or burst): enforced limits refuse new connections, logged ones only warn.",
 		samples: perLevel(func(l *api.Level) (float64, bool) { return bool01(l.Over), true })},
+
+	// Queues at the connection limits (limits.queue, clientLimits.queue):
+	// level "client" with the service's name ("" the instance) for a
+	// client table's queues, summed over its clients.
+	{Name: "weir_queue_waiting", Type: Gauge, Labels: levelLabels,
+		Help:    "Connections (requests) waiting now in the level's queue for a slot at its maxConnections. Near the queue's limit: the next arrivals are refused at once (weir_queue_full_total).",
+		samples: perQueue(func(q *api.Queue) float64 { return float64(q.Waiting) })},
+	{Name: "weir_queue_limit", Type: Gauge, Labels: levelLabels,
+		Help:    "The queue's configured length (queue); per client for a client table's queues.",
+		samples: perQueue(func(q *api.Queue) float64 { return float64(q.Limit) })},
+	{Name: "weir_queue_waits_total", Type: Counter, Labels: levelLabels,
+		Help:    "Connections (requests) that joined the level's queue.",
+		samples: perQueue(func(q *api.Queue) float64 { return float64(q.Waits) })},
+	{Name: "weir_queue_served_total", Type: Counter, Labels: levelLabels,
+		Help:    "Connections (requests) admitted from the level's queue.",
+		samples: perQueue(func(q *api.Queue) float64 { return float64(q.Served) })},
+	{Name: "weir_queue_timeouts_total", Type: Counter, Labels: levelLabels,
+		Help:    "Connections (requests) refused after waiting queueTimeout in the level's queue: the limit is too low for the load, or its holders too slow.",
+		samples: perQueue(func(q *api.Queue) float64 { return float64(q.TimedOut) })},
+	{Name: "weir_queue_full_total", Type: Counter, Labels: levelLabels,
+		Help:    "Connections (requests) refused at once because the level's queue was full.",
+		samples: perQueue(func(q *api.Queue) float64 { return float64(q.Full) })},
+	{Name: "weir_queue_wait_seconds_total", Type: Counter, Labels: levelLabels,
+		Help:    "Time spent in the level's queue by the connections that left it; divided by weir_queue_waits_total, the mean wait.",
+		samples: perQueue(func(q *api.Queue) float64 { return q.WaitedSec })},
+
+	// Per-client limits (clientLimits).
+	{Name: "weir_client_table_clients", Type: Gauge, Labels: []string{"service"},
+		Help:    "Clients kept in the per-client table of the service (\"\" for the instance's), idle ones included; bounded by tableSize.",
+		samples: perClientTable(func(c *api.ClientTable) float64 { return float64(c.Clients) })},
+	{Name: "weir_client_table_size", Type: Gauge, Labels: []string{"service"},
+		Help:    "The per-client table's bound (tableSize).",
+		samples: perClientTable(func(c *api.ClientTable) float64 { return float64(c.Size) })},
+	{Name: "weir_client_table_active", Type: Gauge, Labels: []string{"service"},
+		Help:    "Clients with a connection (request) open or queued in the per-client table.",
+		samples: perClientTable(func(c *api.ClientTable) float64 { return float64(c.Active) })},
+	{Name: "weir_client_refused_total", Type: Counter, Labels: []string{"service"},
+		Help:    "Connections (requests) refused at a per-client limit.",
+		samples: perClientTable(func(c *api.ClientTable) float64 { return float64(c.Refused) })},
+	{Name: "weir_client_table_overflow_total", Type: Counter, Labels: []string{"service"},
+		Help:    "New clients admitted without a per-client limit because the table was full of active clients: raise tableSize.",
+		samples: perClientTable(func(c *api.ClientTable) float64 { return float64(c.Overflow) })},
+	{Name: "weir_client_table_evicted_total", Type: Counter, Labels: []string{"service"},
+		Help:    "Idle clients dropped, least recently used first, to make room for new ones (their bandwidth history with them).",
+		samples: perClientTable(func(c *api.ClientTable) float64 { return float64(c.Evicted) })},
 
 	// Targets.
 	{Name: "weir_target_connections_open", Type: Gauge, Labels: targetLabels,
@@ -466,6 +535,9 @@ var Defs = []Def{
 	{Name: "weir_forwarder_sni_refused_total", Type: Counter, Labels: []string{"reason"},
 		Help:    "Connections to tls services reset before admission, by reason: not-tls (the first bytes are no TLS handshake record), malformed (a record or the ClientHello does not parse), oversized (a ClientHello over 16 KiB), timeout (no complete ClientHello within timeouts.handshake), eof (the client closed first), error (another read error), no-match (no tls service of the VIP and port answers the server name, and none is sni default).",
 		samples: func(st *api.Status, emit emitter) { drops(st.Forwarder.SNIRefused, emit) }},
+	{Name: "weir_forwarder_proxy_protocol_refused_total", Type: Counter, Labels: []string{"reason"},
+		Help:    "Connections to a service with acceptProxyProtocol refused for their PROXY-protocol header (RST for tcp, 400 for http), by reason: untrusted (the sender is outside trustedProxies), missing (no header of an accepted version), malformed, timeout (no whole header within timeouts.handshake), error. Rising untrusted or missing: clients bypass the outer load balancer, or it sends no (or the other version's) header.",
+		samples: func(st *api.Status, emit emitter) { drops(st.Forwarder.ProxyRefused, emit) }},
 	{Name: "weir_forwarder_listeners", Type: Gauge,
 		Help:    "VIP and port pairs weir listens on (SYN cookies, per-VIP backlogs).",
 		samples: one(func(st *api.Status) float64 { return float64(st.Forwarder.Listeners) })},

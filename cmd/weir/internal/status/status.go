@@ -104,6 +104,38 @@ func Levels(snap []policy.LevelStat) []api.Level {
 			MaxConnections: l.Limits.MaxConnections, EnforceConnections: l.Limits.EnforceConnections,
 			Bandwidth: l.Bandwidth, MaxBandwidth: l.Limits.MaxBandwidth, EnforceBandwidth: l.Limits.EnforceBandwidth,
 			Over: l.OverConns || l.OverBandwidth || l.OverBurst, Retired: l.Retired,
+			Queue: queue(l.Queue),
+		})
+	}
+	return out
+}
+
+// queue converts a queue's counters; nil for a level without a queue
+// that never had one.
+func queue(q policy.QueueStat) *api.Queue {
+	if q.Limit == 0 && q.Waits == 0 && q.Full == 0 {
+		return nil
+	}
+	return &api.Queue{Limit: q.Limit, TimeoutMs: q.Timeout.Milliseconds(), Waiting: q.Waiting, Waits: q.Waits,
+		Served: q.Served, TimedOut: q.TimedOut, Full: q.Full, WaitedSec: q.Waited.Seconds()}
+}
+
+// Clients converts the per-client tables.
+func Clients(cs []policy.ClientStat) []api.ClientTable {
+	var out []api.ClientTable
+	for _, c := range cs {
+		v4, v6 := c.Limits.PrefixV4, c.Limits.PrefixV6
+		if v4 == 0 {
+			v4 = 32
+		}
+		if v6 == 0 {
+			v6 = 128
+		}
+		out = append(out, api.ClientTable{
+			Scope: c.Scope, MaxConnections: c.Limits.MaxConnections, EnforceConnections: c.Limits.EnforceConnections,
+			MaxBandwidth: c.Limits.MaxBandwidth, EnforceBandwidth: c.Limits.EnforceBandwidth, PrefixV4: v4, PrefixV6: v6,
+			Clients: c.Clients, Active: c.Active, Size: c.Size, Refused: c.Refused, Overflow: c.Overflow, Evicted: c.Evicted,
+			Queue: queue(c.Queue),
 		})
 	}
 	return out
@@ -243,8 +275,12 @@ func forwarderDoc(s netstack.ForwarderStats, p proxy.Stats, h proxyhttp.Stats) a
 	for i, n := range p.SNIRefused {
 		sni[i] = api.Drop{Reason: proxy.SNIRefusalNames[i], Count: n}
 	}
+	pp := make([]api.Drop, len(p.ProxyRefused))
+	for i, n := range p.ProxyRefused {
+		pp[i] = api.Drop{Reason: proxy.ProxyReasons[i], Count: n}
+	}
 	return api.Forwarder{
-		SNIRouted: p.SNIRouted, SNIRefused: sni,
+		SNIRouted: p.SNIRouted, SNIRefused: sni, ProxyRefused: pp,
 		ListenDropped: []api.Drop{{Reason: "segment_queue", Count: ld.SegmentQueue},
 			{Reason: "accept_queue", Count: ld.AcceptQueue}, {Reason: "failed", Count: ld.Failed}},
 		Accepted: p.Accepted, Pending: s.Handshaking + p.Pending, NoService: s.NoService, RefusedClosed: s.RefusedClosed,
