@@ -65,7 +65,6 @@ type udpSock struct {
 	vip       netip.AddrPort
 	ep        tcpip.Endpoint
 	wq        waiter.Queue
-	to        tcpip.NICID
 	received  atomic.Uint64
 	noService atomic.Uint64
 	done      chan struct{}

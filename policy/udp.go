@@ -13,6 +13,10 @@ const (
 	// target socket) per datagram, and the bound keeps it from taking
 	// every socket and the memory of the others.
 	DefaultUDPMaxSessions = 10000
+	// DefaultUDPResponseTimeout is how long a request/response session
+	// (udp.responses set) waits for its first reply before it counts as
+	// unanswered: a DNS client's first retry comes after 1-5 s.
+	DefaultUDPResponseTimeout = 2 * time.Second
 )
 
 // UDPOptions tune the sessions of a udp virtual server. A session is a
@@ -31,6 +35,13 @@ type UDPOptions struct {
 	// DNS, whose clients send each query from a new port. 0: only the idle
 	// timeout ends it.
 	Responses int
+	// ResponseTimeout, for a request/response session (Responses > 0),
+	// is how long its first datagram waits for a reply: a session with no
+	// reply by then ends and counts as unanswered. The unanswered share of
+	// a target's sessions in a sampling interval is its timeout ratio
+	// (monitor.timeoutRatioAndWeightFr cuts its weight as for RTO
+	// timeouts); its sessions are the segments of the noise guard.
+	ResponseTimeout time.Duration
 	// MaxSessions bounds the open sessions of each VIP and port of the
 	// service; a new session's datagram past it is dropped and counted.
 	MaxSessions int
@@ -43,6 +54,12 @@ func (o *UDPOptions) resolve(bad func(string, ...any), where string) {
 	}
 	if o.IdleTimeout < 0 {
 		bad("%s udp: idleTimeout %v is negative", where, o.IdleTimeout)
+	}
+	if o.ResponseTimeout == 0 {
+		o.ResponseTimeout = DefaultUDPResponseTimeout
+	}
+	if o.ResponseTimeout < 0 {
+		bad("%s udp: responseTimeout %v is negative", where, o.ResponseTimeout)
 	}
 	if o.Responses < 0 {
 		bad("%s udp: responses %d is negative", where, o.Responses)

@@ -227,6 +227,7 @@
 //
 //	idleTimeout: 30s           # no datagram either way ends the session, default 30s
 //	responses: 1               # the session ends after this many datagrams from the target (DNS: 1); 0 (default): only idleTimeout
+//	responseTimeout: 2s        # with responses: a session with no reply by then ends, unanswered; a target's unanswered share is its timeout ratio (monitor.timeoutRatioAndWeightFr)
 //	maxSessions: 10000         # open sessions per VIP and port, 1..16777216, default 10000; a new session's datagram past it is dropped and counted
 //
 // noServices exists for reloads: weir run refuses a reload that would remove

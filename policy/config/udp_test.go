@@ -12,7 +12,7 @@ import (
 // fills, a rule covering it only by protocol 17, and the errors.
 func TestParseUDPService(t *testing.T) {
 	c, err := ParseYAML("t.yaml", []byte(`services:
-- {name: dns, vips: [198.18.0.53, "fd00::53"], port: 53, protocol: udp, udp: {responses: 1, idleTimeout: 5s, maxSessions: 100},
+- {name: dns, vips: [198.18.0.53, "fd00::53"], port: 53, protocol: udp, udp: {responses: 1, idleTimeout: 5s, responseTimeout: 1s, maxSessions: 100},
    targets: [{address: "198.18.1.1:53"}]}
 - {name: quic, vips: [198.18.0.54], port: 443, protocol: udp, targets: [{address: "198.18.1.1:443"}]}
 actions: [{name: ef, outgoingTOS: "10111000"}]
@@ -24,10 +24,10 @@ rules:
 		t.Fatal(err)
 	}
 	dns, quic := c.ServiceByName("dns"), c.ServiceByName("quic")
-	if dns.Proto != policy.ProtoUDP || dns.UDP != (policy.UDPOptions{IdleTimeout: 5 * time.Second, Responses: 1, MaxSessions: 100}) {
+	if dns.Proto != policy.ProtoUDP || dns.UDP != (policy.UDPOptions{IdleTimeout: 5 * time.Second, Responses: 1, ResponseTimeout: time.Second, MaxSessions: 100}) {
 		t.Errorf("dns: %v %+v", dns.Proto, dns.UDP)
 	}
-	if quic.UDP != (policy.UDPOptions{IdleTimeout: policy.DefaultUDPIdleTimeout, MaxSessions: policy.DefaultUDPMaxSessions}) {
+	if quic.UDP != (policy.UDPOptions{IdleTimeout: policy.DefaultUDPIdleTimeout, ResponseTimeout: policy.DefaultUDPResponseTimeout, MaxSessions: policy.DefaultUDPMaxSessions}) {
 		t.Errorf("quic defaults: %+v", quic.UDP)
 	}
 	if dns.Health == nil || dns.Health.Interval != 0 {

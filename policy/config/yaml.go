@@ -472,6 +472,11 @@ func (p *yparser) udpOptions(o *policy.UDPOptions, v *yaml.Node) {
 				o.IdleTimeout = d
 			}
 		}},
+		{name: "responseTimeout", fn: func(k, v *yaml.Node) {
+			if d, ok := p.positive(k, v); ok {
+				o.ResponseTimeout = d
+			}
+		}},
 		{name: "responses", fn: func(k, v *yaml.Node) {
 			n, _ := p.int(k, v, 0, 1<<20)
 			o.Responses = int(n)

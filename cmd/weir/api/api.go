@@ -72,12 +72,14 @@ type UDP struct {
 	DroppedVIP  uint64 `json:"dropped_vip_full"`
 	DialFailed  uint64 `json:"dial_failed"`
 	// Ended sessions by reason: idle (udp.idleTimeout), responses
-	// (udp.responses replies), error (the target's socket failed: ICMP
+	// (udp.responses replies), unanswered (no reply within
+	// udp.responseTimeout), error (the target's socket failed: ICMP
 	// unreachable), closed (shutdown).
-	EndedIdle      uint64 `json:"ended_idle"`
-	EndedResponses uint64 `json:"ended_responses"`
-	EndedError     uint64 `json:"ended_error"`
-	EndedClosed    uint64 `json:"ended_closed"`
+	EndedIdle       uint64 `json:"ended_idle"`
+	EndedResponses  uint64 `json:"ended_responses"`
+	EndedUnanswered uint64 `json:"ended_unanswered"`
+	EndedError      uint64 `json:"ended_error"`
+	EndedClosed     uint64 `json:"ended_closed"`
 	// Datagrams and payload bytes relayed per direction.
 	DatagramsIn  uint64 `json:"datagrams_in"`
 	DatagramsOut uint64 `json:"datagrams_out"`

@@ -12,9 +12,11 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -22,11 +24,13 @@ import (
 	"golang.org/x/sys/unix"
 
 	"weir/cmd/weir/api"
+	"weir/internal/testutil"
 )
 
 // dnsmasq serves one target: every A query for who.test is answered with
-// answer, on addrs (IPv4 and IPv6) port 5353, until the test ends.
-func (w *weirProc) dnsmasq(answer string, addrs ...string) {
+// answer, on addrs (IPv4 and IPv6) port 5353, until the test ends. It
+// returns the process.
+func (w *weirProc) dnsmasq(answer string, addrs ...string) *os.Process {
 	w.t.Helper()
 	path, err := exec.LookPath("dnsmasq")
 	if err != nil {
@@ -63,6 +67,7 @@ func (w *weirProc) dnsmasq(answer string, addrs ...string) {
 		w.t.Fatalf("dnsmasq: %v", err)
 	}
 	w.t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGCONT)
 		cmd.Process.Kill()
 		if err := <-done; err != nil {
 			w.t.Error(err)
@@ -81,6 +86,7 @@ func (w *weirProc) dnsmasq(answer string, addrs ...string) {
 			}
 		}
 	}
+	return cmd.Process
 }
 
 // dnsQuery sends one A query for who.test to addr from a new unconnected
@@ -167,6 +173,49 @@ func dnsAskTOS(c *net.UDPConn, addr netip.AddrPort, id uint16, wait time.Duratio
 		a, _ := netip.AddrFromSlice(b[n-4 : n])
 		return a, from, tos, nil
 	}
+}
+
+// dnsBurst sends n queries to addr, workers at a time, each from a new
+// socket (a new source port: a new session through weir), and returns how
+// many were answered and how long it took.
+func (w *weirProc) dnsBurst(addr string, n, workers int) (int, time.Duration) {
+	w.t.Helper()
+	return w.dnsBurstWait(addr, n, workers, 3*time.Second)
+}
+
+// dnsBurstWait is dnsBurst waiting at most wait for each reply.
+func (w *weirProc) dnsBurstWait(addr string, n, workers int, wait time.Duration) (int, time.Duration) {
+	w.t.Helper()
+	to := netip.MustParseAddrPort(addr)
+	var answered sync.WaitGroup
+	var mu sync.Mutex
+	ok := 0
+	start := time.Now()
+	for i := range workers {
+		answered.Go(func() {
+			err := w.ns.Do(func() error {
+				for j := i; j < n; j += workers {
+					c, err := net.ListenUDP("udp", nil)
+					if err != nil {
+						return err
+					}
+					_, _, err = dnsAsk(c, to, uint16(j), wait)
+					c.Close()
+					if err == nil {
+						mu.Lock()
+						ok++
+						mu.Unlock()
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				w.t.Error(err)
+			}
+		})
+	}
+	answered.Wait()
+	return ok, time.Since(start)
 }
 
 // dig runs dig inside the namespace: one query for who.test to vip port
@@ -269,6 +318,18 @@ func TestE2EUDPDNS(t *testing.T) {
 			}
 			t.Logf("udp: %d bytes in, %d out over %d sessions", u.BytesIn-before.BytesIn, u.BytesOut-before.BytesOut, queries)
 
+			// Queries/s through weir beside the kernel's (straight to a
+			// target), Go clients, a new socket per query.
+			const burst, conc = 2000, 16
+			viaOK, viaT := w.dnsBurst(ipv.vip(53, 53), burst, conc)
+			kOK, kT := w.dnsBurst(ipv.target(1, 5353), burst, conc)
+			viaQPS, kQPS := float64(viaOK)/viaT.Seconds(), float64(kOK)/kT.Seconds()
+			t.Logf("%d queries, %d at a time, a new socket each: through weir %d answered, %.0f queries/s; straight to dnsmasq %d answered, %.0f queries/s (%.2fx; machine loaded by other engineers)",
+				burst, conc, viaOK, viaQPS, kOK, kQPS, viaQPS/kQPS)
+			if viaOK < burst*995/1000 {
+				t.Errorf("through weir %d of %d answered", viaOK, burst)
+			}
+
 			// maxConnections 3: four clients, each its own socket (port).
 			vip := netip.MustParseAddrPort(ipv.vip(54, 53))
 			clients := make([]*net.UDPConn, 4)
@@ -315,5 +376,68 @@ func TestE2EUDPDNS(t *testing.T) {
 				t.Fatalf("the fourth client after the idle timeout: %v %v", a, err)
 			}
 		})
+	}
+}
+
+// TestE2EUDPDeadTarget: a DNS target whose server hangs (stopped with
+// SIGSTOP: its socket stays open, so no ICMP tells weir) loses the queries
+// it gets until its unanswered ratio (sessions with no reply within
+// udp.responseTimeout) crosses the timeout threshold; then its weight is
+// cut to 0 (the reaction time is logged). The live target's queries are
+// all answered throughout.
+func TestE2EUDPDeadTarget(t *testing.T) {
+	w := startWeir(t, "udp-dead.yaml")
+	w.dnsmasq("198.18.9.1", "198.18.1.1")
+	b := w.dnsmasq("198.18.9.2", "198.18.1.2")
+	vip := "198.18.0.55:53"
+	if ok, _ := w.dnsBurst(vip, 40, 4); ok != 40 {
+		t.Fatalf("before: %d of 40 answered", ok)
+	}
+	if err := b.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	effective := func(st api.Status) int {
+		for _, tg := range statusService(st, "dns").Targets {
+			if tg.Name == "b" {
+				return tg.Effective
+			}
+		}
+		return -1
+	}
+	// Queries keep coming while the monitor judges: half go to b and are
+	// lost until its weight is cut.
+	var lost, sent atomic.Int64
+	stop := make(chan struct{})
+	var load sync.WaitGroup
+	load.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			ok, _ := w.dnsBurstWait(vip, 32, 32, time.Second)
+			sent.Add(32)
+			lost.Add(int64(32 - ok))
+		}
+	})
+	var reaction time.Duration
+	cut := testutil.WithinEvery(10*time.Second, 20*time.Millisecond, func() bool {
+		reaction = time.Since(stopped)
+		return effective(w.status()) == 0
+	})
+	close(stop)
+	load.Wait()
+	if !cut {
+		tg := statusService(w.status(), "dns").Targets[1]
+		t.Fatalf("b's weight not cut %v after it stopped answering: %+v\nexplanation %+v\nudp %+v", reaction, tg, tg.Explanation, w.status().UDP)
+	}
+	t.Logf("b cut %v after it stopped answering (sampling 1 s, response timeout 500 ms); %d of %d queries lost meanwhile", reaction.Round(10*time.Millisecond), lost.Load(), sent.Load())
+	if l, s := lost.Load(), sent.Load(); l > s/2+s/10 {
+		t.Errorf("%d of %d queries lost: more than b's share", l, s)
+	}
+	if st := w.status(); st.UDP.EndedUnanswered == 0 {
+		t.Errorf("no unanswered session counted: %+v", st.UDP)
 	}
 }

@@ -103,9 +103,10 @@ type Stats struct {
 	DroppedFull uint64 // new sessions' datagrams dropped: the table was full
 	DroppedVIP  uint64 // new sessions' datagrams dropped: their VIP and port had udp.maxSessions open
 	DialFailed  uint64 // target dials that failed
-	// Ended by reason: the idle timeout, udp.responses replies, a target
-	// socket error (ICMP unreachable from the target), Close.
-	EndedIdle, EndedResponses, EndedError, EndedClosed uint64
+	// Ended by reason: the idle timeout, udp.responses replies, no reply
+	// within udp.responseTimeout (Unanswered), a target socket error (ICMP
+	// unreachable from the target), Close.
+	EndedIdle, EndedResponses, EndedUnanswered, EndedError, EndedClosed uint64
 	// Datagrams and payload bytes relayed: In from clients to targets,
 	// Out from targets to clients.
 	DatagramsIn, DatagramsOut, BytesIn, BytesOut uint64
@@ -134,14 +135,17 @@ type Relay struct {
 	exp    expiry                 // by mu
 	closed bool                   // by mu
 
+	amu     sync.Mutex
+	answers map[TargetKey]Answers // by amu: since the last Sample
+
 	wake chan struct{} // a session became the heap's top: the sweeper's timer moves
 	wg   sync.WaitGroup
 
-	created, refused, droppedFull, droppedVIP, dialFailed atomic.Uint64
-	endedIdle, endedResponses, endedError, endedClosed    atomic.Uint64
-	dgIn, dgOut, bytesIn, bytesOut, writeErrors           atomic.Uint64
-	open                                                  atomic.Int64
-	lastID                                                atomic.Uint64
+	created, refused, droppedFull, droppedVIP, dialFailed               atomic.Uint64
+	endedIdle, endedResponses, endedUnanswered, endedError, endedClosed atomic.Uint64
+	dgIn, dgOut, bytesIn, bytesOut, writeErrors                         atomic.Uint64
+	open                                                                atomic.Int64
+	lastID                                                              atomic.Uint64
 }
 
 // New returns a Relay; Run sweeps its idle sessions.
@@ -164,6 +168,7 @@ type endReason uint8
 const (
 	endIdle endReason = iota
 	endResponses
+	endUnanswered
 	endError
 	endClosed
 )
@@ -181,6 +186,7 @@ type session struct {
 	start   time.Time
 	idle    int64 // the idle timeout, ns
 	replies int   // udp.responses; 0: none
+	answer  int64 // udp.responseTimeout, ns, when replies > 0
 
 	last     atomic.Int64 // the last datagram's time, ns since the epoch
 	got      atomic.Int64 // replies relayed
@@ -235,7 +241,7 @@ func (r *Relay) create(out Replier, k key, vs *policy.VirtualServer, now time.Ti
 	req := &proxy.ConnRequest{ID: r.lastID.Add(1), Client: k.client, VIP: k.vip, Service: vs}
 	d, adm := r.opts.Admitter.Admit(req)
 	s := &session{r: r, key: k, id: req.ID, vs: vs, out: out, adm: adm, start: now,
-		idle: int64(vs.UDP.IdleTimeout), replies: vs.UDP.Responses, idx: -1}
+		idle: int64(vs.UDP.IdleTimeout), replies: vs.UDP.Responses, answer: int64(vs.UDP.ResponseTimeout), idx: -1}
 	for i := 0; d.Verdict == proxy.Accept && adm != nil && i < maxDials; i++ {
 		t, err := r.dial(d)
 		if err == nil {
@@ -266,7 +272,7 @@ func (r *Relay) create(out Replier, k key, vs *policy.VirtualServer, now time.Ti
 		return nil
 	}
 	r.table[k] = s
-	s.deadline = now.UnixNano() + s.idle
+	s.deadline, _ = s.due()
 	heap.Push(&r.exp, s)
 	top := s.idx == 0
 	r.wg.Add(1)
@@ -396,14 +402,69 @@ func (r *Relay) end(s *session, why endReason, err error) {
 		outcome = proxy.IdleClosed
 	case endResponses:
 		r.endedResponses.Add(1)
+	case endUnanswered:
+		r.endedUnanswered.Add(1)
+		outcome = proxy.TargetTimedOut
 	case endError:
 		r.endedError.Add(1)
 	case endClosed:
 		r.endedClosed.Add(1)
 		outcome = proxy.Aborted
 	}
+	if s.replies > 0 && why != endClosed {
+		r.answered(s, why != endUnanswered)
+	}
 	s.adm.Released()
 	s.adm.End(&proxy.End{Outcome: outcome, Decision: s.dec, Stats: s.stats(), Err: err})
+}
+
+// TargetKey names a target of a service, for Sample.
+type TargetKey struct{ Service, Target string }
+
+// Answers are one target's request/response sessions (udp.responses set)
+// ended in an interval, and of those the ones with no reply within
+// udp.responseTimeout.
+type Answers struct {
+	Sessions, Unanswered uint64
+	// PolicySessions and PolicyUnanswered are those of Sessions and
+	// Unanswered under a policy action (a rule matched their flow): what
+	// monitor.scope policy judges.
+	PolicySessions, PolicyUnanswered uint64
+}
+
+// answered counts an ended request/response session for its target.
+func (r *Relay) answered(s *session, ok bool) {
+	if s.dec.Target == nil {
+		return
+	}
+	k := TargetKey{s.vs.Name, s.dec.Target.Name}
+	r.amu.Lock()
+	if r.answers == nil {
+		r.answers = map[TargetKey]Answers{}
+	}
+	a := r.answers[k]
+	a.Sessions++
+	if !ok {
+		a.Unanswered++
+	}
+	if s.dec.Action != nil {
+		a.PolicySessions++
+		if !ok {
+			a.PolicyUnanswered++
+		}
+	}
+	r.answers[k] = a
+	r.amu.Unlock()
+}
+
+// Sample returns the request/response sessions per target that ended since
+// the previous call (the sampling loop's interval) and starts a new count.
+func (r *Relay) Sample() map[TargetKey]Answers {
+	r.amu.Lock()
+	defer r.amu.Unlock()
+	out := r.answers
+	r.answers = nil
+	return out
 }
 
 // stats is the session's record for its End: the client leg's bytes sent
@@ -428,27 +489,45 @@ func (s *session) stats() proxy.ConnStats {
 // on its own clock.
 func (r *Relay) Sweep(now time.Time) time.Time {
 	t := now.UnixNano()
-	var idle []*session
+	type due struct {
+		s   *session
+		why endReason
+	}
+	var ending []due
 	r.mu.Lock()
 	for len(r.exp) > 0 && r.exp[0].deadline <= t {
 		s := r.exp[0]
-		if real := s.last.Load() + s.idle; real > t {
+		real, why := s.due()
+		if real > t {
 			s.deadline = real
 			heap.Fix(&r.exp, 0)
 			continue
 		}
 		heap.Pop(&r.exp)
-		idle = append(idle, s)
+		ending = append(ending, due{s, why})
 	}
 	var next time.Time
 	if len(r.exp) > 0 {
 		next = time.Unix(0, r.exp[0].deadline)
 	}
 	r.mu.Unlock()
-	for _, s := range idle {
-		r.end(s, endIdle, nil)
+	for _, d := range ending {
+		r.end(d.s, d.why, nil)
 	}
 	return next
+}
+
+// due is when s ends if nothing else happens, and why: its idle timeout
+// after its last datagram or, for a request/response session with no reply
+// yet, its response timeout after its first datagram.
+func (s *session) due() (int64, endReason) {
+	idle := s.last.Load() + s.idle
+	if s.replies > 0 && s.got.Load() == 0 {
+		if a := s.start.UnixNano() + s.answer; a <= idle {
+			return a, endUnanswered
+		}
+	}
+	return idle, endIdle
 }
 
 // Run sweeps idle sessions, on a timer at the earliest deadline, until
@@ -500,7 +579,7 @@ func (r *Relay) Stats() Stats {
 	return Stats{
 		Sessions: r.open.Load(), Created: r.created.Load(), Refused: r.refused.Load(),
 		DroppedFull: r.droppedFull.Load(), DroppedVIP: r.droppedVIP.Load(), DialFailed: r.dialFailed.Load(),
-		EndedIdle: r.endedIdle.Load(), EndedResponses: r.endedResponses.Load(), EndedError: r.endedError.Load(),
+		EndedIdle: r.endedIdle.Load(), EndedResponses: r.endedResponses.Load(), EndedUnanswered: r.endedUnanswered.Load(), EndedError: r.endedError.Load(),
 		EndedClosed: r.endedClosed.Load(),
 		DatagramsIn: r.dgIn.Load(), DatagramsOut: r.dgOut.Load(), BytesIn: r.bytesIn.Load(), BytesOut: r.bytesOut.Load(),
 		WriteErrors: r.writeErrors.Load(),

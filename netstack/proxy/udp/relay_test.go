@@ -126,8 +126,12 @@ func (r connReplier) WriteTo(b []byte, to netip.AddrPort) error {
 func newRig(t *testing.T, o UDPTestOptions) *rig {
 	t.Helper()
 	vs := &policy.VirtualServer{Name: "dns", Proto: policy.ProtoUDP, Ports: policy.PortRange{Lo: 53, Hi: 53},
-		UDP: policy.UDPOptions{IdleTimeout: 30 * time.Second, Responses: o.responses, MaxSessions: o.perVIP}}
+		UDP: policy.UDPOptions{IdleTimeout: 30 * time.Second, Responses: o.responses, ResponseTimeout: 2 * time.Second, MaxSessions: o.perVIP}}
 	for _, n := range []string{"a", "b"} {
+		if n == "b" && o.silent {
+			vs.Targets = append(vs.Targets, silentTarget(t, n))
+			continue
+		}
 		vs.Targets = append(vs.Targets, echoTarget(t, n))
 	}
 	clock := &manualClock{now: time.Unix(1000, 0)}
@@ -164,6 +168,27 @@ func newRig(t *testing.T, o UDPTestOptions) *rig {
 type UDPTestOptions struct {
 	responses, perVIP, table int
 	maxConns                 int64
+	silent                   bool // target b reads and never answers (its server hung)
+}
+
+// silentTarget is a UDP socket on the loopback that reads every datagram
+// and answers none, with no ICMP either: a hung server.
+func silentTarget(t *testing.T, name string) *policy.Target {
+	t.Helper()
+	c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	go func() {
+		b := make([]byte, MaxDatagram)
+		for {
+			if _, _, err := c.ReadFromUDPAddrPort(b); err != nil {
+				return
+			}
+		}
+	}()
+	return &policy.Target{Name: name, Addr: c.LocalAddr().(*net.UDPAddr).AddrPort(), Weight: 1}
 }
 
 // client is a client socket of the rig's VIP.
@@ -379,5 +404,45 @@ func TestFloodBounded(t *testing.T) {
 	r.Sweep(clock.Add(31 * time.Second))
 	if st := r.Stats(); st.Sessions != 0 || st.EndedIdle != max {
 		t.Fatalf("after the sweep: %+v", st)
+	}
+}
+
+// TestUnanswered: a request/response session whose target does not reply
+// within udp.responseTimeout ends then (not at its idle timeout), counted
+// unanswered for its target; Sample reports each target's sessions and
+// unanswered ones once.
+func TestUnanswered(t *testing.T) {
+	g := newRig(t, UDPTestOptions{responses: 1, silent: true})
+	t0 := g.clock.Now()
+	answered := 0
+	for i := range 4 { // a, b, a, b: two answered, two not
+		if ask(t, g.client(), fmt.Sprint("q", i), 300*time.Millisecond) != "" {
+			answered++
+		}
+	}
+	if answered != 2 {
+		t.Fatalf("%d answered, want 2", answered)
+	}
+	waitFor(t, "two sessions ended by their replies", func() bool { return g.r.Stats().EndedResponses == 2 })
+	g.r.Sweep(t0.Add(1999 * time.Millisecond))
+	if st := g.r.Stats(); st.Sessions != 2 {
+		t.Fatalf("before the response timeout: %+v", st)
+	}
+	g.r.Sweep(t0.Add(2 * time.Second))
+	if st := g.r.Stats(); st.Sessions != 0 || st.EndedUnanswered != 2 {
+		t.Fatalf("after the response timeout: %+v", st)
+	}
+	got := g.r.Sample()
+	want := map[TargetKey]Answers{{"dns", "a"}: {Sessions: 2}, {"dns", "b"}: {Sessions: 2, Unanswered: 2}}
+	if len(got) != 2 || got[TargetKey{"dns", "a"}] != want[TargetKey{"dns", "a"}] || got[TargetKey{"dns", "b"}] != want[TargetKey{"dns", "b"}] {
+		t.Errorf("Sample %v, want %v", got, want)
+	}
+	if again := g.r.Sample(); len(again) != 0 {
+		t.Errorf("second Sample %v, want nothing new", again)
+	}
+	for _, e := range g.adm.endList() {
+		if e.Stats.Target == "b" && e.Outcome != proxy.TargetTimedOut {
+			t.Errorf("b's session ended %v", e.Outcome)
+		}
 	}
 }

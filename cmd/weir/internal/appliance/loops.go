@@ -5,6 +5,7 @@ import (
 
 	"weir/cmd/weir/internal/obs"
 	"weir/netstack/proxy"
+	udprelay "weir/netstack/proxy/udp"
 	"weir/policy"
 )
 
@@ -86,6 +87,7 @@ func (a *Appliance) SampleNow() []policy.Explanation {
 		a.log.Warn().Uint64("dropped", lost).Msg("host capture lost packets in the last interval (its socket buffer overran): the via: host legs' counts are partial")
 	}
 	samples := samplesFrom(cfg, s, a.OpenByTarget(), lost > 0)
+	addAnswers(cfg, samples, a.relay.Sample())
 	for k, r := range a.admit.TakeResponses() {
 		if ts := samples[k]; ts != nil { // nil: a target gone in a reload
 			ts.Responses, ts.ServerErrors, ts.FailedRequests = r.Responses, r.ServerErrors, r.Failed
@@ -212,6 +214,31 @@ func samplesFrom(cfg *policy.Config, s proxy.Sample, open map[policy.TargetKey]i
 		policy.SelectDirection(&cfg.Monitor, ts)
 	}
 	return out
+}
+
+// addAnswers adds the udp request/response sessions of the interval (those
+// the monitor's scope covers) to their targets' samples: each session is a segment of both directions and
+// each unanswered one (no reply within udp.responseTimeout) a timeout, so
+// the unanswered share is the target's timeout ratio and the z/OS timeout
+// fraction (monitor.timeoutRatioAndWeightFr, the minSegments guard) cuts
+// its weight unchanged.
+func addAnswers(cfg *policy.Config, samples map[policy.TargetKey]*policy.TargetSample, answers map[udprelay.TargetKey]udprelay.Answers) {
+	for k, an := range answers {
+		ts := samples[policy.TargetKey{Service: k.Service, Target: k.Target}]
+		n, lost := an.Sessions, an.Unanswered
+		if cfg.Monitor.Scope != policy.ScopeAll { // only sessions a rule matched
+			n, lost = an.PolicySessions, an.PolicyUnanswered
+		}
+		if ts == nil || n == 0 {
+			continue // a target gone in a reload, or none monitored
+		}
+		for _, d := range []*policy.DirSample{&ts.FromTarget, &ts.ToTarget} {
+			d.DataSegments += n
+			d.Timeouts += lost
+			d.Measured = true
+		}
+		policy.SelectDirection(&cfg.Monitor, ts)
+	}
 }
 
 // addDir adds one aggregate's direction to a sample's.

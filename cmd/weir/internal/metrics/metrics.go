@@ -448,13 +448,14 @@ var Defs = []Def{
 			emit(float64(st.UDP.DroppedVIP), "vip_full")
 		}},
 	{Name: "weir_udp_sessions_ended_total", Type: Counter, Labels: []string{"reason"},
-		Help: "udp sessions ended: idle (udp.idleTimeout), responses (udp.responses replies), error (the target socket failed: ICMP unreachable from the target, which marks it down), closed (shutdown).",
+		Help: "udp sessions ended: idle (udp.idleTimeout), responses (udp.responses replies), unanswered (no reply within udp.responseTimeout: counted in the target's timeout ratio), error (the target socket failed: ICMP unreachable from the target, which marks it down), closed (shutdown).",
 		samples: func(st *api.Status, emit emitter) {
 			if !udpOn(st) {
 				return
 			}
 			emit(float64(st.UDP.EndedIdle), "idle")
 			emit(float64(st.UDP.EndedResponses), "responses")
+			emit(float64(st.UDP.EndedUnanswered), "unanswered")
 			emit(float64(st.UDP.EndedError), "error")
 			emit(float64(st.UDP.EndedClosed), "closed")
 		}},

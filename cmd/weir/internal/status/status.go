@@ -69,7 +69,7 @@ func Parts(st *api.Status, raw RawStats, devs []datapath.Device) {
 	u, f := raw.UDP, raw.UDPFront
 	st.UDP = api.UDP{Sessions: u.Sessions, Endpoints: f.Endpoints, Created: u.Created, Refused: u.Refused,
 		DroppedFull: u.DroppedFull, DroppedVIP: u.DroppedVIP, DialFailed: u.DialFailed,
-		EndedIdle: u.EndedIdle, EndedResponses: u.EndedResponses, EndedError: u.EndedError, EndedClosed: u.EndedClosed,
+		EndedIdle: u.EndedIdle, EndedResponses: u.EndedResponses, EndedUnanswered: u.EndedUnanswered, EndedError: u.EndedError, EndedClosed: u.EndedClosed,
 		DatagramsIn: u.DatagramsIn, DatagramsOut: u.DatagramsOut, BytesIn: u.BytesIn, BytesOut: u.BytesOut,
 		WriteErrors: u.WriteErrors, ReceiveDropped: f.ReceiveDropped, NoService: f.NoService}
 	st.Control.DroppedEvents = raw.AdmissionEventsDropped
