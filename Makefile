@@ -22,7 +22,7 @@ deps: ## install what the tests need (Debian packages, staticcheck); idempotent
 # The soak tier: long or timing-bound tests, each behind testing.Short()
 # (make test's -short skips them). They run alone in make soak; make e2e
 # leaves the e2e package's ones out.
-SOAK_TESTS := ^(TestDemo|TestE2EMeasureBackArm|TestE2EMeasureTailLoss|TestE2EMeasureHostDialer|TestCaptureMatchesKernel|TestCaptureLossCounted|TestE2EMinRateTBF|TestE2EMinRateTBFContention|TestE2EClusterECMP|TestE2EClusterBurst|TestE2EClusterBurstMoves|TestE2EClusterStall|TestE2EClusterPartition|TestSharesFollowDemand|TestBorrowWait|TestE2EHTTPOverhead|TestTimeWaitReuse|TestLossRatio|TestNoLeak|TestReloadSurvivesTruncateThenWrite|TestSimulate100Instances|TestOffloadTUN|TestWeirBinaryIsLean|TestDeb|TestUnitPrivilegeModel|TestFuzzSmokeFindsEveryTarget|TestE2ELargeWriteSmallBuffers|TestE2EAmplificationBudget|TestE2EConnectionRateSweep)$$
+SOAK_TESTS := ^(TestDemo|TestE2EMeasureBackArm|TestE2EMeasureTailLoss|TestE2EMeasureHostDialer|TestCaptureMatchesKernel|TestCaptureLossCounted|TestE2EMinRateTBF|TestE2EMinRateTBFContention|TestE2EClusterECMP|TestE2EClusterBurst|TestE2EClusterBurstMoves|TestE2EClusterStall|TestE2EClusterPartition|TestSharesFollowDemand|TestBorrowWait|TestE2EHTTPOverhead|TestTimeWaitReuse|TestLossRatio|TestNoLeak|TestReloadSurvivesTruncateThenWrite|TestSimulate100Instances|TestOffloadTUN|TestWeirBinaryIsLean|TestDeb|TestUnitPrivilegeModel|TestFuzzSmokeFindsEveryTarget|TestE2ELargeWriteSmallBuffers|TestE2EAmplificationBudget|TestE2EConnectionRateSweep|TestE2EFloodFillsFlowTable)$$
 
 .PHONY: test
 test: lint ## the unit tier (what a change must pass): lint and go test -short (unit, in-process gVisor and lab tests; no root needed)

@@ -430,6 +430,13 @@ func (p *Port) flow(st *engineState, k *FlowKey, h uint64, now int64, c *engineC
 func (p *Port) newFlow(st *engineState, k *FlowKey, h uint64, now int64, c *engineCounters, f *Flow) verdict {
 	e := p.e
 	vs, act, v := st.decide(k)
+	if f != nil {
+		// A tls flow routed by its ClientHello (Reroute) stays in its
+		// service across a config swap, found again by name.
+		if rs := st.rerouted(k, f.Service, vs); rs != nil {
+			vs, act, v = st.decideFor(k, rs)
+		}
+	}
 	if f == nil && !e.flows.room(h) {
 		c.uncached.Add(1)
 		return v
@@ -464,8 +471,13 @@ func (p *Port) newFlow(st *engineState, k *FlowKey, h uint64, now int64, c *engi
 
 // decide classifies k under st's config.
 func (st *engineState) decide(k *FlowKey) (*policy.VirtualServer, *policy.Action, verdict) {
+	server := k.ServerAddrPort()
+	return st.decideFor(k, st.cfg.Service(server.Addr(), server.Port()))
+}
+
+// decideFor classifies k as a flow of vs (nil: none) under st's config.
+func (st *engineState) decideFor(k *FlowKey, vs *policy.VirtualServer) (*policy.VirtualServer, *policy.Action, verdict) {
 	server, client := k.ServerAddrPort(), k.ClientAddrPort()
-	vs := st.cfg.Service(server.Addr(), server.Port())
 	act := st.cfg.Classify(k.Proto, server, client, vs)
 	v := verdict{target: NoTarget}
 	svc, ai := -1, -1
@@ -557,11 +569,34 @@ func (e *Engine) shardOf(i int) *engineCounters { return &e.stats[i&(e.shardMax-
 // the shards it fell behind on, up to all of them.
 func (e *Engine) expire(now int64) {
 	next, step := e.nextExpire.Load(), e.expireStep.Load()
-	if now < next || !e.nextExpire.CompareAndSwap(next, now+step) {
+	if now < next {
 		return
 	}
-	for n := min((now-next)/step+1, int64(e.flows.Shards())); n > 0; n-- {
+	// The steps due since next, each on its own schedule (next + k·step),
+	// so that sweeps called late (a packet, a timer tick) do not push
+	// every later one back: a shard is swept once per Shards steps.
+	due := (now-next)/step + 1
+	then := next + due*step
+	if n := int64(e.flows.Shards()); due > n {
+		due, then = n, now+step // a quiet spell: one full pass, then on
+	}
+	if !e.nextExpire.CompareAndSwap(next, then) {
+		return
+	}
+	for ; due > 0; due-- {
 		e.flows.ExpireStep(now)
+	}
+}
+
+// Sweep sweeps the flow-table shards that are due, as the first packet
+// past a sweep time does: the control plane calls it on a timer (every
+// recompute interval), so that a table a flood filled drains within
+// timeouts.handshake even when no packet passes after the flood, and its
+// flows and half-open counts say so. It costs nothing when no sweep is
+// due, and one shard's scan per due step otherwise.
+func (e *Engine) Sweep() {
+	if now := e.clock(); now >= e.nextExpire.Load() {
+		e.expire(now)
 	}
 }
 

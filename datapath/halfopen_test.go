@@ -123,3 +123,39 @@ func TestFullTableEvictsHalfOpenFirst(t *testing.T) {
 		t.Errorf("%+v: 10 SYNs to a table full of confirmed flows, want 10 refused", st)
 	}
 }
+
+// TestFloodedTableDrainsWithoutTraffic: a table a SYN flood filled drains
+// within timeouts.handshake when no packet passes after the flood, as
+// long as the control plane calls Sweep on its timer: the flows and
+// half-open counts say the table is empty again rather than full until
+// the next packet (packet-driven sweeps alone leave 256 flows here).
+func TestFloodedTableDrainsWithoutTraffic(t *testing.T) {
+	const max = 256
+	r := newRig(t, testConfig(t), EngineOptions{Flows: FlowTableOptions{MaxFlows: max, Shards: 4}})
+	r.synFlood(t, 256, 2*max)
+	if st := r.e.Flows().Stats(); st.Flows != max || st.HalfOpen != max {
+		t.Fatalf("after the flood: %+v, want the table full (%d), all half-open", st, max)
+	}
+	// A recompute tick (100 ms) on the manual clock, no packet.
+	const tick = 100 * time.Millisecond
+	var took time.Duration
+	for took < 2*policy.DefaultHandshakeTimeout && r.e.Flows().Stats().Flows > 0 {
+		r.clock.Advance(tick)
+		took += tick
+		r.e.Sweep()
+	}
+	st := r.e.Flows().Stats()
+	t.Logf("table of %d drained %v after the flood with no packet: %+v", max, took, st)
+	if st.Flows != 0 || st.HalfOpen != 0 {
+		t.Fatalf("%v after the flood: %+v, want the table empty", took, st)
+	}
+	if took > policy.DefaultHandshakeTimeout {
+		t.Errorf("the flood's flows lived %v, timeouts.handshake is %v", took, policy.DefaultHandshakeTimeout)
+	}
+	// Sweep is a no-op until the next sweep is due.
+	before := r.e.Flows().Stats()
+	r.e.Sweep()
+	if after := r.e.Flows().Stats(); after != before {
+		t.Errorf("a Sweep not due changed the table: %+v -> %+v", before, after)
+	}
+}

@@ -124,7 +124,7 @@ const (
 	DefaultFirstByteTimeout   = 30 * time.Second // target's first byte after the client's first
 	DefaultIdleTimeout        = 5 * time.Minute  // no byte either way
 	DefaultRequestReadTimeout = 2 * time.Second  // reading a refused HTTP request's head
-	DefaultInFlightPerVIP     = 128              // half-open handshakes per VIP and port
+	DefaultInFlightPerVIP     = 1024             // half-open handshakes per VIP and port, and its accept queue
 )
 
 // Timeouts bound the phases of one connection, and the half-open handshakes
@@ -149,8 +149,12 @@ type Timeouts struct {
 	Idle time.Duration
 	// RequestRead bounds reading an HTTP request head before a 503 page.
 	RequestRead time.Duration
-	// InFlightPerVIP bounds the half-open handshakes of one VIP and port;
-	// beyond it, SYN cookies answer and hold no state.
+	// InFlightPerVIP is the backlog of one VIP and port's listener, as
+	// listen(2)'s: it bounds the half-open handshakes (beyond it, SYN
+	// cookies answer and hold no state) and the established connections
+	// the accept loop has not taken yet (beyond it, gVisor drops the ACK
+	// that completes a handshake: a burst of more connections completing
+	// at once loses them). gVisor sizes both from the one number.
 	InFlightPerVIP int
 }
 
@@ -221,23 +225,29 @@ type Limits struct {
 func (l Limits) Any() bool { return l.MaxBandwidth > 0 || l.MaxConnections > 0 }
 
 // ServiceProto is what a virtual server speaks, which decides how a refusal
-// looks: TCP refuses with RST, HTTP with a 503 page naming the limit.
+// looks: TCP refuses with RST, HTTP with a 503 page naming the limit. TLS
+// is TCP whose service is chosen by the server name of the client's
+// ClientHello among the tls services of one VIP and port (see sni.go); it
+// refuses with RST.
 type ServiceProto uint8
 
 const (
 	ProtoTCP  ServiceProto = iota // tcp
 	ProtoHTTP                     // http
+	ProtoTLS                      // tls
 )
 
-// ParseServiceProto parses "tcp" or "http".
+// ParseServiceProto parses "tcp", "http" or "tls".
 func ParseServiceProto(s string) (ServiceProto, error) {
 	switch s {
 	case "tcp":
 		return ProtoTCP, nil
 	case "http":
 		return ProtoHTTP, nil
+	case "tls":
+		return ProtoTLS, nil
 	}
-	return 0, fmt.Errorf("unknown protocol %q (want tcp or http)", s)
+	return 0, fmt.Errorf("unknown protocol %q (want tcp, http or tls)", s)
 }
 
 // PortRange is an inclusive range of ports. The zero value {0, 0} matches any
@@ -283,6 +293,14 @@ type VirtualServer struct {
 	Timeouts Timeouts
 	// HTTP tunes request handling; used only when Proto is ProtoHTTP.
 	HTTP HTTPOptions
+	// SNI are the server names a ProtoTLS service answers for, among the
+	// tls services sharing its VIPs and ports: host names ("www.example.com")
+	// and wildcards of one label ("*.example.com"), compared without case
+	// and trailing dot (Compile lower-cases them). SNIDefault makes it the
+	// service of a ClientHello no other one's names match, or without a
+	// server name. See sni.go.
+	SNI        []string
+	SNIDefault bool
 	// Targets in configured order: primaries first in the order given, then
 	// backups in the order they are to be tried.
 	Targets []*Target
@@ -895,11 +913,12 @@ func (c *Config) compileServices(bad func(string, ...any)) {
 			bad("virtual server %q has no VIP", vs.Name)
 		}
 		c.compileTargets(vs, bad)
+		c.compileSNI(vs, bad)
 		for _, vip := range vs.VIPs {
 			vip = vip.Unmap()
 			for _, o := range c.byVIP[vip] {
 				if o.Ports.Overlaps(vs.Ports) {
-					bad("%v ports %v claimed by both %q and %q", vip, vs.Ports, o.Name, vs.Name)
+					sharedTLS(vip, o, vs, bad)
 				}
 			}
 			c.byVIP[vip] = append(c.byVIP[vip], vs)

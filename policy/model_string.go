@@ -29,11 +29,12 @@ func _() {
 	var x [1]struct{}
 	_ = x[ProtoTCP-0]
 	_ = x[ProtoHTTP-1]
+	_ = x[ProtoTLS-2]
 }
 
-const _ServiceProto_name = "tcphttp"
+const _ServiceProto_name = "tcphttptls"
 
-var _ServiceProto_index = [...]uint8{0, 3, 7}
+var _ServiceProto_index = [...]uint8{0, 3, 7, 10}
 
 func (i ServiceProto) String() string {
 	idx := int(i) - 0

@@ -11,7 +11,9 @@ set -euo pipefail
 # chromium (the status page test loads /ui in a headless browser),
 # redis-server (cmd/weir/internal/cluster: each test starts its own on a
 # loopback port, without persistence), ab (apache2-utils: the http request
-# tests in cmd/weir/e2e/e2e_requests_test.go run ApacheBench in their namespace).
+# tests in cmd/weir/e2e/e2e_requests_test.go run ApacheBench in their namespace),
+# openssl and curl (cmd/weir/e2e/e2e_sni_test.go: openssl s_server TLS
+# backends behind a tls VIP, curl --resolve and openssl s_client -servername).
 need_apt=()
 command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)
 command -v iperf3 >/dev/null 2>&1 || need_apt+=(iperf3)
@@ -21,6 +23,8 @@ command -v systemd-analyze >/dev/null 2>&1 || need_apt+=(systemd)
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
 command -v ab >/dev/null 2>&1 || need_apt+=(apache2-utils)
+command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
+command -v curl >/dev/null 2>&1 || need_apt+=(curl)
 if [ ${#need_apt[@]} -gt 0 ]; then
 	if [ "$(id -u)" = 0 ]; then
 		echo "deps: installing ${need_apt[*]}"

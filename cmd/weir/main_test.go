@@ -24,7 +24,7 @@ func TestCheckSummary(t *testing.T) {
 	want := `../../examples/zos-telnet.pa: ok
 instance weir: no limits
   bandwidth averaged over 30s, recomputed every 100ms
-  timeouts: handshake 5s, connect 3s, firstByte 30s, idle 5m0s, requestRead 2s, inFlightPerVIP 128
+  timeouts: handshake 5s, connect 3s, firstByte 30s, idle 5m0s, requestRead 2s, inFlightPerVIP 1024
 services: none
 rules (first match wins):
   1. targetelnet: protocol 6, server port 23 → telnetGold (ToS 0xA0 (10100000), minRate 500 Kbit/s)
@@ -177,14 +177,14 @@ func TestWriteSummary(t *testing.T) {
 	}
 	want := `instance weir: no limits
   bandwidth averaged over 30s, recomputed every 100ms
-  timeouts: handshake 5s, connect 3s, firstByte 30s, idle 5m0s, requestRead 2s, inFlightPerVIP 128
+  timeouts: handshake 5s, connect 3s, firstByte 30s, idle 5m0s, requestRead 2s, inFlightPerVIP 1024
 classes:
   top (under instance): no limits
   gold (under class top): connections 5 log only
 services:
   web: tcp fd00::1, port 8000-8010, under class gold
     limits: no limits
-    timeouts: handshake 5s, connect 1s, firstByte off, idle 5m0s, requestRead 2s, inFlightPerVIP 128
+    timeouts: handshake 5s, connect 1s, firstByte off, idle 5m0s, requestRead 2s, inFlightPerVIP 1024
     target n [fd00::2]:80: weight 0, no connection limit, primary, via netstack
     target fd00::3: weight 0, no connection limit, primary, via host
       keeps the client's port: a connection to port p of 8000-8010 goes to fd00::3 port p (health checks: port 8000)

@@ -30,6 +30,10 @@ type ConnRequest struct {
 	Client  netip.AddrPort        // the client's address and port
 	VIP     netip.AddrPort        // the virtual server address and port it asked for
 	Service *policy.VirtualServer // the virtual server found for VIP; never nil
+	// ServerName is a tls service's ClientHello server name (lower case,
+	// "" when it sent none): Service is then the tls service it routed to
+	// (tlsroute.go).
+	ServerName string
 	// Attempt is 0 in Admit and counts the failed dials in DialFailed.
 	Attempt int
 	// SettleFunc is Settle's work, set by the forwarder; nil: Settle

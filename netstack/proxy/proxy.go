@@ -4,6 +4,8 @@ package proxy
 // and hands each established client connection to HandleConn)
 //
 //	HandleConn (the accept path's goroutine, client established):
+//	    tls virtual server ──► its ClientHello read and routed by server
+//	        name (tlsroute.go); a bad one or no match: RST     SNIRefused
 //	    http virtual server and an Options.HTTP ──► RequestServer.ServeClient
 //	        (weir/netstack/proxy/http): admitted, routed and counted
 //	        request by request
@@ -134,6 +136,11 @@ type Options struct {
 	// reckoning; nil means time.Now. Deadlines on the legs and the
 	// timers' own waits stay on the wall clock.
 	Now func() time.Time
+	// RouteSNI chooses the tls virtual server of a connection by its
+	// ClientHello's server name, among those on its VIP and port (weir's:
+	// the config in force's policy.Config.RouteSNI); nil: the service the
+	// accept path found, if it answers the name (policy's AnswersSNI).
+	RouteSNI RouteSNIFunc
 	// OnPanic, if set, hears of each panic recovered in a connection's
 	// goroutines: the connection (ID 0 before admission), the value and
 	// the stack. It is called once per panic, from that goroutine, and must
@@ -171,8 +178,12 @@ type Counters struct {
 	IdleClosed     atomic.Uint64 // connections closed by IdleTimeout
 	Aborted        atomic.Uint64 // connections Close ended (pending or spliced)
 	NoSession      atomic.Uint64 // Accepts without a Session (an Admitter bug)
-	Open           atomic.Int64  // spliced connections open now
-	Pending        atomic.Int64  // connections between the hand-over and the splice (admission, dial)
+	SNIRouted      atomic.Uint64 // tls connections routed by their ClientHello (tlsroute.go)
+	// SNIRefused counts tls connections reset before admission, by
+	// SNIRefusalNames' reason.
+	SNIRefused [NumSNIRefusals]atomic.Uint64
+	Open       atomic.Int64 // spliced connections open now
+	Pending    atomic.Int64 // connections between the hand-over and the splice (admission, dial)
 }
 
 // Stats are a Proxy's counters at one moment (see Counters).
@@ -186,8 +197,13 @@ type Stats struct {
 	IdleClosed     uint64 // connections closed by IdleTimeout
 	Aborted        uint64 // connections Close ended (pending or spliced)
 	NoSession      uint64 // Accepts without a Session, refused (an Admitter bug)
-	Open           int64  // connections open now (spliced)
-	Pending        int64  // connections between the hand-over and the splice now (admission, dial)
+	SNIRouted      uint64 // tls connections routed by their ClientHello's server name
+	// SNIRefused are the tls connections reset before admission, by
+	// reason (SNIRefusalNames): a bad, oversized, cut-short or slow
+	// ClientHello, or a name no service answers.
+	SNIRefused [NumSNIRefusals]uint64
+	Open       int64 // connections open now (spliced)
+	Pending    int64 // connections between the hand-over and the splice now (admission, dial)
 }
 
 // Proxy admits the client connections an accept path hands it, dials their
@@ -250,12 +266,17 @@ func (p *Proxy) Closed() bool { return p.ctx.Err() != nil }
 // Stats returns the proxy's counters.
 func (p *Proxy) Stats() Stats {
 	c := &p.count
-	return Stats{
+	st := Stats{
 		Accepted: c.Accepted.Load(), RefusedRST: c.RefusedRST.Load(), Refused503: c.Refused503.Load(),
 		TargetTimedOut: c.TargetTimedOut.Load(), Panics: c.Panics.Load(), DialFailed: c.DialFailed.Load(),
 		IdleClosed: c.IdleClosed.Load(), Aborted: c.Aborted.Load(), NoSession: c.NoSession.Load(),
-		Open: c.Open.Load(), Pending: c.Pending.Load(),
+		SNIRouted: c.SNIRouted.Load(),
+		Open:      c.Open.Load(), Pending: c.Pending.Load(),
 	}
+	for i := range c.SNIRefused {
+		st.SNIRefused[i] = c.SNIRefused[i].Load()
+	}
+	return st
 }
 
 // Drain implements Handler: kept-alive http connections take no further
@@ -345,6 +366,12 @@ func (p *Proxy) serve(reqp **ConnRequest, req *ConnRequest, client Client) {
 	defer pendingDone()
 	req.ID = p.nextID.Add(1)
 	*reqp = req
+	if req.Service.Proto == policy.ProtoTLS {
+		var ok bool
+		if client, ok = p.routeTLS(req, client); !ok {
+			return
+		}
+	}
 	if hs := p.opts.HTTP; hs != nil && req.Service.Proto == policy.ProtoHTTP {
 		hs.ServeClient(p, req, client, pendingDone)
 		return

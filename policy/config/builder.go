@@ -235,10 +235,20 @@ func (b *builder) checkVIPClaims() {
 			at := d.vipAt[i]
 			for _, c := range claims[vip] {
 				if c.d.vs.Ports.Overlaps(d.vs.Ports) {
+					bothTLS := c.d.vs.Proto == policy.ProtoTLS && d.vs.Proto == policy.ProtoTLS
+					if c.d != d && bothTLS {
+						// tls services share ports, routed by server
+						// name: policy.Compile checks their names.
+						continue
+					}
 					if c.d == d {
 						b.e.add(at, "service %q lists VIP %s twice (first at %s)", d.vs.Name, vip, c.at)
 					} else {
-						b.e.add(at, "%s port %s already claimed by service %q at %s", vip, overlap(c.d.vs.Ports, d.vs.Ports), c.d.vs.Name, c.at)
+						hint := ""
+						if c.d.vs.Proto == policy.ProtoTLS || d.vs.Proto == policy.ProtoTLS {
+							hint = " (only tls services share a port, routed by sni)"
+						}
+						b.e.add(at, "%s port %s already claimed by service %q at %s%s", vip, overlap(c.d.vs.Ports, d.vs.Ports), c.d.vs.Name, c.at, hint)
 					}
 					break
 				}

@@ -52,7 +52,8 @@
 //	    class: gold            # optional: a class name
 //	    vips: [198.18.0.10, "fd00::10"] # required: IPv4 and/or IPv6
 //	    port: 80               # required: 1..65535, or a range "8000-8010"
-//	    protocol: http         # tcp (default: refuse with RST) or http (refuse with a 503 page)
+//	    protocol: http         # tcp (default: refuse with RST), http (refuse with a 503 page) or tls (TLS passthrough routed by server name, refused with RST)
+//	    sni: [www.example.com, "*.example.com", default] # protocol tls only, required there: the ClientHello server names it answers for; "*." one label; default: no other tls service of its VIP and port matches, or no server name
 //	    limits: LIMITS
 //	    timeouts: TIMEOUTS     # overrides the instance's, field by field
 //	    http: HTTP             # protocol http only: request handling
@@ -158,7 +159,7 @@
 //	firstByte: 30s             # target's first byte after the whole request (tcp: the client's first); "off" or a duration; a timeout marks it down
 //	idle: 5m                   # no byte either way closes the connection; "off" or a duration
 //	requestRead: 2s            # reading a refused HTTP request's head before the 503 page
-//	inFlightPerVIP: 128        # half-open handshakes per VIP and port, 1..65535; beyond: SYN cookies
+//	inFlightPerVIP: 1024       # a VIP and port's backlog, 1..65535: half-open handshakes (beyond: SYN cookies) and connections not yet accepted
 //
 // HTTP tunes an http service, which weir proxies request by request: each
 // request head is parsed, admitted (limits count requests in flight) and

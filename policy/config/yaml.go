@@ -559,7 +559,10 @@ func (p *yparser) service(n *yaml.Node) {
 			}
 		}},
 		{name: "port", required: true, fn: func(k, v *yaml.Node) { vs.Ports, _ = parse(p, k, v, "a port", parsePortRange) }},
-		{name: "protocol", fn: func(k, v *yaml.Node) { vs.Proto, _ = parse(p, k, v, "tcp or http", policy.ParseServiceProto) }},
+		{name: "protocol", fn: func(k, v *yaml.Node) {
+			vs.Proto, _ = parse(p, k, v, "tcp, http or tls", policy.ParseServiceProto)
+		}},
+		{name: "sni", fn: func(k, v *yaml.Node) { p.sni(vs, k, v) }},
 		{name: "limits", fn: func(_, v *yaml.Node) { p.limits(&vs.Limits, v) }},
 		{name: "timeouts", fn: func(_, v *yaml.Node) { p.timeouts(&vs.Timeouts, v) }},
 		{name: "http", fn: func(_, v *yaml.Node) { p.httpOptions(&vs.HTTP, v) }},
@@ -600,6 +603,33 @@ func (p *yparser) service(n *yaml.Node) {
 	}
 	d.at = p.at(nameAt)
 	p.b.addService(d)
+}
+
+// sni parses a tls service's server names: a list of names and
+// wildcards ("*.example.com"), in which "default" makes the service its
+// VIP and port's default, or "default" alone. Compile checks the names.
+func (p *yparser) sni(vs *policy.VirtualServer, k, v *yaml.Node) {
+	add := func(item *yaml.Node) {
+		s, ok := p.str(k, item)
+		switch {
+		case !ok:
+		case s == "default":
+			if vs.SNIDefault {
+				p.errf(item, "%s: default given twice", k.Value)
+			}
+			vs.SNIDefault = true
+		default:
+			vs.SNI = append(vs.SNI, s)
+		}
+	}
+	if x := p.deref(v); x != nil && x.Kind == yaml.ScalarNode && !isNull(x) {
+		add(x)
+		return
+	}
+	p.seq(k, v, add)
+	if x := p.deref(v); x != nil && isEmpty(x) {
+		p.errf(x, "sni: want server names or default")
+	}
 }
 
 // target parses one target; it returns nil when the target is unusable.

@@ -277,7 +277,7 @@ func TestParseYAMLErrors(t *testing.T) {
 		{"no targets", "services:\n- {name: a, vips: [198.18.0.1], port: 80, targets: []}\n",
 			`t.yaml:2:52: targets: a service needs at least one target`},
 		{"unknown protocol", "services:\n- {name: a, vips: [198.18.0.1], port: 80, protocol: udp, targets: [{address: 198.18.1.1:80}]}\n",
-			`t.yaml:2:53: protocol: unknown protocol "udp" (want tcp or http)`},
+			`t.yaml:2:53: protocol: unknown protocol "udp" (want tcp, http or tls)`},
 		{"bad role", "services:\n- {name: a, vips: [198.18.0.1], port: 80, targets: [{address: 198.18.1.1:80, role: spare}]}\n",
 			`t.yaml:2:84: role: want primary or backup, got "spare"`},
 		{"duplicate service", "services:\n- {name: a, vips: [198.18.0.1], port: 80, targets: [{address: 198.18.1.1:80}]}\n- {name: a, vips: [198.18.0.2], port: 80, targets: [{address: 198.18.1.1:80}]}\n",

@@ -410,6 +410,13 @@ type Forwarder struct {
 	// cookie ACK, with its data, while the accept queue was full), failed
 	// (the connection could not be made).
 	ListenDropped []Drop `json:"listen_dropped,omitempty"`
+	// SNIRouted counts tls connections routed by their ClientHello's
+	// server name; SNIRefused, by reason, those reset before admission:
+	// not-tls, malformed, oversized, timeout (timeouts.handshake), eof
+	// (closed before the hello was complete), error, no-match (no tls
+	// service of the VIP and port answers the name, and none is default).
+	SNIRouted  uint64 `json:"sni_routed"`
+	SNIRefused []Drop `json:"sni_refused,omitempty"`
 	// http services: request heads parsed; refused with the 503 page;
 	// refused before admission (408 head too slow, 431 head too big, 400
 	// malformed or Content-Length with Transfer-Encoding); sent again on a

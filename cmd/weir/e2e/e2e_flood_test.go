@@ -279,6 +279,11 @@ func (w *weirProc) rss() int64 {
 // 198.19.0.0/16 (never answered: weir's SYN-ACKs to them die in the
 // namespace, which does not forward).
 func (w *weirProc) synFlood(dst netip.AddrPort, count int, sent *atomic.Int64) error {
+	return w.synFloodAt(dst, count, floodRate, sent)
+}
+
+// synFloodAt is synFlood at rate SYNs per second (a multiple of 100).
+func (w *weirProc) synFloodAt(dst netip.AddrPort, count, rate int, sent *atomic.Int64) error {
 	var fd int
 	if err := w.ns.Do(func() error {
 		var err error
@@ -290,7 +295,7 @@ func (w *weirProc) synFlood(dst netip.AddrPort, count int, sent *atomic.Int64) e
 	defer unix.Close(fd)
 	to := &unix.SockaddrInet4{Addr: dst.Addr().As4()}
 	pkt := make([]byte, 40)
-	const batch = floodRate / 100
+	batch := max(rate/100, 1)
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	for i := 0; i < count; {

@@ -77,6 +77,12 @@ type Options struct {
 	BorrowTarget func(ctx context.Context, service, target string) bool
 }
 
+// rerouter is the datapath engine's Reroute (a *datapath.Engine has it;
+// a Flows without it leaves a routed tls flow in its first service).
+type rerouter interface {
+	Reroute(client, server netip.AddrPort, vs *policy.VirtualServer) *datapath.Flow
+}
+
 // maxBorrows bounds the borrows one connection or request makes when its
 // level's share is full (Options.Borrow): the wait is at most maxBorrows
 // times the cluster's borrowTimeout.
@@ -246,6 +252,14 @@ func (a *Admitter) admit(req *proxy.ConnRequest, s *session, now time.Time) (pro
 	// (pickHash: the flow's 5-tuple by default) to a target.
 	s.hash = pickHash(vs, req.Client, req.VIP, s.http)
 	s.flow = a.opts.Flows.Flow(req.Client, req.VIP, datapath.ProtoTCP)
+	if s.flow != nil && s.flow.Service != vs && vs.Proto == policy.ProtoTLS {
+		// The SYN was classified into the first tls service of the VIP
+		// and port; the ClientHello routed it to vs: its action, ToS and
+		// meters are vs's from here on (datapath/tlsroute.go).
+		if r, ok := a.opts.Flows.(rerouter); ok {
+			s.flow = r.Reroute(req.Client, req.VIP, vs)
+		}
+	}
 	lease, err := a.pick(b, s, now)
 	if err != nil && req.Settle() {
 		lease, err = a.pick(b, s, now)
@@ -452,7 +466,7 @@ func (s *session) End(e *proxy.End) {
 	}
 	req := s.req
 	r := obs.AccessRecord{
-		Start: s.start, Client: req.Client.String(), VIP: req.VIP.String(), Service: req.Service.Name,
+		Start: s.start, Client: req.Client.String(), VIP: req.VIP.String(), Service: req.Service.Name, ServerName: req.ServerName,
 		Target: e.Stats.Target, BytesIn: e.Stats.TargetLeg.BytesSent, BytesOut: e.Stats.ClientLeg.BytesSent,
 		Duration: a.now().Sub(s.start), Outcome: e.Outcome.String(), Reason: e.Decision.Reason,
 	}

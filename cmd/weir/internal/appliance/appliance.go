@@ -269,6 +269,9 @@ func New(opts Options) (*Appliance, error) {
 		}
 	}
 	po.OnPanic = a.admit.Panic
+	po.RouteSNI = func(vip netip.AddrPort, serverName string) *policy.VirtualServer {
+		return a.cfg.Load().RouteSNI(vip.Addr(), vip.Port(), serverName)
+	}
 	fo.OnPanic = a.admit.Panic
 	if cfg.Cluster != nil {
 		// Before the forwarder admits anything: cluster.New holds every

@@ -23,6 +23,7 @@ func (a *Appliance) recomputeLoop() {
 // own clock (Options.Now).
 func (a *Appliance) RecomputeNow() {
 	a.adm.Recompute(a.now(), a.engine)
+	a.engine.Sweep() // the flow table drains after a flood with no packet passing
 	if a.clu != nil {
 		a.clu.Recomputed() // publish the new rates, read the others' (never blocks)
 	}

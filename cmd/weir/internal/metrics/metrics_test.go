@@ -62,6 +62,7 @@ func populated(t *testing.T) (api.Status, map[string][]float64) {
 	st.Services[0].Targets[0].Segments = &api.Segments{}
 	st.TUN = &api.TUN{Name: "weir0"}
 	st.Forwarder.ListenDropped = []api.Drop{{Reason: "segment_queue"}, {Reason: "accept_queue"}}
+	st.Forwarder.SNIRefused = []api.Drop{{Reason: "malformed"}, {Reason: "no-match"}}
 	st.Cluster = &api.Cluster{Members: []api.ClusterMember{{ID: "a"}},
 		Levels:    []api.ClusterLevel{{Level: "virtual server", Name: "web"}, {Level: "target", Name: "a", Service: "web"}},
 		Bandwidth: []api.ClusterBandwidth{{Level: "instance", Name: "i"}},

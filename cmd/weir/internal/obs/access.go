@@ -13,14 +13,17 @@ import (
 
 // AccessRecord is one connection through weir, written when it ends.
 type AccessRecord struct {
-	Start    time.Time
-	Client   string // ip:port
-	VIP      string // ip:port
-	Service  string
-	Target   string // name, or "" when refused
-	BytesIn  uint64 // client → target
-	BytesOut uint64 // target → client
-	Duration time.Duration
+	Start   time.Time
+	Client  string // ip:port
+	VIP     string // ip:port
+	Service string
+	// ServerName is a tls service's ClientHello server name (lower case;
+	// "" when none was sent, or for another protocol).
+	ServerName string
+	Target     string // name, or "" when refused
+	BytesIn    uint64 // client → target
+	BytesOut   uint64 // target → client
+	Duration   time.Duration
 	// Outcome is how the connection ended, proxy.Outcome's String: "ok"
 	// (served), "idle" (closed by the idle timeout), "reset" (refused with
 	// RST), "503" (refused with the page), "aborted" (weir shut down),
@@ -65,7 +68,11 @@ func (a *AccessLog) Log(r AccessRecord) {
 		return
 	}
 	e := a.zl.Log().Time("time", r.Start).Str("client", r.Client).Str("vip", r.VIP).
-		Str("service", r.Service).Str("target", r.Target).
+		Str("service", r.Service).Str("target", r.Target)
+	if r.ServerName != "" {
+		e = e.Str("sni", r.ServerName)
+	}
+	e = e.
 		Uint64("bytes_in", r.BytesIn).Uint64("bytes_out", r.BytesOut).
 		Dur("duration_ms", r.Duration).Str("outcome", r.Outcome)
 	if r.Reason != "" {
@@ -90,7 +97,8 @@ func (a *AccessLog) Flush() error {
 // stop after the bytes ignore. A plain TCP connection's request is
 // "TCP <vip> <target>" and its status its outcome's HTTP-like code (200
 // served, 503 refused, 408 a handshake the client did not complete, 500
-// aborted).
+// aborted). A tls service's is "TLS <vip> <server name> <target>" ("-"
+// for none).
 func CLF(r AccessRecord) string {
 	host := r.Client
 	if h, _, ok := cutPort(host); ok {
@@ -100,6 +108,9 @@ func CLF(r AccessRecord) string {
 	status := r.Status
 	if req == "" {
 		req = fmt.Sprintf("TCP %s %s", r.VIP, orDash(r.Target))
+		if r.ServerName != "" {
+			req = fmt.Sprintf("TLS %s %s %s", r.VIP, r.ServerName, orDash(r.Target))
+		}
 		switch r.Outcome {
 		case "ok", "idle":
 			status = 200

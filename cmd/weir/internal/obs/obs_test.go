@@ -106,3 +106,29 @@ func TestCloseKeepsOutputOpen(t *testing.T) {
 		t.Fatalf("output closed by Logs.Close: %v", err)
 	}
 }
+
+// TestAccessLogServerName: a tls connection's line carries its server name,
+// in JSON ("sni") and in CLF (the request "TLS vip name target").
+func TestAccessLogServerName(t *testing.T) {
+	r := AccessRecord{Start: time.Unix(0, 0).UTC(), Client: "198.18.5.1:40000", VIP: "198.18.0.10:443", Service: "shop",
+		ServerName: "shop.example", Target: "t1", Outcome: "ok", BytesOut: 10}
+	var b strings.Builder
+	l := NewAccessLog(&b, false)
+	l.Log(r)
+	if err := l.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), `"sni":"shop.example"`) {
+		t.Errorf("JSON line %q lacks the server name", b.String())
+	}
+	if got := CLF(r); !strings.Contains(got, `"TLS 198.18.0.10:443 shop.example t1" 200`) {
+		t.Errorf("CLF %q", got)
+	}
+	r.ServerName = ""
+	b.Reset()
+	l.Log(r)
+	_ = l.Flush()
+	if strings.Contains(b.String(), "sni") || !strings.Contains(CLF(r), `"TCP 198.18.0.10:443 t1"`) {
+		t.Errorf("no server name: %q, %q", b.String(), CLF(r))
+	}
+}

@@ -226,7 +226,12 @@ func stackDoc(s netstack.StackStats) api.Stack {
 // three packages; Panics and Pending are the sums of the first two.
 func forwarderDoc(s netstack.ForwarderStats, p proxy.Stats, h proxyhttp.Stats) api.Forwarder {
 	ld := s.ListenDropped
+	sni := make([]api.Drop, len(p.SNIRefused))
+	for i, n := range p.SNIRefused {
+		sni[i] = api.Drop{Reason: proxy.SNIRefusalNames[i], Count: n}
+	}
 	return api.Forwarder{
+		SNIRouted: p.SNIRouted, SNIRefused: sni,
 		ListenDropped: []api.Drop{{Reason: "segment_queue", Count: ld.SegmentQueue},
 			{Reason: "accept_queue", Count: ld.AcceptQueue}, {Reason: "failed", Count: ld.Failed}},
 		Accepted: p.Accepted, Pending: s.Handshaking + p.Pending, NoService: s.NoService, RefusedClosed: s.RefusedClosed,
