@@ -87,6 +87,9 @@ var depRules = []depRule{
 	// named on its own, like http, and kept free of the proxy itself so
 	// that a parser change cannot reach the splice.
 	{root: "weir/netstack/proxy/tlshello", deps: append(slices.Clone(forbidden), "weir/policy", "weir/bench", "weir/datapath/fault")},
+	// The udp session relay likewise (its gVisor side, the VIP sockets and
+	// the back arm's target sockets, is weir/netstack's udp.go).
+	{root: "weir/netstack/proxy/udp", deps: append(without(forbidden, "weir/netstack"), "weir/bench", "weir/datapath/fault")},
 	// The harness drives weir through public APIs only.
 	{root: "weir/bench", deps: []string{"github.com/rs/zerolog", "go.yaml.in/yaml", "gopkg.in/yaml", "flag", "gvisor.dev/gvisor", "weir/cmd", "weir/netstack", "weir/vmtest", "weir/internal"},
 		except: []string{"weir/bench/cmd"}}, // programs: checked on their own below

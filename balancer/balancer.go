@@ -46,6 +46,9 @@ type Balancer struct {
 	levels map[string]map[string]effWeight
 	// defCap is the share a target gets when it joins (SetDefaultCapacity).
 	defCap int64
+
+	// onEject, when set, hears each ejection once (OnEject).
+	onEject atomic.Pointer[func(Ejection)]
 }
 
 // effWeight is a balancing weight in hundredths of a WLM weight
@@ -344,7 +347,7 @@ func (b *Balancer) pick(now time.Time, flowHash uint64, action *policy.Action, t
 	if tried != nil {
 		tried.add(e.st)
 	}
-	return Lease{t: e.t, st: e.st, retry: t.retry, backup: i >= t.nPrimary}, nil
+	return Lease{t: e.t, st: e.st, b: b, retry: t.retry, backup: i >= t.nPrimary}, nil
 }
 
 // usable reports whether primary i may be offered a connection by the fast
@@ -572,7 +575,8 @@ func (tr *Tried) add(st *targetState) {
 type Lease struct {
 	t      *policy.Target
 	st     *targetState
-	retry  int64 // retry interval of the table it came from, ns
+	b      *Balancer // for outlier ejection (Failed)
+	retry  int64     // retry interval of the table it came from, ns
 	backup bool
 }
 
@@ -606,9 +610,11 @@ func (l *Lease) Release() {
 	l.st = nil
 }
 
-// Failed reports that connecting to the target failed at now: the target is
-// down until now plus the retry interval (slow start, if configured, ramps it
-// from then), and the slot is released. A no-op once released.
+// Failed reports that connecting to the target failed at now (or that it
+// sent nothing within the first-byte timeout): the target is down until now
+// plus the retry interval (slow start, if configured, ramps it from then),
+// the failure counts toward outlier ejection (Report), and the slot is
+// released. A no-op once released.
 func (l *Lease) Failed(now time.Time) {
 	st := l.st
 	if st == nil {
@@ -619,4 +625,7 @@ func (l *Lease) Failed(now time.Time) {
 	st.upSince.Store(until)
 	st.downUntil.Store(until)
 	l.Release()
+	if l.b != nil {
+		l.b.observe(st, false, now)
+	}
 }

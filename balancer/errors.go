@@ -22,6 +22,9 @@ const (
 	// Draining: the target is configured with weight 0 and takes no new
 	// connection.
 	Draining // draining (weight 0)
+	// Ejected: outlier ejection took the target out (balancer.ejection)
+	// until Until.
+	Ejected // ejected
 )
 
 // Reason is one target's part in a refusal.
@@ -160,6 +163,8 @@ func (t *table) refuse(now time.Time, tried *Tried, exhausted bool, sk *skipSet)
 			r.Why = HealthDown
 		case ns < en.st.downUntil.Load():
 			r.Why, r.Until = Down, time.Unix(0, en.st.downUntil.Load()).In(now.Location())
+		case ns < en.st.ejectedUntil.Load():
+			r.Why, r.Until = Ejected, time.Unix(0, en.st.ejectedUntil.Load()).In(now.Location())
 		default:
 			if exhausted {
 				return Reason{}, false

@@ -57,6 +57,13 @@ type TargetStatus struct {
 	SkippedAtShare uint64
 	Picked         uint64 // connections given to the target
 	Failed         uint64 // connects reported failed
+	// Ejected is set while outlier ejection keeps the target out, until
+	// EjectedUntil; Ejections counts its ejections, Consecutive the
+	// failures reported in a row now.
+	Ejected      bool
+	EjectedUntil time.Time
+	Ejections    uint64
+	Consecutive  int64
 }
 
 // Snapshot returns the balancer's state at now. It allocates and is meant for
@@ -101,6 +108,10 @@ func (b *Balancer) Snapshot(now time.Time) Status {
 		if ts.Down {
 			ts.DownUntil = time.Unix(0, du).In(now.Location())
 		}
+		if eu := e.st.ejectedUntil.Load(); ns < eu {
+			ts.Ejected, ts.EjectedUntil = true, time.Unix(0, eu).In(now.Location())
+		}
+		ts.Ejections, ts.Consecutive = e.st.ejections.Load(), e.st.consecutive.Load()
 		s.Targets[i] = ts
 	}
 	return s

@@ -44,6 +44,14 @@ type targetState struct {
 	picked         atomic.Uint64 // connections reserved on it
 	failed         atomic.Uint64 // connects reported failed through Lease.Failed
 
+	// consecutive counts the failures reported in a row (Lease.Failed,
+	// Report) for outlier ejection; a success resets it. ejectedUntil is a
+	// Unix time in nanoseconds: the target is ejected while now <
+	// ejectedUntil. ejections counts the ejections.
+	consecutive  atomic.Int64
+	ejectedUntil atomic.Int64
+	ejections    atomic.Uint64
+
 	mu     sync.Mutex // guards health and check
 	health Health
 	check  CheckStatus // the last check's result; zero At: none yet
@@ -94,10 +102,10 @@ func (s *targetState) limit(max int64) int64 {
 }
 
 // down reports whether the target may not take connections at ns (Unix
-// nanoseconds): a failed connect within the retry interval, or a failed
-// health check.
+// nanoseconds): a failed connect within the retry interval, a failed
+// health check, or an outlier ejection.
 func (s *targetState) down(ns int64) bool {
-	return s.healthDown.Load() || ns < s.downUntil.Load()
+	return s.healthDown.Load() || ns < s.downUntil.Load() || ns < s.ejectedUntil.Load()
 }
 
 // rampPermille is the slow-start factor at ns in thousandths: 100 (a tenth of

@@ -13,11 +13,12 @@ func _() {
 	_ = x[HealthDown-2]
 	_ = x[AlreadyTried-3]
 	_ = x[Draining-4]
+	_ = x[Ejected-5]
 }
 
-const _Why_name = "at limitdownhealth check failedalready trieddraining (weight 0)"
+const _Why_name = "at limitdownhealth check failedalready trieddraining (weight 0)ejected"
 
-var _Why_index = [...]uint8{0, 8, 12, 31, 44, 63}
+var _Why_index = [...]uint8{0, 8, 12, 31, 44, 63, 70}
 
 func (i Why) String() string {
 	idx := int(i) - 0

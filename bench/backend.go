@@ -34,12 +34,19 @@ type Backend struct {
 	// and are not counted in Served.
 	HealthPath   string
 	HealthStatus atomic.Int32
+	// ErrorEvery, when > 0, answers every ErrorEvery-th request (health
+	// checks not counted) with 500 Internal Server Error instead of its
+	// body: 10 fails exactly a tenth. Such requests count in Errored, not
+	// Served. It may change while the backend serves.
+	ErrorEvery atomic.Int32
 	// Group, when set, counts this backend's requests in progress together
 	// with the other backends that share it: the peak over a service's
 	// targets at once, exact where a sum of per-backend reads is not.
 	Group *Gauge
 
 	served  atomic.Int64
+	errored atomic.Int64
+	seq     atomic.Int64 // requests counted for ErrorEvery
 	active  atomic.Int64
 	maxSeen atomic.Int64
 
@@ -52,6 +59,9 @@ type Backend struct {
 
 // Served is the number of requests answered.
 func (b *Backend) Served() int64 { return b.served.Load() }
+
+// Errored is the number of requests answered 500 (ErrorEvery).
+func (b *Backend) Errored() int64 { return b.errored.Load() }
 
 // Active is the number of requests in progress.
 func (b *Backend) Active() int64 { return b.active.Load() }
@@ -116,8 +126,13 @@ func (b *Backend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	body := b.body()
 	w.Header().Set("X-Weir-Target", b.Name)
+	if n := int64(b.ErrorEvery.Load()); n > 0 && b.seq.Add(1)%n == 0 {
+		w.WriteHeader(http.StatusInternalServerError)
+		b.errored.Add(1)
+		return
+	}
+	body := b.body()
 	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	w.Write(body)
 	b.served.Add(1)

@@ -218,6 +218,44 @@ func (e *Engine) Flow(client, server netip.AddrPort, proto uint8) *Flow {
 	return e.flows.Lookup(&k, k.Hash(), e.clock())
 }
 
+// Reclassify decides the live flow between client and server again as if
+// its client were as, and returns it (a new Flow when the decision
+// changed), or nil when there is none. It is for a connection that came
+// through an outer load balancer (client) on behalf of as, the client a
+// PROXY-protocol header named: the rule, ToS and meter row of as then
+// apply to the flow's packets. The flow keeps its key, its target binding,
+// its measurement and its half-open state. A flow decided under an older
+// config is returned as it is (its next packet decides it again under the
+// new config, for its key's client, until the next Reclassify). A
+// reclassified flow that a config swap decides again is decided for as.
+func (e *Engine) Reclassify(client, server netip.AddrPort, proto uint8, as netip.AddrPort) *Flow {
+	k := NewFlowKey(client, server, proto)
+	h := k.Hash()
+	now := e.clock()
+	f := e.flows.Lookup(&k, h, now)
+	st := e.state.Load()
+	if f == nil || f.Gen != st.gen {
+		return f
+	}
+	rk := NewFlowKey(as, server, proto)
+	// f's service, not the VIP's first: a tls flow its ClientHello routed
+	// (Reroute) stays in the service it was routed to.
+	_, act, v := st.decideFor(&rk, f.Service)
+	if f.as != nil && *f.as == as && f.Action == act && f.Row == v.row && f.TOS == v.tos && f.SetTOS == v.setTOS {
+		return f
+	}
+	nf := &Flow{Key: f.Key, Service: f.Service, Action: act, TOS: v.tos, SetTOS: v.setTOS, Gen: st.gen, Row: v.row}
+	nf.half.Store(f.half.Load())
+	nf.seg, nf.as = f.seg, &as
+	for d := range nf.app {
+		nf.app[d].w.Store(f.app[d].w.Load())
+	}
+	if e.flows.insert(nf, h, now, f.target.Load()) == nil {
+		return f
+	}
+	return nf
+}
+
 // Segments returns the passive measurement of the back-leg TCP flow from
 // local (a back arm's address and port) to remote (the target), or nil when
 // the engine has no such flow or does not measure it.
@@ -429,12 +467,20 @@ func (p *Port) flow(st *engineState, k *FlowKey, h uint64, now int64, c *engineC
 // newFlow decides k's flow (f is its stale entry or nil) and inserts it.
 func (p *Port) newFlow(st *engineState, k *FlowKey, h uint64, now int64, c *engineCounters, f *Flow) verdict {
 	e := p.e
-	vs, act, v := st.decide(k)
+	// A flow a PROXY-protocol header reclassified (Reclassify) is decided
+	// for the client the header named, not the load balancer the key
+	// holds.
+	dk := k
+	if f != nil && f.as != nil {
+		rk := NewFlowKey(*f.as, k.ServerAddrPort(), k.Proto)
+		dk = &rk
+	}
+	vs, act, v := st.decide(dk)
 	if f != nil {
 		// A tls flow routed by its ClientHello (Reroute) stays in its
 		// service across a config swap, found again by name.
 		if rs := st.rerouted(k, f.Service, vs); rs != nil {
-			vs, act, v = st.decideFor(k, rs)
+			vs, act, v = st.decideFor(dk, rs)
 		}
 	}
 	if f == nil && !e.flows.room(h) {
@@ -456,6 +502,7 @@ func (p *Port) newFlow(st *engineState, k *FlowKey, h uint64, now int64, c *engi
 	switch {
 	case f != nil:
 		nf.seg = f.seg // a replaced decision keeps the flow's measurement
+		nf.as = f.as
 		for d := range nf.app {
 			nf.app[d].w.Store(f.app[d].w.Load())
 		}
@@ -472,7 +519,7 @@ func (p *Port) newFlow(st *engineState, k *FlowKey, h uint64, now int64, c *engi
 // decide classifies k under st's config.
 func (st *engineState) decide(k *FlowKey) (*policy.VirtualServer, *policy.Action, verdict) {
 	server := k.ServerAddrPort()
-	return st.decideFor(k, st.cfg.Service(server.Addr(), server.Port()))
+	return st.decideFor(k, st.cfg.Service(server.Addr(), server.Port(), k.Proto))
 }
 
 // decideFor classifies k as a flow of vs (nil: none) under st's config.

@@ -141,6 +141,11 @@ type Flow struct {
 	// others; set before publication, carried over when the Flow is
 	// replaced.
 	seg *SegStats
+	// as is the client a PROXY-protocol header named for the connection
+	// (Engine.Reclassify), whose rule the flow follows; nil: the key's
+	// client. Set before publication, carried over when the Flow is
+	// replaced (a config swap decides the flow for it again).
+	as *netip.AddrPort
 	// app is the sequence-space state of the application byte count, by
 	// Dir (appspace.go); carried over when the Flow is replaced.
 	app [2]appSpace
@@ -151,7 +156,7 @@ type Flow struct {
 	// cleared once, by confirmation or removal, with a CAS.
 	half atomic.Bool
 
-	_ [12]byte // to 128 bytes: a size class the allocator aligns to 128
+	_ [4]byte // to 128 bytes: a size class the allocator aligns to 128
 }
 
 // HalfOpen reports whether the flow is a TCP handshake not yet confirmed

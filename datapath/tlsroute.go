@@ -37,9 +37,15 @@ func (e *Engine) Reroute(client, server netip.AddrPort, vs *policy.VirtualServer
 	if _, ok := st.svcIdx[vs]; !ok || f.Gen != st.gen {
 		return f
 	}
-	_, act, v := st.decideFor(&k, vs)
+	// A flow a PROXY header reclassified is decided for the client it
+	// named (Reclassify), and stays so.
+	dk := k
+	if f.as != nil {
+		dk = NewFlowKey(*f.as, server, ProtoTCP)
+	}
+	_, act, v := st.decideFor(&dk, vs)
 	nf := &Flow{Key: k, Service: vs, Action: act, TOS: v.tos, SetTOS: v.setTOS, Gen: st.gen, Row: v.row}
-	nf.seg = f.seg
+	nf.seg, nf.as = f.seg, f.as
 	for d := range nf.app {
 		nf.app[d].w.Store(f.app[d].w.Load())
 	}

@@ -37,7 +37,7 @@ func TestMalformedCorpus(t *testing.T) {
 	var eng *datapath.Engine
 	adm := &testAdmitter{target: vs.Targets[0]}
 	r := newRig(t, rigOptions{
-		fwd:    fwdOptions{Services: cfg.Service, Admitter: adm},
+		fwd:    fwdOptions{Services: cfg.TCPService, Admitter: adm},
 		listen: cfg.Services,
 		wrapFront: func(d datapath.Device) datapath.Device {
 			eng = datapath.NewEngine(d, cfg, datapath.EngineOptions{})

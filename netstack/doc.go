@@ -25,7 +25,7 @@
 //		Meter:    &netstack.LegMeter{Segments: engine.Segments},
 //	})
 //	fwd := netstack.NewForwarder(front, netstack.ForwarderOptions{
-//		Services: cfg.Service, // (*policy.Config).Service
+//		Services: cfg.TCPService, // (*policy.Config).TCPService
 //		Handler:  px,
 //	})
 //	defer fwd.Close() // closes px

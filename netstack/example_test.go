@@ -68,7 +68,7 @@ func ExampleNewForwarder() {
 	// The forwarder accepts; the proxy admits, dials and splices.
 	px := proxy.New(proxy.Options{Admitter: acceptAll{target}, Host: &netstack.HostDialer{}})
 	fwd := netstack.NewForwarder(weir, netstack.ForwarderOptions{
-		Services: cfg.Service,
+		Services: cfg.TCPService,
 		Handler:  px,
 	})
 	defer fwd.Close() // closes px too

@@ -4,6 +4,7 @@ package policy
 import (
 	"math"
 	"math/bits"
+	"net/netip"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -68,6 +69,9 @@ const (
 	LevelInstance      LevelKind = iota // instance
 	LevelClass                          // class
 	LevelVirtualServer                  // virtual server
+	// LevelClient is one client (address or prefix) of a virtual
+	// server's or the instance's ClientLimits (clients.go).
+	LevelClient // client
 )
 
 // MarshalText encodes k as its String form for the admin API.
@@ -101,7 +105,22 @@ type Refusal struct {
 	Also     [MaxAlso]Over
 	NAlso    uint8
 	AlsoMore uint8
+
+	// The queue of the refusing level, when it has one (queue.go): Wait
+	// joins it. qwaiting is its length at the refusal, qfull says the
+	// refused connection found it full, waited how long it waited before a
+	// timeout refused it.
+	q        *waitQueue
+	qmax     int64
+	qtimeout time.Duration
+	qwaiting int64
+	qfull    bool
+	waited   time.Duration
 }
+
+// Queued reports how long the refused connection waited in a queue (0:
+// it did not) and whether it found the queue full.
+func (r Refusal) Queued() (waited time.Duration, full bool) { return r.waited, r.qfull }
 
 // MaxAlso bounds the limits a Refusal names besides its first: 3 levels of 3
 // limits is 9 in all.
@@ -139,7 +158,7 @@ func (r Refusal) Error() string {
 		b = strconv.AppendInt(b, int64(r.AlsoMore), 10)
 		b = append(b, " more"...)
 	}
-	return string(b)
+	return string(r.appendQueue(b))
 }
 
 // String is Error.
@@ -181,7 +200,11 @@ func (o Over) append(b []byte) []byte {
 func appendLimit(b []byte, lk LevelKind, name string, k LimitKind, value, measured int64, over bool) []byte {
 	b = append(b, lk.String()...)
 	b = append(b, ' ')
-	b = strconv.AppendQuote(b, name)
+	if lk == LevelClient {
+		b = append(b, name...) // an address or prefix: client 198.18.5.1
+	} else {
+		b = strconv.AppendQuote(b, name)
+	}
 	b = append(b, ": "...)
 	if !over {
 		b = append(b, "back under "...)
@@ -278,13 +301,14 @@ type Admission struct {
 	dropped atomic.Uint64
 	now     atomic.Int64 // UnixNano of the last Recompute, 0 before it
 
-	mu      sync.Mutex          // serialises Apply, Recompute and Snapshot
-	levels  map[levelKey]*level // by mu: the levels of the current config
-	retired map[levelKey]*level // by mu: gone from the config, connections open
-	last    time.Time           // by mu: the previous Recompute
-	order   []*level            // by mu: retired levels, for Recompute
-	scratch map[*level]struct{} // by mu: Apply's dedup set
-	defCap  int64               // by mu: the capacity of a level Apply creates (noCapacity: none)
+	mu      sync.Mutex              // serialises Apply, Recompute and Snapshot
+	levels  map[levelKey]*level     // by mu: the levels of the current config
+	retired map[levelKey]*level     // by mu: gone from the config, connections open
+	last    time.Time               // by mu: the previous Recompute
+	order   []*level                // by mu: retired levels, for Recompute
+	scratch map[*level]struct{}     // by mu: Apply's dedup set
+	defCap  int64                   // by mu: the capacity of a level Apply creates (noCapacity: none)
+	tables  map[string]*clientTable // by mu: client tables by scope ("" the instance, else "vs:"+name)
 
 	// shareUntil, when set, is when the shares stop counting (see
 	// SetShareDeadline).
@@ -315,6 +339,9 @@ type admState struct {
 	inst   *chain   // the instance alone: for a service the config lacks
 	levels []link   // every level once, instance, classes, virtual servers
 	chains []*chain // one per virtual server, in config order: Recompute's byte feed
+	// instClients is the instance's client table, nil without
+	// instance clientLimits.
+	instClients *clientTable
 }
 
 // chain is the levels a connection to one virtual server is checked and
@@ -332,6 +359,9 @@ type chain struct {
 	links []link
 	held  atomic.Int64
 	moved atomic.Pointer[chain]
+	// clients is the virtual server's client table, nil without
+	// clientLimits.
+	clients *clientTable
 }
 
 // frozen is subtracted from chain.held to mark the chain replaced: a held
@@ -371,7 +401,11 @@ func (c *chain) release() {
 		}
 		if c.held.CompareAndSwap(h, h-1) {
 			for i := range c.links {
-				c.links[i].lvl.conns.Add(-1)
+				lv := c.links[i].lvl
+				lv.conns.Add(-1)
+				if lv.q.n.Load() > 0 {
+					lv.q.wakeHead()
+				}
 			}
 			return
 		}
@@ -458,6 +492,10 @@ type level struct {
 
 	overConns, overBW, overBurst atomic.Bool // the state the last event reported
 
+	// q is the level's queue (Limits.Queue), qc its counters.
+	q  waitQueue
+	qc queueCounters
+
 	// capacity is this instance's share of an enforced MaxConnections that
 	// is cluster-wide (see SetCapacity), noCapacity when there is none.
 	// Admit increments conns and then reads capacity; SetCapacity stores
@@ -492,6 +530,7 @@ func NewAdmission(cfg *Config, events int) *Admission {
 		levels:  make(map[levelKey]*level),
 		retired: make(map[levelKey]*level),
 		scratch: make(map[*level]struct{}),
+		tables:  make(map[string]*clientTable),
 	}
 	a.Apply(cfg)
 	return a
@@ -518,6 +557,7 @@ func (a *Admission) Apply(cfg *Config) {
 			}
 			if lv == nil {
 				lv = &level{kind: kind, name: name}
+				lv.q.c = &lv.qc
 				lv.capacity.Store(a.defCap)
 			}
 			fresh[k] = lv
@@ -542,6 +582,24 @@ func (a *Admission) Apply(cfg *Config) {
 			l.lvl.applyBurst(l.lim)
 		}
 	}
+	fresh2 := make(map[string]*clientTable)
+	table := func(scope string, cl ClientLimits) *clientTable {
+		if !cl.Any() {
+			return nil
+		}
+		k := "vs:" + scope
+		if scope == "" {
+			k = ""
+		}
+		t := a.tables[k]
+		if t == nil {
+			t = newClientTable(a, scope)
+		}
+		t.apply(cl, mi)
+		fresh2[k] = t
+		return t
+	}
+	st.instClients = table("", cfg.Instance.ClientLimits)
 	inst := link{get(LevelInstance, cfg.Instance.Name), cfg.Instance.Name, cfg.Instance.Limits, 0}
 	st.inst = &chain{links: []link{inst}}
 	add(inst)
@@ -549,7 +607,7 @@ func (a *Admission) Apply(cfg *Config) {
 		add(link{get(LevelClass, cl.Name), cl.Name, cl.Limits, 0})
 	}
 	for _, vs := range cfg.Services {
-		c := &chain{links: []link{{get(LevelVirtualServer, vs.Name), vs.Name, vs.Limits, 0}}}
+		c := &chain{links: []link{{get(LevelVirtualServer, vs.Name), vs.Name, vs.Limits, 0}}, clients: table(vs.Name, vs.ClientLimits)}
 	chain:
 		for cl := vs.Class; cl != nil; cl = cl.Parent {
 			lv := get(LevelClass, cl.Name)
@@ -604,7 +662,14 @@ func (a *Admission) Apply(cfg *Config) {
 		a.order = append(a.order, lv)
 	}
 	a.levels = fresh
+	// A table gone from the config is dropped: the tickets that hold its
+	// entries release them on it; a later config starts it anew.
+	a.tables = fresh2
 	a.st.Store(st)
+	// A limit raised, or a queue gone, may have room for those waiting.
+	for _, l := range st.levels {
+		l.lvl.q.wakeHead()
+	}
 }
 
 // applyBurst starts, resizes or stops lv's burst bucket for lim. Under mu.
@@ -627,6 +692,14 @@ func (lv *level) applyBurst(lim Limits) {
 // copied after Admit) and call Release when the connection closes.
 type Ticket struct {
 	c atomic.Pointer[chain]
+	// The client entries the connection is counted at (the virtual
+	// server's, the instance's), written before c is stored.
+	cl [2]clientHold
+}
+
+type clientHold struct {
+	t *clientTable
+	e *clientEntry
 }
 
 // Admitted reports whether t holds a connection not yet released.
@@ -644,7 +717,16 @@ func (t *Ticket) Release() {
 	if c == nil {
 		return
 	}
+	t.releaseClients()
 	c.release()
+}
+
+func (t *Ticket) releaseClients() {
+	for i := range t.cl {
+		if h := t.cl[i]; h.e != nil {
+			h.t.release(h.e)
+		}
+	}
 }
 
 // AddBytes counts n bytes of the connection's own traffic at every level t
@@ -661,6 +743,26 @@ func (t *Ticket) AddBytes(n uint64) {
 		c = c.moved.Load() // counted on the chain its connection moved to
 	}
 	c.addBytes(n)
+	t.addClientBytes(n)
+}
+
+// AddClientBytes counts n bytes of the connection's traffic at its
+// clients only (the per-client bandwidth): a tcp connection's bytes, which
+// reach the levels through Recompute's ByteTotals. It does nothing once t
+// is released.
+func (t *Ticket) AddClientBytes(n uint64) {
+	if t.c.Load() == nil || n == 0 {
+		return
+	}
+	t.addClientBytes(n)
+}
+
+func (t *Ticket) addClientBytes(n uint64) {
+	for i := range t.cl {
+		if h := t.cl[i]; h.e != nil {
+			h.e.addBytes(h.t.slotNow(), n)
+		}
+	}
 }
 
 func (c *chain) addBytes(n uint64) {
@@ -704,14 +806,52 @@ func (st *admState) chain(vs *VirtualServer) *chain {
 // limit over at that moment (Refusal.Also), the rest of that level's and
 // those of the levels after it.
 func (a *Admission) Admit(vs *VirtualServer, t *Ticket) (Refusal, bool) {
+	return a.admitClient(vs, netip.Addr{}, t, nil)
+}
+
+// AdmitClient is Admit for a connection of client: the virtual server's
+// and the instance's per-client limits (ClientLimits) are checked first.
+// The zero Addr skips them.
+func (a *Admission) AdmitClient(vs *VirtualServer, client netip.Addr, t *Ticket) (Refusal, bool) {
+	return a.admitClient(vs, client, t, nil)
+}
+
+// admitClient is AdmitClient for a caller at the head of queue head (Wait):
+// that queue does not hold it back.
+func (a *Admission) admitClient(vs *VirtualServer, client netip.Addr, t *Ticket, head *waitQueue) (Refusal, bool) {
 	t.Release()
-	c := a.st.Load().chain(vs)
+	st := a.st.Load()
+	c := st.chain(vs)
+	t.cl = [2]clientHold{}
+	if client.IsValid() {
+		for i, ct := range [2]*clientTable{c.clients, st.instClients} {
+			if ct == nil {
+				continue
+			}
+			var r Refusal
+			e, ok := ct.acquire(client, head, &r)
+			if !ok {
+				t.releaseClients()
+				t.cl = [2]clientHold{}
+				return r, false
+			}
+			if e != nil {
+				t.cl[i] = clientHold{ct, e}
+			}
+		}
+	}
 	for i := range c.links {
-		if o, ok := a.admitAt(&c.links[i]); !ok {
+		if o, ok := a.admitAt(&c.links[i], head); !ok {
 			for j := 0; j < i; j++ {
 				c.links[j].lvl.conns.Add(-1)
 			}
+			t.releaseClients()
+			t.cl = [2]clientHold{}
 			r := Refusal{Over: o}
+			if l := &c.links[i]; o.Limit == LimitMaxConnections && l.lim.queued() {
+				r.q, r.qmax, r.qtimeout = &l.lvl.q, l.lim.Queue, l.lim.queueTimeout()
+				r.qwaiting = l.lvl.q.n.Load()
+			}
 			// Name every other limit over: the rest of this level's and
 			// those of the levels after it (the levels before it were
 			// under).
@@ -760,7 +900,7 @@ func (l *link) overs(r *Refusal, done LimitKind, first bool) {
 }
 
 // admitAt checks one level and counts the connection there.
-func (a *Admission) admitAt(l *link) (Over, bool) {
+func (a *Admission) admitAt(l *link, head *waitQueue) (Over, bool) {
 	lv, lim, name := l.lvl, &l.lim, l.name
 	if lim.MaxBandwidth > 0 && lim.EnforceBandwidth && l.skip&skipBandwidth == 0 {
 		// Sun: "additional connections are refused, once the server
@@ -775,6 +915,10 @@ func (a *Admission) admitAt(l *link) (Over, bool) {
 		}
 	}
 	if lim.MaxConnections > 0 && lim.EnforceConnections && l.skip&skipConns == 0 {
+		if lim.Queue > 0 && lv.q.n.Load() > 0 && head != &lv.q {
+			// First in, first out: a freed slot is the queue's head's.
+			return Over{Level: lv.kind, Name: name, Limit: LimitMaxConnections, Value: lim.MaxConnections, Measured: lv.conns.Load()}, false
+		}
 		for {
 			n := lv.conns.Load()
 			if n >= lim.MaxConnections {
@@ -1003,6 +1147,8 @@ type LevelStat struct {
 	// ShareRefused counts the connections refused by the share below the
 	// limit.
 	ShareRefused uint64
+	// Queue is the level's queue (Limits.Queue); zero without one.
+	Queue QueueStat
 }
 
 // Snapshot returns every level's state: the instance, the classes, the
@@ -1013,7 +1159,9 @@ func (a *Admission) Snapshot() []LevelStat {
 	st := a.st.Load()
 	out := make([]LevelStat, 0, len(st.levels)+len(a.order))
 	for _, l := range st.levels {
-		out = append(out, l.lvl.stat(l.name, l.lim, false))
+		s := l.lvl.stat(l.name, l.lim, false)
+		s.Queue = l.lvl.qc.stat(l.lim)
+		out = append(out, s)
 	}
 	for _, lv := range a.order {
 		out = append(out, lv.stat(lv.name, Limits{}, true))

@@ -11,11 +11,12 @@ func _() {
 	_ = x[LevelInstance-0]
 	_ = x[LevelClass-1]
 	_ = x[LevelVirtualServer-2]
+	_ = x[LevelClient-3]
 }
 
-const _LevelKind_name = "instanceclassvirtual server"
+const _LevelKind_name = "instanceclassvirtual serverclient"
 
-var _LevelKind_index = [...]uint8{0, 8, 13, 27}
+var _LevelKind_index = [...]uint8{0, 8, 13, 27, 33}
 
 func (i LevelKind) String() string {
 	idx := int(i) - 0

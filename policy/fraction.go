@@ -85,6 +85,14 @@ type TargetSample struct {
 	// Actions holds one entry per policy action with connections to this
 	// target; a flow with no matching rule is in none.
 	Actions []ActionSample
+	// Responses counts the http requests the target answered in the
+	// interval (any status), and ServerErrors those of them answered with a
+	// 5xx status: the error ratio is ServerErrors / Responses.
+	// FailedRequests counts the requests sent to the target that failed
+	// before a response (first-byte timeout, connection cut: weir's 502 or
+	// 503); they count as errors, and in the denominator, only with
+	// Monitor.ErrorCountsFailures. All zero for a tcp service.
+	Responses, ServerErrors, FailedRequests uint64
 }
 
 // ActionSample is the part of a TargetSample under one policy action: the
@@ -161,7 +169,17 @@ const (
 	WinLoss // loss
 	// WinTimeout: the timeout-ratio fraction alone.
 	WinTimeout // timeout
+	// WinError: the error-ratio fraction (5xx responses) alone.
+	WinError // error
+	// WinLossError, WinTimeoutError, WinLossTimeoutError: those nonzero
+	// fractions added.
+	WinLossError        // loss+error
+	WinTimeoutError     // timeout+error
+	WinLossTimeoutError // loss+timeout+error
 )
+
+// winLast is the last Winner, for UnmarshalText.
+const winLast = WinLossTimeoutError
 
 // MarshalText encodes w as its String form, so an encoded Explanation reads
 // "won": "loss" rather than a number.
@@ -170,7 +188,7 @@ func (w Winner) MarshalText() ([]byte, error) { return []byte(w.String()), nil }
 // UnmarshalText parses a String form back, so a client of the admin API
 // (weir status) can decode an Explanation.
 func (w *Winner) UnmarshalText(b []byte) error {
-	for v := WinNone; v <= WinTimeout; v++ {
+	for v := WinNone; v <= winLast; v++ {
 		if v.String() == string(b) {
 			*w = v
 			return nil
@@ -217,7 +235,26 @@ type Explanation struct {
 	// TargetSample.TimeoutsUnknown); TimeoutFraction is the last judged one.
 	TimeoutsUnknown bool
 	Constrained     bool // ActiveConns reached 90 % of MaxConns
-	DefaultFraction int  // LossFraction+TimeoutFraction capped at 100; 100 if Constrained
+	// DefaultFraction is LossFraction+TimeoutFraction+ErrorFraction capped
+	// at 100; 100 if Constrained.
+	DefaultFraction int
+
+	// The error part (http services; see Monitor.ErrorThreshold): the
+	// interval's responses, those with a 5xx status and the requests that
+	// failed before a response, the ratio judged (tenths of a percent, over
+	// the judged or, while ErrorHeld, the pending counts) and its fraction.
+	// While fewer than MinResponses responses were seen the fraction is
+	// held and the counts carried (PendingResponses, PendingErrors), as
+	// the loss guard does with segments.
+	Responses        uint64
+	ServerErrors     uint64
+	FailedRequests   uint64
+	ErrorRatio       int
+	ErrorFraction    int // ErrorRatioAndWeightFr steps, capped at ErrorMax
+	ErrorHeld        bool
+	MinResponses     int
+	PendingResponses uint64
+	PendingErrors    uint64
 
 	// The policy action with the largest fraction (the first one on ties);
 	// empty Action when the target has no connections under any action.
@@ -274,6 +311,29 @@ func (e Explanation) String() string {
 		b = append(b, '<')
 		b = strconv.AppendInt(b, int64(e.MinSegments), 10)
 		b = append(b, " seg)"...)
+	}
+	if e.Responses > 0 || e.FailedRequests > 0 || e.ErrorFraction > 0 || e.ErrorHeld {
+		b = append(b, " error="...)
+		b = strconv.AppendInt(b, int64(e.ErrorFraction), 10)
+		b = append(b, "% ("...)
+		b = strconv.AppendUint(b, e.ServerErrors, 10)
+		b = append(b, '/')
+		b = strconv.AppendUint(b, e.Responses, 10)
+		b = append(b, " 5xx"...)
+		if e.FailedRequests > 0 {
+			b = append(b, " failed="...)
+			b = strconv.AppendUint(b, e.FailedRequests, 10)
+		}
+		b = append(b, ' ')
+		b = appendTenths(b, e.ErrorRatio)
+		b = append(b, ')')
+		if e.ErrorHeld {
+			b = append(b, " held("...)
+			b = strconv.AppendUint(b, e.PendingResponses, 10)
+			b = append(b, '<')
+			b = strconv.AppendInt(b, int64(e.MinResponses), 10)
+			b = append(b, " resp)"...)
+		}
 	}
 	b = append(b, " conns="...)
 	b = strconv.AppendInt(b, e.ActiveConns, 10)
@@ -529,17 +589,17 @@ func Explain(m *Monitor, t *Target, s *TargetSample, prev *Explanation) Explanat
 	}
 	e.ThroughputKbps = kbps(s.Bytes, e.Interval)
 	judgeRatios(m, &e, s.SegmentsSent, s.Retransmits, s.Timeouts, s.TimeoutsUnknown, prev)
+	judgeErrors(m, &e, s, prev)
 	e.DefaultFraction, e.Constrained = DefaultFraction(e.LossFraction, e.TimeoutFraction, s.ActiveConns, t.MaxConnections)
+	if !e.Constrained {
+		// The error part adds to loss and timeout under the same cap.
+		e.DefaultFraction = min(e.DefaultFraction+clampPercent(e.ErrorFraction), 100)
+	}
 	e.Fraction = e.DefaultFraction
-	switch {
-	case e.Constrained:
+	if e.Constrained {
 		e.Winner = WinConstrained
-	case e.LossFraction > 0 && e.TimeoutFraction > 0:
-		e.Winner = WinLossTimeout
-	case e.LossFraction > 0:
-		e.Winner = WinLoss
-	case e.TimeoutFraction > 0:
-		e.Winner = WinTimeout
+	} else {
+		e.Winner = partsWinner(e.LossFraction > 0, e.TimeoutFraction > 0, e.ErrorFraction > 0)
 	}
 
 	best := -1
@@ -629,6 +689,66 @@ func judgeRatios(m *Monitor, e *Explanation, segs, retrans, timeouts uint64, unk
 	} else {
 		e.TimeoutFraction = StepFraction(timeouts, segs, m.TimeoutThreshold, m.TimeoutStep, m.TimeoutMax)
 	}
+}
+
+// partsWinner names the default fraction's nonzero parts.
+func partsWinner(loss, timeout, errs bool) Winner {
+	return [8]Winner{WinNone, WinLoss, WinTimeout, WinLossTimeout, WinError, WinLossError, WinTimeoutError, WinLossTimeoutError}[b2i(loss)|b2i(timeout)<<1|b2i(errs)<<2]
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// judgeErrors is the error part, the seed's step rule one layer up: the
+// interval's 5xx responses (and, with m.ErrorCountsFailures, the requests
+// that failed before a response) over its responses, added to what prev
+// left pending, become ErrorRatioAndWeightFr steps capped at ErrorMax once
+// at least m.MinResponses responses are counted. Fewer hold the last
+// fraction and carry the counts, as judgeRatios does with segments; an
+// interval with no request at all (a target cut to 100 % gets none) lowers
+// the fraction by one step, so it regains its weight after ⌈max/step⌉
+// silent intervals. m.ErrorThreshold 0 turns the part off.
+func judgeErrors(m *Monitor, e *Explanation, s *TargetSample, prev *Explanation) {
+	e.Responses, e.ServerErrors, e.FailedRequests = s.Responses, s.ServerErrors, s.FailedRequests
+	if m.ErrorThreshold <= 0 || m.ErrorStep <= 0 {
+		return
+	}
+	resp, errs := s.Responses, s.ServerErrors
+	if m.ErrorCountsFailures {
+		resp += s.FailedRequests
+		errs += s.FailedRequests
+	}
+	guard := uint64(max(m.MinResponses, 1))
+	if m.MinResponses == 0 {
+		guard = DefaultMinResponses
+	}
+	e.MinResponses = int(guard)
+	silent := resp == 0
+	last := 0
+	if prev != nil {
+		last = prev.ErrorFraction
+		resp += prev.PendingResponses
+		errs += prev.PendingErrors
+	}
+	e.ErrorRatio = RatioTenths(errs, resp)
+	errMax := m.ErrorMax
+	if errMax == 0 {
+		errMax = DefaultErrorMax
+	}
+	if resp < guard {
+		e.ErrorHeld = true
+		e.PendingResponses, e.PendingErrors = resp, errs
+		e.ErrorFraction = last
+		if silent {
+			e.ErrorFraction = max(last-m.ErrorStep, 0)
+		}
+		return
+	}
+	e.ErrorFraction = StepFraction(errs, resp, m.ErrorThreshold, m.ErrorStep, errMax)
 }
 
 // bitsPerSecond returns bytes·8 over d in whole bits per second, saturating.

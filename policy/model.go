@@ -34,6 +34,10 @@ const (
 	DefaultTimeoutMax       = 100 // percent
 	// DefaultMinSegments is Monitor.MinSegments when unset.
 	DefaultMinSegments = 100
+	// DefaultErrorMax is Monitor.ErrorMax when unset (percent), and
+	// DefaultMinResponses Monitor.MinResponses.
+	DefaultErrorMax     = 100
+	DefaultMinResponses = 20
 )
 
 // DefaultMaxConnLevels are MaxConnWeightFr 50 65 80: the percentages of an
@@ -77,6 +81,9 @@ type Config struct {
 type Instance struct {
 	Name   string // default "weir"
 	Limits Limits
+	// ClientLimits are every client's own limits across the instance (see
+	// clients.go); zero: none.
+	ClientLimits ClientLimits
 
 	// MetricInterval is the sliding window over which bandwidth is averaged;
 	// zero means DefaultMetricInterval (30 s).
@@ -219,6 +226,15 @@ type Limits struct {
 	// seed's hole where an idle window lets a client use 30× the limit in one
 	// second. 0 (the default) turns it off.
 	BurstBytes int64
+	// Queue, with an enforced MaxConnections, lets up to Queue
+	// connections (tcp) or requests (http) over the limit wait, first in
+	// first out, for a slot instead of being refused at once; a freed slot
+	// goes to the queue before new arrivals. 0 (the default): refused at
+	// once.
+	Queue int64
+	// QueueTimeout bounds one wait in the queue; then the RST or the 503
+	// page. 0 means DefaultQueueTimeout (2 s).
+	QueueTimeout time.Duration
 }
 
 // Any reports whether any limit is set.
@@ -228,16 +244,20 @@ func (l Limits) Any() bool { return l.MaxBandwidth > 0 || l.MaxConnections > 0 }
 // looks: TCP refuses with RST, HTTP with a 503 page naming the limit. TLS
 // is TCP whose service is chosen by the server name of the client's
 // ClientHello among the tls services of one VIP and port (see sni.go); it
-// refuses with RST.
+// refuses with RST. UDP drops the new session's datagram (counted, no
+// ICMP).
 type ServiceProto uint8
 
 const (
 	ProtoTCP  ServiceProto = iota // tcp
 	ProtoHTTP                     // http
 	ProtoTLS                      // tls
+	// ProtoUDP is a datagram service: a session per client address and
+	// port, relayed datagram by datagram (see UDPOptions).
+	ProtoUDP // udp
 )
 
-// ParseServiceProto parses "tcp", "http" or "tls".
+// ParseServiceProto parses "tcp", "http", "tls" or "udp".
 func ParseServiceProto(s string) (ServiceProto, error) {
 	switch s {
 	case "tcp":
@@ -246,8 +266,10 @@ func ParseServiceProto(s string) (ServiceProto, error) {
 		return ProtoHTTP, nil
 	case "tls":
 		return ProtoTLS, nil
+	case "udp":
+		return ProtoUDP, nil
 	}
-	return 0, fmt.Errorf("unknown protocol %q (want tcp, http or tls)", s)
+	return 0, fmt.Errorf("unknown protocol %q (want tcp, http, tls or udp)", s)
 }
 
 // PortRange is an inclusive range of ports. The zero value {0, 0} matches any
@@ -288,6 +310,9 @@ type VirtualServer struct {
 	Ports  PortRange
 	Proto  ServiceProto
 	Limits Limits
+	// ClientLimits are each client's own limits at this virtual server
+	// (for http: requests in flight); zero: none.
+	ClientLimits ClientLimits
 	// Timeouts of this virtual server's connections; zero fields take the
 	// instance's (see Timeouts).
 	Timeouts Timeouts
@@ -301,6 +326,9 @@ type VirtualServer struct {
 	// server name. See sni.go.
 	SNI        []string
 	SNIDefault bool
+	// UDP tunes the sessions of a udp service; used only when Proto is
+	// ProtoUDP.
+	UDP UDPOptions
 	// Targets in configured order: primaries first in the order given, then
 	// backups in the order they are to be tried.
 	Targets []*Target
@@ -312,6 +340,63 @@ type VirtualServer struct {
 	// After Compile it is never nil: the check its targets get (see
 	// Config.resolveHealth).
 	Health *HealthCheck
+	// AcceptProxy is the PROXY-protocol header weir reads first on every
+	// connection to this virtual server (ProxyNone: none). The client
+	// address it carries is the client's for everything after: the rules,
+	// the limits, the balancer's hash, the access log, X-Forwarded-For and
+	// Forwarded, and the header weir sends to its targets.
+	AcceptProxy ProxyProtocol
+	// TrustedProxies are the addresses a header is accepted from; a
+	// connection from any other is refused. Compile requires at least one
+	// when AcceptProxy is set.
+	TrustedProxies []netip.Prefix
+}
+
+// ProxyProtocol is a PROXY-protocol version (HAProxy's
+// doc/proxy-protocol.txt), or, for VirtualServer.AcceptProxy, the set
+// accepted. The values are those of weir/netstack/proxy/proxyproto's
+// Version.
+type ProxyProtocol uint8
+
+// The PROXY-protocol settings.
+const (
+	ProxyNone ProxyProtocol = 0
+	ProxyV1   ProxyProtocol = 1
+	ProxyV2   ProxyProtocol = 2
+	ProxyAny  ProxyProtocol = 3 // v1 or v2 (accepting only)
+)
+
+func (p ProxyProtocol) String() string {
+	switch p {
+	case ProxyNone:
+		return "none"
+	case ProxyV1:
+		return "v1"
+	case ProxyV2:
+		return "v2"
+	case ProxyAny:
+		return "any"
+	}
+	return "proxyProtocol(" + strconv.Itoa(int(p)) + ")"
+}
+
+// ParseProxyProtocol parses v1 or v2, and any when any is true (what a
+// service accepts).
+func ParseProxyProtocol(s string, any bool) (ProxyProtocol, error) {
+	switch s {
+	case "v1":
+		return ProxyV1, nil
+	case "v2":
+		return ProxyV2, nil
+	case "any":
+		if any {
+			return ProxyAny, nil
+		}
+	}
+	if any {
+		return 0, fmt.Errorf("want v1, v2 or any, got %q", s)
+	}
+	return 0, fmt.Errorf("want v1 or v2, got %q", s)
 }
 
 // Role says whether a target is balanced (primary) or only tried, in order,
@@ -376,6 +461,11 @@ type Target struct {
 	MaxConnections int64
 	Role           Role
 	Via            DialVia
+	// ProxyProtocol makes weir write a PROXY-protocol header of this
+	// version (the client's address and port, the VIP's) before any byte
+	// on every connection to the target, and the address-less one (v2
+	// LOCAL, v1 UNKNOWN) on its health checks; ProxyNone: no header.
+	ProxyProtocol ProxyProtocol
 }
 
 // Action is a z/OS Policy Agent policy action: the service level a matching
@@ -437,11 +527,24 @@ func (r *Rule) matchProto(proto uint8) bool {
 	return (r.ProtoLo == 0 && r.ProtoHi == 0) || (proto >= r.ProtoLo && proto <= r.ProtoHi)
 }
 
-// ipProtoTCP is TCP's IP protocol number, the only protocol a virtual
-// server serves.
-const ipProtoTCP = 6
+// IPProtoTCP and IPProtoUDP are the IP protocol numbers virtual servers
+// serve: UDP for ProtoUDP, TCP for the others.
+const (
+	IPProtoTCP = 6
+	IPProtoUDP = 17
+)
 
-// Covers reports whether r can match some TCP connection to vs: Match
+// IPProto is the IP protocol number of vs's flows: 17 for a udp service, 6
+// otherwise.
+func (vs *VirtualServer) IPProto() uint8 {
+	if vs.Proto == ProtoUDP {
+		return IPProtoUDP
+	}
+	return IPProtoTCP
+}
+
+// Covers reports whether r can match some connection (a udp service's
+// datagram) to vs: Match
 // holds for at least one flow of vs (its protocol, one of its VIPs and
 // ports, any client). It is how a config is checked for services the
 // monitor never sees.
@@ -449,7 +552,7 @@ func (r *Rule) Covers(vs *VirtualServer) bool {
 	if r.Service != nil && r.Service != vs {
 		return false
 	}
-	if !r.matchProto(ipProtoTCP) {
+	if !r.matchProto(vs.IPProto()) {
 		return false
 	}
 	if !r.SrcPort.Overlaps(vs.Ports) {
@@ -506,6 +609,24 @@ type Monitor struct {
 	// The zero value, on, captures the via: host legs' segments
 	// (datapath/hostcap) so that both their directions are measured.
 	HostCaptureOff bool
+	// ErrorThreshold and ErrorStep are errorRatioAndWeightFr, the seed's
+	// step rule applied to an http target's 5xx responses: each whole
+	// ErrorThreshold (tenths of a percent) the ratio of 5xx responses to
+	// responses in a sampling interval strictly exceeds cuts ErrorStep
+	// percent, capped at ErrorMax (errorMaxWeightFr, default 100); the
+	// error fraction adds to the loss and timeout fractions under the same
+	// 100 % cap. Zero (the default): no error fraction.
+	ErrorThreshold int
+	ErrorStep      int
+	ErrorMax       int
+	// MinResponses is the error part's noise guard (errorMinResponses,
+	// default DefaultMinResponses): a target with fewer responses in an
+	// interval is held and its counts carried, as MinSegments does.
+	MinResponses int
+	// ErrorCountsFailures counts the requests that failed before a
+	// response (first-byte timeout, connection cut) as errors too
+	// (errorCountsFailures); by default only 5xx responses are.
+	ErrorCountsFailures bool
 }
 
 // Algorithm selects how the balancer spreads new connections.
@@ -551,6 +672,28 @@ type BalancerSettings struct {
 	// value is HashConnection. A service's own (VirtualServer.HashBy)
 	// overrides it.
 	HashBy HashBy
+	// Ejection is outlier ejection (balancer.ejection); the zero value is
+	// off.
+	Ejection Ejection
+}
+
+// Defaults of Ejection, filled in by Compile when ConsecutiveFailures is set.
+const (
+	DefaultEjectionFor        = 30 * time.Second
+	DefaultEjectionMaxPercent = 50
+)
+
+// Ejection is outlier ejection, Envoy's consecutive-failures detection: a
+// target whose last ConsecutiveFailures connections or requests failed (a
+// failed connect, a first-byte timeout, with ServerErrors an http response
+// with a 5xx status) is taken out of its service's rotation for For, unless
+// MaxPercent of the service's targets are ejected already. A success resets
+// the count. ConsecutiveFailures zero turns it off.
+type Ejection struct {
+	ConsecutiveFailures int
+	For                 time.Duration // default DefaultEjectionFor
+	MaxPercent          int           // 1..100, default DefaultEjectionMaxPercent
+	ServerErrors        bool          // 5xx responses count as failures
 }
 
 // HashKind says what a Maglev pick hashes.
@@ -754,6 +897,8 @@ func compileInstance(in *Instance, bad func(string, ...any)) {
 		Handshake: DefaultHandshakeTimeout, Connect: DefaultConnectTimeout, FirstByte: DefaultFirstByteTimeout,
 		Idle: DefaultIdleTimeout, RequestRead: DefaultRequestReadTimeout, InFlightPerVIP: DefaultInFlightPerVIP,
 	}, bad, "instance")
+	in.Limits.check(bad, "instance limits")
+	in.ClientLimits.check(bad, "instance clientLimits")
 }
 
 // compileMonitor fills the performance monitor's defaults and checks them.
@@ -770,6 +915,14 @@ func compileMonitor(m *Monitor, bad func(string, ...any)) {
 		bad("monitor minSegments %d is negative", m.MinSegments)
 	}
 	setDefault(&m.MaxConnLevels, DefaultMaxConnLevels)
+	if m.ErrorThreshold > 0 {
+		setDefault(&m.ErrorMax, DefaultErrorMax)
+		setDefault(&m.MinResponses, DefaultMinResponses)
+	}
+	if m.ErrorThreshold < 0 || m.ErrorStep < 0 || m.ErrorMax < 0 || m.MinResponses < 0 {
+		bad("monitor errorRatioAndWeightFr [%d, %d], errorMaxWeightFr %d, errorMinResponses %d: none may be negative",
+			m.ErrorThreshold, m.ErrorStep, m.ErrorMax, m.MinResponses)
+	}
 }
 
 // compileBalancer fills the distributor's defaults, health checks
@@ -787,6 +940,14 @@ func compileBalancer(b *BalancerSettings, bad func(string, ...any)) {
 		bad("balancer slowStart %v is negative", b.SlowStart)
 	}
 	b.Health.compile(bad, "balancer")
+	if e := &b.Ejection; e.ConsecutiveFailures != 0 {
+		setDefault(&e.For, DefaultEjectionFor)
+		setDefault(&e.MaxPercent, DefaultEjectionMaxPercent)
+		if e.ConsecutiveFailures < 0 || e.For < 0 || e.MaxPercent < 0 || e.MaxPercent > 100 {
+			bad("balancer ejection consecutiveFailures %d, for %v, maxPercent %d: none may be negative, maxPercent at most 100",
+				e.ConsecutiveFailures, e.For, e.MaxPercent)
+		}
+	}
 	if b.HashBy.Kind != HashConnection && b.Algorithm != Maglev {
 		bad("balancer hashBy %v needs algorithm maglev, not %v", b.HashBy, b.Algorithm)
 	}
@@ -849,12 +1010,56 @@ func (c *Config) resolveHashBy(vs *VirtualServer, bad func(string, ...any)) {
 	vs.HashBy = &h
 }
 
+// checkProxy checks the PROXY-protocol settings of vs and of its targets.
+func (vs *VirtualServer) checkProxy(bad func(string, ...any)) {
+	if vs.AcceptProxy > ProxyAny {
+		bad("virtual server %q: acceptProxyProtocol %v", vs.Name, vs.AcceptProxy)
+	}
+	switch {
+	case vs.AcceptProxy != ProxyNone && len(vs.TrustedProxies) == 0:
+		bad("virtual server %q: acceptProxyProtocol %v needs trustedProxies (the outer load balancers' prefixes)", vs.Name, vs.AcceptProxy)
+	case vs.AcceptProxy == ProxyNone && len(vs.TrustedProxies) > 0:
+		bad("virtual server %q: trustedProxies without acceptProxyProtocol", vs.Name)
+	}
+	for i, p := range vs.TrustedProxies {
+		if !p.IsValid() {
+			bad("virtual server %q: trustedProxies[%d] is no prefix", vs.Name, i)
+		}
+		vs.TrustedProxies[i] = p.Masked()
+	}
+	for _, t := range vs.Targets {
+		if t != nil && t.ProxyProtocol != ProxyNone && t.ProxyProtocol != ProxyV1 && t.ProxyProtocol != ProxyV2 {
+			bad("virtual server %q: target %q: proxyProtocol %v (want v1 or v2)", vs.Name, t.Name, t.ProxyProtocol)
+		}
+	}
+}
+
+// Trusted reports whether a PROXY-protocol header from addr is accepted.
+func (vs *VirtualServer) Trusted(addr netip.Addr) bool {
+	addr = addr.Unmap()
+	for _, p := range vs.TrustedProxies {
+		if p.Contains(addr) {
+			return true
+		}
+	}
+	return false
+}
+
 // resolveHealth sets vs.Health, the check its targets get: the balancer's
 // when the service has none of its own; else the service's, where a zero
 // interval, timeout, rise or fall takes the balancer's and the probe
 // (http, send/expect) is the service's alone (none: a TCP connect).
 func (c *Config) resolveHealth(vs *VirtualServer, bad func(string, ...any)) {
 	b := c.Balancer.Health
+	if vs.Proto == ProtoUDP {
+		// The checks connect or speak TCP: a udp service's targets get
+		// none (a udp send/expect form is not there yet).
+		if vs.Health != nil && vs.Health.Interval != 0 {
+			bad("virtual server %q: health checks of udp services are not supported (the checks speak TCP)", vs.Name)
+		}
+		vs.Health = &HealthCheck{}
+		return
+	}
 	if vs.Health == nil {
 		vs.Health = &b
 		return
@@ -884,6 +1089,7 @@ func compileClasses(classes []*Class, bad func(string, ...any)) {
 			}
 			seen[p] = true
 		}
+		cl.Limits.check(bad, "class "+strconv.Quote(cl.Name)+" limits")
 	}
 }
 
@@ -904,8 +1110,12 @@ func (c *Config) compileServices(bad func(string, ...any)) {
 		names[vs.Name] = true
 		vs.Timeouts.resolve(c.Instance.Timeouts, bad, "virtual server "+strconv.Quote(vs.Name))
 		vs.HTTP.resolve(bad, "virtual server "+strconv.Quote(vs.Name))
+		vs.UDP.resolve(bad, "virtual server "+strconv.Quote(vs.Name))
+		vs.Limits.check(bad, "virtual server "+strconv.Quote(vs.Name)+" limits")
+		vs.ClientLimits.check(bad, "virtual server "+strconv.Quote(vs.Name)+" clientLimits")
 		c.resolveHealth(vs, bad)
 		c.resolveHashBy(vs, bad)
+		vs.checkProxy(bad)
 		if vs.Ports.Lo == 0 || vs.Ports.Hi < vs.Ports.Lo {
 			bad("virtual server %q: bad port range %v", vs.Name, vs.Ports)
 		}
@@ -917,7 +1127,10 @@ func (c *Config) compileServices(bad func(string, ...any)) {
 		for _, vip := range vs.VIPs {
 			vip = vip.Unmap()
 			for _, o := range c.byVIP[vip] {
-				if o.Ports.Overlaps(vs.Ports) {
+				// A udp service and a tcp one may share a port (DNS on 53,
+				// QUIC beside TLS on 443): only one protocol's overlap
+				// counts.
+				if o.Ports.Overlaps(vs.Ports) && o.IPProto() == vs.IPProto() {
 					sharedTLS(vip, o, vs, bad)
 				}
 			}
@@ -946,15 +1159,23 @@ func (c *Config) compileTargets(vs *VirtualServer, bad func(string, ...any)) {
 	}
 }
 
-// Service returns the virtual server answering on addr:port, or nil. It does
-// not allocate.
-func (c *Config) Service(addr netip.Addr, port uint16) *VirtualServer {
+// Service returns the virtual server answering on addr:port for IP
+// protocol ipProto (IPProtoTCP: a tcp, http or tls service; IPProtoUDP: a
+// udp one), or nil. It does not allocate.
+func (c *Config) Service(addr netip.Addr, port uint16, ipProto uint8) *VirtualServer {
 	for _, vs := range c.byVIP[addr.Unmap()] {
-		if vs.Ports.Contains(port) {
+		if vs.Ports.Contains(port) && vs.IPProto() == ipProto {
 			return vs
 		}
 	}
 	return nil
+}
+
+// TCPService is Service for IPProtoTCP: the tcp, http or tls virtual
+// server a TCP connection to addr:port reaches (netstack's
+// ForwarderOptions.Services).
+func (c *Config) TCPService(addr netip.Addr, port uint16) *VirtualServer {
+	return c.Service(addr, port, IPProtoTCP)
 }
 
 // TargetIndex returns t's position among all of c's targets, numbered in

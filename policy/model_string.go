@@ -30,11 +30,12 @@ func _() {
 	_ = x[ProtoTCP-0]
 	_ = x[ProtoHTTP-1]
 	_ = x[ProtoTLS-2]
+	_ = x[ProtoUDP-3]
 }
 
-const _ServiceProto_name = "tcphttptls"
+const _ServiceProto_name = "tcphttptlsudp"
 
-var _ServiceProto_index = [...]uint8{0, 3, 7, 10}
+var _ServiceProto_index = [...]uint8{0, 3, 7, 10, 13}
 
 func (i ServiceProto) String() string {
 	idx := int(i) - 0

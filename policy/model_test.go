@@ -178,11 +178,40 @@ func TestRuleCovers(t *testing.T) {
 			dst := netip.MustParseAddrPort("203.0.113.5:40000")
 			hit := false
 			for _, v := range tt.vs.VIPs {
-				hit = hit || tt.r.Match(ipProtoTCP, netip.AddrPortFrom(v, port), dst, tt.vs)
+				hit = hit || tt.r.Match(IPProtoTCP, netip.AddrPortFrom(v, port), dst, tt.vs)
 			}
 			if !hit {
 				t.Errorf("Covers but Match holds for no connection to %s", tt.vs.Name)
 			}
 		})
+	}
+}
+
+// TestTCPAndUDPShareAPort: DNS answers on 53 over both protocols, so a
+// tcp and a udp service may share a VIP and port; each protocol's lookup
+// finds its own, and two services of one protocol on one port stay an
+// error.
+func TestTCPAndUDPShareAPort(t *testing.T) {
+	vip := netip.MustParseAddr("198.18.0.53")
+	svc := func(name string, p ServiceProto) *VirtualServer {
+		return &VirtualServer{Name: name, Proto: p, VIPs: []netip.Addr{vip}, Ports: PortRange{Lo: 53, Hi: 53},
+			Targets: []*Target{{Addr: netip.MustParseAddrPort("198.18.1.1:53"), Weight: 1}}}
+	}
+	c, err := Compile(&Config{Services: []*VirtualServer{svc("dns-tcp", ProtoTCP), svc("dns-udp", ProtoUDP)}})
+	if err != nil {
+		t.Fatalf("a tcp and a udp service on one VIP and port: %v", err)
+	}
+	if vs := c.Service(vip, 53, IPProtoTCP); vs == nil || vs.Name != "dns-tcp" {
+		t.Errorf("TCP lookup found %v", vs)
+	}
+	if vs := c.Service(vip, 53, IPProtoUDP); vs == nil || vs.Name != "dns-udp" {
+		t.Errorf("UDP lookup found %v", vs)
+	}
+	if vs := c.TCPService(vip, 54); vs != nil {
+		t.Errorf("port 54 found %q", vs.Name)
+	}
+	if _, err := Compile(&Config{Services: []*VirtualServer{svc("a", ProtoUDP), svc("b", ProtoUDP)}}); err == nil ||
+		!strings.Contains(err.Error(), "claimed by both") {
+		t.Errorf("two udp services on one port: %v", err)
 	}
 }

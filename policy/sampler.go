@@ -70,6 +70,7 @@ func (s *Sampler) Sample(cfg *Config, samples map[TargetKey]*TargetSample, dst [
 			} else {
 				e = Explain(&Monitor{SamplingInterval: cfg.Monitor.SamplingInterval}, t, &in, nil)
 				e.LossFraction, e.TimeoutFraction, e.Held = 0, 0, false
+				e.ErrorFraction, e.ErrorHeld = 0, false
 				e.DefaultFraction, e.Constrained = 0, false
 				e.ConnFraction, e.MinRateFraction, e.ActionFraction = 0, 0, 0
 				e.Fraction, e.Winner, e.Weight = 0, WinNone, max(e.BaseWeight, 0)

@@ -43,7 +43,7 @@ func TestRouteSNI(t *testing.T) {
 			t.Errorf("8443 a.example.com: %v", got)
 		}
 	}
-	if got := c.Service(netip.MustParseAddr("198.18.0.10"), 443); got == nil || got.Proto != ProtoTLS {
+	if got := c.Service(netip.MustParseAddr("198.18.0.10"), 443, IPProtoTCP); got == nil || got.Proto != ProtoTLS {
 		t.Errorf("Service on a tls port: %v", got)
 	}
 	if n := testing.AllocsPerRun(100, func() { c.RouteSNI(netip.MustParseAddr("198.18.0.10"), 443, "b.example.com") }); n != 0 {

@@ -15,11 +15,15 @@ func _() {
 	_ = x[WinLossTimeout-4]
 	_ = x[WinLoss-5]
 	_ = x[WinTimeout-6]
+	_ = x[WinError-7]
+	_ = x[WinLossError-8]
+	_ = x[WinTimeoutError-9]
+	_ = x[WinLossTimeoutError-10]
 }
 
-const _Winner_name = "nonemaxconnminrateconstrainedloss+timeoutlosstimeout"
+const _Winner_name = "nonemaxconnminrateconstrainedloss+timeoutlosstimeouterrorloss+errortimeout+errorloss+timeout+error"
 
-var _Winner_index = [...]uint8{0, 4, 11, 18, 29, 41, 45, 52}
+var _Winner_index = [...]uint8{0, 4, 11, 18, 29, 41, 45, 52, 57, 67, 80, 98}
 
 func (i Winner) String() string {
 	idx := int(i) - 0

@@ -30,6 +30,9 @@ func writeSummary(w io.Writer, c *policy.Config) error {
 	s := &summary{w: w}
 	in := c.Instance
 	s.printf("instance %s: %s", in.Name, limitsText(in.Limits))
+	if t := clientLimitsText(in.ClientLimits); t != "" {
+		s.printf("  %s", t)
+	}
 	s.printf("  bandwidth averaged over %v, recomputed every %v", in.MetricInterval, in.RecomputeInterval)
 	s.printf("  timeouts: %s", timeoutsText(in.Timeouts))
 
@@ -56,8 +59,14 @@ func writeSummary(w io.Writer, c *policy.Config) error {
 		}
 		s.printf("  %s: %s %s, port %v, under %s", vs.Name, vs.Proto, addrsText(vs.VIPs), vs.Ports, class)
 		s.printf("    limits: %s", limitsText(vs.Limits))
+		if t := clientLimitsText(vs.ClientLimits); t != "" {
+			s.printf("    %s", t)
+		}
 		if vs.Timeouts != in.Timeouts {
 			s.printf("    timeouts: %s", timeoutsText(vs.Timeouts))
+		}
+		if vs.AcceptProxy != policy.ProxyNone {
+			s.printf("    accepts a PROXY-protocol header (%v) from %v, within the handshake timeout; others refused", vs.AcceptProxy, vs.TrustedProxies)
 		}
 		for _, t := range vs.Targets {
 			maxc := "no connection limit"
@@ -73,6 +82,9 @@ func writeSummary(w io.Writer, c *policy.Config) error {
 				name = t.Name
 			}
 			s.printf("    target %s: weight %d, %s, %s, via %s", name, t.Weight, maxc, t.Role, t.Via)
+			if t.ProxyProtocol != policy.ProxyNone {
+				s.printf("      sends a PROXY-protocol %v header first on each connection (health checks: the address-less one)", t.ProxyProtocol)
+			}
 			if t.KeepsPort() {
 				s.printf("      keeps the client's port: a connection to port p of %v goes to %s port p (health checks: port %d)",
 					vs.Ports, addr, vs.Ports.Lo)
@@ -129,9 +141,36 @@ func limitsText(l policy.Limits) string {
 		parts = append(parts, p)
 	}
 	if l.MaxConnections > 0 {
-		parts = append(parts, fmt.Sprintf("connections %d %s", l.MaxConnections, enforced(l.EnforceConnections)))
+		p := fmt.Sprintf("connections %d %s", l.MaxConnections, enforced(l.EnforceConnections))
+		if l.Queue > 0 {
+			to := l.QueueTimeout
+			if to == 0 {
+				to = policy.DefaultQueueTimeout
+			}
+			p += fmt.Sprintf(", queue %d for %v", l.Queue, to)
+		}
+		parts = append(parts, p)
 	}
 	return strings.Join(parts, "; ")
+}
+
+// clientLimitsText is a clientLimits line for weir check, "" for none.
+func clientLimitsText(c policy.ClientLimits) string {
+	if !c.Any() {
+		return ""
+	}
+	v4, v6 := c.PrefixV4, c.PrefixV6
+	if v4 == 0 {
+		v4 = 32
+	}
+	if v6 == 0 {
+		v6 = 128
+	}
+	size := c.TableSize
+	if size == 0 {
+		size = policy.DefaultClientTableSize
+	}
+	return fmt.Sprintf("per client (/%d, /%d; %d kept): %s", v4, v6, size, limitsText(c.Limits))
 }
 
 func enforced(b bool) string {

@@ -26,9 +26,14 @@ import (
 type ConnRequest struct {
 	// ID identifies the connection in Conns and in its End's Stats; it is
 	// unique for the forwarder's life.
-	ID      uint64
-	Client  netip.AddrPort        // the client's address and port
-	VIP     netip.AddrPort        // the virtual server address and port it asked for
+	ID     uint64
+	Client netip.AddrPort // the client's address and port
+	VIP    netip.AddrPort // the virtual server address and port it asked for
+	// Peer is the connection's own remote address and port when a
+	// PROXY-protocol header was accepted from it (an outer load
+	// balancer); Client is then the address the header carried. Zero
+	// otherwise (see Conn).
+	Peer    netip.AddrPort
 	Service *policy.VirtualServer // the virtual server found for VIP; never nil
 	// ServerName is a tls service's ClientHello server name (lower case,
 	// "" when it sent none): Service is then the tls service it routed to
@@ -39,6 +44,16 @@ type ConnRequest struct {
 	// SettleFunc is Settle's work, set by the forwarder; nil: Settle
 	// releases nothing.
 	SettleFunc func() bool
+}
+
+// Conn is the connection's own remote address and port, as the datapath
+// saw its packets: Peer when a PROXY-protocol header was accepted, else
+// Client.
+func (r *ConnRequest) Conn() netip.AddrPort {
+	if r.Peer.IsValid() {
+		return r.Peer
+	}
+	return r.Client
 }
 
 // Settle is for an Admitter about to refuse the connection at a limit: it
@@ -151,6 +166,14 @@ type Session interface {
 	// End reports how the connection ended. e is valid only during the
 	// call. It must not block.
 	End(e *End)
+}
+
+// SplicedBytes is an optional interface of a spliced connection's Session:
+// the splice reports the bytes it writes, either direction, as it writes
+// them (weir's per-client bandwidth counts them). Spliced may be called
+// from both copy halves at once and must not block.
+type SplicedBytes interface {
+	Spliced(n int64)
 }
 
 // ErrFirstByteTimeout is the error a TargetFailed and the End of a

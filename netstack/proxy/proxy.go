@@ -146,6 +146,11 @@ type Options struct {
 	// the stack. It is called once per panic, from that goroutine, and must
 	// not block.
 	OnPanic func(req *ConnRequest, v any, stack []byte)
+	// OnProxyRefused, if set, hears of each connection refused for its
+	// PROXY-protocol header (a service's AcceptProxy, see proxyhdr.go),
+	// counted in Stats.ProxyRefused. It is called from the connection's
+	// goroutine before the refusal is sent and must not block.
+	OnProxyRefused func(req *ConnRequest, r ProxyRefusal)
 }
 
 // ErrNoDialer is the error of a dial through a Dialer that Options left
@@ -182,8 +187,11 @@ type Counters struct {
 	// SNIRefused counts tls connections reset before admission, by
 	// SNIRefusalNames' reason.
 	SNIRefused [NumSNIRefusals]atomic.Uint64
-	Open       atomic.Int64 // spliced connections open now
-	Pending    atomic.Int64 // connections between the hand-over and the splice (admission, dial)
+	// ProxyRefused counts connections refused for their PROXY-protocol
+	// header, by reason (ProxyReasons).
+	ProxyRefused [NumProxyReasons]atomic.Uint64
+	Open         atomic.Int64 // spliced connections open now
+	Pending      atomic.Int64 // connections between the hand-over and the splice (admission, dial)
 }
 
 // Stats are a Proxy's counters at one moment (see Counters).
@@ -202,8 +210,11 @@ type Stats struct {
 	// reason (SNIRefusalNames): a bad, oversized, cut-short or slow
 	// ClientHello, or a name no service answers.
 	SNIRefused [NumSNIRefusals]uint64
-	Open       int64 // connections open now (spliced)
-	Pending    int64 // connections between the hand-over and the splice now (admission, dial)
+	// ProxyRefused are the connections refused for their PROXY-protocol
+	// header (RST, or 400 for http), by reason: ProxyReasons[i] names i.
+	ProxyRefused [NumProxyReasons]uint64
+	Open         int64 // connections open now (spliced)
+	Pending      int64 // connections between the hand-over and the splice now (admission, dial)
 }
 
 // Proxy admits the client connections an accept path hands it, dials their
@@ -275,6 +286,9 @@ func (p *Proxy) Stats() Stats {
 	}
 	for i := range c.SNIRefused {
 		st.SNIRefused[i] = c.SNIRefused[i].Load()
+	}
+	for i := range c.ProxyRefused {
+		st.ProxyRefused[i] = c.ProxyRefused[i].Load()
 	}
 	return st
 }
@@ -366,6 +380,10 @@ func (p *Proxy) serve(reqp **ConnRequest, req *ConnRequest, client Client) {
 	defer pendingDone()
 	req.ID = p.nextID.Add(1)
 	*reqp = req
+	// The PROXY header comes first on the wire, then the ClientHello.
+	if !p.readProxyHeader(req, client) {
+		return
+	}
 	if req.Service.Proto == policy.ProtoTLS {
 		var ok bool
 		if client, ok = p.routeTLS(req, client); !ok {
@@ -426,7 +444,7 @@ func (p *Proxy) serve(reqp **ConnRequest, req *ConnRequest, client Client) {
 	}
 	for d.Verdict == Accept {
 		var err error
-		target, err = p.dial(d, t.Connect)
+		target, err = p.dial(req, d, t.Connect)
 		if err == nil {
 			break
 		}
@@ -491,8 +509,9 @@ func (p *Proxy) recoverConnValue(reqp **ConnRequest, v any) {
 	}
 }
 
-// dial opens the target leg of an Accept decision, within timeout.
-func (p *Proxy) dial(d Decision, timeout time.Duration) (Leg, error) {
+// dial opens the target leg of an Accept decision for req, within timeout,
+// and writes the PROXY-protocol header first where the target takes one.
+func (p *Proxy) dial(req *ConnRequest, d Decision, timeout time.Duration) (Leg, error) {
 	if d.Target == nil {
 		return nil, errors.New("proxy: accept decision without a target")
 	}
@@ -508,7 +527,15 @@ func (p *Proxy) dial(d Decision, timeout time.Duration) (Leg, error) {
 	}
 	ctx, cancel := context.WithTimeout(p.ctx, timeout)
 	defer cancel()
-	return dl.DialTarget(ctx, d.Target.Addr)
+	leg, err := dl.DialTarget(ctx, d.Target.Addr)
+	if err != nil || d.Target.ProxyProtocol == policy.ProxyNone {
+		return leg, err
+	}
+	if err := sendProxyHeader(ctx, leg, d.Target.ProxyProtocol, req.Client, req.VIP); err != nil {
+		leg.Close()
+		return nil, err
+	}
+	return leg, nil
 }
 
 // returnBuffer gives bp back to the splice buffer pool; nil is allowed.

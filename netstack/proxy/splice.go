@@ -58,7 +58,9 @@ type connEntry struct {
 
 	toTarget atomic.Uint64 // bytes read from the client and written to the target
 	toClient atomic.Uint64 // bytes read from the target and written to the client
-	lastIO   atomic.Int64  // unix nanoseconds of the last byte moved
+	// spliced is the Session's SplicedBytes, nil when it has none.
+	spliced SplicedBytes
+	lastIO  atomic.Int64 // unix nanoseconds of the last byte moved
 	// streamNs is a raw counter: the nanoseconds during which data kept
 	// streaming, in either direction (what each half's StreamMeter
 	// credits); the sampler reads it to tell a connection whose sender
@@ -115,6 +117,7 @@ func (c *connEntry) abort() {
 // once: the copying runs on two goroutines of its own.
 func (f *Proxy) splice(req *ConnRequest, d Decision, sess Session, client Client, target Leg, t policy.Timeouts) {
 	c := &connEntry{req: *req, d: d, start: f.Now(), client: client, target: target}
+	c.spliced, _ = sess.(SplicedBytes)
 	c.rel = f.closing.Track(req.Client.Addr(), client, sess)
 	c.lastIO.Store(c.start.UnixNano())
 	c.last.at = c.start
@@ -305,6 +308,9 @@ func (f *Proxy) copyHalf(c *connEntry, dst, src Leg, n *atomic.Uint64, firstByte
 			}
 			nw, ew := dst.Write(buf[:nr])
 			n.Add(uint64(nw))
+			if c.spliced != nil && nw > 0 {
+				c.spliced.Spliced(int64(nw))
+			}
 			if ew != nil {
 				if c.fb.Load() != fbExpired {
 					c.abort()

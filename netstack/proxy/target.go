@@ -32,7 +32,7 @@ type Target struct {
 // of client, within timeout, and registers the connection: its activity is
 // req's (d's action) until Park. A dial after Close fails with ErrClosed.
 func (p *Proxy) DialTarget(req *ConnRequest, d Decision, client Client, timeout time.Duration) (*Target, error) {
-	leg, err := p.dial(d, timeout)
+	leg, err := p.dial(req, d, timeout)
 	if err != nil {
 		return nil, err
 	}

@@ -138,7 +138,7 @@ func TestTLSRoute(t *testing.T) {
 			return cfg.RouteSNI(vip.Addr(), vip.Port(), name)
 		}})
 		vip := netip.MustParseAddrPort("198.18.0.10:443")
-		first := cfg.Service(vip.Addr(), vip.Port())
+		first := cfg.Service(vip.Addr(), vip.Port(), policy.IPProtoTCP)
 		// conn starts one connection through the proxy and returns the
 		// test's end of its client leg.
 		conn := func() *proxytest.Conn {

@@ -42,6 +42,7 @@
 //	  recomputeInterval: 100ms # default 100ms; must divide metricInterval
 //	  bandwidthBytes: payload  # what bandwidth limits count: payload (TCP payload, default) or wire (whole packets), of admitted connections only
 //	  limits: LIMITS
+//	  clientLimits: CLIENTLIMITS # each client's own limits across every service
 //	  timeouts: TIMEOUTS       # every service's defaults
 //	classes:                   # Sun's virtual-server classes, in file order
 //	  - name: gold             # required, unique
@@ -52,13 +53,17 @@
 //	    class: gold            # optional: a class name
 //	    vips: [198.18.0.10, "fd00::10"] # required: IPv4 and/or IPv6
 //	    port: 80               # required: 1..65535, or a range "8000-8010"
-//	    protocol: http         # tcp (default: refuse with RST), http (refuse with a 503 page) or tls (TLS passthrough routed by server name, refused with RST)
+//	    protocol: http         # tcp (default: refuse with RST), http (refuse with a 503 page), tls (TLS passthrough routed by server name, refused with RST) or udp (datagram sessions; a refused session's datagram is dropped and counted)
 //	    sni: [www.example.com, "*.example.com", default] # protocol tls only, required there: the ClientHello server names it answers for; "*." one label; default: no other tls service of its VIP and port matches, or no server name
 //	    limits: LIMITS
+//	    clientLimits: CLIENTLIMITS # each client's own limits at this service (http: requests in flight)
 //	    timeouts: TIMEOUTS     # overrides the instance's, field by field
 //	    http: HTTP             # protocol http only: request handling
+//	    udp: UDP               # protocol udp only: sessions
 //	    hashBy: client         # overrides balancer.hashBy; header and cookie need protocol http (a tcp service given them by the balancer hashes by client)
 //	    healthCheck: HEALTH    # overrides balancer.healthCheck: omitted interval, timeout, rise, fall take the balancer's; the probe (http, send/expect) is this one's (none: a TCP connect)
+//	    acceptProxyProtocol: v2 # v1, v2 or any: read an outer load balancer's PROXY-protocol header first (within timeouts.handshake); its client address is the client's for rules, limits, hashBy, the access log and X-Forwarded-For; no, a malformed or an untrusted header: RST (tcp) or 400 (http)
+//	    trustedProxies: [198.18.9.0/24] # required with acceptProxyProtocol: the prefixes (or addresses) a header is accepted from
 //	    targets:               # required, at least one
 //	      - name: member05     # default: the address; unique within the service
 //	        address: 198.18.1.5:9080 # required: IP:port ([fd00::5]:9080), no host names; an IP alone (or port 0) keeps the client's port
@@ -66,6 +71,7 @@
 //	        maxConnections: 3  # -1 or 0: no limit (the default)
 //	        role: primary      # primary (default) or backup; backups are tried in order
 //	        via: host          # host (default: kernel socket) or netstack (weir's back NIC)
+//	        proxyProtocol: v2  # v1 or v2: a PROXY-protocol header (client and VIP address and port) before any byte of each connection; health checks send v2 LOCAL (v1 UNKNOWN); http services then pool target connections per client
 //	actions:                   # Policy Agent actions: the service level a flow gets
 //	  - name: telnetGold       # required, unique
 //	    outgoingTOS: "10100000" # ToS byte: 8 binary digits, 0xA0, 0b101 or 0d160; no bare decimal
@@ -93,6 +99,10 @@
 //	  scope: policy            # the connections monitored: policy (default: those a rule matched) or all
 //	  hostCapture: on          # on (default): via: host legs measured from their captured segments (AF_PACKET, needs CAP_NET_RAW at start); off: from_target is TCP_INFO's estimate
 //	  minSegments: 100         # noise guard: ratios judged over at least this many segments, accumulated over quiet intervals; 1..2^30
+//	  errorRatioAndWeightFr: [50, 25]   # http targets: 5xx responses above 5.0 % of an interval's responses (tenths of %, 1..1000) cut 25 % per step (1..100); added to loss and timeout, capped at 100; omitted (default): no error fraction
+//	  errorMaxWeightFr: 100    # cap of the error fraction, percent 1..100, default 100
+//	  errorMinResponses: 20    # the error part's noise guard: judged over at least this many responses, accumulated over quiet intervals; default 20
+//	  errorCountsFailures: false # true: requests that failed before a response (first-byte timeout, connection cut) count as errors too
 //	balancer:
 //	  algorithm: round-robin   # round-robin (default), least-conn or maglev
 //	  retryInterval: 60s       # how long a failed target stays down, default 60s, > 0
@@ -101,6 +111,11 @@
 //	  slowStart: 0s            # weight ramp of a recovered target; 0: off
 //	  healthCheck: HEALTH      # active checks of every service's targets; a service's own overrides it
 //	  hashBy: connection       # maglev's key: connection (default: the 5-tuple), client (the client's address), header:X-User or cookie:session (http, per request; absent: the client's address); other than connection needs algorithm maglev
+//	  ejection:                # outlier ejection; omitted (default): off
+//	    consecutiveFailures: 5 # required, 1..100: failures in a row (failed connects, first-byte timeouts, with serverErrors 5xx responses) that eject a target; a success resets the run
+//	    for: 30s               # how long an ejected target stays out, default 30s, > 0
+//	    maxPercent: 50         # never more than this share of a service's targets ejected at once, 1..100, default 50
+//	    serverErrors: false    # true: an http response with a 5xx status counts as a failure
 //	cluster:                   # optional: instances sharing their limits and measurements through Redis
 //	  redis: 127.0.0.1:6379    # required: host:port or redis://[user:pass@]host:port/db (rediss:// for TLS)
 //	  name: edge               # required: instances with the same name share state
@@ -149,6 +164,36 @@
 //	maxConnections: 100        # concurrent connections; -1 or 0: no limit
 //	enforceConnections: true   # refuse at the limit; false: log only
 //	burstBytes: 64KiB          # optional token bucket refilled at maxBandwidth; needs maxBandwidth
+//	queue: 8                   # up to 8 connections (http: requests) over an enforced maxConnections wait, first in first out; 0 (default): refused at once
+//	queueTimeout: 2s           # a wait's bound, then RST or the 503 page naming the limit; default 2s
+//
+// A queue hands a freed slot to its first waiter before any new arrival: a
+// level whose queue is not empty sends every arrival to its tail, and one
+// that finds it full is refused at once ("queue full" in the refusal). The
+// wait is inside the connection (its handshake is complete) and counts in
+// the access log (queue_wait_ms; CLF: queue=µs), /status, weir status and
+// the weir_queue_* metrics. In cluster mode a connection at its instance's
+// full share borrows first and queues when the cluster cannot lend, asking
+// again every 100 ms while it waits.
+//
+// CLIENTLIMITS are limits each client gets on its own, checked before the
+// levels (the service's clientLimits, then the instance's): the refusal
+// and the log line name the client, "client 198.18.5.1: maxConnections 2
+// reached (2 open)". They take the LIMITS keys but burstBytes, and:
+//
+//	maxConnections: 2          # per client; http: requests in flight
+//	maxBandwidth: 100kB        # per client, bytes per second over metricInterval
+//	clientPrefix: {ipv4: 24, ipv6: 64} # group clients by prefix; default 32 and 128 (each address alone)
+//	tableSize: 100000          # clients kept, 1..16777216, default 100000
+//
+// The table keeps one entry per client (about 120 bytes; 360 with
+// maxBandwidth, whose window is 30 slots of metricInterval/30). At
+// tableSize a new client replaces the least recently used idle one (no
+// connection open, none queued); when every entry is active the new
+// client is admitted without a client limit and counted as overflow
+// (weir_client_table_overflow_total). A client's address is the carried
+// one when a PROXY header gave it. Each instance keeps its own table: the
+// limits are per instance, not cluster-wide.
 //
 // TIMEOUTS bound each phase of a connection; under instance they are every
 // service's defaults, under a service they override the instance's field by
@@ -172,6 +217,17 @@
 //	backendIdle: 30s           # a pooled target connection unused
 //	maxIdlePerTarget: 32       # pooled target connections per target
 //	forwarded: x-forwarded-for # or forwarded (RFC 7239), both, none
+//
+// UDP tunes a udp service. A session is one client address and port with
+// the VIP and port it sent to; its first datagram admits it (the limits
+// count it as one connection, the balancer picks its target, maxConnections
+// counts sessions, bandwidth counts datagram payload), then every datagram
+// is relayed on its own both ways, in order, never merged, replies leaving
+// from the VIP. A udp service gets no health check (the checks speak TCP):
+//
+//	idleTimeout: 30s           # no datagram either way ends the session, default 30s
+//	responses: 1               # the session ends after this many datagrams from the target (DNS: 1); 0 (default): only idleTimeout
+//	maxSessions: 10000         # open sessions per VIP and port, 1..16777216, default 10000; a new session's datagram past it is dropped and counted
 //
 // noServices exists for reloads: weir run refuses a reload that would remove
 // every service (a file caught empty or half-written, an editor's truncate)

@@ -34,7 +34,7 @@ func TestExamples(t *testing.T) {
 			if shop.Limits != (policy.Limits{MaxBandwidth: 100_000, EnforceBandwidth: true, MaxConnections: 50, EnforceConnections: true, BurstBytes: 65536}) {
 				t.Errorf("shop limits %+v", shop.Limits)
 			}
-			if c.Service(netip.MustParseAddr("fd00::10"), 80) != shop {
+			if c.Service(netip.MustParseAddr("fd00::10"), 80, policy.IPProtoTCP) != shop {
 				t.Errorf("shop does not answer on [fd00::10]:80")
 			}
 			if blog := c.ServiceByName("blog"); blog == nil || blog.Limits.Any() || blog.Class != c.Classes[0] {

@@ -391,19 +391,46 @@ func (p *yparser) top(root *yaml.Node) (includes []include) {
 
 func (p *yparser) limits(l *policy.Limits, v *yaml.Node) {
 	var burstAt *yaml.Node
-	p.mapping(v, "limits", []field{
+	p.mapping(v, "limits", append(p.limitFields(l, &burstAt), field{name: "burstBytes", fn: func(k, v *yaml.Node) {
+		l.BurstBytes, _ = parse(p, k, v, "a byte count", ParseBytes)
+		burstAt = k
+	}}))
+	if burstAt != nil && l.BurstBytes > 0 && l.MaxBandwidth == 0 {
+		p.errf(burstAt, "burstBytes needs maxBandwidth (the bucket refills at that rate)")
+	}
+}
+
+// limitFields are the keys LIMITS and CLIENTLIMITS share.
+func (p *yparser) limitFields(l *policy.Limits, _ **yaml.Node) []field {
+	return []field{
 		{name: "maxBandwidth", fn: func(k, v *yaml.Node) { l.MaxBandwidth, _ = parse(p, k, v, "bytes per second", ParseBytes) }},
 		{name: "enforceBandwidth", fn: func(k, v *yaml.Node) { l.EnforceBandwidth, _ = p.bool(k, v) }},
 		{name: "maxConnections", fn: func(k, v *yaml.Node) { l.MaxConnections, _ = p.int(k, v, -1, math.MaxInt64) }},
 		{name: "enforceConnections", fn: func(k, v *yaml.Node) { l.EnforceConnections, _ = p.bool(k, v) }},
-		{name: "burstBytes", fn: func(k, v *yaml.Node) {
-			l.BurstBytes, _ = parse(p, k, v, "a byte count", ParseBytes)
-			burstAt = k
+		{name: "queue", fn: func(k, v *yaml.Node) { l.Queue, _ = p.int(k, v, 0, policy.MaxQueue) }},
+		{name: "queueTimeout", fn: func(k, v *yaml.Node) {
+			if d, ok := p.positive(k, v); ok {
+				l.QueueTimeout = d
+			}
 		}},
-	})
-	if burstAt != nil && l.BurstBytes > 0 && l.MaxBandwidth == 0 {
-		p.errf(burstAt, "burstBytes needs maxBandwidth (the bucket refills at that rate)")
 	}
+}
+
+// clientLimits parses a clientLimits mapping: LIMITS' keys (burstBytes
+// aside) plus the grouping and the table's bound.
+func (p *yparser) clientLimits(c *policy.ClientLimits, v *yaml.Node) {
+	fs := append(p.limitFields(&c.Limits, nil),
+		field{name: "clientPrefix", fn: func(k, v *yaml.Node) {
+			p.mapping(v, "clientPrefix", []field{
+				{name: "ipv4", fn: func(k, v *yaml.Node) { n, _ := p.int(k, v, 1, 32); c.PrefixV4 = int(n) }},
+				{name: "ipv6", fn: func(k, v *yaml.Node) { n, _ := p.int(k, v, 1, 128); c.PrefixV6 = int(n) }},
+			})
+		}},
+		field{name: "tableSize", fn: func(k, v *yaml.Node) {
+			n, _ := p.int(k, v, 1, policy.MaxClientTableSize)
+			c.TableSize = int(n)
+		}})
+	p.mapping(v, "clientLimits", fs)
 }
 
 // httpOptions parses a service's http mapping; defaults and range checks
@@ -434,6 +461,25 @@ func (p *yparser) httpOptions(o *policy.HTTPOptions, v *yaml.Node) {
 			o.MaxIdlePerTarget = int(n)
 		}},
 		{name: "forwarded", fn: func(k, v *yaml.Node) { o.Forwarded, _ = parse(p, k, v, "a forwarded mode", policy.ParseForwarded) }},
+	})
+}
+
+// udpOptions parses a service's udp mapping; defaults are policy.Compile's.
+func (p *yparser) udpOptions(o *policy.UDPOptions, v *yaml.Node) {
+	p.mapping(v, "udp", []field{
+		{name: "idleTimeout", fn: func(k, v *yaml.Node) {
+			if d, ok := p.positive(k, v); ok {
+				o.IdleTimeout = d
+			}
+		}},
+		{name: "responses", fn: func(k, v *yaml.Node) {
+			n, _ := p.int(k, v, 0, 1<<20)
+			o.Responses = int(n)
+		}},
+		{name: "maxSessions", fn: func(k, v *yaml.Node) {
+			n, _ := p.int(k, v, 1, 1<<24)
+			o.MaxSessions = int(n)
+		}},
 	})
 }
 
@@ -476,6 +522,7 @@ func (p *yparser) instance(v *yaml.Node) {
 	p.mapping(v, "instance", []field{
 		{name: "name", fn: func(k, v *yaml.Node) { in.Name, _ = p.str(k, v) }},
 		{name: "limits", fn: func(_, v *yaml.Node) { p.limits(&in.Limits, v) }},
+		{name: "clientLimits", fn: func(_, v *yaml.Node) { p.clientLimits(&in.ClientLimits, v) }},
 		{name: "bandwidthBytes", fn: func(k, v *yaml.Node) {
 			in.BandwidthBytes, _ = parse(p, k, v, "payload or wire", policy.ParseByteCount)
 		}},
@@ -560,12 +607,14 @@ func (p *yparser) service(n *yaml.Node) {
 		}},
 		{name: "port", required: true, fn: func(k, v *yaml.Node) { vs.Ports, _ = parse(p, k, v, "a port", parsePortRange) }},
 		{name: "protocol", fn: func(k, v *yaml.Node) {
-			vs.Proto, _ = parse(p, k, v, "tcp, http or tls", policy.ParseServiceProto)
+			vs.Proto, _ = parse(p, k, v, "tcp, http, tls or udp", policy.ParseServiceProto)
 		}},
 		{name: "sni", fn: func(k, v *yaml.Node) { p.sni(vs, k, v) }},
 		{name: "limits", fn: func(_, v *yaml.Node) { p.limits(&vs.Limits, v) }},
+		{name: "clientLimits", fn: func(_, v *yaml.Node) { p.clientLimits(&vs.ClientLimits, v) }},
 		{name: "timeouts", fn: func(_, v *yaml.Node) { p.timeouts(&vs.Timeouts, v) }},
 		{name: "http", fn: func(_, v *yaml.Node) { p.httpOptions(&vs.HTTP, v) }},
+		{name: "udp", fn: func(_, v *yaml.Node) { p.udpOptions(&vs.UDP, v) }},
 		{name: "hashBy", fn: func(k, v *yaml.Node) {
 			if h, ok := parse(p, k, v, "connection, client, header:NAME or cookie:NAME", policy.ParseHashBy); ok {
 				vs.HashBy = &h
@@ -574,6 +623,18 @@ func (p *yparser) service(n *yaml.Node) {
 		{name: "healthCheck", fn: func(_, v *yaml.Node) {
 			vs.Health = &policy.HealthCheck{}
 			p.healthCheck(vs.Health, v)
+		}},
+		{name: "acceptProxyProtocol", fn: func(k, v *yaml.Node) {
+			vs.AcceptProxy, _ = parse(p, k, v, "v1, v2 or any", func(s string) (policy.ProxyProtocol, error) {
+				return policy.ParseProxyProtocol(s, true)
+			})
+		}},
+		{name: "trustedProxies", fn: func(k, v *yaml.Node) {
+			p.seq(k, v, func(item *yaml.Node) {
+				if pf, ok := parse(p, k, item, "a prefix", parsePrefix); ok {
+					vs.TrustedProxies = append(vs.TrustedProxies, pf)
+				}
+			})
 		}},
 		{name: "targets", required: true, fn: func(k, v *yaml.Node) {
 			p.seq(k, v, func(item *yaml.Node) {
@@ -672,6 +733,11 @@ func (p *yparser) target(n *yaml.Node) (*policy.Target, Pos) {
 					return policy.DialNetstack, nil
 				}
 				return 0, fmt.Errorf("want host or netstack, got %q", s)
+			})
+		}},
+		{name: "proxyProtocol", fn: func(k, v *yaml.Node) {
+			t.ProxyProtocol, _ = parse(p, k, v, "v1 or v2", func(s string) (policy.ProxyProtocol, error) {
+				return policy.ParseProxyProtocol(s, false)
 			})
 		}},
 	})
@@ -788,6 +854,13 @@ func (p *yparser) monitor(m *policy.Monitor, v *yaml.Node) {
 			x, _ := p.int(k, v, 1, maxMinSegments)
 			m.MinSegments = int(x)
 		}},
+		{name: "errorRatioAndWeightFr", fn: func(k, v *yaml.Node) { pair(k, v, &m.ErrorThreshold, &m.ErrorStep) }},
+		{name: "errorMaxWeightFr", fn: func(k, v *yaml.Node) { frac(k, v, &m.ErrorMax) }},
+		{name: "errorMinResponses", fn: func(k, v *yaml.Node) {
+			x, _ := p.int(k, v, 1, maxMinSegments)
+			m.MinResponses = int(x)
+		}},
+		{name: "errorCountsFailures", fn: func(k, v *yaml.Node) { m.ErrorCountsFailures, _ = p.bool(k, v) }},
 		{name: "maxConnWeightFr", fn: func(k, v *yaml.Node) {
 			x, ok := p.ints(k, v, 3, 1, maxFraction)
 			if !ok {
@@ -821,6 +894,26 @@ func (p *yparser) balancer(b *policy.BalancerSettings, v *yaml.Node) {
 		{name: "hashBy", fn: func(k, v *yaml.Node) {
 			b.HashBy, _ = parse(p, k, v, "connection, client, header:NAME or cookie:NAME", policy.ParseHashBy)
 		}},
+		{name: "ejection", fn: func(_, v *yaml.Node) { p.ejection(&b.Ejection, v) }},
+	})
+}
+
+// ejection parses balancer.ejection; consecutiveFailures is required.
+func (p *yparser) ejection(e *policy.Ejection, v *yaml.Node) {
+	p.mapping(v, "ejection", []field{
+		{name: "consecutiveFailures", required: true, fn: func(k, v *yaml.Node) {
+			x, _ := p.int(k, v, 1, maxHealthRuns)
+			e.ConsecutiveFailures = int(x)
+		}},
+		{name: "for", fn: func(k, v *yaml.Node) {
+			d, _ := p.positive(k, v)
+			e.For = d
+		}},
+		{name: "maxPercent", fn: func(k, v *yaml.Node) {
+			x, _ := p.int(k, v, 1, maxFraction)
+			e.MaxPercent = int(x)
+		}},
+		{name: "serverErrors", fn: func(k, v *yaml.Node) { e.ServerErrors, _ = p.bool(k, v) }},
 	})
 }
 

@@ -85,6 +85,29 @@ instance:
 				t.Errorf("instance = %+v", in)
 			}
 		}},
+		{"queue and per-client limits", `
+instance:
+  clientLimits: {maxConnections: 50, enforceConnections: true, clientPrefix: {ipv4: 24, ipv6: 64}, tableSize: 1000}
+services:
+  - name: web
+    vips: [198.18.0.10]
+    port: 80
+    limits: {maxConnections: 2, enforceConnections: true, queue: 8, queueTimeout: 3s}
+    clientLimits: {maxConnections: 2, enforceConnections: true, maxBandwidth: 100kB, queue: 1}
+    targets: [{address: 198.18.1.1:80}]
+`, func(t *testing.T, c *policy.Config) {
+			in := policy.ClientLimits{Limits: policy.Limits{MaxConnections: 50, EnforceConnections: true}, PrefixV4: 24, PrefixV6: 64, TableSize: 1000}
+			if c.Instance.ClientLimits != in {
+				t.Errorf("instance clientLimits %+v, want %+v", c.Instance.ClientLimits, in)
+			}
+			vs := c.Services[0]
+			if want := (policy.Limits{MaxConnections: 2, EnforceConnections: true, Queue: 8, QueueTimeout: 3 * time.Second}); vs.Limits != want {
+				t.Errorf("limits %+v, want %+v", vs.Limits, want)
+			}
+			if want := (policy.ClientLimits{Limits: policy.Limits{MaxConnections: 2, EnforceConnections: true, MaxBandwidth: 100_000, Queue: 1}}); vs.ClientLimits != want {
+				t.Errorf("clientLimits %+v, want %+v", vs.ClientLimits, want)
+			}
+		}},
 		{"service with port range, v4 and v6 VIPs, backups after primaries", `
 classes:
   - {name: top}
@@ -120,7 +143,7 @@ services:
 			if tg := vs.Targets[0]; tg.Weight != 0 || tg.Via != policy.DialNetstack || tg.MaxConnections != -1 {
 				t.Errorf("target 0 = %+v", tg)
 			}
-			if c.Service(netip.MustParseAddr("198.18.0.1"), 8005) != vs {
+			if c.Service(netip.MustParseAddr("198.18.0.1"), 8005, policy.IPProtoTCP) != vs {
 				t.Errorf("Service lookup failed")
 			}
 		}},
@@ -204,7 +227,7 @@ services:
   - {name: a, vips: [198.18.0.1], port: 80, targets: [{address: 198.18.1.1:80}]}
   - {name: b, vips: [198.18.0.1], port: 81-90, targets: [{address: 198.18.1.1:80}]}
 `, func(t *testing.T, c *policy.Config) {
-			if c.Service(netip.MustParseAddr("198.18.0.1"), 85).Name != "b" {
+			if c.Service(netip.MustParseAddr("198.18.0.1"), 85, policy.IPProtoTCP).Name != "b" {
 				t.Errorf("wrong service for port 85")
 			}
 		}},
@@ -276,8 +299,8 @@ func TestParseYAMLErrors(t *testing.T) {
 			"t.yaml:2:3: service: missing \"port\"\nt.yaml:2:3: service: missing \"targets\""},
 		{"no targets", "services:\n- {name: a, vips: [198.18.0.1], port: 80, targets: []}\n",
 			`t.yaml:2:52: targets: a service needs at least one target`},
-		{"unknown protocol", "services:\n- {name: a, vips: [198.18.0.1], port: 80, protocol: udp, targets: [{address: 198.18.1.1:80}]}\n",
-			`t.yaml:2:53: protocol: unknown protocol "udp" (want tcp, http or tls)`},
+		{"unknown protocol", "services:\n- {name: a, vips: [198.18.0.1], port: 80, protocol: sctp, targets: [{address: 198.18.1.1:80}]}\n",
+			`t.yaml:2:53: protocol: unknown protocol "sctp" (want tcp, http, tls or udp)`},
 		{"bad role", "services:\n- {name: a, vips: [198.18.0.1], port: 80, targets: [{address: 198.18.1.1:80, role: spare}]}\n",
 			`t.yaml:2:84: role: want primary or backup, got "spare"`},
 		{"duplicate service", "services:\n- {name: a, vips: [198.18.0.1], port: 80, targets: [{address: 198.18.1.1:80}]}\n- {name: a, vips: [198.18.0.2], port: 80, targets: [{address: 198.18.1.1:80}]}\n",

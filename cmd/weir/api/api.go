@@ -30,9 +30,11 @@ type Status struct {
 	// target's Failed, including targets a reload removed.
 	DialFailures uint64 `json:"dial_failures"`
 
-	Levels    []Level   `json:"levels"`     // instance, classes, virtual servers: limits and measurements
-	Services  []Service `json:"services"`   // virtual servers in configuration order
-	SampledAt time.Time `json:"sampled_at"` // end of the sampling interval the weight explanations are from
+	Levels []Level `json:"levels"` // instance, classes, virtual servers: limits and measurements
+	// Clients are the per-client limit tables (clientLimits).
+	Clients   []ClientTable `json:"clients,omitempty"`
+	Services  []Service     `json:"services"`   // virtual servers in configuration order
+	SampledAt time.Time     `json:"sampled_at"` // end of the sampling interval the weight explanations are from
 	// Refusals counts refused connections by level and limit, sorted by
 	// level then limit.
 	Refusals []Refusal `json:"refusals"`
@@ -47,9 +49,47 @@ type Status struct {
 	Cluster *Cluster `json:"cluster,omitempty"`
 	// HTTP is the request-level state of http services.
 	HTTP HTTP `json:"http"`
+	// UDP is the session state of udp services.
+	UDP UDP `json:"udp"`
 	// HostCapture is the host-leg capture's state: how the via: host
 	// target legs are measured.
 	HostCapture *HostCapture `json:"host_capture,omitempty"`
+}
+
+// UDP is the udp services' sessions and VIP endpoints: totals since start
+// except Sessions and Endpoints. A session is one client address and port
+// with its VIP and port; In is client → target, Out target → client.
+type UDP struct {
+	Sessions  int64  `json:"sessions"`  // open now
+	Endpoints int    `json:"endpoints"` // VIP and port endpoints open now
+	Created   uint64 `json:"created"`   // sessions admitted (their rate is the new-session rate)
+	// Refused: new sessions' datagrams dropped because admission refused
+	// them (a limit, maxConnections of every target, no target); nothing
+	// is sent back. DroppedFull: the session table was full;
+	// DroppedVIP: the VIP and port had udp.maxSessions open.
+	Refused     uint64 `json:"refused"`
+	DroppedFull uint64 `json:"dropped_table_full"`
+	DroppedVIP  uint64 `json:"dropped_vip_full"`
+	DialFailed  uint64 `json:"dial_failed"`
+	// Ended sessions by reason: idle (udp.idleTimeout), responses
+	// (udp.responses replies), error (the target's socket failed: ICMP
+	// unreachable), closed (shutdown).
+	EndedIdle      uint64 `json:"ended_idle"`
+	EndedResponses uint64 `json:"ended_responses"`
+	EndedError     uint64 `json:"ended_error"`
+	EndedClosed    uint64 `json:"ended_closed"`
+	// Datagrams and payload bytes relayed per direction.
+	DatagramsIn  uint64 `json:"datagrams_in"`
+	DatagramsOut uint64 `json:"datagrams_out"`
+	BytesIn      uint64 `json:"bytes_in"`
+	BytesOut     uint64 `json:"bytes_out"`
+	// WriteErrors: datagrams lost because a socket refused them;
+	// ReceiveDropped: datagrams a VIP endpoint's full receive buffer
+	// dropped before the relay read them; NoService: datagrams read whose
+	// service a reload had removed.
+	WriteErrors    uint64 `json:"write_errors"`
+	ReceiveDropped uint64 `json:"receive_dropped"`
+	NoService      uint64 `json:"no_service"`
 }
 
 // HostCapture is the state of the capture that measures via: host target
@@ -130,6 +170,44 @@ type Level struct {
 	EnforceBandwidth   bool   `json:"enforce_bandwidth,omitempty"`
 	Over               bool   `json:"over,omitempty"`    // a limit is exceeded now
 	Retired            bool   `json:"retired,omitempty"` // gone from the configuration, kept until its connections end
+	// Queue is the level's queue at maxConnections (limits.queue); absent
+	// without one.
+	Queue *Queue `json:"queue,omitempty"`
+}
+
+// Queue is a queue at a connection limit: of a level, or of all the
+// clients of a client table.
+type Queue struct {
+	Limit     int64   `json:"limit"`      // the queue's length bound (limits.queue)
+	TimeoutMs int64   `json:"timeout_ms"` // queueTimeout
+	Waiting   int64   `json:"waiting"`    // connections (requests) waiting now
+	Waits     uint64  `json:"waits"`      // joined the queue since start
+	Served    uint64  `json:"served"`     // left it admitted
+	TimedOut  uint64  `json:"timed_out"`  // refused when queueTimeout passed
+	Full      uint64  `json:"full"`       // refused at once: the queue was full
+	WaitedSec float64 `json:"waited_seconds"`
+}
+
+// ClientTable is one scope's per-client limits (clientLimits): the
+// instance's (Scope "") or a service's.
+type ClientTable struct {
+	Scope              string `json:"scope"` // the service, "" for the instance
+	MaxConnections     int64  `json:"max_connections,omitempty"`
+	EnforceConnections bool   `json:"enforce_connections,omitempty"`
+	MaxBandwidth       int64  `json:"max_bandwidth,omitempty"`
+	EnforceBandwidth   bool   `json:"enforce_bandwidth,omitempty"`
+	PrefixV4           int    `json:"prefix_v4"`
+	PrefixV6           int    `json:"prefix_v6"`
+	Clients            int    `json:"clients"` // entries kept
+	Active             int    `json:"active"`  // with a connection open or queued
+	Size               int    `json:"size"`    // tableSize
+	// Refused counts connections refused at a client limit, Overflow the
+	// clients admitted without one because the table was full of active
+	// clients, Evicted the idle clients dropped to make room.
+	Refused  uint64 `json:"refused"`
+	Overflow uint64 `json:"overflow"`
+	Evicted  uint64 `json:"evicted"`
+	Queue    *Queue `json:"queue,omitempty"`
 }
 
 // Service is one virtual server with its balancer's targets.
@@ -181,10 +259,15 @@ type Target struct {
 	Check *HealthCheck `json:"check,omitempty"`
 	// SkippedAtLimit counts picks that passed the target over because it
 	// was at maxConnections.
-	SkippedAtLimit uint64       `json:"skipped_at_limit"`
-	Picked         uint64       `json:"picked"` // connections given to the target
-	Failed         uint64       `json:"failed"` // connects that failed
-	Explanation    *Explanation `json:"explanation,omitempty"`
+	SkippedAtLimit uint64 `json:"skipped_at_limit"`
+	Picked         uint64 `json:"picked"` // connections given to the target
+	Failed         uint64 `json:"failed"` // connects that failed
+	// Ejected is set while outlier ejection (balancer.ejection) keeps the
+	// target out, until EjectedUntil; Ejections counts its ejections.
+	Ejected      bool         `json:"ejected,omitempty"`
+	EjectedUntil time.Time    `json:"ejected_until,omitzero"`
+	Ejections    uint64       `json:"ejections"`
+	Explanation  *Explanation `json:"explanation,omitempty"`
 	// Segments are the target's data segments per direction since start.
 	Segments *Segments `json:"segments,omitempty"`
 }
@@ -281,8 +364,21 @@ type Explanation struct {
 	// (a host leg on a kernel before 6.7); Timeouts is a lower bound and
 	// the timeout fraction is the last judged one, not 0 %.
 	TimeoutsUnknown bool `json:"timeouts_unknown,omitempty"`
-	Constrained     bool `json:"constrained"` // active connections reached 90 % of maxConnections
-	DefaultFraction int  `json:"default_fraction"`
+	Constrained     bool `json:"constrained"`      // active connections reached 90 % of maxConnections
+	DefaultFraction int  `json:"default_fraction"` // loss + timeout + error, capped at 100
+
+	// The error part (http services, monitor.errorRatioAndWeightFr): the
+	// interval's responses, their 5xx, the requests that failed before a
+	// response, the ratio (tenths of a percent) and its fraction; held
+	// below MinResponses responses, PendingResponses carried.
+	Responses        uint64 `json:"responses,omitempty"`
+	ServerErrors     uint64 `json:"server_errors,omitempty"`
+	FailedRequests   uint64 `json:"failed_requests,omitempty"`
+	ErrorRatio       int    `json:"error_ratio"`
+	ErrorFraction    int    `json:"error_fraction"`
+	ErrorHeld        bool   `json:"error_held,omitempty"`
+	MinResponses     int    `json:"min_responses,omitempty"`
+	PendingResponses uint64 `json:"pending_responses,omitempty"`
 
 	Action          string `json:"action,omitempty"` // the policy action with the largest fraction
 	ActionConns     int64  `json:"action_conns"`
@@ -417,6 +513,11 @@ type Forwarder struct {
 	// service of the VIP and port answers the name, and none is default).
 	SNIRouted  uint64 `json:"sni_routed"`
 	SNIRefused []Drop `json:"sni_refused,omitempty"`
+	// ProxyRefused counts, by reason, connections to a service with
+	// acceptProxyProtocol refused for their PROXY-protocol header (RST, or
+	// 400 for http): untrusted (from outside trustedProxies), missing,
+	// malformed, timeout (none within timeouts.handshake), error.
+	ProxyRefused []Drop `json:"proxy_protocol_refused,omitempty"`
 	// http services: request heads parsed; refused with the 503 page;
 	// refused before admission (408 head too slow, 431 head too big, 400
 	// malformed or Content-Length with Transfer-Encoding); sent again on a

@@ -17,6 +17,7 @@ package http
 
 import (
 	"bufio"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -25,11 +26,17 @@ import (
 )
 
 // poolKey names the idle connections that may serve a request: the same
-// service and target, reached the same way.
+// service and target, reached the same way. A target with a
+// PROXY-protocol header gets the header once, first on the connection,
+// naming one client: its connections are keyed by that client's address
+// and port and the VIP too (the header's content), so a client's kept-alive
+// requests reuse its own target connections and no other client's, and
+// they are closed when the client connection ends (drop).
 type poolKey struct {
 	service, target string
 	via             policy.DialVia
 	addr            string
+	client, vip     netip.AddrPort // zero but for a PROXY-protocol target
 }
 
 // backendConn is one target connection of an http virtual server.
@@ -140,6 +147,17 @@ func (p *pool) prune(s *Server) {
 	}
 	p.mu.Unlock()
 	for _, bc := range stale {
+		s.closeBackend(bc)
+	}
+}
+
+// drop closes the idle connections under k (a client's own, at its end).
+func (p *pool) drop(s *Server, k poolKey) {
+	p.mu.Lock()
+	list := p.idle[k]
+	delete(p.idle, k)
+	p.mu.Unlock()
+	for _, bc := range list {
 		s.closeBackend(bc)
 	}
 }

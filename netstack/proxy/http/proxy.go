@@ -58,6 +58,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -144,6 +145,10 @@ type httpConn struct {
 	t      policy.Timeouts
 	o      policy.HTTPOptions
 	seq    int
+	// own are the pool keys of the target connections this client put in
+	// the pool that no other client can use (a PROXY-protocol target's,
+	// keyed by the client): closed with the client connection.
+	own []poolKey
 
 	// Per-request bytes (see the file comment). sink is the request whose
 	// response bytes mw reports, nil between requests and while weir
@@ -201,12 +206,15 @@ func (f *Server) ServeClient(p *proxy.Proxy, req *proxy.ConnRequest, client prox
 	hc.bw = bufio.NewWriterSize(&hc.cw, 16<<10)
 	hc.mw.hc, hc.mr.hc = hc, hc
 	hc.hdr = 40 + 32 // IPv6 and TCP with timestamps
-	if req.Client.Addr().Unmap().Is4() {
+	if req.Conn().Addr().Unmap().Is4() {
 		hc.hdr = 20 + 32
 	}
 	hc.skipSegs() // the handshake is no request's
 	defer p.Hold(client)()
 	for hc.one() {
+	}
+	for _, k := range hc.own {
+		f.pool.drop(f, k)
 	}
 	// The client's slot goes back before weir's FIN, as a tcp
 	// connection's does (proxy/release.go).
@@ -536,6 +544,9 @@ func (hc *httpConn) exchange(in *http.Request, d *proxy.Decision, sess proxy.Req
 	keep, backendOK := hc.respond(in, resp, re, clientWantsClose, sess)
 	if backendOK && !resp.Close && !hc.p.Stopping() {
 		bc.t.Park()
+		if bc.key.client.IsValid() && !slices.Contains(hc.own, bc.key) {
+			hc.own = append(hc.own, bc.key)
+		}
 		f.pool.put(f, bc, hc.o.MaxIdlePerTarget, hc.o.BackendIdle)
 	} else {
 		f.closeBackend(bc)
@@ -558,6 +569,11 @@ func (hc *httpConn) backend(d *proxy.Decision, sess proxy.RequestSession, fresh 
 			return nil, errors.New("netstack: accept decision without a target")
 		}
 		k := poolKey{service: hc.req.Service.Name, target: proxy.TargetName(*d), via: d.Target.Via, addr: d.Target.Addr.String()}
+		if d.Target.ProxyProtocol != policy.ProxyNone {
+			// The connection's header names this client: no other may
+			// reuse it (see pool.go).
+			k.client, k.vip = hc.req.Client, hc.req.VIP
+		}
 		if !fresh && d.Dialer == nil {
 			if bc := f.pool.get(f, k, hc.o.BackendIdle); bc != nil {
 				// From now on its activity is this request's (its action).

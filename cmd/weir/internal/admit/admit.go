@@ -41,6 +41,9 @@ import (
 // the meters' configuration and generation to bind that flow to its target.
 type Flows interface {
 	Flow(client, server netip.AddrPort, proto uint8) *datapath.Flow
+	// Reclassify decides the flow again for the client a PROXY-protocol
+	// header named (datapath.Engine.Reclassify).
+	Reclassify(client, server netip.AddrPort, proto uint8, as netip.AddrPort) *datapath.Flow
 	Meters() *datapath.Meters
 	Generation() uint64
 }
@@ -83,10 +86,19 @@ type rerouter interface {
 	Reroute(client, server netip.AddrPort, vs *policy.VirtualServer) *datapath.Flow
 }
 
-// maxBorrows bounds the borrows one connection or request makes when its
-// level's share is full (Options.Borrow): the wait is at most maxBorrows
-// times the cluster's borrowTimeout.
+// maxBorrows bounds the borrows one pick makes when the targets are at
+// their share (Options.BorrowTarget): the wait is at most maxBorrows times
+// the cluster's borrowTimeout. policy.Wait bounds a level's borrows alike.
 const maxBorrows = 8
+
+// retry is Wait's Retry: a borrow from the cluster for a refusal at this
+// instance's full share (policy.Wait bounds the attempts).
+func (a *Admitter) retry() func(context.Context, policy.Refusal) bool {
+	if a.opts.Borrow == nil {
+		return nil
+	}
+	return func(ctx context.Context, r policy.Refusal) bool { return a.opts.Borrow(ctx, r.Level, r.Name) }
+}
 
 // Admitter admits connections and requests. Its methods may be called from
 // any number of goroutines.
@@ -96,8 +108,13 @@ type Admitter struct {
 	now      func() time.Time
 	open     atomic.Int64 // sessions that hold a target slot and have not ended
 	draining atomic.Bool
+	// drained ends the queue waits when Drain is called: a connection
+	// waiting for a slot is refused then, not held until its timeout.
+	drained  context.Context
+	drain    context.CancelFunc
 	counters counters
 	reqs     requestStats // http requests (http.go)
+	outcomes outcomes     // per target, for the error fraction (outcomes.go)
 	clients  sync.Map     // service name → *atomic.Int64: open http client connections
 	limiter  obs.Limiter
 }
@@ -107,6 +124,7 @@ var _ proxy.Admitter = (*Admitter)(nil)
 // New returns an Admitter over opts.
 func New(opts Options) *Admitter {
 	a := &Admitter{opts: opts, log: zerolog.Nop(), now: opts.Now}
+	a.drained, a.drain = context.WithCancel(context.Background())
 	if opts.Log != nil {
 		a.log = *opts.Log
 	}
@@ -120,7 +138,10 @@ func (a *Admitter) balancer(name string) *balancer.Balancer { return a.opts.Bala
 
 // Drain makes every later admission refuse (RST, or 503 for a request):
 // weir is going away.
-func (a *Admitter) Drain() { a.draining.Store(true) }
+func (a *Admitter) Drain() {
+	a.draining.Store(true)
+	a.drain()
+}
 
 // Draining reports whether Drain was called.
 func (a *Admitter) Draining() bool { return a.draining.Load() }
@@ -210,22 +231,25 @@ func (a *Admitter) Admit(req *proxy.ConnRequest) (proxy.Decision, proxy.Session)
 // a request (http), whose session s is.
 func (a *Admitter) admit(req *proxy.ConnRequest, s *session, now time.Time) (proxy.Decision, *session) {
 	vs := req.Service
-	ref, ok := a.opts.Admission.Admit(vs, &s.ticket)
-	if !ok && req.Settle() {
+	// The client's address is an input: the carried one when a PROXY
+	// header gave it (req.Client).
+	opts := policy.WaitOptions{Client: req.Client.Addr(), Retry: a.retry()}
+	// Wait admits at once when every limit is under. The share was full,
+	// not the cluster: it borrows (Retry) and admits again; a borrow that
+	// grew the share may have been taken by a concurrent connection of
+	// the same burst, so it borrows again while the cluster grants (each
+	// attempt bounded by borrowTimeout, 8 at most). A level (or client) at
+	// its limit with a queue holds the connection in it, first in first
+	// out, up to its queueTimeout.
+	ref, w, ok := a.opts.Admission.Wait(a.drained, vs, &s.ticket, opts)
+	if !ok && !w.Queued && req.Settle() {
 		// The client's previous connection was over for it, its release
 		// still on the way: check again.
-		ref, ok = a.opts.Admission.Admit(vs, &s.ticket)
+		ref, w, ok = a.opts.Admission.Wait(a.drained, vs, &s.ticket, opts)
 	}
-	// The share was full, not the cluster: borrow and admit again. A
-	// borrow that grew the share may have been taken by a concurrent
-	// connection of the same burst, so borrow again while the cluster
-	// grants (each attempt is bounded by borrowTimeout; maxBorrows bounds
-	// them all).
-	for i := 0; !ok && ref.Shared && a.opts.Borrow != nil && i < maxBorrows; i++ {
-		if !a.opts.Borrow(context.Background(), ref.Level, ref.Name) {
-			break
-		}
-		ref, ok = a.opts.Admission.Admit(vs, &s.ticket)
+	s.waited = w.Duration
+	if w.Queued {
+		now = a.now()
 	}
 	if !ok {
 		a.counters.refusal(ref.Level.String(), ref.Limit.String())
@@ -251,13 +275,19 @@ func (a *Admitter) admit(req *proxy.ConnRequest, s *session, now time.Time) (pro
 	// target's meters count it. Maglev maps the service's hashBy key
 	// (pickHash: the flow's 5-tuple by default) to a target.
 	s.hash = pickHash(vs, req.Client, req.VIP, s.http)
-	s.flow = a.opts.Flows.Flow(req.Client, req.VIP, datapath.ProtoTCP)
+	s.flow = a.flow(req)
 	if s.flow != nil && s.flow.Service != vs && vs.Proto == policy.ProtoTLS {
 		// The SYN was classified into the first tls service of the VIP
 		// and port; the ClientHello routed it to vs: its action, ToS and
-		// meters are vs's from here on (datapath/tlsroute.go).
+		// meters are vs's from here on (datapath/tlsroute.go). The flow's
+		// key holds the sender of the packets: the load balancer when a
+		// PROXY header named the client.
+		from := req.Client
+		if req.Peer.IsValid() {
+			from = req.Peer
+		}
 		if r, ok := a.opts.Flows.(rerouter); ok {
-			s.flow = r.Reroute(req.Client, req.VIP, vs)
+			s.flow = r.Reroute(from, req.VIP, vs)
 		}
 	}
 	lease, err := a.pick(b, s, now)
@@ -276,6 +306,17 @@ func (a *Admitter) admit(req *proxy.ConnRequest, s *session, now time.Time) (pro
 		a.reqs.begin(vs.Name, s.inflight)
 	}
 	return s.accept(), s
+}
+
+// flow is the datapath flow req's connection arrived on, decided for its
+// client: a connection whose PROXY-protocol header named the client (Peer
+// set) is decided again for that client, so that its rule (its action, ToS
+// and meters) is the real client's, not the outer load balancer's.
+func (a *Admitter) flow(req *proxy.ConnRequest) *datapath.Flow {
+	if req.Peer.IsValid() {
+		return a.opts.Flows.Reclassify(req.Peer, req.VIP, datapath.ProtoTCP, req.Client)
+	}
+	return a.opts.Flows.Flow(req.Client, req.VIP, datapath.ProtoTCP)
 }
 
 // pick asks the balancer for s's target. When every target that could
@@ -327,6 +368,9 @@ type session struct {
 	http     *proxy.Request
 	inflight string // the target the request counts in flight at
 	wire     bool   // an http request's bytes count as wire bytes (Moved)
+	// waited is how long the connection (request) waited in a queue
+	// before its admission or refusal.
+	waited time.Duration
 }
 
 // action is the policy action the datapath classified the connection into,
@@ -446,6 +490,11 @@ func (s *session) Released() {
 // forwarder's account of the end.
 func (s *session) End(e *proxy.End) {
 	a := s.a
+	if e.Request != nil {
+		// Counted before the session leaves Open: whoever waits for
+		// Open to reach 0 finds every ended request in TakeResponses.
+		a.requestOutcome(s, e, e.Stats.Target)
+	}
 	s.Released()
 	if s.counted {
 		s.counted = false
@@ -461,14 +510,16 @@ func (s *session) End(e *proxy.End) {
 	if e.Decision.Verdict == proxy.Accept {
 		a.counters.closed.Add(1)
 	}
+	a.connOutcome(s, e)
 	if a.opts.Access == nil {
 		return
 	}
 	req := s.req
 	r := obs.AccessRecord{
-		Start: s.start, Client: req.Client.String(), VIP: req.VIP.String(), Service: req.Service.Name, ServerName: req.ServerName,
+		Start: s.start, Client: req.Client.String(), Proxy: proxyOf(req), VIP: req.VIP.String(), Service: req.Service.Name, ServerName: req.ServerName,
 		Target: e.Stats.Target, BytesIn: e.Stats.TargetLeg.BytesSent, BytesOut: e.Stats.ClientLeg.BytesSent,
 		Duration: a.now().Sub(s.start), Outcome: e.Outcome.String(), Reason: e.Decision.Reason,
+		QueueWait: s.waited,
 	}
 	switch e.Outcome {
 	case proxy.RefusedReset, proxy.RefusedPage:
@@ -498,6 +549,28 @@ func (a *Admitter) Panic(req *proxy.ConnRequest, v any, stack []byte) {
 		}
 	}
 	ev.Msg("panic in a connection; that connection was closed")
+}
+
+// proxyOf is the access log's proxy field: the outer load balancer that
+// sent req's PROXY-protocol header, "" for none.
+func proxyOf(req *proxy.ConnRequest) string {
+	if req.Peer.IsValid() {
+		return req.Peer.String()
+	}
+	return ""
+}
+
+// ProxyRefused logs (at most once a second per service and reason) a
+// connection refused for its PROXY-protocol header; the proxy counted it
+// (weir_forwarder_proxy_protocol_refused_total).
+func (a *Admitter) ProxyRefused(req *proxy.ConnRequest, r proxy.ProxyRefusal) {
+	a.warnEvery("proxyproto:"+req.Service.Name+":"+r.Reason, a.now(), func(e *zerolog.Event) {
+		e = e.Str("service", req.Service.Name).Str("peer", r.Peer.String()).Str("vip", r.VIP.String()).Str("reason", r.Reason)
+		if r.Err != nil {
+			e = e.Err(r.Err)
+		}
+		e.Msg("refused: no valid PROXY-protocol header from a trusted proxy")
+	})
 }
 
 // saying how many were held back since.

@@ -25,7 +25,8 @@ func pickHash(vs *policy.VirtualServer, client, vip netip.AddrPort, r *proxy.Req
 	}
 	switch by.Kind {
 	case policy.HashConnection:
-		key := datapath.NewFlowKey(client, vip, datapath.ProtoTCP)
+		// A udp service's session key: the same 5-tuple, protocol 17.
+		key := datapath.NewFlowKey(client, vip, vs.IPProto())
 		return key.Hash()
 	case policy.HashHeader:
 		if r != nil {

@@ -77,7 +77,10 @@ func (a *Admitter) AdmitRequest(req *proxy.ConnRequest, r *proxy.Request) (proxy
 		a.counters.refusedDraining.Add(1)
 		return refuse(req.Service, "draining", 0, "weir is draining"), s
 	}
-	return a.admit(req, s, r.Start)
+	// The pick on the admitter's clock, as DialFailed's and TargetFailed's
+	// mark-downs and ejections are: a target marked down or ejected is
+	// judged on one clock (they differ only under a test's manual clock).
+	return a.admit(req, s, a.now())
 }
 
 // Moved counts an admitted request's bytes on its client connection at
@@ -91,6 +94,14 @@ func (s *session) Moved(payload, wire int64) {
 	}
 	if n > 0 {
 		s.ticket.AddBytes(uint64(n))
+	}
+}
+
+// Spliced counts a tcp connection's bytes at its clients (the per-client
+// bandwidth); its levels count them from the datapath's meters.
+func (s *session) Spliced(n int64) {
+	if n > 0 {
+		s.ticket.AddClientBytes(uint64(n))
 	}
 }
 
@@ -110,7 +121,7 @@ func (a *Admitter) BadRequest(req *proxy.ConnRequest, e *proxy.RequestEnd) {
 		return
 	}
 	a.opts.Access.Log(obs.AccessRecord{
-		Start: e.Start, Client: req.Client.String(), VIP: req.VIP.String(), Service: req.Service.Name,
+		Start: e.Start, Client: req.Client.String(), Proxy: proxyOf(req), VIP: req.VIP.String(), Service: req.Service.Name,
 		BytesOut: uint64(e.ResponseBytes), Duration: e.Duration, Outcome: strconv.Itoa(e.Status), Reason: limit,
 		RequestLine: orDashLine(e.Line), Status: e.Status,
 	})
@@ -140,10 +151,10 @@ func (a *Admitter) requestEnd(s *session, e *proxy.End) {
 	}
 	req := s.req
 	rec := obs.AccessRecord{
-		Start: r.Start, Client: req.Client.String(), VIP: req.VIP.String(), Service: req.Service.Name,
+		Start: r.Start, Client: req.Client.String(), Proxy: proxyOf(req), VIP: req.VIP.String(), Service: req.Service.Name,
 		Target: target, BytesIn: uint64(r.RequestBytes), BytesOut: uint64(r.ResponseBytes),
 		Duration: r.Duration, Outcome: e.Outcome.String(), Reason: e.Decision.Reason,
-		RequestLine: orDashLine(r.Line), Status: r.Status,
+		RequestLine: orDashLine(r.Line), Status: r.Status, QueueWait: s.waited,
 	}
 	if e.Err != nil {
 		rec.Reason = e.Err.Error()

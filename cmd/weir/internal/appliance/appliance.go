@@ -45,6 +45,7 @@ import (
 	"weir/netstack"
 	"weir/netstack/proxy"
 	proxyhttp "weir/netstack/proxy/http"
+	udprelay "weir/netstack/proxy/udp"
 	"weir/policy"
 )
 
@@ -137,6 +138,8 @@ type Appliance struct {
 	fwd    *netstack.Forwarder // the accept path: hands connections to px
 	px     *proxy.Proxy        // admission, dials, splices; http services through hs
 	hs     *proxyhttp.Server
+	udp    *netstack.UDPFront // the VIP endpoints of udp services: datagrams to relay
+	relay  *udprelay.Relay    // udp sessions: admission, target sockets, expiry
 
 	checks health.Supervisor // a health checker per service, from Start
 
@@ -194,7 +197,7 @@ func New(opts Options) (*Appliance, error) {
 	a.adm = policy.NewAdmission(cfg, 0)
 	bals := map[string]*balancer.Balancer{}
 	for _, vs := range cfg.Services {
-		bals[vs.Name] = balancer.New(vs, cfg.Balancer)
+		bals[vs.Name] = a.newBalancer(vs, cfg)
 	}
 	a.bals.Store(&bals)
 
@@ -272,6 +275,7 @@ func New(opts Options) (*Appliance, error) {
 	po.RouteSNI = func(vip netip.AddrPort, serverName string) *policy.VirtualServer {
 		return a.cfg.Load().RouteSNI(vip.Addr(), vip.Port(), serverName)
 	}
+	po.OnProxyRefused = a.admit.ProxyRefused
 	fo.OnPanic = a.admit.Panic
 	if cfg.Cluster != nil {
 		// Before the forwarder admits anything: cluster.New holds every
@@ -286,6 +290,14 @@ func New(opts Options) (*Appliance, error) {
 	a.px = proxy.New(po)
 	fo.Handler = a.px
 	a.fwd = netstack.NewForwarder(a.stack, fo) // closes px
+	// udp services: sessions admitted by the same admission and balancers,
+	// their target sockets host sockets or the back arm's.
+	ro := udprelay.Options{Admitter: a.admit, Host: &udprelay.HostDialer{}, Now: a.now}
+	if sd, ok := po.Back.(*netstack.StackDialer); ok && sd.Stack != nil {
+		ro.Back = sd
+	}
+	a.relay = udprelay.New(ro)
+	a.udp = netstack.NewUDPFront(a.stack, a.relay, a.udpService)
 	a.listen(cfg)
 	return a, nil
 }
@@ -302,8 +314,22 @@ func backPrefixes(arms []BackArm) []netip.Prefix {
 	return out
 }
 
+// service is the tcp, http or tls virtual server at addr and port for the
+// TCP forwarder: a port only a udp service has takes no connections (its
+// SYNs get RST).
 func (a *Appliance) service(addr netip.Addr, port uint16) *policy.VirtualServer {
-	return a.cfg.Load().Service(addr, port)
+	if vs := a.cfg.Load().Service(addr, port, policy.IPProtoTCP); vs != nil {
+		return vs
+	}
+	return nil
+}
+
+// udpService is the udp virtual server at addr and port, for the UDP front.
+func (a *Appliance) udpService(addr netip.Addr, port uint16) *policy.VirtualServer {
+	if vs := a.cfg.Load().Service(addr, port, policy.IPProtoUDP); vs != nil {
+		return vs
+	}
+	return nil
 }
 
 func (a *Appliance) balancer(name string) *balancer.Balancer {
@@ -336,6 +362,8 @@ func (a *Appliance) RawStats() status.RawStats {
 		Forwarder:              a.fwd.Stats(),
 		Proxy:                  a.px.Stats(),
 		HTTP:                   a.hs.Stats(),
+		UDPFront:               a.udp.Stats(),
+		UDP:                    a.relay.Stats(),
 		AdmissionEventsDropped: a.adm.DroppedEvents(),
 		NICs:                   make([]status.NICStats, len(a.nics)),
 	}
@@ -353,6 +381,7 @@ func (a *Appliance) Start() {
 	a.wg.Add(2)
 	go a.recomputeLoop()
 	go a.sampleLoop()
+	a.wg.Go(func() { a.relay.Run(a.stop) })
 	if a.clu != nil {
 		ctx, cancel := context.WithCancel(context.Background())
 		a.cluCancel = cancel
@@ -386,6 +415,17 @@ func (a *Appliance) reportHealth(service, target string, r health.Result, now ti
 	}
 }
 
+// newBalancer builds a service's balancer, its ejections logged once each.
+func (a *Appliance) newBalancer(vs *policy.VirtualServer, cfg *policy.Config) *balancer.Balancer {
+	b := balancer.New(vs, cfg.Balancer)
+	b.OnEject(func(e balancer.Ejection) {
+		a.log.Warn().Str("service", e.Service).Str("target", e.Target).Int("failures", e.Failures).
+			Time("until", e.Until).Int("ejected", e.Ejected).Int("targets", e.Targets).
+			Msg("target ejected: consecutive failures (balancer.ejection); back at until")
+	})
+	return b
+}
+
 // Reload swaps in a new configuration: limits, balancers (counts and
 // down-state carry over by target name), rules and meters (by name). Open
 // connections keep running and count against the new limits. cfg must be
@@ -408,7 +448,7 @@ func (a *Appliance) Reload(cfg *policy.Config) error {
 		if b != nil {
 			b.Update(vs, cfg.Balancer)
 		} else {
-			b = balancer.New(vs, cfg.Balancer)
+			b = a.newBalancer(vs, cfg)
 			if a.clu != nil {
 				b.SetDefaultCapacity(a.cluDefCap) // no slots until the cluster leases them
 			}
@@ -480,6 +520,8 @@ func (a *Appliance) Close() error {
 	if a.clu != nil {
 		a.clu.Close() // gives the slots back; unreturned ones expire
 	}
+	a.udp.Close()   // no more datagrams
+	a.relay.Close() // every udp session ends
 	err := a.fwd.Close()
 	if e := a.stack.Close(); err == nil {
 		err = e
@@ -491,8 +533,17 @@ func (a *Appliance) Close() error {
 // per-VIP backlogs). A listener that cannot be opened is logged: its SYNs
 // still reach the forwarder's fallback path.
 func (a *Appliance) listen(cfg *policy.Config) {
-	if err := a.fwd.Listen(cfg.Services); err != nil {
+	tcp := make([]*policy.VirtualServer, 0, len(cfg.Services))
+	for _, vs := range cfg.Services {
+		if vs.Proto != policy.ProtoUDP {
+			tcp = append(tcp, vs)
+		}
+	}
+	if err := a.fwd.Listen(tcp); err != nil {
 		a.log.Warn().Err(err).Msg("some VIPs have no listener (no SYN cookies for them)")
+	}
+	if err := a.udp.Listen(cfg.Services); err != nil {
+		a.log.Error().Err(err).Msg("some udp VIPs have no endpoint: their datagrams get ICMP port unreachable")
 	}
 }
 

@@ -86,6 +86,11 @@ func (a *Appliance) SampleNow() []policy.Explanation {
 		a.log.Warn().Uint64("dropped", lost).Msg("host capture lost packets in the last interval (its socket buffer overran): the via: host legs' counts are partial")
 	}
 	samples := samplesFrom(cfg, s, a.OpenByTarget(), lost > 0)
+	for k, r := range a.admit.TakeResponses() {
+		if ts := samples[k]; ts != nil { // nil: a target gone in a reload
+			ts.Responses, ts.ServerErrors, ts.FailedRequests = r.Responses, r.ServerErrors, r.Failed
+		}
+	}
 	judged := samples
 	if a.clu != nil {
 		judged = a.shareSamples(cfg, samples) // the cluster-wide sums

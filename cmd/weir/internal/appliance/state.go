@@ -34,6 +34,7 @@ func (a *Appliance) Status() api.Status {
 		st.Control.DroppedLogLines = a.opts.LogDrops()
 	}
 	st.Levels = status.Levels(a.adm.Snapshot())
+	st.Clients = status.Clients(a.adm.Clients())
 	if a.clu != nil {
 		st.Cluster = status.Cluster(a.clu.Status())
 	}

@@ -19,7 +19,8 @@ import (
 //
 // Every sampling interval each instance publishes its per-target samples
 // (data segments, retransmissions, timeouts and out-of-order segments per
-// direction, bytes, connections per service level) and the down-state of
+// direction, bytes, connections per service level, http responses and
+// their 5xx) and the down-state of
 // its targets (the end of a retry interval after a failed connect), and
 // judges the z/OS fractions on the cluster-wide sums. The samples are
 // filed by epoch of Redis's clock (floor(now / SamplingInterval)), and
@@ -44,7 +45,10 @@ type wireSample struct {
 	B    uint64 `json:",omitempty"` // bytes
 	C    int64  `json:",omitempty"` // active connections
 	TU   bool   `json:",omitempty"` // timeouts unknown
-	A    []wireAction
+	// RS, RE, RF are the http responses, those with a 5xx status and the
+	// requests that failed before a response (the error fraction's inputs).
+	RS, RE, RF uint64 `json:",omitempty"`
+	A          []wireAction
 	// D is the end of the target's retry interval after a failed connect
 	// (Unix ms), 0 when it is up.
 	D int64 `json:",omitempty"`
@@ -111,7 +115,8 @@ func (c *Cluster) ShareSamples(ctx context.Context, cfg *policy.Config, local ma
 		return strings.Compare(a.Target, b.Target)
 	}) {
 		s := local[k]
-		w := wireSample{S: k.Service, T: k.Target, F: toWire(s.FromTarget), O: toWire(s.ToTarget), B: s.Bytes, C: s.ActiveConns, TU: s.TimeoutsUnknown}
+		w := wireSample{S: k.Service, T: k.Target, F: toWire(s.FromTarget), O: toWire(s.ToTarget), B: s.Bytes, C: s.ActiveConns, TU: s.TimeoutsUnknown,
+			RS: s.Responses, RE: s.ServerErrors, RF: s.FailedRequests}
 		for _, a := range s.Actions {
 			if a.Action == nil {
 				continue
@@ -179,6 +184,9 @@ func (c *Cluster) ShareSamples(ctx context.Context, cfg *policy.Config, local ma
 			s.Bytes += w.B
 			s.ActiveConns += w.C
 			s.TimeoutsUnknown = s.TimeoutsUnknown || w.TU
+			s.Responses += w.RS
+			s.ServerErrors += w.RE
+			s.FailedRequests += w.RF
 			for _, wa := range w.A {
 				act := actions[wa.N]
 				if act == nil {

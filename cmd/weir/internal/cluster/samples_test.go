@@ -42,7 +42,8 @@ func sample(cfg *policy.Config, segs, retrans uint64, conns int64) map[policy.Ta
 	for _, tg := range []string{"t1", "t2"} {
 		s := &policy.TargetSample{Interval: 200 * time.Millisecond, ActiveConns: conns,
 			FromTarget: policy.DirSample{DataSegments: segs, Retransmitted: retrans, Measured: true},
-			Actions:    []policy.ActionSample{{Action: cfg.Actions[0], ActiveConns: conns, Bytes: 10}}}
+			Actions:    []policy.ActionSample{{Action: cfg.Actions[0], ActiveConns: conns, Bytes: 10}},
+			Responses:  segs / 10, ServerErrors: retrans / 10, FailedRequests: 1}
 		if tg == "t2" {
 			s.FromTarget.Retransmitted = 0
 		}
@@ -54,7 +55,8 @@ func sample(cfg *policy.Config, segs, retrans uint64, conns int64) map[policy.Ta
 
 // TestShareSamples: two instances publish different samples each
 // interval; from the second epoch on both judge the same cluster-wide
-// sums (segments, retransmissions, connections, per action), the
+// sums (segments, retransmissions, connections, per action, http
+// responses and 5xx), the
 // direction selected again, and a target one of them saw fail is down for
 // the other.
 func TestShareSamples(t *testing.T) {
@@ -81,7 +83,8 @@ func TestShareSamples(t *testing.T) {
 	}
 	s := sa.Samples[k1]
 	if s.SegmentsSent != 4000 || s.Retransmits != 60 || s.ActiveConns != 8 || len(s.Actions) != 1 ||
-		s.Actions[0].ActiveConns != 8 || s.Actions[0].Bytes != 20 || s.Actions[0].Action != cfgA.Actions[0] {
+		s.Actions[0].ActiveConns != 8 || s.Actions[0].Bytes != 20 || s.Actions[0].Action != cfgA.Actions[0] ||
+		s.Responses != 400 || s.ServerErrors != 6 || s.FailedRequests != 2 {
 		t.Errorf("a's sums for t1: %+v", s)
 	}
 	for _, k := range []policy.TargetKey{k1, k2} {

@@ -8,7 +8,9 @@
 // whole check. With no probe it passes when the TCP handshake completes; an
 // HTTP probe sends one request and judges the response's status; a
 // send/expect probe writes Send and judges the first bytes read against
-// Expect or ExpectRegexp. The connection is closed at the end.
+// Expect or ExpectRegexp. A target that takes a PROXY-protocol header
+// (Target.ProxyProtocol) gets the address-less one first (v2 LOCAL, v1
+// UNKNOWN), before the probe. The connection is closed at the end.
 package health
 
 import (
@@ -27,6 +29,7 @@ import (
 	"syscall"
 	"time"
 
+	"weir/netstack/proxy/proxyproto"
 	"weir/policy"
 )
 
@@ -49,6 +52,10 @@ type Target struct {
 	// Dial connects to Addr the way the target's connections go; nil is
 	// HostDial.
 	Dial DialFunc
+	// ProxyProtocol is the target's PROXY-protocol version: the check
+	// writes that version's address-less header (v2 LOCAL, v1 UNKNOWN)
+	// first, as weir's own connection, before the probe.
+	ProxyProtocol policy.ProxyProtocol
 }
 
 // Plan is what one round checks: the settings and the targets, both taken
@@ -188,7 +195,7 @@ func Check(ctx context.Context, t Target, h *policy.HealthCheck) Result {
 		return Result{Reason: reason(ctx, err)}
 	}
 	defer conn.Close()
-	if !h.HasProbe() {
+	if !h.HasProbe() && t.ProxyProtocol == policy.ProxyNone {
 		return Result{OK: true}
 	}
 	if d, ok := ctx.Deadline(); ok {
@@ -199,8 +206,18 @@ func Check(ctx context.Context, t Target, h *policy.HealthCheck) Result {
 	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 	// Where a target gets a PROXY-protocol header on its connections, the
-	// check writes the same header here, before the probe, so that the
-	// target sees a check as it sees traffic.
+	// check writes one too, before the probe, so that the target sees a
+	// check as it sees traffic: the address-less one (v2 LOCAL, v1
+	// UNKNOWN), since the check is weir's own connection.
+	if t.ProxyProtocol != policy.ProxyNone {
+		hdr := proxyproto.Append(nil, proxyproto.Version(t.ProxyProtocol), netip.AddrPort{}, netip.AddrPort{})
+		if _, err := conn.Write(hdr); err != nil {
+			return Result{Reason: reason(ctx, err)}
+		}
+		if !h.HasProbe() {
+			return Result{OK: true}
+		}
+	}
 	if h.HTTP != nil {
 		return probeHTTP(ctx, conn, t, h.HTTP)
 	}
@@ -318,7 +335,7 @@ func isErrno(err error, e syscall.Errno) bool { return errors.Is(err, e) }
 func ServiceTargets(vs *policy.VirtualServer, dial func(policy.DialVia) DialFunc) []Target {
 	out := make([]Target, 0, len(vs.Targets))
 	for _, t := range vs.Targets {
-		ct := Target{Name: t.Name, Dial: dial(t.Via)}
+		ct := Target{Name: t.Name, Dial: dial(t.Via), ProxyProtocol: t.ProxyProtocol}
 		if t.Addr.IsValid() {
 			ct.Addr = t.DialAddr(vs.Ports.Lo)
 		}

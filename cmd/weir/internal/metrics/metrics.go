@@ -40,6 +40,10 @@ type Def struct {
 	histograms func(st *api.Status, emit func(count uint64, sum float64, buckets map[float64]uint64, labels ...string))
 }
 
+// udpOn reports whether st has udp services (or had sessions): the udp
+// metrics with labels are emitted only then.
+func udpOn(st *api.Status) bool { return st.UDP.Endpoints > 0 || st.UDP.Created > 0 }
+
 // emitter is the function a Def's samples calls per sample.
 type emitter = func(v float64, labels ...string)
 
@@ -126,6 +130,30 @@ func perClusterLevel(f func(l *api.ClusterLevel) float64) func(*api.Status, emit
 	})
 }
 
+// perQueue emits f of every level's queue, then of every client table's.
+func perQueue(f func(q *api.Queue) float64) func(*api.Status, emitter) {
+	return func(st *api.Status, emit emitter) {
+		for i := range st.Levels {
+			if l := &st.Levels[i]; l.Queue != nil {
+				emit(f(l.Queue), l.Level, l.Name)
+			}
+		}
+		for i := range st.Clients {
+			if c := &st.Clients[i]; c.Queue != nil {
+				emit(f(c.Queue), "client", c.Scope)
+			}
+		}
+	}
+}
+
+func perClientTable(f func(c *api.ClientTable) float64) func(*api.Status, emitter) {
+	return func(st *api.Status, emit emitter) {
+		for i := range st.Clients {
+			emit(f(&st.Clients[i]), st.Clients[i].Scope)
+		}
+	}
+}
+
 func bool01(b bool) float64 {
 	if b {
 		return 1
@@ -185,6 +213,51 @@ var Defs = []Def{
 		Help:    "1 while the level exceeds a limit (connections, bandwidth or burst): enforced limits refuse new connections, logged ones only warn.",
 		samples: perLevel(func(l *api.Level) (float64, bool) { return bool01(l.Over), true })},
 
+	// Queues at the connection limits (limits.queue, clientLimits.queue):
+	// level "client" with the service's name ("" the instance) for a
+	// client table's queues, summed over its clients.
+	{Name: "weir_queue_waiting", Type: Gauge, Labels: levelLabels,
+		Help:    "Connections (requests) waiting now in the level's queue for a slot at its maxConnections. Near the queue's limit: the next arrivals are refused at once (weir_queue_full_total).",
+		samples: perQueue(func(q *api.Queue) float64 { return float64(q.Waiting) })},
+	{Name: "weir_queue_limit", Type: Gauge, Labels: levelLabels,
+		Help:    "The queue's configured length (queue); per client for a client table's queues.",
+		samples: perQueue(func(q *api.Queue) float64 { return float64(q.Limit) })},
+	{Name: "weir_queue_waits_total", Type: Counter, Labels: levelLabels,
+		Help:    "Connections (requests) that joined the level's queue.",
+		samples: perQueue(func(q *api.Queue) float64 { return float64(q.Waits) })},
+	{Name: "weir_queue_served_total", Type: Counter, Labels: levelLabels,
+		Help:    "Connections (requests) admitted from the level's queue.",
+		samples: perQueue(func(q *api.Queue) float64 { return float64(q.Served) })},
+	{Name: "weir_queue_timeouts_total", Type: Counter, Labels: levelLabels,
+		Help:    "Connections (requests) refused after waiting queueTimeout in the level's queue: the limit is too low for the load, or its holders too slow.",
+		samples: perQueue(func(q *api.Queue) float64 { return float64(q.TimedOut) })},
+	{Name: "weir_queue_full_total", Type: Counter, Labels: levelLabels,
+		Help:    "Connections (requests) refused at once because the level's queue was full.",
+		samples: perQueue(func(q *api.Queue) float64 { return float64(q.Full) })},
+	{Name: "weir_queue_wait_seconds_total", Type: Counter, Labels: levelLabels,
+		Help:    "Time spent in the level's queue by the connections that left it; divided by weir_queue_waits_total, the mean wait.",
+		samples: perQueue(func(q *api.Queue) float64 { return q.WaitedSec })},
+
+	// Per-client limits (clientLimits).
+	{Name: "weir_client_table_clients", Type: Gauge, Labels: []string{"service"},
+		Help:    "Clients kept in the per-client table of the service (\"\" for the instance's), idle ones included; bounded by tableSize.",
+		samples: perClientTable(func(c *api.ClientTable) float64 { return float64(c.Clients) })},
+	{Name: "weir_client_table_size", Type: Gauge, Labels: []string{"service"},
+		Help:    "The per-client table's bound (tableSize).",
+		samples: perClientTable(func(c *api.ClientTable) float64 { return float64(c.Size) })},
+	{Name: "weir_client_table_active", Type: Gauge, Labels: []string{"service"},
+		Help:    "Clients with a connection (request) open or queued in the per-client table.",
+		samples: perClientTable(func(c *api.ClientTable) float64 { return float64(c.Active) })},
+	{Name: "weir_client_refused_total", Type: Counter, Labels: []string{"service"},
+		Help:    "Connections (requests) refused at a per-client limit.",
+		samples: perClientTable(func(c *api.ClientTable) float64 { return float64(c.Refused) })},
+	{Name: "weir_client_table_overflow_total", Type: Counter, Labels: []string{"service"},
+		Help:    "New clients admitted without a per-client limit because the table was full of active clients: raise tableSize.",
+		samples: perClientTable(func(c *api.ClientTable) float64 { return float64(c.Overflow) })},
+	{Name: "weir_client_table_evicted_total", Type: Counter, Labels: []string{"service"},
+		Help:    "Idle clients dropped, least recently used first, to make room for new ones (their bandwidth history with them).",
+		samples: perClientTable(func(c *api.ClientTable) float64 { return float64(c.Evicted) })},
+
 	// Targets.
 	{Name: "weir_target_connections_open", Type: Gauge, Labels: targetLabels,
 		Help:    "Open connections to the target.",
@@ -203,11 +276,12 @@ var Defs = []Def{
 			emit(float64(t.Effective), "effective")
 		})},
 	{Name: "weir_target_fraction_percent", Type: Gauge, Labels: []string{"service", "target", "part"},
-		Help: "The target's QoS weight fraction (part=total) and its parts (loss, timeout, default, action) from the last sampling interval, in percent; the part equal to the total is the cause of a cut weight.",
+		Help: "The target's QoS weight fraction (part=total) and its parts (loss, timeout, error, default, action) from the last sampling interval, in percent; the part equal to the total is the cause of a cut weight. part=error is an http target's 5xx ratio (monitor.errorRatioAndWeightFr).",
 		samples: perTarget(func(t *api.Target, emit func(float64, ...string)) {
 			if e := t.Explanation; e != nil {
 				emit(float64(e.LossFraction), "loss")
 				emit(float64(e.TimeoutFraction), "timeout")
+				emit(float64(e.ErrorFraction), "error")
 				emit(float64(e.DefaultFraction), "default")
 				emit(float64(e.ActionFraction), "action")
 				emit(float64(e.Fraction), "total")
@@ -237,14 +311,20 @@ var Defs = []Def{
 		Help:    "Retransmission timeouts on those legs by direction (from_target: retransmissions after a silence longer than the flow's RTO estimate).",
 		samples: perDirection(func(d *api.DirTotals) float64 { return float64(d.Timeouts) })},
 	{Name: "weir_target_up", Type: Gauge, Labels: targetLabels,
-		Help:    "1 while the target may be picked; 0 while a failed connect keeps it down for retryInterval or its health checks fail.",
-		samples: perTarget(func(t *api.Target, emit func(float64, ...string)) { emit(bool01(!t.Down && t.HealthUp)) })},
+		Help:    "1 while the target may be picked; 0 while a failed connect keeps it down for retryInterval, its health checks fail or outlier ejection keeps it out.",
+		samples: perTarget(func(t *api.Target, emit func(float64, ...string)) { emit(bool01(!t.Down && t.HealthUp && !t.Ejected)) })},
 	{Name: "weir_target_picked_total", Type: Counter, Labels: targetLabels,
 		Help:    "Connections the balancer gave to the target.",
 		samples: perTarget(func(t *api.Target, emit func(float64, ...string)) { emit(float64(t.Picked)) })},
 	{Name: "weir_target_connect_failures_total", Type: Counter, Labels: targetLabels,
 		Help:    "Connects to the target that failed; each takes the target out for retryInterval. Check that the target listens and is reachable.",
 		samples: perTarget(func(t *api.Target, emit func(float64, ...string)) { emit(float64(t.Failed)) })},
+	{Name: "weir_target_ejected", Type: Gauge, Labels: targetLabels,
+		Help:    "1 while outlier ejection (balancer.ejection) keeps the target out after consecutive failures; it comes back by itself after ejection.for.",
+		samples: perTarget(func(t *api.Target, emit func(float64, ...string)) { emit(bool01(t.Ejected)) })},
+	{Name: "weir_target_ejections_total", Type: Counter, Labels: targetLabels,
+		Help:    "Times outlier ejection took the target out; each is also one log line. Never more than ejection.maxPercent of a service's targets are out at once.",
+		samples: perTarget(func(t *api.Target, emit func(float64, ...string)) { emit(float64(t.Ejections)) })},
 	{Name: "weir_target_skipped_at_limit_total", Type: Counter, Labels: targetLabels,
 		Help:    "Picks that passed the target over because it was at maxConnections; a steady rise means the target's maxConnections is too low for its share.",
 		samples: perTarget(func(t *api.Target, emit func(float64, ...string)) { emit(float64(t.SkippedAtLimit)) })},
@@ -329,7 +409,7 @@ var Defs = []Def{
 		Help:    "SYNs dropped for want of room: a VIP listener's accept queue full, or, for services without listeners (port ranges over 256), the in-flight bounds (inFlightPerVIP per VIP, 1024 in all); clients retry after a second. A flood at a listened VIP shows as weir_forwarder_syn_cookies_sent_total instead.",
 		samples: one(func(st *api.Status) float64 { return float64(st.Stack.SYNsDroppedInFlight) })},
 	{Name: "weir_stack_udp_no_socket_total", Type: Counter,
-		Help:    "UDP datagrams to an address with no socket, answered with ICMP port unreachable: weir balances TCP only.",
+		Help:    "UDP datagrams to an address and port with no socket (no udp service), answered with ICMP port unreachable (rate-limited by the stack).",
 		samples: one(func(st *api.Status) float64 { return float64(st.Stack.UDPNoSocket) })},
 	{Name: "weir_stack_icmp_unreachables_sent_total", Type: Counter,
 		Help:    "ICMP and ICMPv6 destination-unreachable messages weir's stack sent.",
@@ -343,6 +423,69 @@ var Defs = []Def{
 	{Name: "weir_stack_ip_fragments_refused_total", Type: Counter,
 		Help:    "IP fragments reassembly refused: overlapping (the whole datagram is dropped), conflicting last fragments, or past 64 KiB. Tiny fragments are weir_datapath_dropped_total{reason=tiny_fragment}.",
 		samples: one(func(st *api.Status) float64 { return float64(st.Stack.IPFragmentsRefused) })},
+
+	// UDP services.
+	{Name: "weir_udp_endpoints", Type: Gauge,
+		Help:    "VIP and port endpoints of udp services open now: each VIP times each port of every udp service. Fewer than configured: see the error log (a range wider than 256 ports).",
+		samples: one(func(st *api.Status) float64 { return float64(st.UDP.Endpoints) })},
+	{Name: "weir_udp_target_dial_failures_total", Type: Counter,
+		Help:    "udp session target sockets that could not be opened (no route to the target, no back arm); the next target is tried.",
+		samples: one(func(st *api.Status) float64 { return float64(st.UDP.DialFailed) })},
+	{Name: "weir_udp_sessions", Type: Gauge,
+		Help:    "Open udp sessions (client address and port with VIP and port). Near the table bound (65536) or a service's udp.maxSessions: new sessions are being dropped.",
+		samples: one(func(st *api.Status) float64 { return float64(st.UDP.Sessions) })},
+	{Name: "weir_udp_sessions_created_total", Type: Counter,
+		Help:    "udp sessions admitted; its rate is the new-session rate (a spoofed flood shows here and in the drops).",
+		samples: one(func(st *api.Status) float64 { return float64(st.UDP.Created) })},
+	{Name: "weir_udp_sessions_dropped_total", Type: Counter, Labels: []string{"reason"},
+		Help: "New udp sessions whose datagram was dropped, nothing sent back: refused (admission: a limit, every target at maxConnections, no target, or every target socket failed), table_full (the session table's bound), vip_full (the VIP and port's udp.maxSessions).",
+		samples: func(st *api.Status, emit emitter) {
+			if !udpOn(st) {
+				return
+			}
+			emit(float64(st.UDP.Refused), "refused")
+			emit(float64(st.UDP.DroppedFull), "table_full")
+			emit(float64(st.UDP.DroppedVIP), "vip_full")
+		}},
+	{Name: "weir_udp_sessions_ended_total", Type: Counter, Labels: []string{"reason"},
+		Help: "udp sessions ended: idle (udp.idleTimeout), responses (udp.responses replies), error (the target socket failed: ICMP unreachable from the target, which marks it down), closed (shutdown).",
+		samples: func(st *api.Status, emit emitter) {
+			if !udpOn(st) {
+				return
+			}
+			emit(float64(st.UDP.EndedIdle), "idle")
+			emit(float64(st.UDP.EndedResponses), "responses")
+			emit(float64(st.UDP.EndedError), "error")
+			emit(float64(st.UDP.EndedClosed), "closed")
+		}},
+	{Name: "weir_udp_datagrams_total", Type: Counter, Labels: []string{"direction"},
+		Help: "Datagrams relayed by udp sessions: in (client to target), out (target to client).",
+		samples: func(st *api.Status, emit emitter) {
+			if !udpOn(st) {
+				return
+			}
+			emit(float64(st.UDP.DatagramsIn), "in")
+			emit(float64(st.UDP.DatagramsOut), "out")
+		}},
+	{Name: "weir_udp_bytes_total", Type: Counter, Labels: []string{"direction"},
+		Help: "Payload bytes relayed by udp sessions: in (client to target), out (target to client).",
+		samples: func(st *api.Status, emit emitter) {
+			if !udpOn(st) {
+				return
+			}
+			emit(float64(st.UDP.BytesIn), "in")
+			emit(float64(st.UDP.BytesOut), "out")
+		}},
+	{Name: "weir_udp_datagrams_lost_total", Type: Counter, Labels: []string{"reason"},
+		Help: "Datagrams of udp services lost inside weir: write_error (a socket refused it), receive_buffer (a VIP endpoint's receive buffer was full: the relay fell behind), no_service (its service was reloaded away).",
+		samples: func(st *api.Status, emit emitter) {
+			if !udpOn(st) {
+				return
+			}
+			emit(float64(st.UDP.WriteErrors), "write_error")
+			emit(float64(st.UDP.ReceiveDropped), "receive_buffer")
+			emit(float64(st.UDP.NoService), "no_service")
+		}},
 
 	// Forwarder.
 	{Name: "weir_forwarder_no_service_total", Type: Counter,
@@ -391,6 +534,9 @@ var Defs = []Def{
 	{Name: "weir_forwarder_sni_refused_total", Type: Counter, Labels: []string{"reason"},
 		Help:    "Connections to tls services reset before admission, by reason: not-tls (the first bytes are no TLS handshake record), malformed (a record or the ClientHello does not parse), oversized (a ClientHello over 16 KiB), timeout (no complete ClientHello within timeouts.handshake), eof (the client closed first), error (another read error), no-match (no tls service of the VIP and port answers the server name, and none is sni default).",
 		samples: func(st *api.Status, emit emitter) { drops(st.Forwarder.SNIRefused, emit) }},
+	{Name: "weir_forwarder_proxy_protocol_refused_total", Type: Counter, Labels: []string{"reason"},
+		Help:    "Connections to a service with acceptProxyProtocol refused for their PROXY-protocol header (RST for tcp, 400 for http), by reason: untrusted (the sender is outside trustedProxies), missing (no header of an accepted version), malformed, timeout (no whole header within timeouts.handshake), error. Rising untrusted or missing: clients bypass the outer load balancer, or it sends no (or the other version's) header.",
+		samples: func(st *api.Status, emit emitter) { drops(st.Forwarder.ProxyRefused, emit) }},
 	{Name: "weir_forwarder_listeners", Type: Gauge,
 		Help:    "VIP and port pairs weir listens on (SYN cookies, per-VIP backlogs).",
 		samples: one(func(st *api.Status) float64 { return float64(st.Forwarder.Listeners) })},

@@ -34,6 +34,14 @@ var notMetrics = map[string]string{
 	"Cluster.Bandwidth.Max":              "weir_level_max_bandwidth_bytes_per_second",
 	"HTTP.Durations.Bounds":              "the histogram's le labels",
 	"Forwarder.HTTPClients":              "the sum of weir_http_client_connections{kind=open}",
+	"Levels.Queue.TimeoutMs":             "configuration, shown by weir status",
+	"Clients.Queue.TimeoutMs":            "configuration, shown by weir status",
+	"Clients.MaxConnections":             "configuration, shown by weir status",
+	"Clients.MaxBandwidth":               "configuration, shown by weir status",
+	"Clients.PrefixV4":                   "configuration, shown by weir status",
+	"Clients.PrefixV6":                   "configuration, shown by weir status",
+	"Clients.EnforceConnections":         "configuration, shown by weir status",
+	"Clients.EnforceBandwidth":           "configuration, shown by weir status",
 }
 
 // explained is the part of a target's weight explanation that is exported
@@ -48,7 +56,8 @@ var explained = map[string]bool{
 func populated(t *testing.T) (api.Status, map[string][]float64) {
 	t.Helper()
 	st := api.Status{
-		Levels:   []api.Level{{Level: "instance", Name: "i"}, {Level: "class", Name: "c"}},
+		Levels:   []api.Level{{Level: "instance", Name: "i"}, {Level: "class", Name: "c", Queue: &api.Queue{Limit: 8}}},
+		Clients:  []api.ClientTable{{Scope: "web", Queue: &api.Queue{Limit: 2}}},
 		Services: []api.Service{{Name: "web", Proto: "http", Targets: []api.Target{{Name: "a", HealthUp: true}, {Name: "b", Down: true}}}},
 		Refusals: []api.Refusal{{Level: "class", Limit: "maxConnections"}, {Level: "instance", Limit: "draining"}},
 		Datapath: api.Datapath{Dropped: []api.Drop{{Reason: "truncated"}, {Reason: "bad_ihl"}}},
@@ -63,6 +72,7 @@ func populated(t *testing.T) (api.Status, map[string][]float64) {
 	st.TUN = &api.TUN{Name: "weir0"}
 	st.Forwarder.ListenDropped = []api.Drop{{Reason: "segment_queue"}, {Reason: "accept_queue"}}
 	st.Forwarder.SNIRefused = []api.Drop{{Reason: "malformed"}, {Reason: "no-match"}}
+	st.Forwarder.ProxyRefused = []api.Drop{{Reason: "untrusted"}, {Reason: "malformed"}}
 	st.Cluster = &api.Cluster{Members: []api.ClusterMember{{ID: "a"}},
 		Levels:    []api.ClusterLevel{{Level: "virtual server", Name: "web"}, {Level: "target", Name: "a", Service: "web"}},
 		Bandwidth: []api.ClusterBandwidth{{Level: "instance", Name: "i"}},

@@ -13,8 +13,11 @@ import (
 
 // AccessRecord is one connection through weir, written when it ends.
 type AccessRecord struct {
-	Start   time.Time
-	Client  string // ip:port
+	Start  time.Time
+	Client string // ip:port
+	// Proxy is the outer load balancer's ip:port when a PROXY-protocol
+	// header from it named Client; "" otherwise.
+	Proxy   string
 	VIP     string // ip:port
 	Service string
 	// ServerName is a tls service's ClientHello server name (lower case;
@@ -39,6 +42,9 @@ type AccessRecord struct {
 	// RequestLine and Status are set for HTTP refusals answered with a page.
 	RequestLine string
 	Status      int
+	// QueueWait is how long the connection (request) waited in a limit's
+	// queue before it was admitted or refused; 0: it did not queue.
+	QueueWait time.Duration
 }
 
 // AccessLog writes one line per connection: JSON by default, Common Log
@@ -75,11 +81,17 @@ func (a *AccessLog) Log(r AccessRecord) {
 	e = e.
 		Uint64("bytes_in", r.BytesIn).Uint64("bytes_out", r.BytesOut).
 		Dur("duration_ms", r.Duration).Str("outcome", r.Outcome)
+	if r.Proxy != "" {
+		e = e.Str("proxy", r.Proxy)
+	}
 	if r.Reason != "" {
 		e = e.Str("reason", r.Reason)
 	}
 	if r.RequestLine != "" {
 		e = e.Str("request", r.RequestLine).Int("status", r.Status)
+	}
+	if r.QueueWait > 0 {
+		e = e.Dur("queue_wait_ms", r.QueueWait)
 	}
 	e.Send()
 }
@@ -126,8 +138,14 @@ func CLF(r AccessRecord) string {
 			status = 500
 		}
 	}
-	return fmt.Sprintf("%s - - [%s] %q %d %s %q %d", host, r.Start.Format("02/Jan/2006:15:04:05 -0700"),
+	line := fmt.Sprintf("%s - - [%s] %q %d %s %q %d", host, r.Start.Format("02/Jan/2006:15:04:05 -0700"),
 		req, status, strconv.FormatUint(r.BytesOut, 10), orDash(r.Target), r.Duration.Microseconds())
+	if r.QueueWait > 0 {
+		// A fourth field of weir's own, only for a connection that
+		// queued: the queue wait in microseconds.
+		line += " queue=" + strconv.FormatInt(r.QueueWait.Microseconds(), 10)
+	}
+	return line
 }
 
 func cutPort(hostport string) (host, port string, ok bool) {

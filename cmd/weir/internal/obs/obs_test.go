@@ -86,6 +86,24 @@ func TestAccessLog(t *testing.T) {
 	if m["outcome"] != "503" || m["request"] != "GET /wlm/BeenThere HTTP/1.1" || m["bytes_out"] != 431.0 {
 		t.Errorf("json access line %v", m)
 	}
+	if _, ok := m["queue_wait_ms"]; ok {
+		t.Errorf("queue_wait_ms on a line that did not queue: %v", m)
+	}
+	// A request that waited in a limit's queue says how long.
+	rec.QueueWait = 1250 * time.Millisecond
+	if got := CLF(rec); !strings.HasSuffix(got, `"-" 1500 queue=1250000`) {
+		t.Errorf("CLF of a queued request: %s", got)
+	}
+	buf.Reset()
+	a.Log(rec)
+	a.Flush()
+	m = nil
+	if err := json.Unmarshal(buf.Bytes(), &m); err != nil {
+		t.Fatal(err)
+	}
+	if m["queue_wait_ms"] != 1250.0 {
+		t.Errorf("json access line of a queued request: %v", m)
+	}
 }
 
 // TestCloseKeepsOutputOpen: closing the log must not close its output

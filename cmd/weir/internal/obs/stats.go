@@ -29,6 +29,8 @@ func Stats(log *zerolog.Logger, e *policy.Explanation, sg api.Segments, fr map[s
 		Int64("open", e.ActiveConns).Int64("max", e.MaxConns).
 		Int64("pending_requests", pending).
 		Int("loss_fr", e.LossFraction).Int("timeout_fr", e.TimeoutFraction).
+		Uint64("responses", e.Responses).Uint64("server_errors", e.ServerErrors).Uint64("failed_requests", e.FailedRequests).
+		Int("error_fr", e.ErrorFraction).
 		Int("default_fr", e.DefaultFraction).Int("action_fr", e.ActionFraction).
 		Int("fraction", e.Fraction).Str("winner", e.Winner.String()).
 		Int("weight", e.BaseWeight).Int("effective", e.Weight).Int("default_effective", e.DefaultWeight).

@@ -116,3 +116,27 @@ func TestSkipLog(t *testing.T) {
 		t.Errorf("third interval: %q", l)
 	}
 }
+
+// TestStatsLineErrorPart: an http target's error part is in its STATS
+// line, as fields and in the message.
+func TestStatsLineErrorPart(t *testing.T) {
+	var buf bytes.Buffer
+	log := zerolog.New(&buf)
+	e := &policy.Explanation{Service: "web", Target: "t1", BaseWeight: 4, Weight: 3, Fraction: 25, DefaultFraction: 25,
+		Winner: policy.WinError, Responses: 100, ServerErrors: 10, ErrorRatio: 100, ErrorFraction: 25}
+	Stats(&log, e, api.Segments{}, nil, 0)
+	var line struct {
+		Message   string `json:"message"`
+		Responses uint64 `json:"responses"`
+		Errors    uint64 `json:"server_errors"`
+		ErrorFr   int    `json:"error_fr"`
+		Winner    string `json:"winner"`
+	}
+	if err := json.Unmarshal(buf.Bytes(), &line); err != nil {
+		t.Fatalf("%v: %s", err, buf.Bytes())
+	}
+	if line.Responses != 100 || line.Errors != 10 || line.ErrorFr != 25 || line.Winner != "error" ||
+		!strings.Contains(line.Message, "won=error") || !strings.Contains(line.Message, "error=25% (10/100 5xx 10.0%)") {
+		t.Errorf("STATS line %s", buf.Bytes())
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"weir/netstack"
 	"weir/netstack/proxy"
 	proxyhttp "weir/netstack/proxy/http"
+	udprelay "weir/netstack/proxy/udp"
 	"weir/policy"
 )
 
@@ -31,6 +32,8 @@ type RawStats struct {
 	Forwarder netstack.ForwarderStats // the accept path
 	Proxy     proxy.Stats             // the connections it handed over
 	HTTP      proxyhttp.Stats         // of those, the http virtual servers' requests
+	UDPFront  netstack.UDPFrontStats  // the udp services' VIP endpoints
+	UDP       udprelay.Stats          // the udp services' sessions
 	// NICs are the front NIC, the further front queues' and the back
 	// arms', in that order.
 	NICs []NICStats
@@ -63,6 +66,12 @@ func Parts(st *api.Status, raw RawStats, devs []datapath.Device) {
 	// own counter is only the tcp.Forwarder path's global bound).
 	st.Stack.SYNsDroppedInFlight = raw.Forwarder.DroppedInFlight
 	st.Forwarder = forwarderDoc(raw.Forwarder, raw.Proxy, raw.HTTP)
+	u, f := raw.UDP, raw.UDPFront
+	st.UDP = api.UDP{Sessions: u.Sessions, Endpoints: f.Endpoints, Created: u.Created, Refused: u.Refused,
+		DroppedFull: u.DroppedFull, DroppedVIP: u.DroppedVIP, DialFailed: u.DialFailed,
+		EndedIdle: u.EndedIdle, EndedResponses: u.EndedResponses, EndedError: u.EndedError, EndedClosed: u.EndedClosed,
+		DatagramsIn: u.DatagramsIn, DatagramsOut: u.DatagramsOut, BytesIn: u.BytesIn, BytesOut: u.BytesOut,
+		WriteErrors: u.WriteErrors, ReceiveDropped: f.ReceiveDropped, NoService: f.NoService}
 	st.Control.DroppedEvents = raw.AdmissionEventsDropped
 	for i, n := range raw.NICs {
 		st.NICs = append(st.NICs, nicDoc(n))
@@ -95,6 +104,38 @@ func Levels(snap []policy.LevelStat) []api.Level {
 			MaxConnections: l.Limits.MaxConnections, EnforceConnections: l.Limits.EnforceConnections,
 			Bandwidth: l.Bandwidth, MaxBandwidth: l.Limits.MaxBandwidth, EnforceBandwidth: l.Limits.EnforceBandwidth,
 			Over: l.OverConns || l.OverBandwidth || l.OverBurst, Retired: l.Retired,
+			Queue: queue(l.Queue),
+		})
+	}
+	return out
+}
+
+// queue converts a queue's counters; nil for a level without a queue
+// that never had one.
+func queue(q policy.QueueStat) *api.Queue {
+	if q.Limit == 0 && q.Waits == 0 && q.Full == 0 {
+		return nil
+	}
+	return &api.Queue{Limit: q.Limit, TimeoutMs: q.Timeout.Milliseconds(), Waiting: q.Waiting, Waits: q.Waits,
+		Served: q.Served, TimedOut: q.TimedOut, Full: q.Full, WaitedSec: q.Waited.Seconds()}
+}
+
+// Clients converts the per-client tables.
+func Clients(cs []policy.ClientStat) []api.ClientTable {
+	var out []api.ClientTable
+	for _, c := range cs {
+		v4, v6 := c.Limits.PrefixV4, c.Limits.PrefixV6
+		if v4 == 0 {
+			v4 = 32
+		}
+		if v6 == 0 {
+			v6 = 128
+		}
+		out = append(out, api.ClientTable{
+			Scope: c.Scope, MaxConnections: c.Limits.MaxConnections, EnforceConnections: c.Limits.EnforceConnections,
+			MaxBandwidth: c.Limits.MaxBandwidth, EnforceBandwidth: c.Limits.EnforceBandwidth, PrefixV4: v4, PrefixV6: v6,
+			Clients: c.Clients, Active: c.Active, Size: c.Size, Refused: c.Refused, Overflow: c.Overflow, Evicted: c.Evicted,
+			Queue: queue(c.Queue),
 		})
 	}
 	return out
@@ -164,6 +205,7 @@ func Target(t balancer.TargetStatus, e *policy.Explanation, fr map[string]map[st
 		Weight: t.Weight, Effective: t.Effective, Exact: t.Exact, SlowStart: t.SlowStart,
 		Open: t.Open, Max: t.Max, Down: t.Down, DownUntil: t.DownUntil, HealthUp: t.HealthUp,
 		SkippedAtLimit: t.SkippedAtLimit, Picked: t.Picked, Failed: t.Failed,
+		Ejected: t.Ejected, EjectedUntil: t.EjectedUntil, Ejections: t.Ejections,
 	}
 	if c := t.Check; c != nil {
 		out.Check = &api.HealthCheck{At: c.At, OK: c.OK, Reason: c.Reason, Streak: c.Streak, Need: c.Need}
@@ -189,6 +231,9 @@ func Target(t balancer.TargetStatus, e *policy.Explanation, fr map[string]map[st
 			Fraction: e.Fraction, Winner: e.Winner.String(), BaseWeight: e.BaseWeight, Weight: e.Weight,
 			MinSegments: e.MinSegments, PendingSegments: e.PendingSegments, TimeoutsUnknown: e.TimeoutsUnknown,
 			DefaultWeight: e.DefaultWeight,
+			Responses:     e.Responses, ServerErrors: e.ServerErrors, FailedRequests: e.FailedRequests,
+			ErrorRatio: e.ErrorRatio, ErrorFraction: e.ErrorFraction, ErrorHeld: e.ErrorHeld,
+			MinResponses: e.MinResponses, PendingResponses: e.PendingResponses,
 		}
 		for _, l := range e.Levels {
 			out.Explanation.Levels = append(out.Explanation.Levels, api.ExplanationLevel{
@@ -230,8 +275,12 @@ func forwarderDoc(s netstack.ForwarderStats, p proxy.Stats, h proxyhttp.Stats) a
 	for i, n := range p.SNIRefused {
 		sni[i] = api.Drop{Reason: proxy.SNIRefusalNames[i], Count: n}
 	}
+	pp := make([]api.Drop, len(p.ProxyRefused))
+	for i, n := range p.ProxyRefused {
+		pp[i] = api.Drop{Reason: proxy.ProxyReasons[i], Count: n}
+	}
 	return api.Forwarder{
-		SNIRouted: p.SNIRouted, SNIRefused: sni,
+		SNIRouted: p.SNIRouted, SNIRefused: sni, ProxyRefused: pp,
 		ListenDropped: []api.Drop{{Reason: "segment_queue", Count: ld.SegmentQueue},
 			{Reason: "accept_queue", Count: ld.AcceptQueue}, {Reason: "failed", Count: ld.Failed}},
 		Accepted: p.Accepted, Pending: s.Handshaking + p.Pending, NoService: s.NoService, RefusedClosed: s.RefusedClosed,

@@ -20,6 +20,7 @@ var rawNotInStatus = map[string]string{
 	"Stack.TCPForwardDropFull":  "a part of Stack.SYNsDroppedInFlight",
 	"Forwarder.UDPUnreachable":  "Stack.UDPNoSocket, the same gVisor counter",
 	"Proxy.DialFailed":          "Target.Failed and DialFailures",
+	"UDPFront.Received":         "UDP.DatagramsIn with the new sessions' drops (Refused, DroppedFull, DroppedVIP) and NoService",
 	"Proxy.Open":                "Open (admitted connections not yet closed)",
 	"Forwarder.Panics":          "a part of Forwarder.Panics (the accept path's and the proxy's)",
 	"Proxy.Panics":              "a part of Forwarder.Panics (the accept path's and the proxy's)",
@@ -68,11 +69,12 @@ func TestEveryRawCounterInStatus(t *testing.T) {
 		F api.Forwarder
 		N []api.NIC
 		C uint64
+		U api.UDP
 	}{}
 	// Through Parts, as the appliance builds the document.
 	var st api.Status
 	Parts(&st, raw, nil)
-	doc.D, doc.S, doc.F, doc.N, doc.C = st.Datapath, st.Stack, st.Forwarder, st.NICs, st.Control.DroppedEvents
+	doc.D, doc.S, doc.F, doc.N, doc.C, doc.U = st.Datapath, st.Stack, st.Forwarder, st.NICs, st.Control.DroppedEvents, st.UDP
 	// The sums of the accept path's and the proxy's parts.
 	if want := raw.Forwarder.Panics + raw.Proxy.Panics; st.Forwarder.Panics != want {
 		t.Errorf("Forwarder.Panics %d, want %d", st.Forwarder.Panics, want)

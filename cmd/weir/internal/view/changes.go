@@ -54,6 +54,9 @@ func Changes(prev, cur api.Status) []string {
 			if t.Down != p.Down {
 				out = append(out, fmt.Sprintf("%s: %s", name, map[bool]string{true: "down after a failed connect", false: "up again"}[t.Down]))
 			}
+			if t.Ejected != p.Ejected {
+				out = append(out, fmt.Sprintf("%s: %s", name, map[bool]string{true: "ejected after consecutive failures", false: "back from its ejection"}[t.Ejected]))
+			}
 			if t.HealthUp != p.HealthUp {
 				why := ""
 				if c := t.Check; c != nil && !c.OK {

@@ -83,6 +83,8 @@ func writeTable(w io.Writer, st api.Status) {
 			limit(l.MaxBandwidth, l.EnforceBandwidth), state)
 	}
 	tw.Flush()
+	writeQueues(w, st)
+	writeClients(w, st.Clients)
 	writeCluster(w, st.Cluster)
 
 	for _, s := range st.Services {
@@ -99,12 +101,15 @@ func writeTable(w io.Writer, st api.Status) {
 		}
 		fmt.Fprintln(w)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "  TARGET\tROLE\tOPEN/MAX\tWEIGHT\tLOSS\tTIMEOUT\tACTION\tFRACTION\tEFFECTIVE\tSTATE\tPICKED\tSKIPPED")
+		fmt.Fprintln(tw, "  TARGET\tROLE\tOPEN/MAX\tWEIGHT\tLOSS\tTIMEOUT\tERROR\tACTION\tFRACTION\tEFFECTIVE\tSTATE\tPICKED\tSKIPPED")
 		for _, t := range s.Targets {
-			loss, tmo, act, fr := "-", "-", "-", "-"
+			loss, tmo, errs, act, fr := "-", "-", "-", "-", "-"
 			if e := t.Explanation; e != nil {
 				loss = fmt.Sprintf("%d%% (%s)", e.LossFraction, Tenths(e.LossRatio))
 				tmo = fmt.Sprintf("%d%% (%s)", e.TimeoutFraction, Tenths(e.TimeoutRatio))
+				if s.Proto == "http" {
+					errs = fmt.Sprintf("%d%% (%s of %d)", e.ErrorFraction, Tenths(e.ErrorRatio), e.Responses)
+				}
 				if e.Action != "" {
 					act = fmt.Sprintf("%d%% %s", e.ActionFraction, e.Action)
 				}
@@ -112,6 +117,8 @@ func writeTable(w io.Writer, st api.Status) {
 			}
 			state := "up"
 			switch {
+			case t.Ejected:
+				state = "ejected until " + t.EjectedUntil.Format(time.TimeOnly)
 			case t.Down:
 				state = "down until " + t.DownUntil.Format(time.TimeOnly)
 			case !t.HealthUp:
@@ -123,8 +130,8 @@ func writeTable(w io.Writer, st api.Status) {
 			if t.Max > 0 {
 				max = strconv.FormatInt(t.Max, 10)
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t%d/%s\t%d\t%s\t%s\t%s\t%s\t%d\t%s\t%d\t%d\n", t.Name, t.Role, t.Open, max,
-				t.Weight, loss, tmo, act, fr, t.Effective, state, t.Picked, t.SkippedAtLimit)
+			fmt.Fprintf(tw, "  %s\t%s\t%d/%s\t%d\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%d\t%d\n", t.Name, t.Role, t.Open, max,
+				t.Weight, loss, tmo, errs, act, fr, t.Effective, state, t.Picked, t.SkippedAtLimit)
 		}
 		tw.Flush()
 		writeActionLevels(w, s.Targets)
@@ -319,4 +326,63 @@ func ratioTenths(num, den uint64) int {
 		return 0
 	}
 	return int(num * 1000 / den)
+}
+
+// writeQueues lists the queues at the connection limits: length now,
+// waits, served, timed out, refused full, mean wait.
+func writeQueues(w io.Writer, st api.Status) {
+	type row struct {
+		level, name string
+		q           *api.Queue
+	}
+	var rows []row
+	for _, l := range st.Levels {
+		if l.Queue != nil {
+			rows = append(rows, row{l.Level, l.Name, l.Queue})
+		}
+	}
+	for _, c := range st.Clients {
+		if c.Queue != nil {
+			rows = append(rows, row{"client", orInstance(c.Scope), c.Queue})
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nQueues at maxConnections")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  LEVEL\tNAME\tWAITING\tLIMIT\tTIMEOUT\tWAITS\tSERVED\tTIMED OUT\tFULL\tMEAN WAIT")
+	for _, r := range rows {
+		q := r.q
+		mean := "-"
+		if left := q.Served + q.TimedOut; left > 0 {
+			mean = (time.Duration(q.WaitedSec / float64(left) * float64(time.Second))).Round(time.Millisecond).String()
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%d\t%d\t%s\t%d\t%d\t%d\t%d\t%s\n", r.level, r.name, q.Waiting, q.Limit,
+			time.Duration(q.TimeoutMs)*time.Millisecond, q.Waits, q.Served, q.TimedOut, q.Full, mean)
+	}
+	tw.Flush()
+}
+
+// writeClients lists the per-client limit tables.
+func writeClients(w io.Writer, cs []api.ClientTable) {
+	if len(cs) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nPer-client limits")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  SCOPE\tPREFIX\tMAX CONNS\tMAX B/s\tCLIENTS\tACTIVE\tSIZE\tREFUSED\tEVICTED\tOVERFLOW")
+	for _, c := range cs {
+		fmt.Fprintf(tw, "  %s\t/%d /%d\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\n", orInstance(c.Scope), c.PrefixV4, c.PrefixV6,
+			limit(c.MaxConnections, c.EnforceConnections), limit(c.MaxBandwidth, c.EnforceBandwidth),
+			c.Clients, c.Active, c.Size, c.Refused, c.Evicted, c.Overflow)
+	}
+	tw.Flush()
+}
+
+func orInstance(scope string) string {
+	if scope == "" {
+		return "(instance)"
+	}
+	return scope
 }

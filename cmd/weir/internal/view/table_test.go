@@ -125,3 +125,35 @@ func TestWriteTableHostCapture(t *testing.T) {
 		t.Errorf("no capture loss:\n%s", s)
 	}
 }
+
+// TestWriteTableQueuesAndClients: weir status lists the queues at the
+// connection limits (length, waits, timeouts, mean wait) and the
+// per-client tables.
+func TestWriteTableQueuesAndClients(t *testing.T) {
+	st := api.Status{
+		Levels: []api.Level{
+			{Level: "virtual server", Name: "web", Connections: 2, MaxConnections: 2, EnforceConnections: true,
+				Queue: &api.Queue{Limit: 8, TimeoutMs: 2000, Waiting: 3, Waits: 10, Served: 6, TimedOut: 1, Full: 2, WaitedSec: 3.5}},
+			{Level: "instance", Name: "weir"},
+		},
+		Clients: []api.ClientTable{{Scope: "web", MaxConnections: 2, EnforceConnections: true, PrefixV4: 24, PrefixV6: 128,
+			Clients: 40, Active: 5, Size: 100000, Refused: 7, Evicted: 1, Overflow: 0,
+			Queue: &api.Queue{Limit: 1, TimeoutMs: 1000, Waits: 2, Served: 2, WaitedSec: 0.2}}},
+	}
+	var b strings.Builder
+	if err := WriteTable(&b, st); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"Queues at maxConnections",
+		"virtual server  web   3        8      2s       10     6       1          2     500ms",
+		"client          web   0        1      1s       2      2       0          0     100ms",
+		"Per-client limits",
+		"web    /24 /128",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("weir status lacks %q:\n%s", want, out)
+		}
+	}
+}
