@@ -460,4 +460,12 @@ func TestSyncCatchesUp(t *testing.T) {
 	if !c.Sync(time.Second) {
 		t.Fatal("Sync on an idle capture timed out")
 	}
+	// And without allocating (each final reading calls it).
+	if allocs := testing.AllocsPerRun(100, func() {
+		if !c.Sync(time.Second) {
+			t.Error("Sync on an idle capture timed out")
+		}
+	}); allocs != 0 {
+		t.Errorf("Sync on an idle capture: %.1f allocations, want 0", allocs)
+	}
 }
