@@ -59,7 +59,10 @@ func newTargetNode(t *testing.T, redisAddr, id string, max int64) *targetNode {
 			Name: "web", VIPs: []netip.Addr{netip.MustParseAddr("198.18.0.1")}, Ports: policy.PortRange{Lo: 80, Hi: 80},
 			Targets: []*policy.Target{{Name: "app", Addr: netip.MustParseAddrPort("198.18.1.1:80"), Weight: 1, MaxConnections: max}},
 		}},
-		Cluster: &policy.Cluster{Redis: redisAddr, Name: "test", Instance: id, LeaseInterval: interval},
+		// A borrow waits for the others' renewals: on a loaded test
+		// machine longer than the default 20 ms (the most allowed here,
+		// half the interval).
+		Cluster: &policy.Cluster{Redis: redisAddr, Name: "test", Instance: id, LeaseInterval: interval, BorrowTimeout: interval / 2},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -165,15 +168,10 @@ func TestTargetLimitClusterWide(t *testing.T) {
 	t.Logf("peak %d, %d picks in 3 s", peak.Load(), picked.Load())
 }
 
-// TestTargetSharesLikeLevels: a target's maxConnections gets what an
-// enforced level gets. Three instances, maxConnections 9: each holds its
-// even part, 3, from the renewal that first sees the three (before any
-// demand); 9 connections at one instance are all picked once the idle
-// two gave their parts back (a pick that finds the target at its share
-// is counted and renews early, which nudges them); closed, the slots go
-// back: an idle member is at its part again after at most two of its
-// renewals (the one that sees it short, and the nudged one).
-func TestTargetSharesLikeLevels(t *testing.T) {
+// threeAtThree starts three instances sharing a target's maxConnections
+// of 9 and waits until each sees the three and holds its even part, 3.
+func threeAtThree(t *testing.T) []*targetNode {
+	t.Helper()
 	r := startRedis(t)
 	var nodes []*targetNode
 	for _, id := range []string{"a", "b", "c"} {
@@ -189,6 +187,19 @@ func TestTargetSharesLikeLevels(t *testing.T) {
 	}, func() string {
 		return fmt.Sprintf("shares %d %d %d", nodes[0].level().Share, nodes[1].level().Share, nodes[2].level().Share)
 	})
+	return nodes
+}
+
+// TestTargetSharesLikeLevels: a target's maxConnections gets what an
+// enforced level gets. Three instances, maxConnections 9: each holds its
+// even part, 3, from the renewal that first sees the three (before any
+// demand); 9 connections at one instance are all picked once the idle
+// two gave their parts back (a pick that finds the target at its share
+// is counted and renews early, which nudges them); closed, the slots go
+// back: an idle member is at its part again after at most two of its
+// renewals (the one that sees it short, and the nudged one).
+func TestTargetSharesLikeLevels(t *testing.T) {
+	nodes := threeAtThree(t)
 	a := nodes[0]
 	var leases []balancer.Lease
 	start := time.Now()
@@ -233,21 +244,7 @@ func TestTargetSharesLikeLevels(t *testing.T) {
 // once, none refused while the cluster had a free slot, and the idle two
 // hold nothing while they are open.
 func TestTargetBorrowServesBurst(t *testing.T) {
-	r := startRedis(t)
-	var nodes []*targetNode
-	for _, id := range []string{"a", "b", "c"} {
-		nodes = append(nodes, newTargetNode(t, r.Addr(), id, 9))
-	}
-	eventually(t, 5*time.Second, func() bool {
-		for _, n := range nodes {
-			if len(n.c.Status().Members) != 3 || n.level().Share != 3 {
-				return false
-			}
-		}
-		return true
-	}, func() string {
-		return fmt.Sprintf("shares %d %d %d", nodes[0].level().Share, nodes[1].level().Share, nodes[2].level().Share)
-	})
+	nodes := threeAtThree(t)
 	a := nodes[0]
 	pick := func(hash uint64) (balancer.Lease, int, error) {
 		l, err := a.b.PickAction(time.Now(), hash, nil, nil)
