@@ -28,6 +28,7 @@ func (acceptAll) DialFailed(proxy.Decision, error) proxy.Decision {
 
 // TargetFailed would mark the target down for a while.
 func (acceptAll) TargetFailed(proxy.Decision, error) {}
+func (acceptAll) Spliced(int64)                      {}
 
 // Released would give the connection's slots back as soon as the client is
 // done with it.

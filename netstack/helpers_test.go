@@ -100,6 +100,7 @@ func (s *testSession) TargetFailed(d proxy.Decision, err error) {
 		s.a.nFailedLate.Add(1)
 	}
 }
+func (*testSession) Spliced(int64) {}
 
 func (s *testSession) Released() {
 	if s.ended.Load() {

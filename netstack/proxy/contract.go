@@ -163,17 +163,14 @@ type Session interface {
 	// are sent. A connection never spliced (refused, or every dial failed)
 	// goes straight to End.
 	Released()
+	// Spliced reports the bytes the splice of a tcp connection writes,
+	// either direction, as it writes them (weir's per-client bandwidth
+	// counts them). It may be called from both copy halves at once and
+	// must not block.
+	Spliced(n int64)
 	// End reports how the connection ended. e is valid only during the
 	// call. It must not block.
 	End(e *End)
-}
-
-// SplicedBytes is an optional interface of a spliced connection's Session:
-// the splice reports the bytes it writes, either direction, as it writes
-// them (weir's per-client bandwidth counts them). Spliced may be called
-// from both copy halves at once and must not block.
-type SplicedBytes interface {
-	Spliced(n int64)
 }
 
 // ErrFirstByteTimeout is the error a TargetFailed and the End of a

@@ -38,6 +38,7 @@ func (s *pipeSession) DialFailed(proxy.Decision, error) proxy.Decision {
 	return proxy.Decision{Verdict: proxy.RefuseRST}
 }
 func (s *pipeSession) TargetFailed(proxy.Decision, error) {}
+func (*pipeSession) Spliced(int64)                        {}
 func (s *pipeSession) Released()                          {}
 func (s *pipeSession) End(e *proxy.End) {
 	s.a.mu.Lock()

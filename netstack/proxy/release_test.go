@@ -13,6 +13,7 @@ type releaseSession struct {
 
 func (s *releaseSession) DialFailed(Decision, error) Decision { return Decision{Verdict: RefuseRST} }
 func (s *releaseSession) TargetFailed(Decision, error)        {}
+func (*releaseSession) Spliced(int64)                         {}
 func (s *releaseSession) Released()                           { s.released.Add(1) }
 func (s *releaseSession) End(*End)                            {}
 

@@ -58,8 +58,8 @@ type connEntry struct {
 
 	toTarget atomic.Uint64 // bytes read from the client and written to the target
 	toClient atomic.Uint64 // bytes read from the target and written to the client
-	// spliced is the Session's SplicedBytes, nil when it has none.
-	spliced SplicedBytes
+	// spliced hears the bytes written (Session.Spliced).
+	spliced Session
 	lastIO  atomic.Int64 // unix nanoseconds of the last byte moved
 	// streamNs is a raw counter: the nanoseconds during which data kept
 	// streaming, in either direction (what each half's StreamMeter
@@ -117,7 +117,7 @@ func (c *connEntry) abort() {
 // once: the copying runs on two goroutines of its own.
 func (f *Proxy) splice(req *ConnRequest, d Decision, sess Session, client Client, target Leg, t policy.Timeouts) {
 	c := &connEntry{req: *req, d: d, start: f.Now(), client: client, target: target}
-	c.spliced, _ = sess.(SplicedBytes)
+	c.spliced = sess
 	c.rel = f.closing.Track(req.Client.Addr(), client, sess)
 	c.lastIO.Store(c.start.UnixNano())
 	c.last.at = c.start

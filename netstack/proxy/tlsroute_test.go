@@ -59,6 +59,7 @@ func (s *sniSession) DialFailed(proxy.Decision, error) proxy.Decision {
 	return proxy.Decision{Verdict: proxy.RefuseRST}
 }
 func (s *sniSession) TargetFailed(proxy.Decision, error) {}
+func (*sniSession) Spliced(int64)                        {}
 func (s *sniSession) Released()                          {}
 func (s *sniSession) End(*proxy.End) {
 	s.a.mu.Lock()

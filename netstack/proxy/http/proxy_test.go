@@ -62,6 +62,7 @@ func (s *reqSession) DialFailed(proxy.Decision, error) proxy.Decision {
 	return proxy.Decision{Verdict: proxy.Refuse503}
 }
 func (s *reqSession) TargetFailed(proxy.Decision, error) {}
+func (*reqSession) Spliced(int64)                        {}
 func (s *reqSession) Released()                          {}
 func (s *reqSession) Moved(payload, _ int64) {
 	s.a.mu.Lock()

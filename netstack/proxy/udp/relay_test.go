@@ -57,6 +57,7 @@ func (s *testSession) DialFailed(proxy.Decision, error) proxy.Decision {
 	return proxy.Decision{Verdict: proxy.RefuseRST}
 }
 func (s *testSession) TargetFailed(proxy.Decision, error) {}
+func (*testSession) Spliced(int64)                        {}
 func (s *testSession) Released() {
 	if s.held {
 		s.held = false
