@@ -85,6 +85,7 @@ func writeTable(w io.Writer, st api.Status) {
 	tw.Flush()
 	writeQueues(w, st)
 	writeClients(w, st.Clients)
+	writeUDP(w, st.UDP)
 	writeCluster(w, st.Cluster)
 
 	for _, s := range st.Services {
@@ -381,6 +382,22 @@ func writeClients(w io.Writer, cs []api.ClientTable) {
 			c.Clients, c.Active, c.Size, c.Refused, c.Evicted, c.Overflow)
 	}
 	tw.Flush()
+}
+
+// writeUDP shows the udp services' sessions, once weir has a udp endpoint
+// or has had a session.
+func writeUDP(w io.Writer, u api.UDP) {
+	if u.Endpoints == 0 && u.Created == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nUDP sessions")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  OPEN\tENDPOINTS\tCREATED\tREFUSED\tTABLE FULL\tVIP FULL\tDATAGRAMS IN/OUT\tBYTES IN/OUT")
+	fmt.Fprintf(tw, "  %d\t%d\t%d\t%d\t%d\t%d\t%d/%d\t%s/%s\n", u.Sessions, u.Endpoints, u.Created, u.Refused,
+		u.DroppedFull, u.DroppedVIP, u.DatagramsIn, u.DatagramsOut, human(int64(u.BytesIn)), human(int64(u.BytesOut)))
+	tw.Flush()
+	fmt.Fprintf(w, "  ended: %d idle, %d after their responses, %d unanswered, %d target error, %d at shutdown\n",
+		u.EndedIdle, u.EndedResponses, u.EndedUnanswered, u.EndedError, u.EndedClosed)
 }
 
 func orInstance(scope string) string {

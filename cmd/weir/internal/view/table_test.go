@@ -157,3 +157,32 @@ func TestWriteTableQueuesAndClients(t *testing.T) {
 		}
 	}
 }
+
+// TestWriteTableUDP: weir status shows the udp sessions once there is a
+// udp endpoint, and nothing of them before.
+func TestWriteTableUDP(t *testing.T) {
+	var b strings.Builder
+	if err := WriteTable(&b, api.Status{}); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(b.String(), "UDP sessions") {
+		t.Errorf("a weir without udp services shows a UDP table:\n%s", b.String())
+	}
+	b.Reset()
+	st := api.Status{UDP: api.UDP{Sessions: 3, Endpoints: 2, Created: 300, Refused: 4, DroppedVIP: 1,
+		DatagramsIn: 300, DatagramsOut: 297, BytesIn: 12000, BytesOut: 30 << 10, EndedResponses: 296, EndedUnanswered: 1}}
+	if err := WriteTable(&b, st); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"UDP sessions",
+		"OPEN  ENDPOINTS  CREATED  REFUSED  TABLE FULL  VIP FULL  DATAGRAMS IN/OUT  BYTES IN/OUT",
+		"3     2          300      4        0           1         300/297",
+		"ended: 0 idle, 296 after their responses, 1 unanswered, 0 target error, 0 at shutdown",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("weir status lacks %q:\n%s", want, out)
+		}
+	}
+}
