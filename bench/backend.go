@@ -84,6 +84,9 @@ func (g *Gauge) Add(d int64) {
 // Peak is the largest count seen so far.
 func (g *Gauge) Peak() int64 { return g.peak.Load() }
 
+// Cur is the value now.
+func (g *Gauge) Cur() int64 { return g.cur.Load() }
+
 // ServeHTTP answers one request.
 func (b *Backend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	n := b.active.Add(1)

@@ -141,6 +141,12 @@ type Over struct {
 	// is then this instance's open connections.
 	Shared bool
 	Share  int64
+	// ClusterWide says a client's connection limit was judged cluster-wide
+	// (ClientArbiter): Measured is then the client's connections open at
+	// every member, Here those open at this one; Measured < 0 says the
+	// cluster could not be asked and its fallback refuses.
+	ClusterWide bool
+	Here        int64
 }
 
 // Error returns the refusal as one line naming every limit over, the first
@@ -187,6 +193,17 @@ func (r *Refusal) add(o Over) {
 func (o Over) Error() string { return string(o.append(nil)) }
 
 func (o Over) append(b []byte) []byte {
+	if o.ClusterWide && o.Measured < 0 {
+		b = appendLimit(b, o.Level, o.Name, o.Limit, o.Value, o.Here, true)
+		b = append(b[:len(b)-1], " here; the cluster could not be asked: failClosed)"...)
+		return b
+	}
+	if o.ClusterWide {
+		b = appendLimit(b, o.Level, o.Name, o.Limit, o.Value, o.Measured, true)
+		b = append(b[:len(b)-1], " cluster-wide, "...)
+		b = strconv.AppendInt(b, o.Here, 10)
+		return append(b, " here)"...)
+	}
 	if o.Shared {
 		b = appendLimit(b, o.Level, o.Name, o.Limit, o.Value, o.Measured, true)
 		b = append(b[:len(b)-1], " here, this instance's share of the cluster-wide limit is "...)
@@ -313,6 +330,11 @@ type Admission struct {
 	// shareUntil, when set, is when the shares stop counting (see
 	// SetShareDeadline).
 	shareUntil atomic.Pointer[time.Time]
+
+	// arb, when set, shares the clients' counts cluster-wide
+	// (SetClientArbiter); clientSeq orders the counts it is told.
+	arb       atomic.Pointer[arbiterBox]
+	clientSeq atomic.Int64
 }
 
 // noCapacity is a level's capacity when no share is set: the limit alone
@@ -829,14 +851,17 @@ func (a *Admission) admitClient(vs *VirtualServer, client netip.Addr, t *Ticket,
 				continue
 			}
 			var r Refusal
-			e, ok := ct.acquire(client, head, &r)
+			e, ask, ok := ct.acquire(client, head, &r)
+			if e != nil {
+				t.cl[i] = clientHold{ct, e}
+			}
+			if ok && ask.n > 0 {
+				ok = a.askArbiter(ct.scope, ask, &r)
+			}
 			if !ok {
 				t.releaseClients()
 				t.cl = [2]clientHold{}
 				return r, false
-			}
-			if e != nil {
-				t.cl[i] = clientHold{ct, e}
 			}
 		}
 	}
@@ -894,7 +919,7 @@ func (l *link) overs(r *Refusal, done LimitKind, first bool) {
 		if n >= lim.MaxConnections {
 			r.add(Over{Level: lv.kind, Name: name, Limit: LimitMaxConnections, Value: lim.MaxConnections, Measured: n})
 		} else if share := lv.capacity.Load(); n >= share {
-			r.add(Over{lv.kind, name, LimitMaxConnections, lim.MaxConnections, n, true, share})
+			r.add(Over{Level: lv.kind, Name: name, Limit: LimitMaxConnections, Value: lim.MaxConnections, Measured: n, Shared: true, Share: share})
 		}
 	}
 }
@@ -930,7 +955,7 @@ func (a *Admission) admitAt(l *link, head *waitQueue) (Over, bool) {
 			}
 			if n >= share {
 				lv.shareRefused.Add(1)
-				return Over{lv.kind, name, LimitMaxConnections, lim.MaxConnections, n, true, share}, false
+				return Over{Level: lv.kind, Name: name, Limit: LimitMaxConnections, Value: lim.MaxConnections, Measured: n, Shared: true, Share: share}, false
 			}
 			if lv.conns.CompareAndSwap(n, n+1) {
 				// A SetCapacity that shrank the share meanwhile either
@@ -938,7 +963,7 @@ func (a *Admission) admitAt(l *link, head *waitQueue) (Over, bool) {
 				if now := lv.capacity.Load(); now != share && n+1 > now {
 					lv.conns.Add(-1)
 					lv.shareRefused.Add(1)
-					return Over{lv.kind, name, LimitMaxConnections, lim.MaxConnections, n, true, now}, false
+					return Over{Level: lv.kind, Name: name, Limit: LimitMaxConnections, Value: lim.MaxConnections, Measured: n, Shared: true, Share: now}, false
 				}
 				return Over{}, true
 			}

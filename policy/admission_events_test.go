@@ -112,7 +112,7 @@ func TestBurstGuard(t *testing.T) {
 				}
 				return
 			}
-			want := Refusal{Over: Over{LevelVirtualServer, "web", LimitBurst, 5000, -5000, false, 0}}
+			want := Refusal{Over: Over{Level: LevelVirtualServer, Name: "web", Limit: LimitBurst, Value: 5000, Measured: -5000}}
 			if ok || r != want {
 				t.Fatalf("ok=%v %v, want %v", ok, r, want)
 			}

@@ -45,7 +45,7 @@ func TestReloadCarriesOver(t *testing.T) {
 	}
 	var tk Ticket
 	r, ok := a.Admit(nw.ServiceByName("web"), &tk)
-	if want := (Refusal{Over: Over{LevelVirtualServer, "web", LimitMaxConnections, 3, 3, false, 0}}); ok || r != want {
+	if want := (Refusal{Over: Over{LevelVirtualServer, "web", LimitMaxConnections, 3, 3, false, 0, false, 0}}); ok || r != want {
 		t.Fatalf("old connections not counted against the new limit: ok=%v %v", ok, r)
 	}
 	// A VirtualServer pointer from the old config is matched by name.
@@ -181,7 +181,7 @@ func TestInstanceRenameKeepsStatistics(t *testing.T) {
 	renamed.Instance.Name = "edge"
 	a.Apply(renamed)
 	r, ok := a.Admit(renamed.ServiceByName("misc"), &Ticket{})
-	if want := (Refusal{Over: Over{LevelInstance, "edge", LimitMaxConnections, 1, 1, false, 0}}); ok || r != want {
+	if want := (Refusal{Over: Over{LevelInstance, "edge", LimitMaxConnections, 1, 1, false, 0, false, 0}}); ok || r != want {
 		t.Errorf("ok=%v %v, want %v", ok, r, want)
 	}
 	tk.Release()

@@ -25,7 +25,7 @@ func TestAdmitSunOverride(t *testing.T) {
 	// Its own limit still holds for it.
 	var tk Ticket
 	r, ok := a.Admit(web, &tk)
-	if want := (Refusal{Over: Over{LevelVirtualServer, "web", LimitMaxConnections, 5, 5, false, 0}}); ok || r != want {
+	if want := (Refusal{Over: Over{LevelVirtualServer, "web", LimitMaxConnections, 5, 5, false, 0, false, 0}}); ok || r != want {
 		t.Fatalf("6th web connection: ok=%v %v, want %v", ok, r, want)
 	}
 	// The class and the instance count web's 5 connections ...
@@ -38,7 +38,7 @@ func TestAdmitSunOverride(t *testing.T) {
 	// ... and refuse a member without a limit of its own on that sum,
 	// naming every limit over.
 	r, ok = a.Admit(api, &tk)
-	if ok || r.Over != (Over{LevelClass, "gold", LimitMaxConnections, 2, 5, false, 0}) {
+	if ok || r.Over != (Over{LevelClass, "gold", LimitMaxConnections, 2, 5, false, 0, false, 0}) {
 		t.Fatalf("api with gold at 5 of 2: ok=%v %v, want refused by gold", ok, r)
 	}
 	if want := `class "gold": maxConnections 2 reached (5 open); instance "weir": maxConnections 4 reached (5 open)`; r.Error() != want {
@@ -89,7 +89,7 @@ func TestAdmitSunOverrideBandwidth(t *testing.T) {
 		t.Fatalf("web at 500 of its own 1000 B/s refused: %v", r)
 	}
 	r, ok := a.Admit(api, &t3)
-	if ok || r.Over != (Over{LevelClass, "gold", LimitMaxBandwidth, 100, 500, false, 0}) {
+	if ok || r.Over != (Over{LevelClass, "gold", LimitMaxBandwidth, 100, 500, false, 0, false, 0}) {
 		t.Fatalf("api with gold at 500 of 100 B/s: ok=%v %v", ok, r)
 	}
 	if r.NAlso != 1 || r.Also[0].Limit != LimitBurst {
@@ -99,7 +99,7 @@ func TestAdmitSunOverrideBandwidth(t *testing.T) {
 	if r, ok := a.Admit(web, &t2); !ok {
 		t.Fatalf("second web connection refused: %v", r)
 	}
-	if r, ok := a.Admit(web, &t3); ok || r.Over != (Over{LevelClass, "gold", LimitMaxConnections, 2, 2, false, 0}) {
+	if r, ok := a.Admit(web, &t3); ok || r.Over != (Over{LevelClass, "gold", LimitMaxConnections, 2, 2, false, 0, false, 0}) {
 		t.Fatalf("third web connection: ok=%v %v, want gold's maxConnections 2", ok, r)
 	}
 	t1.Release()
@@ -168,9 +168,9 @@ func TestRefusalNamesEveryLimit(t *testing.T) {
 	}
 	got := r.Limits()
 	want := []Over{
-		{LevelClass, "gold", LimitMaxBandwidth, 100, 200, false, 0},
-		{LevelClass, "gold", LimitMaxConnections, 1, 1, false, 0},
-		{LevelInstance, "weir", LimitMaxConnections, 1, 1, false, 0},
+		{LevelClass, "gold", LimitMaxBandwidth, 100, 200, false, 0, false, 0},
+		{LevelClass, "gold", LimitMaxConnections, 1, 1, false, 0, false, 0},
+		{LevelInstance, "weir", LimitMaxConnections, 1, 1, false, 0, false, 0},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("refusal names %v, want %v", got, want)

@@ -105,7 +105,7 @@ func TestAdmitSunBandwidth(t *testing.T) {
 		tk.Release()
 		switch {
 		case at >= time.Second && at <= 30*time.Second:
-			want := Refusal{Over: Over{LevelVirtualServer, "web", LimitMaxBandwidth, 100, 166, false, 0}}
+			want := Refusal{Over: Over{LevelVirtualServer, "web", LimitMaxBandwidth, 100, 166, false, 0, false, 0}}
 			if ok || r != want {
 				t.Fatalf("at %v: ok=%v %v, want refused %v", at, ok, r, want)
 			}
@@ -116,7 +116,7 @@ func TestAdmitSunBandwidth(t *testing.T) {
 		}
 	}
 	const want = `virtual server "web": maxBandwidth 100 B/s exceeded (measured 166 B/s)`
-	if got := (Refusal{Over: Over{LevelVirtualServer, "web", LimitMaxBandwidth, 100, 166, false, 0}}).Error(); got != want {
+	if got := (Refusal{Over: Over{LevelVirtualServer, "web", LimitMaxBandwidth, 100, 166, false, 0, false, 0}}).Error(); got != want {
 		t.Errorf("refusal text %q, want %q", got, want)
 	}
 	if s := stat(t, a, LevelInstance, "weir"); s.Bytes != 5000 || s.Conns != 0 {
@@ -136,15 +136,15 @@ func TestAdmitLevels(t *testing.T) {
 		want   Refusal
 	}{
 		{"virtual server connections", limitsCfg{web: enfConns(2), gold: enfConns(5)}, []string{"web", "web"}, "web",
-			Refusal{Over: Over{LevelVirtualServer, "web", LimitMaxConnections, 2, 2, false, 0}}},
+			Refusal{Over: Over{LevelVirtualServer, "web", LimitMaxConnections, 2, 2, false, 0, false, 0}}},
 		{"class sums its virtual servers", limitsCfg{web: enfConns(5), gold: enfConns(3)}, []string{"web", "api", "api"}, "api",
-			Refusal{Over: Over{LevelClass, "gold", LimitMaxConnections, 3, 3, false, 0}}},
+			Refusal{Over: Over{LevelClass, "gold", LimitMaxConnections, 3, 3, false, 0, false, 0}}},
 		{"parent class", limitsCfg{gold: enfConns(9), all: enfConns(2)}, []string{"api", "web"}, "web",
-			Refusal{Over: Over{LevelClass, "all", LimitMaxConnections, 2, 2, false, 0}}},
+			Refusal{Over: Over{LevelClass, "all", LimitMaxConnections, 2, 2, false, 0, false, 0}}},
 		{"instance counts classless services", limitsCfg{inst: enfConns(3)}, []string{"misc", "web", "api"}, "misc",
-			Refusal{Over: Over{LevelInstance, "weir", LimitMaxConnections, 3, 3, false, 0}}},
+			Refusal{Over: Over{LevelInstance, "weir", LimitMaxConnections, 3, 3, false, 0, false, 0}}},
 		{"the tighter lower level trips first", limitsCfg{web: enfConns(1), inst: enfConns(1)}, []string{"web"}, "web",
-			Refusal{Over: Over{LevelVirtualServer, "web", LimitMaxConnections, 1, 1, false, 0}}},
+			Refusal{Over: Over{LevelVirtualServer, "web", LimitMaxConnections, 1, 1, false, 0, false, 0}}},
 		{"not enforced never refuses", limitsCfg{web: Limits{MaxConnections: 1}, inst: enfConns(4)}, []string{"web", "web", "web"}, "web",
 			Refusal{}},
 	}
@@ -210,7 +210,7 @@ func TestAdmitClassBandwidthIsTheSum(t *testing.T) {
 	}
 	var tk Ticket
 	r, ok := a.Admit(cfg.ServiceByName("web"), &tk)
-	if want := (Refusal{Over: Over{LevelClass, "gold", LimitMaxBandwidth, 100, 150, false, 0}}); ok || r != want {
+	if want := (Refusal{Over: Over{LevelClass, "gold", LimitMaxBandwidth, 100, 150, false, 0, false, 0}}); ok || r != want {
 		t.Errorf("ok=%v %v, want %v", ok, r, want)
 	}
 	if _, ok := a.Admit(cfg.ServiceByName("misc"), &tk); !ok {
@@ -336,7 +336,7 @@ func TestAdmitUnknownService(t *testing.T) {
 		t.Fatal("unknown service refused below the instance limit")
 	}
 	r, ok := a.Admit(nil, &Ticket{})
-	if want := (Refusal{Over: Over{LevelInstance, "weir", LimitMaxConnections, 1, 1, false, 0}}); ok || r != want {
+	if want := (Refusal{Over: Over{LevelInstance, "weir", LimitMaxConnections, 1, 1, false, 0, false, 0}}); ok || r != want {
 		t.Errorf("ok=%v %v, want %v", ok, r, want)
 	}
 	// Admitting into a held ticket releases the previous connection first.
@@ -359,7 +359,7 @@ func TestKindStrings(t *testing.T) {
 		LevelInstance.String(): "instance", LevelClass.String(): "class", LevelVirtualServer.String(): "virtual server",
 		LevelKind(9).String(): "LevelKind(9)", LimitMaxConnections.String(): "maxConnections",
 		LimitMaxBandwidth.String(): "maxBandwidth", LimitBurst.String(): "burst", LimitKind(7).String(): "LimitKind(7)",
-		(Refusal{Over: Over{LevelClass, "gold", LimitMaxConnections, 100, 100, false, 0}}).String():                                         `class "gold": maxConnections 100 reached (100 open)`,
+		(Refusal{Over: Over{LevelClass, "gold", LimitMaxConnections, 100, 100, false, 0, false, 0}}).String():                               `class "gold": maxConnections 100 reached (100 open)`,
 		(Event{Level: LevelInstance, Name: "weir", Limit: LimitMaxBandwidth, Value: 10, Measured: 20, Over: true, Enforced: true}).String(): `instance "weir": maxBandwidth 10 B/s exceeded (measured 20 B/s), enforced`,
 	} {
 		if got != want {

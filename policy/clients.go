@@ -24,8 +24,10 @@ import (
 // its bandwidth history goes with it), and when every entry is busy the
 // new client is admitted without a client limit and counted as overflow
 // (ClientStat.Overflow, weir_client_table_overflow_total): the bound is
-// memory, not a limit that refuses. Exact per instance; each instance of a
-// cluster keeps its own table.
+// memory, not a limit that refuses. Exact per instance. In a cluster each
+// instance keeps its own table, and an enforced maxConnections is also
+// asked of the ClientArbiter (SetClientArbiter): the client's count at
+// the other members plus its count here must stay within the limit.
 //
 // A client's bandwidth follows the levels' window semantics, bytes in the
 // last metricInterval divided by metricInterval, with a coarser ring (a
@@ -90,6 +92,15 @@ func (c *ClientLimits) key(a netip.Addr) (netip.Prefix, [16]byte) {
 		k[0] = 4 // tell 1.2.3.4 from ::ffff:1.2.3.4's 16 bytes (Unmap made them one)
 	}
 	return p, k
+}
+
+// prefixOf is the client prefix of a table key (key's inverse).
+func (c *ClientLimits) prefixOf(k [16]byte) netip.Prefix {
+	if k[0] == 4 && k[10] == 0xff && k[11] == 0xff && [9]byte(k[1:10]) == [9]byte{} {
+		k[0] = 0 // an IPv4 address's key
+	}
+	p, _ := c.key(netip.AddrFrom16(k))
+	return p
 }
 
 // clientTable is one scope's clients.
@@ -203,8 +214,9 @@ func (e *clientEntry) addBytes(cur int64, n uint64) {
 // acquire counts a connection of client at t, or refuses it. head is the
 // queue the caller heads (it may take a slot past the others waiting). It
 // returns the entry the connection holds (nil when the table overflowed:
-// admitted without a client limit).
-func (t *clientTable) acquire(client netip.Addr, head *waitQueue, r *Refusal) (*clientEntry, bool) {
+// admitted without a client limit) and, when a ClientArbiter is set and
+// the connection limit is enforced, what to ask it (ask.n > 0).
+func (t *clientTable) acquire(client netip.Addr, head *waitQueue, r *Refusal) (*clientEntry, clientAsk, bool) {
 	lim := t.lim.Load()
 	p, key := lim.key(client)
 	t.mu.Lock()
@@ -215,7 +227,7 @@ func (t *clientTable) acquire(client netip.Addr, head *waitQueue, r *Refusal) (*
 			if old == &t.lru {
 				t.mu.Unlock()
 				t.overflow.Add(1)
-				return nil, true
+				return nil, clientAsk{}, true
 			}
 			t.unlinkIdle(old)
 			t.busy--
@@ -232,13 +244,13 @@ func (t *clientTable) acquire(client netip.Addr, head *waitQueue, r *Refusal) (*
 	over := func(k LimitKind, value, measured int64) {
 		r.Over = Over{Level: LevelClient, Name: clientName(p), Limit: k, Value: value, Measured: measured}
 	}
-	refuse := func() (*clientEntry, bool) {
+	refuse := func() (*clientEntry, clientAsk, bool) {
 		if e.conns == 0 && (e.q == nil || e.q.n.Load() == 0) {
 			t.pushIdle(e)
 		}
 		t.mu.Unlock()
 		t.refused.Add(1)
-		return nil, false
+		return nil, clientAsk{}, false
 	}
 	var logOver []Event
 	if lim.MaxBandwidth > 0 {
@@ -279,15 +291,28 @@ func (t *clientTable) acquire(client netip.Addr, head *waitQueue, r *Refusal) (*
 	if lim.MaxConnections > 0 && int64(e.conns) < lim.MaxConnections && lim.MaxBandwidth == 0 {
 		e.logged = false
 	}
+	var ask clientAsk
+	if lim.MaxConnections > 0 && lim.EnforceConnections && t.a.arbiter() != nil {
+		// The count and its order are taken together, under mu: the
+		// arbiter records the latest of them.
+		ask = clientAsk{name: clientName(p), n: int64(e.conns), seq: t.a.clientSeq.Add(1), limit: lim.MaxConnections}
+	}
 	t.mu.Unlock()
 	for _, ev := range logOver {
 		ev.At = t.a.lastRecompute()
 		t.a.emit(ev)
 	}
-	return e, true
+	return e, ask, true
 }
 
-// release uncounts one connection of e and wakes its queue's head.
+// clientAsk is what a client table's admission asks the ClientArbiter.
+type clientAsk struct {
+	name          string // the client, as a refusal names it
+	n, seq, limit int64
+}
+
+// release uncounts one connection of e and wakes its queue's head; with a
+// ClientArbiter set, tells it the client's count changed.
 func (t *clientTable) release(e *clientEntry) {
 	t.mu.Lock()
 	e.conns--
@@ -297,6 +322,11 @@ func (t *clientTable) release(e *clientEntry) {
 		t.pushIdle(e)
 	}
 	t.mu.Unlock()
+	if arb := t.a.arbiter(); arb != nil {
+		if lim := t.lim.Load(); lim.MaxConnections > 0 && lim.EnforceConnections {
+			arb.Changed(t.scope, clientName(lim.prefixOf(e.key)))
+		}
+	}
 	if q != nil {
 		q.wakeHead()
 	}
@@ -366,4 +396,124 @@ func (c ClientLimits) check(bad func(string, ...any), where string) {
 	if c.TableSize < 0 || c.TableSize > MaxClientTableSize {
 		bad("%s: tableSize %d out of range 1..%d", where, c.TableSize, MaxClientTableSize)
 	}
+}
+
+// ClientArbiter shares the per-client connection counts of a cluster's
+// members (cmd/weir/internal/cluster implements it over Redis). With one
+// set (SetClientArbiter), a connection an enforced per-client
+// maxConnections admits here is also asked of the arbiter: the client's
+// connections at the other members plus its count here must stay within
+// the limit. A client's bandwidth and a limit only logged stay per
+// instance.
+type ClientArbiter interface {
+	// Admit is asked, synchronously and after the client's table here
+	// admitted it, for a connection that makes n connections of client
+	// (named as a refusal names it) at scope (a virtual server's name, ""
+	// the instance's table) here; seq orders this instance's counts of a
+	// client, a later count having a larger seq. It reports the client's
+	// connections at the other members and whether those plus n stay
+	// within limit; others < 0 when the cluster could not be asked and
+	// its fallback refuses.
+	Admit(scope, client string, n, seq, limit int64) (others int64, ok bool)
+	// Changed tells that the client's count at scope changed here
+	// without Admit (a connection released): the arbiter records it
+	// later, as ClientCount then reads it. It must not block.
+	Changed(scope, client string)
+}
+
+type arbiterBox struct{ ClientArbiter }
+
+// SetClientArbiter makes the per-client connection limits cluster-wide
+// through arb; nil makes them this instance's alone again.
+func (a *Admission) SetClientArbiter(arb ClientArbiter) {
+	if arb == nil {
+		a.arb.Store(nil)
+		return
+	}
+	a.arb.Store(&arbiterBox{arb})
+}
+
+func (a *Admission) arbiter() ClientArbiter {
+	if b := a.arb.Load(); b != nil {
+		return b.ClientArbiter
+	}
+	return nil
+}
+
+// askArbiter asks the arbiter for a connection its client table at scope
+// admitted, and fills r when the cluster refuses it.
+func (a *Admission) askArbiter(scope string, ask clientAsk, r *Refusal) bool {
+	arb := a.arbiter()
+	if arb == nil {
+		return true
+	}
+	others, ok := arb.Admit(scope, ask.name, ask.n, ask.seq, ask.limit)
+	if ok {
+		return true
+	}
+	measured := others + ask.n - 1
+	if others < 0 {
+		measured = -1
+	}
+	r.Over = Over{Level: LevelClient, Name: ask.name, Limit: LimitMaxConnections, Value: ask.limit,
+		Measured: measured, ClusterWide: true, Here: ask.n - 1}
+	return false
+}
+
+// ClientCount returns client's connections at scope (a virtual server's
+// name, "" the instance's table) now, with a sequence number larger than
+// that of any count read or admitted before: what a ClientArbiter
+// records after Changed. An unknown scope or client has 0.
+func (a *Admission) ClientCount(scope, client string) (n, seq int64) {
+	t := a.clientTable(scope)
+	p, err := netip.ParsePrefix(client)
+	if err != nil {
+		addr, err2 := netip.ParseAddr(client)
+		if err2 != nil {
+			return 0, a.clientSeq.Add(1)
+		}
+		p = netip.PrefixFrom(addr, addr.BitLen())
+	}
+	if t == nil {
+		return 0, a.clientSeq.Add(1)
+	}
+	lim := t.lim.Load()
+	_, key := lim.key(p.Addr())
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if e := t.m[key]; e != nil {
+		n = int64(e.conns)
+	}
+	return n, a.clientSeq.Add(1)
+}
+
+// ClientsActive returns the clients with a connection open at scope,
+// named as a refusal names them.
+func (a *Admission) ClientsActive(scope string) []string {
+	t := a.clientTable(scope)
+	if t == nil {
+		return nil
+	}
+	lim := t.lim.Load()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []string
+	for k, e := range t.m {
+		if e.conns > 0 {
+			out = append(out, clientName(lim.prefixOf(k)))
+		}
+	}
+	return out
+}
+
+// clientTable is the current config's client table at scope, or nil.
+func (a *Admission) clientTable(scope string) *clientTable {
+	st := a.st.Load()
+	if scope == "" {
+		return st.instClients
+	}
+	if c := st.byName[scope]; c != nil {
+		return c.clients
+	}
+	return nil
 }

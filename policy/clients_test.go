@@ -3,6 +3,7 @@ package policy
 import (
 	"net/netip"
 	"runtime"
+	"slices"
 	"testing"
 	"time"
 )
@@ -260,5 +261,76 @@ func BenchmarkAdmitClient(b *testing.B) {
 			b.Fatal("refused")
 		}
 		tk.Release()
+	}
+}
+
+// recordingArbiter is a ClientArbiter over one map, as two members sharing
+// it would see it: other is the count the rest of the cluster holds.
+type recordingArbiter struct {
+	other   int64
+	asked   []clientAsk
+	changed []string
+}
+
+func (r *recordingArbiter) Admit(scope, client string, n, seq, limit int64) (int64, bool) {
+	r.asked = append(r.asked, clientAsk{name: scope + "/" + client, n: n, seq: seq, limit: limit})
+	return r.other, r.other+n <= limit
+}
+
+func (r *recordingArbiter) Changed(scope, client string) {
+	r.changed = append(r.changed, scope+"/"+client)
+}
+
+// TestClientArbiter: with an arbiter set, an enforced per-client
+// maxConnections asks it after the local table admitted, with the count
+// here and increasing sequence numbers; its refusal names the cluster-wide
+// count and leaves nothing counted here; releases tell it; ClientCount
+// and ClientsActive read the table back by the names it was given (an
+// IPv4 address, an IPv6 /64 group).
+func TestClientArbiter(t *testing.T) {
+	cfg, vs := clientCfg(t, ClientLimits{}, ClientLimits{Limits: Limits{MaxConnections: 2, EnforceConnections: true}, PrefixV6: 64})
+	a := NewAdmission(cfg, 0)
+	arb := &recordingArbiter{}
+	a.SetClientArbiter(arb)
+	ca, c6 := netip.MustParseAddr("198.18.5.1"), netip.MustParseAddr("fd00:5::1")
+	var t1, t2, t6 Ticket
+	if _, ok := a.AdmitClient(vs, ca, &t1); !ok {
+		t.Fatal("refused with the cluster empty")
+	}
+	arb.other = 1
+	r, ok := a.AdmitClient(vs, ca, &t2)
+	if want := "client 198.18.5.1: maxConnections 2 reached (2 open cluster-wide, 1 here)"; ok || r.Error() != want {
+		t.Fatalf("second with 1 elsewhere: ok=%v %q, want %q", ok, r.Error(), want)
+	}
+	if n, _ := a.ClientCount("web", "198.18.5.1"); n != 1 {
+		t.Fatalf("count here after the cluster's refusal %d, want 1", n)
+	}
+	if len(arb.asked) != 2 || arb.asked[0].n != 1 || arb.asked[1].n != 2 || arb.asked[1].seq <= arb.asked[0].seq ||
+		arb.asked[0].name != "web/198.18.5.1" || arb.asked[0].limit != 2 {
+		t.Fatalf("asked %+v", arb.asked)
+	}
+	arb.other = 0
+	if _, ok := a.AdmitClient(vs, c6, &t6); !ok {
+		t.Fatal("v6 client refused")
+	}
+	active := a.ClientsActive("web")
+	if len(active) != 2 || !slices.Contains(active, "198.18.5.1") || !slices.Contains(active, "fd00:5::/64") {
+		t.Fatalf("active %v", active)
+	}
+	if n, seq := a.ClientCount("web", "fd00:5::/64"); n != 1 || seq <= arb.asked[len(arb.asked)-1].seq {
+		t.Fatalf("v6 count %d seq %d", n, seq)
+	}
+	t1.Release()
+	t6.Release()
+	if n, _ := a.ClientCount("web", "198.18.5.1"); n != 0 {
+		t.Fatalf("count after release %d", n)
+	}
+	if !slices.Contains(arb.changed, "web/198.18.5.1") || !slices.Contains(arb.changed, "web/fd00:5::/64") {
+		t.Fatalf("changed %v", arb.changed)
+	}
+	a.SetClientArbiter(nil)
+	arb.other = 5
+	if _, ok := a.AdmitClient(vs, ca, &t1); !ok {
+		t.Fatal("refused after the arbiter was removed")
 	}
 }

@@ -74,7 +74,7 @@ func TestSetCapacity(t *testing.T) {
 	a.SetDefaultCapacity(0)
 	var t0 Ticket
 	r, ok := a.Admit(web, &t0)
-	if want := (Refusal{Over: Over{LevelVirtualServer, "web", LimitMaxConnections, 5, 0, true, 0}}); ok || r != want {
+	if want := (Refusal{Over: Over{LevelVirtualServer, "web", LimitMaxConnections, 5, 0, true, 0, false, 0}}); ok || r != want {
 		t.Fatalf("no slots held: %v %v, want %v", ok, r, want)
 	}
 	if want := `virtual server "web": maxConnections 5 reached (0 open here, this instance's share of the cluster-wide limit is 0)`; r.Error() != want {

@@ -122,7 +122,7 @@
 //	  instance: weir-a         # this instance's id among the members; default the host name
 //	  leaseInterval: 1s        # lease and membership renewal, 10ms..1m, default 1s; a dead instance's slots free after 3 intervals
 //	  onRedisDown: localShare  # Redis unreachable: localShare (default: limit ÷ live members each), failOpen (full limit each) or failClosed (refuse)
-//	  borrowTimeout: 20ms      # a connection or request refused by this instance's full share of a cluster-wide limit asks Redis for more slots, waiting at most this long, default 20ms, at most leaseInterval/2
+//	  borrowTimeout: 20ms      # a connection or request refused by this instance's full share of a cluster-wide limit asks Redis for more slots, waiting at most this long, default 20ms, at most leaseInterval/2; it also bounds the round trip that checks a per-client maxConnections cluster-wide
 //	include: [zos-telnet.pa]   # Policy Agent files (a list or one name), relative to this file
 //	noServices: true           # say that no service is defined on purpose; default false
 //
@@ -192,8 +192,13 @@
 // connection open, none queued); when every entry is active the new
 // client is admitted without a client limit and counted as overflow
 // (weir_client_table_overflow_total). A client's address is the carried
-// one when a PROXY header gave it. Each instance keeps its own table: the
-// limits are per instance, not cluster-wide.
+// one when a PROXY header gave it. Each instance keeps its own table; in
+// cluster mode an enforced maxConnections is also cluster-wide: a connection
+// (http: a request) this instance's table admits is asked of Redis at once
+// (one round trip, bounded by cluster.borrowTimeout), and the refusal then
+// reads "client 198.18.5.1: maxConnections 2 reached (2 open cluster-wide,
+// 0 here)". A client's maxBandwidth and a logged maxConnections stay per
+// instance (docs/cluster.md, "Per-client limits").
 //
 // TIMEOUTS bound each phase of a connection; under instance they are every
 // service's defaults, under a service they override the instance's field by

@@ -670,6 +670,23 @@ type Cluster struct {
 	SampleFallbacks uint64 `json:"sample_fallbacks"`
 	SampleMembers   int    `json:"sample_members"`
 	SampleError     string `json:"sample_error,omitempty"`
+	// Clients is the cluster-wide per-client connection counts' traffic
+	// with Redis.
+	Clients ClusterClients `json:"clients"`
+}
+
+// ClusterClients counts the per-client connections judged cluster-wide:
+// Admitted and Refused by Redis's count, Fallbacks judged without it
+// (Redis down, an error or no answer within borrowTimeout: onRedisDown
+// applies), Errors the failed round trips, Writes the batched records of
+// released counts, Pending the counts not yet recorded.
+type ClusterClients struct {
+	Admitted  uint64 `json:"admitted"`
+	Refused   uint64 `json:"refused"`
+	Fallbacks uint64 `json:"fallbacks"`
+	Errors    uint64 `json:"errors"`
+	Writes    uint64 `json:"writes"`
+	Pending   int    `json:"pending"`
 }
 
 // ClusterLogged is one level whose maxConnections is only logged: its

@@ -205,6 +205,8 @@ type TargetLimit struct {
 type Cluster struct {
 	o      Options
 	rdb    *redis.Client
+	crdb   *redis.Client // the clients' admissions (clients.go): many at once, each bounded by borrowTimeout
+	cs     clientState
 	prefix string // "weir:{NAME}:"
 	ttl    time.Duration
 
@@ -320,6 +322,8 @@ type Status struct {
 	BandwidthRounds, BandwidthFallbacks uint64
 	Members                             []Member
 	Levels                              []Level
+	// Clients is the cluster-wide per-client counts' traffic (clients.go).
+	Clients ClientsStatus
 	// Bandwidth lists the levels with a maxBandwidth, judged on the
 	// cluster's rate.
 	Bandwidth []Bandwidth
@@ -406,8 +410,14 @@ func New(o Options) (*Cluster, error) {
 		nudge:      make(chan struct{}, 1),
 		nudged:     make(chan struct{}),
 	}
+	cro := *ro
+	cro.PoolSize = 16
+	cro.ReadTimeout, cro.WriteTimeout = cfg.BorrowTimeout, cfg.BorrowTimeout
+	c.crdb = redis.NewClient(&cro)
+	c.cs.init()
 	c.st = Status{Name: cfg.Name, Instance: cfg.Instance, Redis: redactRedis(cfg.Redis), Mode: "starting"}
 	o.Admission.SetDefaultCapacity(0)
+	o.Admission.SetClientArbiter(c)
 	if o.Targets != nil {
 		o.Targets.SetDefaultTargetCapacity(0)
 	}
@@ -476,6 +486,12 @@ func (c *Cluster) Loop(ctx context.Context) {
 		c.bandwidthLoop(ctx)
 	}()
 	defer func() { <-bwDone }()
+	clDone := make(chan struct{})
+	go func() {
+		defer close(clDone)
+		c.clientsLoop(ctx)
+	}()
+	defer func() { <-clDone }()
 	// A nudge renews at once, then no sooner than gap after the previous
 	// nudged renewal: gap starts at a millisecond (more with many members)
 	// and doubles, up to a poll, each time a nudged renewal moved no share, so that members
@@ -803,6 +819,8 @@ func (c *Cluster) Renew(ctx context.Context) (moved bool) {
 		if c.state == stateDown {
 			c.o.Logf("cluster %s: Redis %s reachable again: connection limits shared through leases", c.st.Name, c.st.Redis)
 			c.graceUntil = time.Now().Add(c.graceMax())
+			c.cs.down.Store(false)
+			c.resumeClients()
 		}
 		c.state = stateShared
 	}
@@ -1059,6 +1077,7 @@ func (c *Cluster) down(err error) {
 		c.o.Logf("cluster %s: Redis %s unreachable (%v): %s with %d members as last seen, until it answers",
 			c.st.Name, c.st.Redis, err, mode, c.fallbackMembers())
 		c.state = stateDown
+		c.cs.down.Store(true)
 		c.downAt = time.Now()
 		c.graceUntil = time.Now().Add(24 * time.Hour) // set to graceMax when Redis answers
 		c.graceWait = make([]string, 0, len(c.st.Members))
@@ -1119,6 +1138,7 @@ func (c *Cluster) Status() Status {
 	st.SampleRounds, st.SampleFallbacks, st.SampleMembers, st.SampleError = c.sampleRounds.Load(), c.sampleFails.Load(), c.sampleMembers, c.sampleErr
 	st.Members = slices.Clone(c.st.Members)
 	st.Outages, st.Renewals = c.outages.Load(), c.renews.Load()
+	st.Clients = c.cs.status()
 	refused := map[string]uint64{}
 	open := map[string]int64{}
 	for _, d := range c.demands() {
@@ -1175,13 +1195,15 @@ func (c *Cluster) Close() error {
 		keys = append(keys, l.key)
 	}
 	keys = append(keys, c.bwKeys...)
+	c.o.Admission.SetClientArbiter(nil)
 	ctx, cancel := context.WithTimeout(context.Background(), c.o.Config.LeaseInterval)
 	err := leaveScript.Run(ctx, c.rdb, keys, c.o.Config.Instance, c.nudgeChannel()).Err()
+	err = errors.Join(err, c.leaveClients(ctx))
 	cancel()
 	c.o.Admission.SetDefaultCapacity(-1)
 	c.o.Admission.SetShareDeadline(time.Time{})
 	if c.o.Targets != nil {
 		c.o.Targets.SetDefaultTargetCapacity(-1)
 	}
-	return errors.Join(err, c.rdb.Close())
+	return errors.Join(err, c.rdb.Close(), c.crdb.Close())
 }

@@ -96,6 +96,7 @@ func (n *node) kill() {
 	n.c.closed = true
 	n.c.mu.Unlock()
 	n.c.rdb.Close()
+	n.c.crdb.Close()
 }
 
 func (n *node) web() *policy.VirtualServer { return n.cfg.ServiceByName("web") }

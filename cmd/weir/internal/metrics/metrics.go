@@ -687,6 +687,22 @@ var Defs = []Def{
 			emit(float64(c.BandwidthFallbacks), "bandwidth")
 			emit(float64(c.SampleFallbacks), "samples")
 		})},
+	{Name: "weir_cluster_client_admissions_total", Type: Counter, Labels: []string{"result"},
+		Help: "Connections of a client with an enforced per-client maxConnections judged cluster-wide: admitted or refused by Redis's count, fallback when judged here alone (Redis down, an error or no answer within borrowTimeout; onRedisDown applies).",
+		samples: perCluster(func(c *api.Cluster, emit emitter) {
+			emit(float64(c.Clients.Admitted), "admitted")
+			emit(float64(c.Clients.Refused), "refused")
+			emit(float64(c.Clients.Fallbacks), "fallback")
+		})},
+	{Name: "weir_cluster_client_writes_total", Type: Counter, Labels: []string{"result"},
+		Help: "Round trips for per-client counts: all, the batched records of counts that changed without an admission (releases); error, the failed round trips of admissions and records (a failed record is kept and written again).",
+		samples: perCluster(func(c *api.Cluster, emit emitter) {
+			emit(float64(c.Clients.Writes), "all")
+			emit(float64(c.Clients.Errors), "error")
+		})},
+	{Name: "weir_cluster_client_counts_pending", Type: Gauge,
+		Help:    "Per-client counts changed here and not yet recorded in Redis.",
+		samples: perCluster(func(c *api.Cluster, emit emitter) { emit(float64(c.Clients.Pending)) })},
 	{Name: "weir_cluster_members", Type: Gauge,
 		Help:    "Live instances as the last renewal saw them; weir_cluster_sample_members those whose samples were summed in the last sampling interval.",
 		samples: perCluster(func(c *api.Cluster, emit emitter) { emit(float64(len(c.Members))) })},

@@ -358,7 +358,9 @@ func Cluster(c cluster.Status) *api.Cluster {
 		LastError: c.LastError, Outages: c.Outages, Renewals: c.Renewals,
 		Members: []api.ClusterMember{}, Levels: []api.ClusterLevel{}, Bandwidth: []api.ClusterBandwidth{},
 		BandwidthRounds: c.BandwidthRounds, BandwidthFallbacks: c.BandwidthFallbacks,
-		SampleRounds: c.SampleRounds, SampleFallbacks: c.SampleFallbacks, SampleMembers: c.SampleMembers, SampleError: c.SampleError}
+		SampleRounds: c.SampleRounds, SampleFallbacks: c.SampleFallbacks, SampleMembers: c.SampleMembers, SampleError: c.SampleError,
+		Clients: api.ClusterClients{Admitted: c.Clients.Admitted, Refused: c.Clients.Refused, Fallbacks: c.Clients.Fallbacks,
+			Errors: c.Clients.Errors, Writes: c.Clients.Writes, Pending: c.Clients.Pending}}
 	out.Logged = []api.ClusterLogged{}
 	for _, l := range c.Logged {
 		out.Logged = append(out.Logged, api.ClusterLogged{Level: l.Kind.String(), Name: l.Name, Local: l.Open, Cluster: l.Open + l.Others})

@@ -70,6 +70,10 @@ func writeCluster(w io.Writer, c *api.Cluster) {
 		}
 		tw.Flush()
 	}
+	if cl := c.Clients; cl.Admitted+cl.Refused+cl.Fallbacks > 0 {
+		fmt.Fprintf(w, "  per-client limits: %d admitted and %d refused by the cluster's count, %d judged here alone, %d errors, %d pending\n",
+			cl.Admitted, cl.Refused, cl.Fallbacks, cl.Errors, cl.Pending)
+	}
 	fmt.Fprintf(w, "  target samples: %d members summed, %d exchanges, %d fallbacks", c.SampleMembers, c.SampleRounds, c.SampleFallbacks)
 	if c.SampleError != "" {
 		fmt.Fprintf(w, " (last error: %s)", c.SampleError)
