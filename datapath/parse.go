@@ -121,10 +121,19 @@ type Packet struct {
 }
 
 // SrcAddr returns the source address (an IPv4 one unmapped).
-func (p *Packet) SrcAddr() netip.Addr { return addrFrom16(p.Src) }
+func (p *Packet) SrcAddr() netip.Addr { return p.addr(p.Src) }
 
 // DstAddr returns the destination address (an IPv4 one unmapped).
-func (p *Packet) DstAddr() netip.Addr { return addrFrom16(p.Dst) }
+func (p *Packet) DstAddr() netip.Addr { return p.addr(p.Dst) }
+
+// addr is a stored address of p: unmapped for IPv4, as it is for IPv6 (an
+// IPv6 packet from ::ffff:198.18.0.1 stays IPv6, as gVisor reads it).
+func (p *Packet) addr(a [16]byte) netip.Addr {
+	if p.Version == 6 {
+		return netip.AddrFrom16(a)
+	}
+	return addrFrom16(a)
+}
 
 // SrcAddrPort returns the source address and port.
 func (p *Packet) SrcAddrPort() netip.AddrPort { return netip.AddrPortFrom(p.SrcAddr(), p.SrcPort) }
