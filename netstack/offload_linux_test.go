@@ -298,6 +298,18 @@ func testOffloadTUN(t *testing.T, mode tun.OffloadMode) {
 			for _, n := range s.nics {
 				t.Logf("link %s: %+v", n.name, n.Stats())
 			}
+			// The kernel's own drops, where the TUN's counters cannot see
+			// them: the forwarding namespace and the client's.
+			for name, n := range map[string]*netns.NS{"router": ns, "client": client} {
+				n.Do(func() error {
+					for _, f := range []string{"/proc/thread-self/net/snmp", "/proc/thread-self/net/netstat"} {
+						if b, err := os.ReadFile(f); err == nil {
+							t.Logf("%s %s:\n%s", name, f, b)
+						}
+					}
+					return nil
+				})
+			}
 		}
 	})
 	transfer(t, client, "198.18.0.23:23", size)
