@@ -272,6 +272,26 @@ type Target struct {
 	Explanation  *Explanation `json:"explanation,omitempty"`
 	// Segments are the target's data segments per direction since start.
 	Segments *Segments `json:"segments,omitempty"`
+	// Replies is the reply latency of a udp target's request/response
+	// sessions (udp.responses set), absent before its first one.
+	Replies *ReplyLatency `json:"replies,omitempty"`
+}
+
+// ReplyLatency is a udp target's reply latency: the time from a client's
+// datagram to the target's answer to it (a datagram sent while an earlier
+// one waits counts from the earlier), over the last complete sampling
+// interval and since start.
+type ReplyLatency struct {
+	Interval LatencySummary `json:"interval"`
+	Total    LatencySummary `json:"total"`
+}
+
+// LatencySummary is a count of replies and their latency quantiles, each
+// within 1/16 of the true value; zero without replies.
+type LatencySummary struct {
+	Replies uint64  `json:"replies"`
+	P50     float64 `json:"p50_ms"`
+	P99     float64 `json:"p99_ms"`
 }
 
 // HealthCheck is a target's last active health check and its count toward

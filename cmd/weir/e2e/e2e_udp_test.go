@@ -317,6 +317,21 @@ func TestE2EUDPDNS(t *testing.T) {
 				t.Errorf("picked %v", by)
 			}
 			t.Logf("udp: %d bytes in, %d out over %d sessions", u.BytesIn-before.BytesIn, u.BytesOut-before.BytesOut, queries)
+			// Each answer's latency is measured at its target: 200 and 100.
+			for _, s := range st.Services {
+				if s.Name != "dns-"+ipv.name {
+					continue
+				}
+				for _, tg := range s.Targets {
+					want := map[string]uint64{"a-" + ipv.name: 200, "b-" + ipv.name: 100}[tg.Name]
+					r := tg.Replies
+					if r == nil || r.Total.Replies != want || r.Total.P50 <= 0 || r.Total.P99 < r.Total.P50 || r.Total.P99 >= 2000 {
+						t.Errorf("target %s: replies %+v, want %d with 0 < p50 <= p99 < udp.responseTimeout", tg.Name, r, want)
+						continue
+					}
+					t.Logf("target %s: %d replies, p50 %.3f ms, p99 %.3f ms", tg.Name, r.Total.Replies, r.Total.P50, r.Total.P99)
+				}
+			}
 
 			// Queries/s through weir beside the kernel's (straight to a
 			// target), Go clients, a new socket per query.

@@ -136,7 +136,8 @@ type Relay struct {
 	closed bool                   // by mu
 
 	amu     sync.Mutex
-	answers map[TargetKey]Answers // by amu: since the last Sample
+	answers map[TargetKey]Answers       // by amu: since the last Sample
+	lat     map[TargetKey]*replyLatency // by amu: request/response targets' reply latency
 
 	wake chan struct{} // a session became the heap's top: the sweeper's timer moves
 	wg   sync.WaitGroup
@@ -184,9 +185,15 @@ type session struct {
 	dec     proxy.Decision
 	target  Target
 	start   time.Time
-	idle    int64 // the idle timeout, ns
-	replies int   // udp.responses; 0: none
-	answer  int64 // udp.responseTimeout, ns, when replies > 0
+	idle    int64         // the idle timeout, ns
+	replies int           // udp.responses; 0: none
+	answer  int64         // udp.responseTimeout, ns, when replies > 0
+	lat     *replyLatency // its target's, when replies > 0
+
+	// pending is the time of the oldest client datagram the target has
+	// not answered yet, ns since the epoch; 0: none (request/response
+	// sessions only).
+	pending atomic.Int64
 
 	last     atomic.Int64 // the last datagram's time, ns since the epoch
 	got      atomic.Int64 // replies relayed
@@ -213,6 +220,9 @@ func (r *Relay) Datagram(out Replier, client, vip netip.AddrPort, vs *policy.Vir
 		}
 	}
 	s.last.Store(now.UnixNano())
+	if s.lat != nil {
+		s.pending.CompareAndSwap(0, now.UnixNano())
+	}
 	// Counted before the write: the reply may end the session before
 	// Write returns.
 	s.dgIn.Add(1)
@@ -264,6 +274,9 @@ func (r *Relay) create(out Replier, k key, vs *policy.VirtualServer, now time.Ti
 		return nil
 	}
 	s.last.Store(now.UnixNano())
+	if s.replies > 0 {
+		s.lat = r.latencyOf(TargetKey{vs.Name, s.dec.Target.Name})
+	}
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
@@ -360,7 +373,13 @@ func (s *session) readTarget() {
 			}
 			return
 		}
-		s.last.Store(r.now().UnixNano())
+		now := r.now().UnixNano()
+		s.last.Store(now)
+		if s.lat != nil {
+			if p := s.pending.Swap(0); p != 0 {
+				s.lat.observe(time.Duration(now - p))
+			}
+		}
 		werr := s.out.WriteTo((*bp)[:n], s.key.client)
 		r.pool.Put(bp)
 		if werr != nil {
@@ -458,13 +477,46 @@ func (r *Relay) answered(s *session, ok bool) {
 }
 
 // Sample returns the request/response sessions per target that ended since
-// the previous call (the sampling loop's interval) and starts a new count.
+// the previous call (the sampling loop's interval) and starts a new count;
+// the reply latencies' interval ends with it.
 func (r *Relay) Sample() map[TargetKey]Answers {
 	r.amu.Lock()
 	defer r.amu.Unlock()
 	out := r.answers
 	r.answers = nil
+	for _, l := range r.lat {
+		l.rotate()
+	}
 	return out
+}
+
+// latencyOf is target k's reply latency, made at its first
+// request/response session. The map keeps a target removed by a reload
+// (a few KiB each): its totals stay true.
+func (r *Relay) latencyOf(k TargetKey) *replyLatency {
+	r.amu.Lock()
+	defer r.amu.Unlock()
+	l := r.lat[k]
+	if l == nil {
+		if r.lat == nil {
+			r.lat = map[TargetKey]*replyLatency{}
+		}
+		l = &replyLatency{}
+		r.lat[k] = l
+	}
+	return l
+}
+
+// ReplyLatency is target k's reply latency, false before its first
+// request/response session.
+func (r *Relay) ReplyLatency(k TargetKey) (ReplyLatency, bool) {
+	r.amu.Lock()
+	l := r.lat[k]
+	r.amu.Unlock()
+	if l == nil {
+		return ReplyLatency{}, false
+	}
+	return l.snapshot(), true
 }
 
 // stats is the session's record for its End: the client leg's bytes sent

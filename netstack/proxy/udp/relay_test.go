@@ -72,8 +72,10 @@ func (s *testSession) End(e *proxy.End) {
 }
 
 // echoTarget is a UDP server on the loopback answering each datagram with
-// its name, a space and the datagram.
-func echoTarget(t *testing.T, name string) *policy.Target {
+// its name, a space and the datagram; with a delay, it moves clock on by
+// that much before each answer (a target that takes that long to answer,
+// on the relay's clock).
+func echoTarget(t *testing.T, name string, clock *manualClock, delay time.Duration) *policy.Target {
 	t.Helper()
 	c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
@@ -86,6 +88,9 @@ func echoTarget(t *testing.T, name string) *policy.Target {
 			n, from, err := c.ReadFromUDPAddrPort(b)
 			if err != nil {
 				return
+			}
+			if delay > 0 {
+				clock.Add(delay)
 			}
 			c.WriteToUDPAddrPort(append([]byte(name+" "), b[:n]...), from)
 		}
@@ -128,14 +133,14 @@ func newRig(t *testing.T, o UDPTestOptions) *rig {
 	t.Helper()
 	vs := &policy.VirtualServer{Name: "dns", Proto: policy.ProtoUDP, Ports: policy.PortRange{Lo: 53, Hi: 53},
 		UDP: policy.UDPOptions{IdleTimeout: 30 * time.Second, Responses: o.responses, ResponseTimeout: 2 * time.Second, MaxSessions: o.perVIP}}
+	clock := &manualClock{now: time.Unix(1000, 0)}
 	for _, n := range []string{"a", "b"} {
 		if n == "b" && o.silent {
 			vs.Targets = append(vs.Targets, silentTarget(t, n))
 			continue
 		}
-		vs.Targets = append(vs.Targets, echoTarget(t, n))
+		vs.Targets = append(vs.Targets, echoTarget(t, n, clock, o.delay[n]))
 	}
-	clock := &manualClock{now: time.Unix(1000, 0)}
 	adm := &testAdmitter{max: o.maxConns}
 	r := New(Options{Admitter: adm, Host: &HostDialer{}, MaxSessions: o.table, Now: clock.Now})
 	vip, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
@@ -169,7 +174,8 @@ func newRig(t *testing.T, o UDPTestOptions) *rig {
 type UDPTestOptions struct {
 	responses, perVIP, table int
 	maxConns                 int64
-	silent                   bool // target b reads and never answers (its server hung)
+	silent                   bool                     // target b reads and never answers (its server hung)
+	delay                    map[string]time.Duration // a target's time to answer, on the rig's clock
 }
 
 // silentTarget is a UDP socket on the loopback that reads every datagram

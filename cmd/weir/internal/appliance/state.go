@@ -2,11 +2,13 @@ package appliance
 
 import (
 	"errors"
+	"time"
 
 	"weir/balancer"
 	"weir/cmd/weir/api"
 	"weir/cmd/weir/internal/status"
 	"weir/datapath"
+	udprelay "weir/netstack/proxy/udp"
 	"weir/policy"
 )
 
@@ -43,7 +45,7 @@ func (a *Appliance) Status() api.Status {
 	st.SampledAt = a.explAt
 	actionFr := a.actionFr
 	a.explMu.Unlock()
-	st.Services = status.Services(cfg, status.Sampled{Explanations: expl, ActionFractions: actionFr, Segments: a.segs.Of},
+	st.Services = status.Services(cfg, status.Sampled{Explanations: expl, ActionFractions: actionFr, Segments: a.segs.Of, Replies: a.replyLatency},
 		func(service string) (balancer.Status, bool) {
 			if b := a.balancer(service); b != nil {
 				return b.Snapshot(now), true
@@ -95,3 +97,19 @@ func (a *Appliance) TargetFailures(k policy.TargetKey) uint64 {
 	}
 	return 0
 }
+
+// replyLatency is a udp target's reply latency for /status, false before
+// its first request/response session.
+func (a *Appliance) replyLatency(k policy.TargetKey) (api.ReplyLatency, bool) {
+	l, ok := a.relay.ReplyLatency(udprelay.TargetKey{Service: k.Service, Target: k.Target})
+	if !ok {
+		return api.ReplyLatency{}, false
+	}
+	sum := func(s udprelay.LatencySummary) api.LatencySummary {
+		return api.LatencySummary{Replies: s.Replies, P50: ms(s.P50), P99: ms(s.P99)}
+	}
+	return api.ReplyLatency{Interval: sum(l.Interval), Total: sum(l.Total)}, true
+}
+
+// ms is d in milliseconds.
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -325,6 +325,21 @@ var Defs = []Def{
 	{Name: "weir_target_ejections_total", Type: Counter, Labels: targetLabels,
 		Help:    "Times outlier ejection took the target out; each is also one log line. Never more than ejection.maxPercent of a service's targets are out at once.",
 		samples: perTarget(func(t *api.Target, emit func(float64, ...string)) { emit(float64(t.Ejections)) })},
+	{Name: "weir_target_replies_total", Type: Counter, Labels: targetLabels,
+		Help: "Replies of a udp target's request/response sessions (udp.responses set) whose latency was measured: the first datagram back after a client's datagram. Absent for other targets.",
+		samples: perTarget(func(t *api.Target, emit func(float64, ...string)) {
+			if t.Replies != nil {
+				emit(float64(t.Replies.Total.Replies))
+			}
+		})},
+	{Name: "weir_target_reply_latency_seconds", Type: Gauge, Labels: []string{"service", "target", "quantile"},
+		Help: "A udp target's reply latency over the last complete sampling interval (monitor.samplingInterval), quantile 0.5 and 0.99, each within 1/16; absent for an interval with no reply. A p99 near udp.responseTimeout means replies are about to count as unanswered.",
+		samples: perTarget(func(t *api.Target, emit func(float64, ...string)) {
+			if r := t.Replies; r != nil && r.Interval.Replies > 0 {
+				emit(r.Interval.P50/1e3, "0.5")
+				emit(r.Interval.P99/1e3, "0.99")
+			}
+		})},
 	{Name: "weir_target_skipped_at_limit_total", Type: Counter, Labels: targetLabels,
 		Help:    "Picks that passed the target over because it was at maxConnections; a steady rise means the target's maxConnections is too low for its share.",
 		samples: perTarget(func(t *api.Target, emit func(float64, ...string)) { emit(float64(t.SkippedAtLimit)) })},

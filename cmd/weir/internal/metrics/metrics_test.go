@@ -19,29 +19,32 @@ import (
 var notMetrics = map[string]string{
 	"Services.Targets.Segments.FromTarget.OutOfOrder": "diagnostic, shown by /status and weir status",
 	"Services.Targets.Segments.ToTarget.OutOfOrder":   "diagnostic, shown by /status and weir status",
-	"Generation":                         "a configuration's identity, not a quantity; weir_reloads_total counts swaps",
-	"DialFailures":                       "the sum of weir_target_connect_failures_total",
-	"Services.Refused":                   "weir_refusals_total{level=balancer,limit=targets}",
-	"Services.Targets.SlowStart":         "already in weir_target_weight{kind=effective}",
-	"Services.Targets.Exact":             "the unrounded effective weight: weir_target_weight{kind=effective} and weir_target_fraction_percent give it",
-	"Services.Targets.Actions.Effective": "weir_target_action_weight rounded down, shown by weir status",
-	"Levels.EnforceConnections":          "configuration, shown by weir status",
-	"Levels.EnforceBandwidth":            "configuration, shown by weir status",
-	"Services.Targets.Down":              "weir_target_up",
-	"Services.Targets.HealthUp":          "weir_target_up",
-	"Draining":                           "/healthz answers 503 while draining",
-	"Cluster.Levels.Open":                "weir_level_connections and weir_target_connections_open give the open connections here",
-	"Cluster.Bandwidth.Max":              "weir_level_max_bandwidth_bytes_per_second",
-	"HTTP.Durations.Bounds":              "the histogram's le labels",
-	"Forwarder.HTTPClients":              "the sum of weir_http_client_connections{kind=open}",
-	"Levels.Queue.TimeoutMs":             "configuration, shown by weir status",
-	"Clients.Queue.TimeoutMs":            "configuration, shown by weir status",
-	"Clients.MaxConnections":             "configuration, shown by weir status",
-	"Clients.MaxBandwidth":               "configuration, shown by weir status",
-	"Clients.PrefixV4":                   "configuration, shown by weir status",
-	"Clients.PrefixV6":                   "configuration, shown by weir status",
-	"Clients.EnforceConnections":         "configuration, shown by weir status",
-	"Clients.EnforceBandwidth":           "configuration, shown by weir status",
+	"Generation":                                "a configuration's identity, not a quantity; weir_reloads_total counts swaps",
+	"DialFailures":                              "the sum of weir_target_connect_failures_total",
+	"Services.Refused":                          "weir_refusals_total{level=balancer,limit=targets}",
+	"Services.Targets.SlowStart":                "already in weir_target_weight{kind=effective}",
+	"Services.Targets.Exact":                    "the unrounded effective weight: weir_target_weight{kind=effective} and weir_target_fraction_percent give it",
+	"Services.Targets.Actions.Effective":        "weir_target_action_weight rounded down, shown by weir status",
+	"Levels.EnforceConnections":                 "configuration, shown by weir status",
+	"Levels.EnforceBandwidth":                   "configuration, shown by weir status",
+	"Services.Targets.Down":                     "weir_target_up",
+	"Services.Targets.HealthUp":                 "weir_target_up",
+	"Draining":                                  "/healthz answers 503 while draining",
+	"Cluster.Levels.Open":                       "weir_level_connections and weir_target_connections_open give the open connections here",
+	"Cluster.Bandwidth.Max":                     "weir_level_max_bandwidth_bytes_per_second",
+	"HTTP.Durations.Bounds":                     "the histogram's le labels",
+	"Forwarder.HTTPClients":                     "the sum of weir_http_client_connections{kind=open}",
+	"Levels.Queue.TimeoutMs":                    "configuration, shown by weir status",
+	"Clients.Queue.TimeoutMs":                   "configuration, shown by weir status",
+	"Clients.MaxConnections":                    "configuration, shown by weir status",
+	"Clients.MaxBandwidth":                      "configuration, shown by weir status",
+	"Clients.PrefixV4":                          "configuration, shown by weir status",
+	"Clients.PrefixV6":                          "configuration, shown by weir status",
+	"Clients.EnforceConnections":                "configuration, shown by weir status",
+	"Clients.EnforceBandwidth":                  "configuration, shown by weir status",
+	"Services.Targets.Replies.Interval.Replies": "the count behind weir_target_reply_latency_seconds; weir_target_replies_total counts every reply",
+	"Services.Targets.Replies.Total.P50":        "since start, shown by /status and weir status; the interval's is weir_target_reply_latency_seconds",
+	"Services.Targets.Replies.Total.P99":        "since start, shown by /status and weir status; the interval's is weir_target_reply_latency_seconds",
 }
 
 // explained is the part of a target's weight explanation that is exported
@@ -69,6 +72,7 @@ func populated(t *testing.T) (api.Status, map[string][]float64) {
 	st.Services[0].Targets[0].Explanation = &api.Explanation{}
 	st.Services[0].Targets[0].Actions = []api.ActionLevel{{Action: "gold"}, {Action: "silver"}}
 	st.Services[0].Targets[0].Segments = &api.Segments{}
+	st.Services[0].Targets[0].Replies = &api.ReplyLatency{}
 	st.TUN = &api.TUN{Name: "weir0"}
 	st.Forwarder.ListenDropped = []api.Drop{{Reason: "segment_queue"}, {Reason: "accept_queue"}}
 	st.Forwarder.SNIRefused = []api.Drop{{Reason: "malformed"}, {Reason: "no-match"}}
@@ -196,6 +200,9 @@ func TestEveryFactIsExported(t *testing.T) {
 			continue
 		}
 		for _, v := range vs {
+			if strings.HasSuffix(path, "Replies.Interval.P50") || strings.HasSuffix(path, "Replies.Interval.P99") {
+				v /= 1e3 // milliseconds in /status, seconds in the metric
+			}
 			if !exported[v] {
 				t.Errorf("status field %s (value %v) is exported by no metric: add one to Defs or say in notMetrics why not", path, v)
 			}

@@ -151,6 +151,9 @@ type Sampled struct {
 	// Segments returns a target's per-direction totals, false before its
 	// first sample; nil means none.
 	Segments func(policy.TargetKey) (api.Segments, bool)
+	// Replies returns a udp target's reply latency, false before its
+	// first request/response session; nil means none.
+	Replies func(policy.TargetKey) (api.ReplyLatency, bool)
 }
 
 // Services lists cfg's virtual servers in file order with their targets:
@@ -185,6 +188,11 @@ func Services(cfg *policy.Config, sm Sampled, snapshot func(service string) (bal
 				if sm.Segments != nil {
 					if sg, ok := sm.Segments(k); ok {
 						tg.Segments = &sg
+					}
+				}
+				if sm.Replies != nil && vs.Proto == policy.ProtoUDP {
+					if rl, ok := sm.Replies(k); ok {
+						tg.Replies = &rl
 					}
 				}
 				s.Targets = append(s.Targets, tg)

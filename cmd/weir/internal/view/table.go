@@ -138,6 +138,7 @@ func writeTable(w io.Writer, st api.Status) {
 		writeActionLevels(w, s.Targets)
 		writeChecks(w, s.Targets)
 		writeSegments(w, s.Targets)
+		writeReplies(w, s.Targets)
 	}
 	if len(st.Refusals) > 0 {
 		fmt.Fprintln(w, "\nRefusals")
@@ -322,6 +323,51 @@ func writeSegments(w io.Writer, targets []api.Target) {
 		}
 	}
 	tw.Flush()
+}
+
+// writeReplies lists the reply latency of udp targets' request/response
+// sessions (api.ReplyLatency): the last sampling interval's and the total.
+func writeReplies(w io.Writer, targets []api.Target) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	header := false
+	for _, t := range targets {
+		r := t.Replies
+		if r == nil {
+			continue
+		}
+		if !header {
+			fmt.Fprintln(tw, "  REPLIES\tINTERVAL\tP50\tP99\tTOTAL\tP50\tP99")
+			header = true
+		}
+		fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%d\t%s\t%s\n", t.Name, r.Interval.Replies, msOrDash(r.Interval), msOrDash99(r.Interval),
+			r.Total.Replies, msOrDash(r.Total), msOrDash99(r.Total))
+	}
+	tw.Flush()
+}
+
+func msOrDash(s api.LatencySummary) string {
+	if s.Replies == 0 {
+		return "-"
+	}
+	return fmtMs(s.P50)
+}
+
+func msOrDash99(s api.LatencySummary) string {
+	if s.Replies == 0 {
+		return "-"
+	}
+	return fmtMs(s.P99)
+}
+
+// fmtMs shows a latency in milliseconds with three significant digits.
+func fmtMs(ms float64) string {
+	switch {
+	case ms < 1:
+		return fmt.Sprintf("%.3f ms", ms)
+	case ms < 100:
+		return fmt.Sprintf("%.3g ms", ms)
+	}
+	return fmt.Sprintf("%.0f ms", ms)
 }
 
 // ratioTenths is num/den in tenths of a percent, 0 for den 0.

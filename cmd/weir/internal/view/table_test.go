@@ -186,3 +186,32 @@ func TestWriteTableUDP(t *testing.T) {
 		}
 	}
 }
+
+// TestWriteTableReplies: a udp target's reply latency shows under its
+// service, the interval's and the total, a dash where an interval had no
+// reply; a target without one shows none.
+func TestWriteTableReplies(t *testing.T) {
+	st := api.Status{Services: []api.Service{{Name: "dns", Proto: "udp", VIPs: []string{"198.18.0.53"}, Ports: "53", Targets: []api.Target{
+		{Name: "a", Role: "primary", Weight: 2, HealthUp: true, Replies: &api.ReplyLatency{
+			Interval: api.LatencySummary{Replies: 200, P50: 0.412, P99: 3.5}, Total: api.LatencySummary{Replies: 1200, P50: 0.398, P99: 12.25}}},
+		{Name: "b", Role: "primary", Weight: 1, HealthUp: true, Replies: &api.ReplyLatency{Total: api.LatencySummary{Replies: 7, P50: 150, P99: 2000}}},
+		{Name: "c", Role: "primary", Weight: 1, HealthUp: true},
+	}}}}
+	var b strings.Builder
+	if err := WriteTable(&b, st); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"REPLIES  INTERVAL  P50       P99     TOTAL  P50       P99",
+		"a        200       0.412 ms  3.5 ms  1200   0.398 ms  12.2 ms",
+		"b        0         -         -       7      150 ms    2000 ms",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("weir status lacks %q:\n%s", want, out)
+		}
+	}
+	if _, replies, _ := strings.Cut(out, "REPLIES"); strings.Contains(replies, "\n  c ") {
+		t.Errorf("target c has no replies but shows a row:\n%s", out)
+	}
+}
