@@ -91,10 +91,7 @@ func (b *backArm) addTarget(t testing.TB, n int, v6 bool, wrap func(datapath.Dev
 	return tg
 }
 
-func echoHandler(c net.Conn) {
-	defer c.Close()
-	io.Copy(c, c)
-}
+func echoHandler(c net.Conn) { duplexEcho(c) }
 
 // sinkHandler reads everything, answers with the byte count, and closes.
 func sinkHandler(c net.Conn) {
