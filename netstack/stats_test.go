@@ -229,6 +229,13 @@ func cappedLink(t *testing.T, rate, chunk int) (netip.AddrPort, func()) {
 		defer wg.Done()
 		buf := make([]byte, chunk)
 		turn := time.Duration(chunk) * time.Second / time.Duration(rate)
+		// Turns keep to a fixed schedule from the start: a turn that came
+		// late (a loaded host) is followed at once by the next, so the link
+		// keeps its rate over an interval instead of slowing with the host
+		// (a relative wait delivered half the bytes in one interval beside
+		// a parallel load, and 2 of 8 connections stopped counting as
+		// waiting).
+		start := time.Now()
 		for i := 0; ; i++ {
 			mu.Lock()
 			var c net.Conn
@@ -248,7 +255,7 @@ func cappedLink(t *testing.T, rate, chunk int) (netip.AddrPort, func()) {
 			select {
 			case <-quit:
 				return
-			case <-time.After(turn):
+			case <-time.After(time.Until(start.Add(time.Duration(i+1) * turn))):
 			}
 		}
 	}()
