@@ -212,3 +212,17 @@ func (x *UDPCheck) compile(bad func(string, ...any), where string) {
 		bad("%s health check: udp expect rcode %d is not 0..15 or any", where, d.RCode)
 	}
 }
+
+// DNSRCodeName names an RCODE as ParseDNSRCode reads it: NOERROR,
+// NXDOMAIN, ..., "any" for AnyRCode, else its number.
+func DNSRCodeName(c int) string {
+	if c == AnyRCode {
+		return "any"
+	}
+	for name, v := range dnsRCodes {
+		if v == c {
+			return name
+		}
+	}
+	return strconv.Itoa(c)
+}
