@@ -56,12 +56,12 @@ func TestParseUDPHealth(t *testing.T) {
 		})
 	}
 
-	c, err := ParseYAML("t.yaml", []byte(udpSvc("balancer: {healthCheck: {interval: 3s, timeout: 700ms, rise: 1, fall: 1}}\n",
+	_, err := ParseYAML("t.yaml", []byte(udpSvc("balancer: {healthCheck: {interval: 3s, timeout: 700ms, rise: 1, fall: 1}}\n",
 		`udp: {send: {dns: who.test}, expect: {regexp: "x"}}`)))
 	if err == nil || !strings.Contains(err.Error(), "expect takes only {rcode") {
 		t.Errorf("dns with a regexp: %v", err)
 	}
-	c, err = ParseYAML("t.yaml", []byte(udpSvc("balancer: {healthCheck: {interval: 3s, timeout: 700ms, rise: 1, fall: 4}}\n",
+	c, err := ParseYAML("t.yaml", []byte(udpSvc("balancer: {healthCheck: {interval: 3s, timeout: 700ms, rise: 1, fall: 4}}\n",
 		`rise: 2, udp: {send: {dns: who.test}}`)))
 	if err != nil {
 		t.Fatal(err)
