@@ -268,9 +268,10 @@ type UDPConn struct {
 var _ udprelay.Target = (*UDPConn)(nil)
 
 // ReadDatagram implements udprelay.Target: it waits for a datagram with no
-// buffer held.
+// buffer held. ICMP port unreachable (the endpoint's error event) ends the
+// wait with ErrConnectionRefused, as a kernel socket's ECONNREFUSED.
 func (c *UDPConn) ReadDatagram(pool *sync.Pool) (*[]byte, int, error) {
-	entry, ready := waiter.NewChannelEntry(waiter.ReadableEvents)
+	entry, ready := waiter.NewChannelEntry(waiter.ReadableEvents | waiter.EventErr)
 	c.wq.EventRegister(&entry)
 	defer c.wq.EventUnregister(&entry)
 	for {

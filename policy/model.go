@@ -758,7 +758,8 @@ func ParseHashBy(s string) (HashBy, error) {
 // A check dials the target on a fresh connection; with no probe set the
 // completed TCP handshake passes it. The probe is HTTP (an HTTP request, the
 // response status judged) or, for a TCP check, Send then Expect or
-// ExpectRegexp (the first bytes read within Timeout judged).
+// ExpectRegexp (the first bytes read within Timeout judged). A udp service's
+// check is UDP (a datagram, the replies judged) and nothing else.
 type HealthCheck struct {
 	Interval time.Duration
 	Timeout  time.Duration // default Interval/2
@@ -775,6 +776,11 @@ type HealthCheck struct {
 	// sends (at most HealthExpectMax). At most one of Expect and
 	// ExpectRegexp is set.
 	ExpectRegexp *regexp.Regexp
+	// UDP, when set, makes the check one datagram and its reply (UDPCheck):
+	// the probe of a udp service, which takes no other (Compile refuses it
+	// on other services, in the balancer's check, and beside http or
+	// send/expect).
+	UDP *UDPCheck
 }
 
 // HTTPCheck is an HTTP health check's request and the statuses that pass.
@@ -837,7 +843,7 @@ const HealthExpectMax = 4096
 
 // HasProbe reports whether the check sends anything or judges a reply.
 func (h *HealthCheck) HasProbe() bool {
-	return h.HTTP != nil || h.Send != "" || h.Expect != "" || h.ExpectRegexp != nil
+	return h.HTTP != nil || h.Send != "" || h.Expect != "" || h.ExpectRegexp != nil || h.UDP != nil
 }
 
 // Health-check defaults applied by Compile when Interval is set.
@@ -941,6 +947,9 @@ func compileBalancer(b *BalancerSettings, bad func(string, ...any)) {
 		bad("balancer slowStart %v is negative", b.SlowStart)
 	}
 	b.Health.compile(bad, "balancer")
+	if b.Health.UDP != nil {
+		bad("balancer health check: a udp probe belongs in a udp service's own healthCheck (the balancer's is every tcp, http and tls service's)")
+	}
 	if e := &b.Ejection; e.ConsecutiveFailures != 0 {
 		setDefault(&e.For, DefaultEjectionFor)
 		setDefault(&e.MaxPercent, DefaultEjectionMaxPercent)
@@ -969,6 +978,12 @@ func (h *HealthCheck) compile(bad func(string, ...any), where string) {
 	}
 	if h.Expect != "" && h.ExpectRegexp != nil {
 		bad("%s health check: expect and expectRegexp both set", where)
+	}
+	if x := h.UDP; x != nil {
+		if h.HTTP != nil || h.Send != "" || h.Expect != "" || h.ExpectRegexp != nil {
+			bad("%s health check: udp and http or send/expect both set", where)
+		}
+		x.compile(bad, where)
 	}
 	if x := h.HTTP; x != nil {
 		if h.Send != "" || h.Expect != "" || h.ExpectRegexp != nil {
@@ -1049,17 +1064,22 @@ func (vs *VirtualServer) Trusted(addr netip.Addr) bool {
 // resolveHealth sets vs.Health, the check its targets get: the balancer's
 // when the service has none of its own; else the service's, where a zero
 // interval, timeout, rise or fall takes the balancer's and the probe
-// (http, send/expect) is the service's alone (none: a TCP connect).
+// (http, send/expect, udp) is the service's alone (none: a TCP connect).
+// A udp service without a check of its own gets none (the balancer's
+// speaks TCP); its own must have the udp probe, which no other service
+// may have.
 func (c *Config) resolveHealth(vs *VirtualServer, bad func(string, ...any)) {
 	b := c.Balancer.Health
 	if vs.Proto == ProtoUDP {
-		// The checks connect or speak TCP: a udp service's targets get
-		// none (a udp send/expect form is not there yet).
-		if vs.Health != nil && vs.Health.Interval != 0 {
-			bad("virtual server %q: health checks of udp services are not supported (the checks speak TCP)", vs.Name)
+		if vs.Health == nil {
+			vs.Health = &HealthCheck{}
+			return
 		}
-		vs.Health = &HealthCheck{}
-		return
+		if vs.Health.UDP == nil {
+			bad("virtual server %q: a udp service's healthCheck needs the udp probe (udp: {send, expect}): the tcp, http and send/expect checks speak TCP", vs.Name)
+		}
+	} else if vs.Health != nil && vs.Health.UDP != nil {
+		bad("virtual server %q: a udp health check needs protocol udp, not %v", vs.Name, vs.Proto)
 	}
 	if vs.Health == nil {
 		vs.Health = &b

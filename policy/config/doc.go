@@ -61,7 +61,7 @@
 //	    http: HTTP             # protocol http only: request handling
 //	    udp: UDP               # protocol udp only: sessions
 //	    hashBy: client         # overrides balancer.hashBy; header and cookie need protocol http (a tcp service given them by the balancer hashes by client)
-//	    healthCheck: HEALTH    # overrides balancer.healthCheck: omitted interval, timeout, rise, fall take the balancer's; the probe (http, send/expect) is this one's (none: a TCP connect)
+//	    healthCheck: HEALTH    # overrides balancer.healthCheck: omitted interval, timeout, rise, fall take the balancer's; the probe (http, send/expect, udp) is this one's (none: a TCP connect); a udp service's must have the udp probe, and without one it has no active check
 //	    acceptProxyProtocol: v2 # v1, v2 or any: read an outer load balancer's PROXY-protocol header first (within timeouts.handshake); its client address is the client's for rules, limits, hashBy, the access log and X-Forwarded-For; no, a malformed or an untrusted header: RST (tcp) or 400 (http)
 //	    trustedProxies: [198.18.9.0/24] # required with acceptProxyProtocol: the prefixes (or addresses) a header is accepted from
 //	    targets:               # required, at least one
@@ -109,7 +109,7 @@
 //	  maxAttempts: 3           # targets tried per connection, 1..16, default 3
 //	  refreshInterval: 0s      # config file check period; 0 (default): off, SIGHUP still reloads
 //	  slowStart: 0s            # weight ramp of a recovered target; 0: off
-//	  healthCheck: HEALTH      # active checks of every service's targets; a service's own overrides it
+//	  healthCheck: HEALTH      # active checks of every tcp, http and tls service's targets (not udp: the probes speak TCP; no udp probe here); a service's own overrides it
 //	  hashBy: connection       # maglev's key: connection (default: the 5-tuple), client (the client's address), header:X-User or cookie:session (http, per request; absent: the client's address); other than connection needs algorithm maglev
 //	  ejection:                # outlier ejection; omitted (default): off
 //	    consecutiveFailures: 5 # required, 1..100: failures in a row (failed connects, first-byte timeouts, with serverErrors 5xx responses) that eject a target; a success resets the run
@@ -128,9 +128,10 @@
 //
 // HEALTH is an active health check: each target dialed on a fresh
 // connection the way its traffic goes (its via), every interval; fall
-// failures in a row mark it down (no new connections), rise passes in a row
-// bring it back. With no probe a completed TCP handshake passes; http or
-// send/expect test the service:
+// failures in a row mark it down (no new connections; a udp service: no
+// new sessions), rise passes in a row bring it back. With no probe a
+// completed TCP handshake passes; http or send/expect test the service;
+// udp is the probe of a udp service, and its only one:
 //
 //	interval: 5s               # 0 (default): off
 //	timeout: 2s                # default interval/2; must be shorter than interval; bounds the whole check
@@ -144,10 +145,36 @@
 //	send: "PING\r\n"           # tcp: bytes written once connected (not with http)
 //	expect: "+PONG"            # tcp: the first bytes read must be these; or a mapping:
 //	expect: {regexp: "^SSH-2\\.0-"} # the first bytes read (up to 4096) must match this Go regular expression
+//	udp:                       # protocol udp only, and required there: one datagram, the replies within timeout judged
+//	  send: {dns: www.example.com, type: A} # a DNS query (RD, class IN) with a fresh random ID per probe; type A (default), AAAA, NS, CNAME, SOA, PTR, MX, TXT, SRV, ANY or 1..65535
+//	  expect: {rcode: NOERROR} # with send dns: the reply with the query's ID and QR set must carry this RCODE: NOERROR (default), FORMERR, SERVFAIL, NXDOMAIN, NOTIMP, REFUSED, 0..15 or any
+//	  send: "PING\n"           # or: the datagram as text (its UTF-8 bytes), 1..65507 bytes
+//	  send: {hex: "00 01 ff"}  # or: the datagram as hex digits, two per byte; spaces, ':' or '-' may separate bytes
+//	  expect: "PONG"           # without dns: a reply passes when it begins with these bytes; also {hex: "504f"}, or {regexp: "^PONG \\d"} (matched within the whole datagram); omitted: any reply passes
 //
 // A failed check's reason is shown in /status and weir status: refused,
 // timeout, unreachable, reset, status 503, expect mismatch or closed (the
 // target closed before answering).
+//
+// The udp probe sends its datagram from a fresh connected UDP socket, the
+// socket a session's datagrams take: a host socket, or through the back
+// arm for a `via: netstack` target (no back arm: the check fails as the
+// sessions' dials do). It reads replies until timeout: the first that
+// passes passes the check; ICMP port unreachable (the target's port
+// closed) fails it at once, "refused"; a reply that does not pass (another
+// DNS ID: a stale or spoofed answer; the query echoed back; bytes not
+// matching expect) is ignored, and if none passes the reason counts them,
+// "expect mismatch: 2 replies ignored, last: DNS ID 0x1a2b, want 0x3c4d";
+// no reply at all is "timeout". The DNS answer to the query with another
+// RCODE fails at once ("DNS rcode SERVFAIL, want NOERROR"). A target that
+// stops answering without closing its port (hung, or dropped on the way)
+// gives no ICMP: the checks of a service run in parallel and the next
+// round starts interval after the slowest ended, so it is marked down
+// after about fall × (interval + timeout); a closed port after about
+// fall × interval. A udp service without a healthCheck of its own has no
+// active check: its targets' health is passive, the share of
+// request/response sessions left unanswered (udp.responseTimeout) cutting
+// their weight through monitor.timeoutRatioAndWeightFr.
 //
 // LIMITS is the same mapping at each of the three levels; a zero or omitted
 // field is no limit at that level, and admission checks the service, then its
@@ -228,7 +255,9 @@
 // count it as one connection, the balancer picks its target, maxConnections
 // counts sessions, bandwidth counts datagram payload), then every datagram
 // is relayed on its own both ways, in order, never merged, replies leaving
-// from the VIP. A udp service gets no health check (the checks speak TCP):
+// from the VIP. Its active health check is its own healthCheck with the udp
+// probe (HEALTH; a DNS query and the reply with its ID for DNS): the
+// balancer's speaks TCP and does not apply to it:
 //
 //	idleTimeout: 30s           # no datagram either way ends the session, default 30s
 //	responses: 1               # the session ends after this many datagrams from the target (DNS: 1); 0 (default): only idleTimeout

@@ -41,7 +41,7 @@ rules:
 		{"services:\n- {name: a, vips: [198.18.0.1], port: 53, protocol: udp, udp: {maxSessions: 0}, targets: [{address: 198.18.1.1:53}]}\n", "maxSessions"},
 		{"services:\n- {name: a, vips: [198.18.0.1], port: 53, protocol: udp, udp: {idleTimeout: 0s}, targets: [{address: 198.18.1.1:53}]}\n", "idleTimeout"},
 		{"services:\n- {name: a, vips: [198.18.0.1], port: 53, protocol: udp, udp: {bogus: 1}, targets: [{address: 198.18.1.1:53}]}\n", "bogus"},
-		{"services:\n- {name: a, vips: [198.18.0.1], port: 53, protocol: udp, healthCheck: {interval: 5s}, targets: [{address: 198.18.1.1:53}]}\n", "health checks of udp services"},
+		{"services:\n- {name: a, vips: [198.18.0.1], port: 53, protocol: udp, healthCheck: {interval: 5s}, targets: [{address: 198.18.1.1:53}]}\n", "needs udp: {send, expect}"},
 	} {
 		_, err := ParseYAML("t.yaml", []byte(tc.text))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -341,3 +341,43 @@ func parseRegexp(s string) (*regexp.Regexp, error) {
 	}
 	return re, nil
 }
+
+// parseHex parses bytes given as hex digits, two per byte, upper or lower
+// case; spaces, ':' and '-' may separate them ("00 01 ff", "00:01:ff").
+func parseHex(s string) ([]byte, error) {
+	var out []byte
+	digits := 0
+	var hi byte
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		var v byte
+		switch {
+		case c >= '0' && c <= '9':
+			v = c - '0'
+		case c >= 'a' && c <= 'f':
+			v = c - 'a' + 10
+		case c >= 'A' && c <= 'F':
+			v = c - 'A' + 10
+		case c == ' ' || c == ':' || c == '-' || c == '\t':
+			if digits%2 == 1 {
+				return nil, fmt.Errorf("hex %q: a lone digit before offset %d (two digits per byte)", s, i)
+			}
+			continue
+		default:
+			return nil, fmt.Errorf("hex %q: %q at offset %d is not a hex digit", s, c, i)
+		}
+		if digits%2 == 0 {
+			hi = v
+		} else {
+			out = append(out, hi<<4|v)
+		}
+		digits++
+	}
+	if digits%2 == 1 {
+		return nil, fmt.Errorf("hex %q: an odd number of digits (two per byte)", s)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("hex %q: no bytes", s)
+	}
+	return out, nil
+}

@@ -590,6 +590,7 @@ func (p *yparser) service(n *yaml.Node) {
 	var nameAt *yaml.Node
 	var primaries, backups []*policy.Target
 	targetAt := map[string]Pos{}
+	var healthAt healthKeys
 	p.mapping(n, "service", []field{
 		{name: "name", required: true, fn: func(k, v *yaml.Node) { vs.Name, _ = p.str(k, v); nameAt = v }},
 		{name: "class", fn: func(k, v *yaml.Node) {
@@ -625,9 +626,10 @@ func (p *yparser) service(n *yaml.Node) {
 				vs.HashBy = &h
 			}
 		}},
-		{name: "healthCheck", fn: func(_, v *yaml.Node) {
+		{name: "healthCheck", fn: func(k, v *yaml.Node) {
 			vs.Health = &policy.HealthCheck{}
-			p.healthCheck(vs.Health, v)
+			healthAt = p.healthCheck(vs.Health, v)
+			healthAt.key = k
 		}},
 		{name: "acceptProxyProtocol", fn: func(k, v *yaml.Node) {
 			vs.AcceptProxy, _ = parse(p, k, v, "v1, v2 or any", func(s string) (policy.ProxyProtocol, error) {
@@ -664,6 +666,7 @@ func (p *yparser) service(n *yaml.Node) {
 		}},
 	})
 	vs.Targets = append(primaries, backups...)
+	p.serviceHealth(vs, healthAt)
 	if vs.Name == "" {
 		return
 	}
@@ -895,7 +898,11 @@ func (p *yparser) balancer(b *policy.BalancerSettings, v *yaml.Node) {
 		}},
 		{name: "refreshInterval", fn: func(k, v *yaml.Node) { b.RefreshInterval, _ = parse(p, k, v, "a duration", parseDuration) }},
 		{name: "slowStart", fn: func(k, v *yaml.Node) { b.SlowStart, _ = parse(p, k, v, "a duration", parseDuration) }},
-		{name: "healthCheck", fn: func(_, v *yaml.Node) { p.healthCheck(&b.Health, v) }},
+		{name: "healthCheck", fn: func(_, v *yaml.Node) {
+			if at := p.healthCheck(&b.Health, v); at.udp != nil {
+				p.errf(at.udp, "udp: a udp probe belongs in a udp service's own healthCheck (the balancer's is every tcp, http and tls service's)")
+			}
+		}},
 		{name: "hashBy", fn: func(k, v *yaml.Node) {
 			b.HashBy, _ = parse(p, k, v, "connection, client, header:NAME or cookie:NAME", policy.ParseHashBy)
 		}},
@@ -922,9 +929,35 @@ func (p *yparser) ejection(e *policy.Ejection, v *yaml.Node) {
 	})
 }
 
+// healthKeys are where a health check's keys are, for the checks that
+// need the service around it: the healthCheck key, its udp key and the
+// first of its tcp probe keys (http, send, expect); nil where absent.
+type healthKeys struct{ key, udp, tcp *yaml.Node }
+
+// serviceHealth checks a service's own health check against its protocol:
+// a udp service's takes the udp probe and only that; no other service's
+// takes it.
+func (p *yparser) serviceHealth(vs *policy.VirtualServer, at healthKeys) {
+	switch {
+	case at.key == nil:
+	case vs.Proto == policy.ProtoUDP && at.tcp != nil:
+		p.errf(at.tcp, "%s: a udp service's health check is udp: {send, expect} (%s speaks TCP)", at.tcp.Value, at.tcp.Value)
+	case vs.Proto == policy.ProtoUDP && at.udp == nil:
+		p.errf(at.key, "healthCheck: a udp service's health check needs udp: {send, expect} (the tcp, http and send/expect checks speak TCP)")
+	case vs.Proto != policy.ProtoUDP && at.udp != nil:
+		p.errf(at.udp, "udp: a udp health check needs protocol udp, not %v", vs.Proto)
+	}
+}
+
 // healthCheck parses a health check: the balancer's or a service's own.
-func (p *yparser) healthCheck(h *policy.HealthCheck, v *yaml.Node) {
+// It returns where its probe keys are (healthKeys.key is the caller's).
+func (p *yparser) healthCheck(h *policy.HealthCheck, v *yaml.Node) (at healthKeys) {
 	var timeoutAt, httpAt *yaml.Node
+	tcp := func(k *yaml.Node) {
+		if at.tcp == nil {
+			at.tcp = k
+		}
+	}
 	p.mapping(v, "healthCheck", []field{
 		{name: "interval", fn: func(k, v *yaml.Node) { h.Interval, _ = parse(p, k, v, "a duration", parseDuration) }},
 		{name: "timeout", fn: func(k, v *yaml.Node) {
@@ -941,6 +974,7 @@ func (p *yparser) healthCheck(h *policy.HealthCheck, v *yaml.Node) {
 		}},
 		{name: "http", fn: func(k, v *yaml.Node) {
 			httpAt = k
+			tcp(k)
 			x := &policy.HTTPCheck{}
 			h.HTTP = x
 			p.mapping(v, "http", []field{
@@ -952,8 +986,14 @@ func (p *yparser) healthCheck(h *policy.HealthCheck, v *yaml.Node) {
 				}},
 			})
 		}},
-		{name: "send", fn: func(k, v *yaml.Node) { h.Send, _ = p.str(k, v) }},
+		{name: "udp", fn: func(k, v *yaml.Node) {
+			at.udp = k
+			h.UDP = &policy.UDPCheck{}
+			p.udpCheck(h.UDP, v)
+		}},
+		{name: "send", fn: func(k, v *yaml.Node) { h.Send, _ = p.str(k, v); tcp(k) }},
 		{name: "expect", fn: func(k, v *yaml.Node) {
+			tcp(k)
 			x := v
 			for x != nil && x.Kind == yaml.AliasNode {
 				x = x.Alias
@@ -975,6 +1015,95 @@ func (p *yparser) healthCheck(h *policy.HealthCheck, v *yaml.Node) {
 	if httpAt != nil && (h.Send != "" || h.Expect != "" || h.ExpectRegexp != nil) {
 		p.errf(httpAt, "http: a check is http or send/expect, not both")
 	}
+	return at
+}
+
+// udpCheck parses a health check's udp probe: send (text, {hex} or {dns,
+// type}) and expect (text, {hex}, {regexp}, or with dns {rcode}).
+func (p *yparser) udpCheck(x *policy.UDPCheck, v *yaml.Node) {
+	var expectAt, rcodeAt *yaml.Node
+	rcode := 0
+	p.mapping(v, "udp", []field{
+		{name: "send", required: true, fn: func(k, v *yaml.Node) {
+			if !isMapping(v) {
+				if t, ok := p.str(k, v); ok {
+					x.Send = []byte(t)
+				}
+				return
+			}
+			var d *policy.DNSCheck
+			before := len(p.b.e.list) + p.b.e.dropped
+			p.mapping(v, "send", []field{
+				{name: "hex", fn: func(k, v *yaml.Node) { x.Send, _ = parse(p, k, v, "hex digits", parseHex) }},
+				{name: "dns", fn: func(k, v *yaml.Node) {
+					if d == nil {
+						d = &policy.DNSCheck{}
+					}
+					d.Name, _ = parse(p, k, v, "a domain name", policy.ParseDNSName)
+				}},
+				{name: "type", fn: func(k, v *yaml.Node) {
+					if d == nil {
+						d = &policy.DNSCheck{}
+					}
+					d.Type, _ = parse(p, k, v, "a DNS type (A, AAAA, ...)", policy.ParseDNSType)
+				}},
+			})
+			switch {
+			case d != nil && x.Send != nil:
+				p.errf(k, "send: hex or dns, not both")
+			case d != nil && d.Name == "":
+				p.errf(k, "send: type needs dns: NAME")
+			case d == nil && x.Send == nil && len(p.b.e.list)+p.b.e.dropped == before:
+				p.errf(k, "send: want text, {hex: BYTES} or {dns: NAME}")
+			}
+			x.DNS = d
+		}},
+		{name: "expect", fn: func(k, v *yaml.Node) {
+			expectAt = k
+			if !isMapping(v) {
+				if t, ok := p.str(k, v); ok {
+					x.Expect = []byte(t)
+				}
+				return
+			}
+			p.mapping(v, "expect", []field{
+				{name: "hex", fn: func(k, v *yaml.Node) { x.Expect, _ = parse(p, k, v, "hex digits", parseHex) }},
+				{name: "regexp", fn: func(k, v *yaml.Node) {
+					x.ExpectRegexp, _ = parse(p, k, v, "a regular expression", parseRegexp)
+				}},
+				{name: "rcode", fn: func(k, v *yaml.Node) {
+					rcodeAt = k
+					rcode, _ = parse(p, k, v, "a DNS rcode (NOERROR, NXDOMAIN, ..., any)", policy.ParseDNSRCode)
+				}},
+			})
+			n := 0
+			for _, set := range []bool{x.Expect != nil, x.ExpectRegexp != nil, rcodeAt != nil} {
+				if set {
+					n++
+				}
+			}
+			if n > 1 {
+				p.errf(k, "expect: one of text, hex, regexp or rcode")
+			}
+		}},
+	})
+	switch {
+	case x.DNS != nil && expectAt != nil && rcodeAt == nil:
+		p.errf(expectAt, "expect: send dns judges the reply by its ID, QR bit and rcode: expect takes only {rcode: NOERROR|NXDOMAIN|...|any}")
+	case x.DNS == nil && rcodeAt != nil:
+		p.errf(rcodeAt, "rcode: needs send {dns: NAME}")
+	case x.DNS != nil:
+		x.DNS.RCode = rcode
+	}
+}
+
+// isMapping reports whether n is a mapping, following aliases (without
+// charging the budget: the handler that reads n charges it).
+func isMapping(n *yaml.Node) bool {
+	for n != nil && n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	return n != nil && n.Kind == yaml.MappingNode
 }
 
 // cluster parses the scale-out section; redis and name are required.

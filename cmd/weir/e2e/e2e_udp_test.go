@@ -24,6 +24,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"weir/cmd/weir/api"
+	"weir/internal/netns"
 	"weir/internal/testutil"
 )
 
@@ -31,6 +32,13 @@ import (
 // answer, on addrs (IPv4 and IPv6) port 5353, until the test ends. It
 // returns the process.
 func (w *weirProc) dnsmasq(answer string, addrs ...string) *os.Process {
+	w.t.Helper()
+	return w.dnsmasqIn(w.ns, answer, addrs...)
+}
+
+// dnsmasqIn is dnsmasq run in ns (weir's namespace, or a target namespace
+// weir's reaches: its readiness is asked from weir's).
+func (w *weirProc) dnsmasqIn(ns *netns.NS, answer string, addrs ...string) *os.Process {
 	w.t.Helper()
 	path, err := exec.LookPath("dnsmasq")
 	if err != nil {
@@ -46,7 +54,7 @@ func (w *weirProc) dnsmasq(answer string, addrs ...string) *os.Process {
 	var cmd *exec.Cmd
 	done := make(chan error, 1)
 	go func() {
-		done <- w.ns.Do(func() error {
+		done <- ns.Do(func() error {
 			cmd = exec.Command(path, args...)
 			cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 			var out strings.Builder

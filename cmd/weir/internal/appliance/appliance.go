@@ -132,14 +132,15 @@ type Appliance struct {
 	bals    atomic.Pointer[map[string]*balancer.Balancer]
 	sampler *policy.Sampler // sampling loop only
 
-	engine *datapath.Engine
-	stack  *netstack.Stack
-	nics   []nicEntry          // every NIC, front ones first, with its device
-	fwd    *netstack.Forwarder // the accept path: hands connections to px
-	px     *proxy.Proxy        // admission, dials, splices; http services through hs
-	hs     *proxyhttp.Server
-	udp    *netstack.UDPFront // the VIP endpoints of udp services: datagrams to relay
-	relay  *udprelay.Relay    // udp sessions: admission, target sockets, expiry
+	engine  *datapath.Engine
+	stack   *netstack.Stack
+	nics    []nicEntry          // every NIC, front ones first, with its device
+	fwd     *netstack.Forwarder // the accept path: hands connections to px
+	px      *proxy.Proxy        // admission, dials, splices; http services through hs
+	hs      *proxyhttp.Server
+	udp     *netstack.UDPFront // the VIP endpoints of udp services: datagrams to relay
+	relay   *udprelay.Relay    // udp sessions: admission, target sockets, expiry
+	udpBack udprelay.Dialer    // the relay's back-arm dialer (nil: no back arm), for the udp health checks
 
 	checks health.Supervisor // a health checker per service, from Start
 
@@ -295,6 +296,7 @@ func New(opts Options) (*Appliance, error) {
 	ro := udprelay.Options{Admitter: a.admit, Host: &udprelay.HostDialer{}, Now: a.now}
 	if sd, ok := po.Back.(*netstack.StackDialer); ok && sd.Stack != nil {
 		ro.Back = sd
+		a.udpBack = sd
 	}
 	a.relay = udprelay.New(ro)
 	a.udp = netstack.NewUDPFront(a.stack, a.relay, a.udpService)
@@ -391,8 +393,9 @@ func (a *Appliance) Start() {
 }
 
 // healthPlan returns the health checks of service name in the current
-// config; each target is dialed the way its connections go: through the
-// back arm for `via: netstack` targets, else a host socket.
+// config; each target is dialed the way its connections (a udp service's:
+// its sessions) go: through the back arm for `via: netstack` targets, else
+// a host socket.
 func (a *Appliance) healthPlan(name string) health.Plan {
 	vs := a.cfg.Load().ServiceByName(name)
 	if vs == nil {
@@ -405,6 +408,16 @@ func (a *Appliance) healthPlan(name string) health.Plan {
 			}
 		}
 		return health.HostDial
+	}, func(v policy.DialVia) health.UDPDialFunc {
+		if v == policy.DialNetstack {
+			return func(ctx context.Context, addr netip.AddrPort) (udprelay.Target, error) {
+				if a.udpBack == nil {
+					return nil, netstack.ErrNoBackArm
+				}
+				return a.udpBack.DialUDP(ctx, addr)
+			}
+		}
+		return health.HostDialUDP
 	})}
 }
 

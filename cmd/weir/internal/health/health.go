@@ -10,7 +10,9 @@
 // send/expect probe writes Send and judges the first bytes read against
 // Expect or ExpectRegexp. A target that takes a PROXY-protocol header
 // (Target.ProxyProtocol) gets the address-less one first (v2 LOCAL, v1
-// UNKNOWN), before the probe. The connection is closed at the end.
+// UNKNOWN), before the probe. The connection is closed at the end. A udp
+// service's check is the udp probe (udp.go): one datagram from a fresh
+// connected UDP socket, the replies judged until the timeout.
 package health
 
 import (
@@ -52,6 +54,9 @@ type Target struct {
 	// Dial connects to Addr the way the target's connections go; nil is
 	// HostDial.
 	Dial DialFunc
+	// DialUDP opens the udp probe's socket to Addr the way the target's
+	// sessions go; nil is HostDialUDP.
+	DialUDP UDPDialFunc
 	// ProxyProtocol is the target's PROXY-protocol version: the check
 	// writes that version's address-less header (v2 LOCAL, v1 UNKNOWN)
 	// first, as weir's own connection, before the probe.
@@ -170,7 +175,7 @@ const (
 	ReasonUnreach   = "unreachable"     // no route to the target
 	ReasonReset     = "reset"           // the connection was reset after it was up
 	ReasonClosed    = "closed"          // the target closed before answering
-	ReasonMismatch  = "expect mismatch" // the first bytes do not match expect
+	ReasonMismatch  = "expect mismatch" // the first bytes do not match expect (udp: no reply passed, some came; the reason goes on to say what)
 	ReasonBadReply  = "bad response"    // not an HTTP response
 	ReasonNoAddress = "no address"      // the target has no address to check
 )
@@ -189,6 +194,9 @@ func Check(ctx context.Context, t Target, h *policy.HealthCheck) Result {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, h.Timeout)
 		defer cancel()
+	}
+	if h.UDP != nil {
+		return checkUDP(ctx, t, h.UDP)
 	}
 	conn, err := dial(ctx, t.Addr)
 	if err != nil {
@@ -331,11 +339,15 @@ func isErrno(err error, e syscall.Errno) bool { return errors.Is(err, e) }
 
 // ServiceTargets lists the checks of vs's targets: each at the address a
 // client's connection to the service's first port goes to (a target that
-// keeps the client's port is checked there), dialed by dial(t.Via).
-func ServiceTargets(vs *policy.VirtualServer, dial func(policy.DialVia) DialFunc) []Target {
+// keeps the client's port is checked there), dialed by dial(t.Via), or
+// for the udp probe by dialUDP(t.Via) (a nil dialUDP: host sockets).
+func ServiceTargets(vs *policy.VirtualServer, dial func(policy.DialVia) DialFunc, dialUDP func(policy.DialVia) UDPDialFunc) []Target {
 	out := make([]Target, 0, len(vs.Targets))
 	for _, t := range vs.Targets {
 		ct := Target{Name: t.Name, Dial: dial(t.Via), ProxyProtocol: t.ProxyProtocol}
+		if dialUDP != nil {
+			ct.DialUDP = dialUDP(t.Via)
+		}
 		if t.Addr.IsValid() {
 			ct.Addr = t.DialAddr(vs.Ports.Lo)
 		}

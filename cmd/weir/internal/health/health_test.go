@@ -85,7 +85,7 @@ func newRig(t *testing.T, hc policy.HealthCheck, dial func(policy.DialVia) DialF
 	r.c = &Checker{
 		Plan: func() Plan {
 			vs := cfg.ServiceByName("web")
-			return Plan{Settings: *vs.Health, Targets: ServiceTargets(vs, dial)}
+			return Plan{Settings: *vs.Health, Targets: ServiceTargets(vs, dial, nil)}
 		},
 		Report: func(name string, r Result, now time.Time) { b.ReportCheck(name, r.OK, r.Reason, now) },
 		Now:    func() time.Time { return t0 },
@@ -300,7 +300,7 @@ func TestServiceTargets(t *testing.T) {
 		{Name: "none"},
 	}}
 	var vias []policy.DialVia
-	ts := ServiceTargets(vs, func(v policy.DialVia) DialFunc { vias = append(vias, v); return nil })
+	ts := ServiceTargets(vs, func(v policy.DialVia) DialFunc { vias = append(vias, v); return nil }, nil)
 	want := []Target{
 		{Name: "fixed", Addr: netip.MustParseAddrPort("10.0.0.1:9000")},
 		{Name: "keeps-port", Addr: netip.MustParseAddrPort("10.0.0.2:8080")},

@@ -240,7 +240,7 @@ func TestLoopMarksA503TargetDownInTime(t *testing.T) {
 	// changed receives each change of the balancer's verdict, sent from
 	// the report that made it (one target: the reports come one at a time).
 	changed := make(chan bool, 16)
-	report, last := r.c.Report, false
+	report, last := r.c.Report, false // false: the first report sends the state it found (up)
 	r.c.Report = func(name string, res Result, now time.Time) {
 		report(name, res, now)
 		if up := r.up()[0]; up != last || now.IsZero() {
@@ -253,7 +253,6 @@ func TestLoopMarksA503TargetDownInTime(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- r.c.Loop(ctx) }()
 	defer func() { cancel(); <-done }()
-	last = false // the first report sends the state it found: up
 	if !<-changed {
 		t.Fatal("first verdict not up")
 	}
