@@ -34,6 +34,10 @@ type report struct {
 	Idle *idleResult `json:"idle,omitempty"`
 	// Profiles are weir's CPU profiles (-profile).
 	Profiles []profileResult `json:"profiles,omitempty"`
+	// UDPRate and UDPLen are the UDP test's iperf3 -b and -l ("" and 0
+	// without it).
+	UDPRate string `json:"udp_rate,omitempty"`
+	UDPLen  int    `json:"udp_len,omitempty"`
 }
 
 // stat is a median with its spread over the repetitions.
@@ -63,6 +67,13 @@ type summary struct {
 	Path   string `json:"path"`
 	Value  stat   `json:"value"` // Gbit/s or conn/s, over the runs without error
 	Failed int    `json:"failed_runs"`
+	// NA says why the path cannot run the test (no figure); LossPct is
+	// a UDP test's receiver loss in per cent over the runs, and Sessions
+	// the weir sessions per run (the largest: 1 when every stream stayed
+	// one session).
+	NA       string `json:"not_applicable,omitempty"`
+	LossPct  stat   `json:"loss_percent,omitzero"`
+	Sessions uint64 `json:"weir_sessions,omitempty"`
 	// Ratio is Value.Median / the kernel's (0 when the kernel has none).
 	Ratio float64 `json:"ratio_to_kernel"`
 	// RatioHA is Value.Median / HAProxy's of the same run (0 without
@@ -113,15 +124,23 @@ func (r *report) summarize() {
 	for _, t := range r.Tests {
 		for _, p := range r.Paths {
 			s := summary{Test: t.ID, Path: p}
-			var vals, cpu, cp50, cp99, tp50, tp99 []float64
+			var vals, cpu, cp50, cp99, tp50, tp99, loss []float64
 			var cpuTotal, bytes, conns float64
 			for _, x := range r.Samples {
 				if x.Test != t.ID || x.Path != p {
 					continue
 				}
+				if x.NA != "" {
+					s.NA = x.NA
+					continue
+				}
 				if x.Err != "" {
 					s.Failed++
 					continue
+				}
+				if u := x.UDP; u != nil {
+					loss = append(loss, u.LostPercent)
+					s.Sessions = max(s.Sessions, u.Sessions)
 				}
 				vals = append(vals, x.Value)
 				cpu = append(cpu, x.CPUSec)
@@ -135,7 +154,7 @@ func (r *report) summarize() {
 					tp50, tp99 = append(tp50, c.TxnP50), append(tp99, c.TxnP99)
 				}
 			}
-			s.Value, s.CPUSec = statOf(vals), statOf(cpu)
+			s.Value, s.CPUSec, s.LossPct = statOf(vals), statOf(cpu), statOf(loss)
 			s.ConnectP50, s.ConnectP99 = statOf(cp50).Median, statOf(cp99).Median
 			s.TxnP50, s.TxnP99 = statOf(tp50).Median, statOf(tp99).Median
 			if bytes > 0 {
@@ -206,6 +225,11 @@ func (r *report) markdown() string {
 		fmt.Fprintf(&b, "weir's extra environment: `%s`.\n\n", r.WeirEnv)
 	}
 
+	if r.UDPRate != "" {
+		fmt.Fprintf(&b, "UDP: iperf3 -u, 1 stream, client → server, -b %s (above what the kernel path carries: every path saturated), %d-byte datagrams; "+
+			"the cell is the receiver's throughput with its loss (median over the runs); through weir a udp service on the VIP's iperf3 port, "+
+			"each stream one session on one target (/status, checked). HAProxy (mode tcp) and kproxy carry no UDP: their cells say so.\n\n", r.UDPRate, r.UDPLen)
+	}
 	if r.HAProxyVersion != "" {
 		fmt.Fprintf(&b, "haproxy = %s in the router, `mode tcp`, its defaults (threads, maxconn), the server's port the client's; "+
 			"\"/ haproxy\" columns are medians over HAProxy's median of the same run.\n\n", r.HAProxyVersion)
@@ -234,9 +258,15 @@ func (r *report) markdown() string {
 		fmt.Fprintf(&b, "| %s | %s |", t.Name, t.unit())
 		for _, p := range r.Paths {
 			c := r.cell(t.ID, p)
-			cellText := fmtStat(c.Value, t.Kind == iperfTest)
+			cellText := fmtStat(c.Value, t.Kind != connTest)
 			if t.Kind == connTest && c.Value.N > 0 {
 				cellText += fmt.Sprintf(" (%d errors)", c.Errors)
+			}
+			if t.Kind == udpTest && c.LossPct.N > 0 {
+				cellText += fmt.Sprintf(" (%.2g %% lost)", c.LossPct.Median)
+			}
+			if c.NA != "" && c.Value.N == 0 {
+				cellText = "— (" + c.NA + ")"
 			}
 			if c.Failed > 0 {
 				cellText += fmt.Sprintf(" (%d runs failed)", c.Failed)
@@ -337,7 +367,7 @@ func (r *report) markdown() string {
 			b.WriteString("\n")
 		}
 		for _, t := range r.Tests {
-			if t.Kind == iperfTest {
+			if t.Kind != connTest {
 				row("CPU per GB, "+t.Name, func(a applianceSummary) (string, float64) {
 					c := r.cell(t.ID, a.Path)
 					if c == nil || c.CPUPerGB == 0 {
@@ -397,7 +427,7 @@ func (r *report) markdown() string {
 	}
 	var errs []string
 	for _, s := range r.Samples {
-		if s.Err != "" {
+		if s.Err != "" && s.NA == "" {
 			errs = append(errs, fmt.Sprintf("- %s on %s, rep %d: %s", s.Test, s.Path, s.Rep, s.Err))
 		}
 		if s.Conn != nil && len(s.Conn.ErrorTexts) > 0 {
