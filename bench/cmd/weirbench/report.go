@@ -282,6 +282,25 @@ func (r *report) markdown() string {
 		b.WriteString("\n")
 	}
 
+	// Where each UDP run's datagrams went.
+	var udpLines []string
+	for _, x := range r.Samples {
+		u := x.UDP
+		if u == nil || x.Err != "" {
+			continue
+		}
+		line := fmt.Sprintf("- %s rep %d: sent %.2f Gbit/s (%d datagrams), received %.2f, lost %d (%.2g %%), %d of them at the server's socket buffer",
+			x.Path, x.Rep, u.SentGbps, u.Packets, u.Gbps, u.Lost, u.LostPercent, u.ServerRcvbuf)
+		if u.Sessions > 0 {
+			line += fmt.Sprintf("; weir: %d dropped at its TUN queue, %d at its VIP endpoint's buffer, %d relayed, %d session (%d trailing)",
+				u.TUNDropped, u.ReceiveDropped, u.DatagramsIn, u.Sessions, u.TrailingSessions)
+		}
+		udpLines = append(udpLines, line)
+	}
+	if len(udpLines) > 0 {
+		b.WriteString("\nUDP runs: where the datagrams went (iperf3's counts, the server's kernel Udp RcvbufErrors, weir's TUN tx_dropped and /status)\n\n" + strings.Join(udpLines, "\n") + "\n")
+	}
+
 	// Latency.
 	b.WriteString("\nLatency, µs (median over the runs of each run's percentile): connect p50 / p99 · transaction p50 / p99\n\n| test |")
 	for _, p := range r.Paths {

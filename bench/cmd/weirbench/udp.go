@@ -23,11 +23,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/vishvananda/netlink"
+
 	"weir/cmd/weir/api"
+	"weir/internal/netns"
 )
 
 // udpService is the name of weir's udp service in the harness's config.
@@ -57,6 +61,12 @@ type udpResult struct {
 	DatagramsOut     uint64         `json:"weir_datagrams_out,omitempty"`
 	ReceiveDropped   uint64         `json:"weir_receive_dropped,omitempty"`
 	WriteErrors      uint64         `json:"weir_write_errors,omitempty"`
+	// TUNDropped: datagrams the router's kernel dropped with weir's TUN
+	// queue full (weir read too slowly); ServerRcvbuf: datagrams the
+	// server's kernel dropped with iperf3's socket buffer full (every
+	// path): where the loss is, beside iperf3's own count.
+	TUNDropped   uint64 `json:"weir_tun_dropped,omitempty"`
+	ServerRcvbuf uint64 `json:"server_rcvbuf_errors"`
 }
 
 // iperfUDP runs iperf3 -u's client in the client namespace against addr.
@@ -121,14 +131,34 @@ func parseIperfUDP(out []byte) (udpResult, error) {
 		Packets: rx.Packets, Lost: rx.LostPackets, LostPercent: rx.LostPercent, JitterMs: rx.JitterMs}, nil
 }
 
-// runUDP runs iperfUDP on p; through weir it reads /status before the
-// run, near the stream's end (udpCheckAt) and after the run.
+// runUDP runs iperfUDP on p and reads the server's UDP receive-buffer
+// drops around it; through weir it also reads /status before the run,
+// near the stream's end (udpCheckAt) and after the run, and the drops of
+// weir's TUN queue.
 func runUDP(ctx context.Context, topo *topology, o options, p *path) (udpResult, error) {
+	rcv0, err := rcvbufErrors(topo.server)
+	if err != nil {
+		return udpResult{}, err
+	}
+	u, err := runUDPOn(ctx, topo, o, p)
+	if rcv1, rerr := rcvbufErrors(topo.server); rerr == nil {
+		u.ServerRcvbuf = rcv1 - rcv0
+	} else if err == nil {
+		err = rerr
+	}
+	return u, err
+}
+
+func runUDPOn(ctx context.Context, topo *topology, o options, p *path) (udpResult, error) {
 	if p.admin == nil {
 		return iperfUDP(ctx, topo, p.Addr, o.IperfTime, o.UDPRate)
 	}
 	var st0, stMid, st1 api.Status
 	if err := p.admin.status(ctx, &st0); err != nil {
+		return udpResult{}, err
+	}
+	tun0, err := tunTxDropped(topo.router)
+	if err != nil {
 		return udpResult{}, err
 	}
 	type result struct {
@@ -157,7 +187,66 @@ func runUDP(ctx context.Context, topo *topology, o options, p *path) (udpResult,
 	if err := p.admin.status(ctx, &st1); err != nil {
 		return r.u, err
 	}
+	tun1, err := tunTxDropped(topo.router)
+	if err != nil {
+		return r.u, err
+	}
+	r.u.TUNDropped = tun1 - tun0
 	return r.u, r.u.weirSide(st0, stMid, st1)
+}
+
+// rcvbufErrors is Udp RcvbufErrors of ns's kernel (/proc/thread-self/net:
+// /proc/net is the main thread's namespace, not the one ns.Do entered).
+func rcvbufErrors(ns *netns.NS) (uint64, error) {
+	var b []byte
+	err := ns.Do(func() (err error) {
+		b, err = os.ReadFile("/proc/thread-self/net/snmp")
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	return snmpValue(string(b), "Udp", "RcvbufErrors")
+}
+
+// snmpValue reads one counter of a /proc/net/snmp text: a header line and
+// a value line per protocol.
+func snmpValue(text, proto, name string) (uint64, error) {
+	var head []string
+	for _, line := range strings.Split(text, "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || f[0] != proto+":" {
+			continue
+		}
+		if head == nil {
+			head = f
+			continue
+		}
+		for i, h := range head {
+			if h == name && i < len(f) {
+				return strconv.ParseUint(f[i], 10, 64)
+			}
+		}
+		break
+	}
+	return 0, fmt.Errorf("snmp: no %s %s", proto, name)
+}
+
+// tunTxDropped is what the router's kernel dropped toward weir's TUN (its
+// transmit queue full).
+func tunTxDropped(ns *netns.NS) (uint64, error) {
+	var n uint64
+	err := ns.Do(func() error {
+		l, err := netlink.LinkByName(weirTUN)
+		if err != nil {
+			return err
+		}
+		if st := l.Attrs().Statistics; st != nil {
+			n = st.TxDropped
+		}
+		return nil
+	})
+	return n, err
 }
 
 // udpCheckAt is when, after the client starts, the stream's sessions are

@@ -391,6 +391,16 @@ func TestParseIperfUDP(t *testing.T) {
 	}
 }
 
+func TestSNMPValue(t *testing.T) {
+	text := "Ip: Forwarding DefaultTTL\nIp: 1 64\nUdp: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors\nUdp: 100 2 7 50 5 0\nUdpLite: InDatagrams RcvbufErrors\nUdpLite: 0 9\n"
+	if n, err := snmpValue(text, "Udp", "RcvbufErrors"); err != nil || n != 5 {
+		t.Errorf("Udp RcvbufErrors = %d, %v; want 5", n, err)
+	}
+	if _, err := snmpValue(text, "Udp", "Nope"); err == nil {
+		t.Error("a counter that is not there read")
+	}
+}
+
 // TestWeirSide: one stream is one weir session on one target; a second
 // session (a stream balanced per datagram, or split) is an error.
 func TestWeirSide(t *testing.T) {
@@ -436,7 +446,8 @@ func TestUDPMarkdown(t *testing.T) {
 		{Test: "udp1", Path: "kernel", Rep: 2, Value: 1.8, Bytes: 1e9, UDP: &udpResult{LostPercent: 10, Packets: 1}},
 		{Test: "udp1", Path: "haproxy", Rep: 1, NA: na},
 		{Test: "udp1", Path: "haproxy", Rep: 2, NA: na},
-		{Test: "udp1", Path: "weir", Rep: 1, Value: 0.85, Bytes: 5e8, CPUSec: 2, UDP: &udpResult{LostPercent: 57, Packets: 1, Sessions: 1}},
+		{Test: "udp1", Path: "weir", Rep: 1, Value: 0.85, Bytes: 5e8, CPUSec: 2, UDP: &udpResult{Gbps: 0.85, SentGbps: 2, LostPercent: 57, Packets: 1000, Lost: 570, Sessions: 1, TrailingSessions: 6,
+			ServerRcvbuf: 70, TUNDropped: 400, ReceiveDropped: 100, DatagramsIn: 500}},
 		{Test: "udp1", Path: "weir", Rep: 2, Value: 0.95, Bytes: 5e8, CPUSec: 2, UDP: &udpResult{LostPercent: 53, Packets: 1, Sessions: 1}},
 	}
 	r.summarize()
@@ -453,12 +464,13 @@ func TestUDPMarkdown(t *testing.T) {
 		"UDP: iperf3 -u, 1 stream, client → server, -b 2G",
 		"1448-byte datagrams",
 		"| CPU per GB, UDP, 1 stream (iperf3 -u) | – | 4.00 s | – |",
+		"- weir rep 1: sent 2.00 Gbit/s (1000 datagrams), received 0.85, lost 570 (57 %), 70 of them at the server's socket buffer; weir: 400 dropped at its TUN queue, 100 at its VIP endpoint's buffer, 500 relayed, 1 session (6 trailing)",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("markdown lacks %q:\n%s", want, md)
 		}
 	}
-	if strings.Contains(md, "Errors") {
+	if strings.Contains(md, "\nErrors\n") {
 		t.Errorf("a not-applicable cell listed as an error:\n%s", md)
 	}
 }
