@@ -226,9 +226,9 @@ func (r *report) markdown() string {
 	}
 
 	if r.UDPRate != "" {
-		fmt.Fprintf(&b, "UDP: iperf3 -u, 1 stream, client → server, -b %s (above what the kernel path carries: every path saturated), %d-byte datagrams; "+
+		fmt.Fprintf(&b, "UDP: iperf3 -u, 1 stream, client → server, -b %s (above what the kernel path carries: every path saturated), %d-byte datagrams, -w %s (the server's receive buffer); "+
 			"the cell is the receiver's throughput with its loss (median over the runs); through weir a udp service on the VIP's iperf3 port, "+
-			"each stream one session on one target (/status, checked). HAProxy (mode tcp) and kproxy carry no UDP: their cells say so.\n\n", r.UDPRate, r.UDPLen)
+			"each stream one session on one target (/status, checked). HAProxy (mode tcp) and kproxy carry no UDP: their cells say so.\n\n", r.UDPRate, r.UDPLen, udpWindow)
 	}
 	if r.HAProxyVersion != "" {
 		fmt.Fprintf(&b, "haproxy = %s in the router, `mode tcp`, its defaults (threads, maxconn), the server's port the client's; "+
@@ -294,6 +294,11 @@ func (r *report) markdown() string {
 		if u.Sessions > 0 {
 			line += fmt.Sprintf("; weir: %d dropped at its TUN queue, %d at its VIP endpoint's buffer, %d relayed, %d session (%d trailing)",
 				u.TUNDropped, u.ReceiveDropped, u.DatagramsIn, u.Sessions, u.TrailingSessions)
+			// What weir read off its TUN it carried through its stack to
+			// the endpoint (relayed or dropped there).
+			if read := u.DatagramsIn + u.ReceiveDropped; read > 0 && x.CPUSec > 0 {
+				line += fmt.Sprintf("; %.1f CPU s, %.1f µs per datagram it read", x.CPUSec, x.CPUSec/float64(read)*1e6)
+			}
 		}
 		udpLines = append(udpLines, line)
 	}

@@ -37,6 +37,13 @@ import (
 // udpService is the name of weir's udp service in the harness's config.
 const udpService = "iperf-udp"
 
+// udpWindow is iperf3 -u's socket buffers (-w), the server's receive
+// buffer among them (up to net.core.rmem_max): the default 208 KiB holds
+// some 90 datagrams, which a burst overflows whenever the server waits for
+// a CPU, on every path; the loss would then measure the server's
+// scheduling, not the path.
+const udpWindow = "4M"
+
 // udpResult is one iperf3 -u run.
 type udpResult struct {
 	Gbps     float64 `json:"gbps"`      // the receiver's
@@ -73,7 +80,7 @@ type udpResult struct {
 func iperfUDP(ctx context.Context, topo *topology, addr string, d time.Duration, rate string) (udpResult, error) {
 	secs := max(int(d/time.Second), 1)
 	argv := []string{"iperf3", "-c", addr, "-p", strconv.Itoa(iperfPort), "-u", "-b", rate, "-l", strconv.Itoa(udpLen),
-		"-t", strconv.Itoa(secs), "-J", "--connect-timeout", "3000"}
+		"-w", udpWindow, "-t", strconv.Itoa(secs), "-J", "--connect-timeout", "3000"}
 	for attempt := 0; ; attempt++ {
 		rctx, cancel := context.WithTimeout(ctx, time.Duration(secs)*time.Second+30*time.Second)
 		out, err := runIn(rctx, topo.client, argv...)

@@ -464,7 +464,7 @@ func TestUDPMarkdown(t *testing.T) {
 		"UDP: iperf3 -u, 1 stream, client → server, -b 2G",
 		"1448-byte datagrams",
 		"| CPU per GB, UDP, 1 stream (iperf3 -u) | – | 4.00 s | – |",
-		"- weir rep 1: sent 2.00 Gbit/s (1000 datagrams), received 0.85, lost 570 (57 %), 70 of them at the server's socket buffer; weir: 400 dropped at its TUN queue, 100 at its VIP endpoint's buffer, 500 relayed, 1 session (6 trailing)",
+		"- weir rep 1: sent 2.00 Gbit/s (1000 datagrams), received 0.85, lost 570 (57 %), 70 of them at the server's socket buffer; weir: 400 dropped at its TUN queue, 100 at its VIP endpoint's buffer, 500 relayed, 1 session (6 trailing); 2.0 CPU s, 3333.3 µs per datagram it read",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("markdown lacks %q:\n%s", want, md)
