@@ -162,7 +162,7 @@ func benchMain(args []string) error {
 	fs.StringVar(&o.WeirEnv, "weir-env", "", "extra `NAME=VALUE` environment for weir run (split on spaces), e.g. 'GOGC=50 GOMEMLIMIT=64MiB'")
 	fs.StringVar(&o.Profile, "profile", "", "CPU-profile weir during each run of test `id` (pprof files in the log dir, top in the report)")
 	fs.IntVar(&o.Idle, "idle", 10000, "idle spliced connections to hold through weir and measure per connection (0: skip)")
-	fs.StringVar(&o.UDPRate, "udp-rate", "1G", "iperf3 -u's target `bitrate` (-b, e.g. 800M, 2G; 0: as fast as it can) for the udp1 test: above what the kernel path carries here (about 0.7 Gbit/s received on 2 cores), so that every path is saturated")
+	fs.StringVar(&o.UDPRate, "udp-rate", "2G", "iperf3 -u's target `bitrate` (-b, e.g. 800M, 2G; 0: as fast as it can) for the udp1 test: above what the kernel path carries here (0.7-1.0 Gbit/s received on 2 cores, the client's own ceiling near), so that every path is saturated")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -443,9 +443,16 @@ func runBench(ctx context.Context, o options, tests []testDef) (*report, error) 
 // both on the VIP, each with the server as its only target, and a udp
 // service beside the iperf3 one on its port (iperf3 -u: the control
 // connection over TCP, the datagrams over UDP), its defaults otherwise
-// (idle timeout 30 s: one session per iperf3 client).
+// (idle timeout 30 s: one session per iperf3 client). The balancer's
+// retryInterval is short: at the end of each iperf3 -u test the server
+// closes its UDP socket, the datagrams weir still relays then meet ICMP
+// port unreachable, and that marks the target down (passive health, as a
+// failed dial) for retryInterval: with the default 60 s the next UDP run
+// through weir would find its only target down and its datagrams refused.
 func weirConfig() string {
 	return fmt.Sprintf(`# weirbench: the VIP %[1]s spliced to the server.
+balancer:
+  retryInterval: 200ms
 services:
   - name: iperf
     vips: [%[1]s]
