@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -88,6 +91,103 @@ func BenchmarkSessionMemory(b *testing.B) {
 	if st := r.Stats(); st.Sessions != 0 || st.EndedClosed != uint64(n) {
 		b.Fatalf("after Close: %+v", st)
 	}
+}
+
+// BenchmarkSessionMemoryHost is BenchmarkSessionMemory with weir's real
+// host dialer (a connected kernel socket per session) to an echo server on
+// the loopback: what a via: host session costs in Go (its net.UDPConn and
+// poller state on top of the relay's) and, read off /proc/meminfo's Slab,
+// in the kernel (system-wide: other processes' allocations are in it, so
+// on a shared machine it is orientation). b.N is bounded by the file
+// limit (two descriptors per session with the echo server's side; the
+// benchmark stops at the limit):
+//
+//	go test -run '^$' -bench SessionMemoryHost -benchtime 10000x ./netstack/proxy/udp/
+func BenchmarkSessionMemoryHost(b *testing.B) {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		b.Fatal(err)
+	}
+	if uint64(b.N)+256 > lim.Cur {
+		b.Skipf("skipping: %d sessions need %d descriptors, the limit is %d (ulimit -n)", b.N, b.N+256, lim.Cur)
+	}
+	srv, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv.SetReadBuffer(4 << 20)
+	echoed := make(chan struct{})
+	go func() {
+		defer close(echoed)
+		buf := make([]byte, MaxDatagram)
+		for {
+			n, from, err := srv.ReadFromUDPAddrPort(buf)
+			if err != nil {
+				return
+			}
+			srv.WriteToUDPAddrPort(buf[:n], from)
+		}
+	}()
+	defer func() { srv.Close(); <-echoed }()
+	n := b.N
+	vs := &policy.VirtualServer{Name: "dns", Proto: policy.ProtoUDP,
+		UDP:     policy.UDPOptions{IdleTimeout: 30 * time.Second},
+		Targets: []*policy.Target{{Name: "t", Addr: srv.LocalAddr().(*net.UDPAddr).AddrPort(), Weight: 1}}}
+	clock := &manualClock{now: time.Unix(1000, 0)}
+	var rep countReplier
+	r := New(Options{Admitter: &lightAdmitter{}, Host: &HostDialer{}, MaxSessions: n, Now: clock.Now})
+	vip := netip.MustParseAddrPort("198.18.0.53:53")
+	q := []byte("a query of some 32 bytes, as DNS")
+
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	slab0 := slabBytes()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range n {
+		r.Datagram(&rep, spoofed(i), vip, vs, q)
+	}
+	b.StopTimer()
+	// The loopback may drop a reply under a burst: wait for most, bounded.
+	deadline := time.Now().Add(30 * time.Second)
+	for rep.n.Load() < uint64(n) && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	slab1 := slabBytes()
+	if st := r.Stats(); st.Sessions != int64(n) {
+		b.Fatalf("stats %+v, want %d sessions", st, n)
+	}
+	heap := float64(int64(after.HeapInuse)-int64(before.HeapInuse)) / float64(n)
+	stack := float64(int64(after.StackInuse)-int64(before.StackInuse)) / float64(n)
+	slab := float64(slab1-slab0) / float64(n)
+	b.ReportMetric(heap+stack, "bytes/session")
+	b.ReportMetric(slab, "kernel-slab-bytes/session")
+	if n >= 1000 {
+		b.Logf("%d sessions on kernel sockets: %.0f bytes each in Go (%.0f heap, %.0f stack), %.0f in the kernel's slab (system-wide); %d of %d replies relayed",
+			n, heap+stack, heap, stack, slab, rep.n.Load(), n)
+	}
+	r.Close()
+}
+
+// slabBytes is /proc/meminfo's Slab (0 where it cannot be read).
+func slabBytes() int64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(l, "Slab:"); ok {
+			var kb int64
+			fmt.Sscanf(strings.TrimSpace(rest), "%d kB", &kb)
+			return kb << 10
+		}
+	}
+	return 0
 }
 
 // TestMemNet: memNet's sockets are datagram sockets: each Write is one
