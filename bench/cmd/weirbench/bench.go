@@ -162,7 +162,7 @@ func benchMain(args []string) error {
 	fs.StringVar(&o.WeirEnv, "weir-env", "", "extra `NAME=VALUE` environment for weir run (split on spaces), e.g. 'GOGC=50 GOMEMLIMIT=64MiB'")
 	fs.StringVar(&o.Profile, "profile", "", "CPU-profile weir during each run of test `id` (pprof files in the log dir, top in the report)")
 	fs.IntVar(&o.Idle, "idle", 10000, "idle spliced connections to hold through weir and measure per connection (0: skip)")
-	fs.StringVar(&o.UDPRate, "udp-rate", "2G", "iperf3 -u's target `bitrate` (-b, e.g. 800M, 2G; 0: as fast as it can) for the udp1 test: above what the kernel path carries here (0.7-1.0 Gbit/s received on 2 cores, the client's own ceiling near), so that every path is saturated")
+	fs.StringVar(&o.UDPRate, "udp-rate", "2G", "iperf3 -u's target `bitrate` (-b, e.g. 800M, 2G; 0: as fast as it can) for the udp1 test: near the iperf3 client's own ceiling (2.0-2.3 Gbit/s with -b 0 on 2 cores, which the kernel path carried whole); a path slower than the offered rate shows loss")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

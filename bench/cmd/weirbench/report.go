@@ -226,7 +226,7 @@ func (r *report) markdown() string {
 	}
 
 	if r.UDPRate != "" {
-		fmt.Fprintf(&b, "UDP: iperf3 -u, 1 stream, client → server, -b %s (above what the kernel path carries: every path saturated), %d-byte datagrams, -w %s (the server's receive buffer); "+
+		fmt.Fprintf(&b, "UDP: iperf3 -u, 1 stream, client → server, -b %s (near the client's own ceiling; a path slower than the offered rate shows loss), %d-byte datagrams, -w %s (the server's receive buffer); "+
 			"the cell is the receiver's throughput with its loss (median over the runs); through weir a udp service on the VIP's iperf3 port, "+
 			"each stream one session on one target (/status, checked). HAProxy (mode tcp) and kproxy carry no UDP: their cells say so.\n\n", r.UDPRate, r.UDPLen, udpWindow)
 	}
