@@ -234,6 +234,12 @@ func (b *builder) checkVIPClaims() {
 		for i, vip := range d.vs.VIPs {
 			at := d.vipAt[i]
 			for _, c := range claims[vip] {
+				// A udp service shares a VIP and port with a tcp, http or
+				// tls one (DNS on 53 over both): each IP protocol's
+				// packets reach their own (policy.Compile).
+				if c.d != d && c.d.vs.IPProto() != d.vs.IPProto() {
+					continue
+				}
 				if c.d.vs.Ports.Overlaps(d.vs.Ports) {
 					bothTLS := c.d.vs.Proto == policy.ProtoTLS && d.vs.Proto == policy.ProtoTLS
 					if c.d != d && bothTLS {

@@ -39,6 +39,7 @@ type options struct {
 	WeirEnv   string        // extra NAME=VALUE environment for weir run, split on spaces
 	Profile   string        // a test ID whose weir runs are CPU-profiled ("" means none)
 	Idle      int           // idle spliced connections to hold and measure (0: none)
+	UDPRate   string        // iperf3 -u's target bitrate (-b)
 }
 
 // testKind is what a test drives.
@@ -46,8 +47,15 @@ type testKind string
 
 const (
 	iperfTest testKind = "iperf3"
+	udpTest   testKind = "iperf3-udp" // iperf3 -u: datagrams, a udp service through weir
 	connTest  testKind = "connrate"
 )
+
+// udpLen is iperf3 -u's datagram payload (-l): the bytes a TCP segment
+// carries on the 1500-byte veths, so that no path fragments (iperf3 would
+// take its own length from the control connection's MSS, which differs
+// through weir's TUN).
+const udpLen = 1448
 
 // testDef is one measurement of the matrix.
 type testDef struct {
@@ -62,7 +70,7 @@ type testDef struct {
 
 // unit is what the test's primary figure counts.
 func (t testDef) unit() string {
-	if t.Kind == iperfTest {
+	if t.Kind == iperfTest || t.Kind == udpTest {
 		return "Gbit/s"
 	}
 	return "conn/s"
@@ -72,6 +80,7 @@ var tests = []testDef{
 	{ID: "stream1", Name: "1 stream", Kind: iperfTest, Streams: 1},
 	{ID: "stream4", Name: "4 streams", Kind: iperfTest, Streams: 4},
 	{ID: "reverse", Name: "reverse (server → client)", Kind: iperfTest, Streams: 1, Reverse: true},
+	{ID: "udp1", Name: "UDP, 1 stream (iperf3 -u)", Kind: udpTest, Streams: 1},
 	{ID: "conn1", Name: "new conns, c1", Kind: connTest, Clients: 1},
 	{ID: "conn16", Name: "new conns, c16", Kind: connTest, Clients: 16},
 	{ID: "conn1-sc", Name: "new conns, c1, server closes first", Kind: connTest, Clients: 1, ServerClose: true},
@@ -84,6 +93,9 @@ type path struct {
 	Addr  string `json:"addr"` // what the client connects to
 	app   *daemon
 	admin *admin // weir's admin API; nil for the others
+	// noUDP says why the path carries no UDP ("": it does); its udp
+	// tests are recorded as not applicable, never as a figure.
+	noUDP string
 }
 
 // sample is one run of one test on one path.
@@ -96,6 +108,10 @@ type sample struct {
 	// Bytes is what iperf3's receiver got.
 	Bytes int64           `json:"bytes,omitempty"`
 	Conn  *connRateResult `json:"conn,omitempty"`
+	UDP   *udpResult      `json:"udp,omitempty"`
+	// NA says why the path cannot run the test (HAProxy has no UDP): no
+	// figure, no error.
+	NA string `json:"not_applicable,omitempty"`
 	// CPUSec and PeakRSS are the appliance's during the run (none for the
 	// kernel).
 	CPUSec  float64 `json:"cpu_sec,omitempty"`
@@ -146,6 +162,7 @@ func benchMain(args []string) error {
 	fs.StringVar(&o.WeirEnv, "weir-env", "", "extra `NAME=VALUE` environment for weir run (split on spaces), e.g. 'GOGC=50 GOMEMLIMIT=64MiB'")
 	fs.StringVar(&o.Profile, "profile", "", "CPU-profile weir during each run of test `id` (pprof files in the log dir, top in the report)")
 	fs.IntVar(&o.Idle, "idle", 10000, "idle spliced connections to hold through weir and measure per connection (0: skip)")
+	fs.StringVar(&o.UDPRate, "udp-rate", "2G", "iperf3 -u's target `bitrate` (-b, e.g. 800M, 2G; 0: as fast as it can) for the udp1 test: near the iperf3 client's own ceiling (2.0-2.3 Gbit/s with -b 0 on 2 cores, which the kernel path carried whole); a path slower than the offered rate shows loss")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -316,7 +333,7 @@ func runBench(ctx context.Context, o options, tests []testDef) (*report, error) 
 			return nil, fmt.Errorf("haproxy not listening: %w\n%s", err, ha.tail(4000))
 		}
 		// The yardstick's column right after the kernel's.
-		paths = slices.Insert(paths, 1, &path{Name: haproxyPath, Addr: routerHAddr, app: ha})
+		paths = slices.Insert(paths, 1, &path{Name: haproxyPath, Addr: routerHAddr, app: ha, noUDP: "no UDP: HAProxy balances TCP only"})
 	}
 
 	if o.KProxy {
@@ -325,7 +342,7 @@ func runBench(ctx context.Context, o options, tests []testDef) (*report, error) 
 		if err != nil {
 			return nil, err
 		}
-		paths = append(paths, &path{Name: "kproxy", Addr: routerCAddr, app: kp})
+		paths = append(paths, &path{Name: "kproxy", Addr: routerCAddr, app: kp, noUDP: "no UDP: kproxy is a TCP proxy"})
 	}
 
 	// Every path must carry a connection before anything is measured: a
@@ -341,6 +358,9 @@ func runBench(ctx context.Context, o options, tests []testDef) (*report, error) 
 		Reps: o.Reps, IperfSec: int(o.IperfTime / time.Second), ConnSec: o.ConnTime.Seconds(),
 		Tests: tests, WeirArgs: o.WeirArgs, WeirEnv: o.WeirEnv, HAProxyVersion: haVersion,
 		StartRSS: map[string]int64{},
+	}
+	if slices.ContainsFunc(tests, func(t testDef) bool { return t.Kind == udpTest }) {
+		rep.UDPRate, rep.UDPLen = o.UDPRate, udpLen
 	}
 	for _, p := range paths {
 		rep.Paths = append(rep.Paths, p.Name)
@@ -372,9 +392,14 @@ func runBench(ctx context.Context, o options, tests []testDef) (*report, error) 
 					rep.Profiles = append(rep.Profiles, *s.Profile)
 				}
 				rep.Samples = append(rep.Samples, s)
-				if s.Err != "" {
+				switch {
+				case s.NA != "":
+					fmt.Fprintf(os.Stderr, "— (%s)\n", s.NA)
+				case s.Err != "":
 					fmt.Fprintf(os.Stderr, "error: %s\n", s.Err)
-				} else {
+				case s.UDP != nil:
+					fmt.Fprintf(os.Stderr, "%.4g %s, %.2f %% lost\n", s.Value, t.unit(), s.UDP.LostPercent)
+				default:
 					fmt.Fprintf(os.Stderr, "%.4g %s\n", s.Value, t.unit())
 				}
 				for _, q := range paths {
@@ -415,14 +440,31 @@ func runBench(ctx context.Context, o options, tests []testDef) (*report, error) 
 }
 
 // weirConfig is weir's config for the harness: one TCP service per load,
-// both on the VIP, each with the server as its only target.
+// both on the VIP, each with the server as its only target, and a udp
+// service beside the iperf3 one on its port (iperf3 -u: the control
+// connection over TCP, the datagrams over UDP), its defaults otherwise
+// (idle timeout 30 s: one session per iperf3 client). The balancer's
+// retryInterval is short: at the end of each iperf3 -u test the server
+// closes its UDP socket, the datagrams weir still relays then meet ICMP
+// port unreachable, and that marks the target down (passive health, as a
+// failed dial) for retryInterval: with the default 60 s the next UDP run
+// through weir would find its only target down and its datagrams refused.
 func weirConfig() string {
 	return fmt.Sprintf(`# weirbench: the VIP %[1]s spliced to the server.
+balancer:
+  retryInterval: 200ms
 services:
   - name: iperf
     vips: [%[1]s]
     port: %[2]d
     protocol: tcp
+    targets:
+      - name: server
+        address: %[3]s:%[2]d
+  - name: %[5]s
+    vips: [%[1]s]
+    port: %[2]d
+    protocol: udp
     targets:
       - name: server
         address: %[3]s:%[2]d
@@ -433,7 +475,7 @@ services:
     targets:
       - name: server
         address: %[3]s:%[4]d
-`, weirVIP, iperfPort, serverAddr, rrPort)
+`, weirVIP, iperfPort, serverAddr, rrPort, udpService)
 }
 
 // waitFor polls ok every 50 ms for up to d; it fails early if d's process
@@ -477,6 +519,10 @@ func probe(ctx context.Context, topo *topology, self string, p *path) error {
 // runOne runs test t on path p once, measuring p's appliance around it.
 func runOne(ctx context.Context, topo *topology, self string, o options, t testDef, p *path, rep int, logDir string) (s sample) {
 	s = sample{Test: t.ID, Path: p.Name, Rep: rep}
+	if t.Kind == udpTest && p.noUDP != "" {
+		s.NA = p.noUDP
+		return s
+	}
 	if p.admin != nil && t.ID == o.Profile {
 		// The profile covers the run but its first and last half second
 		// (ramp-up and the connections in flight at the end).
@@ -504,6 +550,12 @@ func runOne(ctx context.Context, topo *topology, self string, o options, t testD
 			s.Err = err.Error()
 		}
 		s.Value, s.Bytes = gbps, bytes
+	case udpTest:
+		u, err := runUDP(ctx, topo, o, p)
+		if err != nil {
+			s.Err = err.Error()
+		}
+		s.Value, s.Bytes, s.UDP = u.Gbps, u.Bytes, &u
 	case connTest:
 		r, err := connRate(ctx, topo, self, p.Addr, t.Clients, o.ConnTime, t.ServerClose)
 		if err != nil {
@@ -523,7 +575,7 @@ func runOne(ctx context.Context, topo *topology, self string, o options, t testD
 
 // runLength is how long one run of t takes (the load's own time).
 func runLength(o options, t testDef) time.Duration {
-	if t.Kind == iperfTest {
+	if t.Kind == iperfTest || t.Kind == udpTest {
 		return o.IperfTime
 	}
 	return o.ConnTime

@@ -10,8 +10,9 @@
 //     to (haproxy.go);
 //   - a peer (PEER_CMD, optional): any other TUN appliance in the router.
 //
-// Each path runs iperf3 (1 stream, 4 streams, reverse) and a
-// connection-rate load (connect → request → response → close at
+// Each path runs iperf3 (1 stream, 4 streams, reverse), iperf3 -u (one UDP
+// stream through weir's udp service; HAProxy's cell says it has no UDP:
+// udp.go) and a connection-rate load (connect → request → response → close at
 // concurrency 1 and 16, the client or the server closing first), and the
 // appliance's CPU seconds and peak RSS are read from /proc. The figures go
 // out as a Markdown table and JSON (bench/out/bench-e2e.md and .json), every

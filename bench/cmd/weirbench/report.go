@@ -34,6 +34,10 @@ type report struct {
 	Idle *idleResult `json:"idle,omitempty"`
 	// Profiles are weir's CPU profiles (-profile).
 	Profiles []profileResult `json:"profiles,omitempty"`
+	// UDPRate and UDPLen are the UDP test's iperf3 -b and -l ("" and 0
+	// without it).
+	UDPRate string `json:"udp_rate,omitempty"`
+	UDPLen  int    `json:"udp_len,omitempty"`
 }
 
 // stat is a median with its spread over the repetitions.
@@ -63,6 +67,13 @@ type summary struct {
 	Path   string `json:"path"`
 	Value  stat   `json:"value"` // Gbit/s or conn/s, over the runs without error
 	Failed int    `json:"failed_runs"`
+	// NA says why the path cannot run the test (no figure); LossPct is
+	// a UDP test's receiver loss in per cent over the runs, and Sessions
+	// the weir sessions per run (the largest: 1 when every stream stayed
+	// one session).
+	NA       string `json:"not_applicable,omitempty"`
+	LossPct  stat   `json:"loss_percent,omitzero"`
+	Sessions uint64 `json:"weir_sessions,omitempty"`
 	// Ratio is Value.Median / the kernel's (0 when the kernel has none).
 	Ratio float64 `json:"ratio_to_kernel"`
 	// RatioHA is Value.Median / HAProxy's of the same run (0 without
@@ -113,15 +124,23 @@ func (r *report) summarize() {
 	for _, t := range r.Tests {
 		for _, p := range r.Paths {
 			s := summary{Test: t.ID, Path: p}
-			var vals, cpu, cp50, cp99, tp50, tp99 []float64
+			var vals, cpu, cp50, cp99, tp50, tp99, loss []float64
 			var cpuTotal, bytes, conns float64
 			for _, x := range r.Samples {
 				if x.Test != t.ID || x.Path != p {
 					continue
 				}
+				if x.NA != "" {
+					s.NA = x.NA
+					continue
+				}
 				if x.Err != "" {
 					s.Failed++
 					continue
+				}
+				if u := x.UDP; u != nil {
+					loss = append(loss, u.LostPercent)
+					s.Sessions = max(s.Sessions, u.Sessions)
 				}
 				vals = append(vals, x.Value)
 				cpu = append(cpu, x.CPUSec)
@@ -135,7 +154,7 @@ func (r *report) summarize() {
 					tp50, tp99 = append(tp50, c.TxnP50), append(tp99, c.TxnP99)
 				}
 			}
-			s.Value, s.CPUSec = statOf(vals), statOf(cpu)
+			s.Value, s.CPUSec, s.LossPct = statOf(vals), statOf(cpu), statOf(loss)
 			s.ConnectP50, s.ConnectP99 = statOf(cp50).Median, statOf(cp99).Median
 			s.TxnP50, s.TxnP99 = statOf(tp50).Median, statOf(tp99).Median
 			if bytes > 0 {
@@ -206,6 +225,11 @@ func (r *report) markdown() string {
 		fmt.Fprintf(&b, "weir's extra environment: `%s`.\n\n", r.WeirEnv)
 	}
 
+	if r.UDPRate != "" {
+		fmt.Fprintf(&b, "UDP: iperf3 -u, 1 stream, client → server, -b %s (near the client's own ceiling; a path slower than the offered rate shows loss), %d-byte datagrams, -w %s (the server's receive buffer); "+
+			"the cell is the receiver's throughput with its loss (median over the runs); through weir a udp service on the VIP's iperf3 port, "+
+			"each stream one session on one target (/status, checked). HAProxy (mode tcp) and kproxy carry no UDP: their cells say so.\n\n", r.UDPRate, r.UDPLen, udpWindow)
+	}
 	if r.HAProxyVersion != "" {
 		fmt.Fprintf(&b, "haproxy = %s in the router, `mode tcp`, its defaults (threads, maxconn), the server's port the client's; "+
 			"\"/ haproxy\" columns are medians over HAProxy's median of the same run.\n\n", r.HAProxyVersion)
@@ -234,9 +258,15 @@ func (r *report) markdown() string {
 		fmt.Fprintf(&b, "| %s | %s |", t.Name, t.unit())
 		for _, p := range r.Paths {
 			c := r.cell(t.ID, p)
-			cellText := fmtStat(c.Value, t.Kind == iperfTest)
+			cellText := fmtStat(c.Value, t.Kind != connTest)
 			if t.Kind == connTest && c.Value.N > 0 {
 				cellText += fmt.Sprintf(" (%d errors)", c.Errors)
+			}
+			if t.Kind == udpTest && c.LossPct.N > 0 {
+				cellText += fmt.Sprintf(" (%.2g %% lost)", c.LossPct.Median)
+			}
+			if c.NA != "" && c.Value.N == 0 {
+				cellText = "— (" + c.NA + ")"
 			}
 			if c.Failed > 0 {
 				cellText += fmt.Sprintf(" (%d runs failed)", c.Failed)
@@ -250,6 +280,30 @@ func (r *report) markdown() string {
 			}
 		}
 		b.WriteString("\n")
+	}
+
+	// Where each UDP run's datagrams went.
+	var udpLines []string
+	for _, x := range r.Samples {
+		u := x.UDP
+		if u == nil || x.Err != "" {
+			continue
+		}
+		line := fmt.Sprintf("- %s rep %d: sent %.2f Gbit/s (%d datagrams), received %.2f, lost %d (%.2g %%), %d of them at the server's socket buffer",
+			x.Path, x.Rep, u.SentGbps, u.Packets, u.Gbps, u.Lost, u.LostPercent, u.ServerRcvbuf)
+		if u.Sessions > 0 {
+			line += fmt.Sprintf("; weir: %d dropped at its TUN queue, %d at its VIP endpoint's buffer, %d relayed, %d session (%d trailing)",
+				u.TUNDropped, u.ReceiveDropped, u.DatagramsIn, u.Sessions, u.TrailingSessions)
+			// What weir read off its TUN it carried through its stack to
+			// the endpoint (relayed or dropped there).
+			if read := u.DatagramsIn + u.ReceiveDropped; read > 0 && x.CPUSec > 0 {
+				line += fmt.Sprintf("; %.1f CPU s, %.1f µs per datagram it read", x.CPUSec, x.CPUSec/float64(read)*1e6)
+			}
+		}
+		udpLines = append(udpLines, line)
+	}
+	if len(udpLines) > 0 {
+		b.WriteString("\nUDP runs: where the datagrams went (iperf3's counts, the server's kernel Udp RcvbufErrors, weir's TUN tx_dropped and /status)\n\n" + strings.Join(udpLines, "\n") + "\n")
 	}
 
 	// Latency.
@@ -337,7 +391,7 @@ func (r *report) markdown() string {
 			b.WriteString("\n")
 		}
 		for _, t := range r.Tests {
-			if t.Kind == iperfTest {
+			if t.Kind != connTest {
 				row("CPU per GB, "+t.Name, func(a applianceSummary) (string, float64) {
 					c := r.cell(t.ID, a.Path)
 					if c == nil || c.CPUPerGB == 0 {
@@ -397,7 +451,7 @@ func (r *report) markdown() string {
 	}
 	var errs []string
 	for _, s := range r.Samples {
-		if s.Err != "" {
+		if s.Err != "" && s.NA == "" {
 			errs = append(errs, fmt.Sprintf("- %s on %s, rep %d: %s", s.Test, s.Path, s.Rep, s.Err))
 		}
 		if s.Conn != nil && len(s.Conn.ErrorTexts) > 0 {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"net"
 	"os"
 	"os/exec"
@@ -13,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"weir/cmd/weir/api"
 )
 
 func TestParseStat(t *testing.T) {
@@ -149,7 +152,7 @@ func TestConnRateLoopback(t *testing.T) {
 func TestSummaryAndMarkdown(t *testing.T) {
 	r := &report{Date: "2026-12-01T00:00:00Z", Machine: "m", Note: "machine not quiet", Reps: 3, IperfSec: 10, ConnSec: 10,
 		WeirEnv: "GOGC=50",
-		Paths:   []string{"kernel", "weir"}, Tests: []testDef{tests[0], tests[4]}}
+		Paths:   []string{"kernel", "weir"}, Tests: []testDef{testByID(t, "stream1"), testByID(t, "conn16")}}
 	for i, v := range []float64{30, 34, 32} {
 		r.Samples = append(r.Samples, sample{Test: "stream1", Path: "kernel", Rep: i + 1, Value: v, Bytes: 40e9})
 	}
@@ -261,6 +264,15 @@ func TestSmoke(t *testing.T) {
 		t.Fatalf("%d samples, want %d", len(rep.Samples), want)
 	}
 	for _, s := range rep.Samples {
+		if s.NA != "" {
+			if s.Test != "udp1" || (s.Path != haproxyPath && s.Path != "kproxy") {
+				t.Errorf("%s on %s: not applicable (%s)", s.Test, s.Path, s.NA)
+			}
+			continue
+		}
+		if s.Test == "udp1" && (s.UDP == nil || s.UDP.Packets == 0 || (s.Path == "weir" && (s.UDP.Sessions != 1 || s.UDP.DatagramsIn == 0))) {
+			t.Errorf("udp1 on %s: %+v", s.Path, s.UDP)
+		}
 		if s.Err != "" || s.Value <= 0 {
 			t.Errorf("%s on %s: value %v, error %q", s.Test, s.Path, s.Value, s.Err)
 		}
@@ -291,7 +303,7 @@ func TestSmoke(t *testing.T) {
 	if haveHAProxy {
 		header = "| test | unit | kernel | haproxy | haproxy / kernel | weir | weir / kernel | weir / haproxy | weir2 | weir2 / kernel | weir2 / haproxy | kproxy | kproxy / kernel | kproxy / haproxy |"
 		for _, s := range rep.Summary {
-			if s.Path != "kernel" && (s.RatioHA <= 0 || s.CPURatioHA <= 0) {
+			if s.Path != "kernel" && s.Test != "udp1" && (s.RatioHA <= 0 || s.CPURatioHA <= 0) {
 				t.Errorf("%s on %s: no ratio to HAProxy: %+v", s.Test, s.Path, s)
 			}
 		}
@@ -311,7 +323,7 @@ func TestSmoke(t *testing.T) {
 func TestHAProxyRatios(t *testing.T) {
 	r := &report{Date: "d", Machine: "m", Note: "machine shared", Reps: 1, IperfSec: 1, ConnSec: 1,
 		HAProxyVersion: "HAProxy version 2.6.12",
-		Paths:          []string{"kernel", "haproxy", "weir"}, Tests: []testDef{tests[2], tests[4]},
+		Paths:          []string{"kernel", "haproxy", "weir"}, Tests: []testDef{testByID(t, "reverse"), testByID(t, "conn16")},
 		StartRSS: map[string]int64{"weir": 30 << 20, "haproxy": 15 << 20}}
 	r.Samples = []sample{
 		{Test: "reverse", Path: "kernel", Rep: 1, Value: 16, Bytes: 20e9},
@@ -349,6 +361,117 @@ func TestHAProxyRatios(t *testing.T) {
 		if !strings.Contains(md, want) {
 			t.Errorf("markdown lacks %q:\n%s", want, md)
 		}
+	}
+}
+
+// testByID is the matrix's test id.
+func testByID(t *testing.T, id string) testDef {
+	t.Helper()
+	for _, d := range tests {
+		if d.ID == id {
+			return d
+		}
+	}
+	t.Fatalf("no test %q", id)
+	return testDef{}
+}
+
+func TestParseIperfUDP(t *testing.T) {
+	u, err := parseIperfUDP([]byte(`{"start":{"test_start":{"protocol":"UDP"}},"end":{
+		"sum_sent":{"bytes":2.5e9,"bits_per_second":2e9,"packets":1726519},
+		"sum_received":{"bytes":1.25e9,"bits_per_second":1e9,"jitter_ms":0.02,"lost_packets":863260,"packets":1726519,"lost_percent":50}}}`))
+	if err != nil || u.Gbps != 1 || u.SentGbps != 2 || u.Bytes != 1.25e9 || u.Packets != 1726519 || u.Lost != 863260 || u.LostPercent != 50 || u.JitterMs != 0.02 {
+		t.Fatalf("got %+v, %v", u, err)
+	}
+	if _, err := parseIperfUDP([]byte(`{"start":{"test_start":{"protocol":"TCP"}},"end":{"sum_received":{"bytes":1}}}`)); err == nil {
+		t.Error("a TCP test read as UDP")
+	}
+	if _, err := parseIperfUDP([]byte(`{"start":{"test_start":{"protocol":"UDP"}},"end":{"sum_received":{"bytes":0}}}`)); err == nil {
+		t.Error("nothing received: no error")
+	}
+}
+
+func TestSNMPValue(t *testing.T) {
+	text := "Ip: Forwarding DefaultTTL\nIp: 1 64\nUdp: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors\nUdp: 100 2 7 50 5 0\nUdpLite: InDatagrams RcvbufErrors\nUdpLite: 0 9\n"
+	if n, err := snmpValue(text, "Udp", "RcvbufErrors"); err != nil || n != 5 {
+		t.Errorf("Udp RcvbufErrors = %d, %v; want 5", n, err)
+	}
+	if _, err := snmpValue(text, "Udp", "Nope"); err == nil {
+		t.Error("a counter that is not there read")
+	}
+}
+
+// TestWeirSide: one stream is one weir session on one target; a second
+// session (a stream balanced per datagram, or split) is an error.
+func TestWeirSide(t *testing.T) {
+	st := func(created, in, picked uint64) api.Status {
+		var s api.Status
+		s.UDP.Created, s.UDP.DatagramsIn = created, in
+		s.Services = []api.Service{{Name: "iperf", Targets: []api.Target{{Name: "server", Picked: 99}}},
+			{Name: udpService, Targets: []api.Target{{Name: "server", Picked: picked}}}}
+		return s
+	}
+	var u udpResult
+	// The sessions after the stream's end (the server closed its socket
+	// on datagrams weir still held) are counted apart.
+	if err := u.weirSide(st(3, 10, 3), st(4, 4000, 4), st(9, 5010, 9)); err != nil || u.Sessions != 1 || u.TrailingSessions != 5 || u.DatagramsIn != 5000 || u.Picked["server"] != 1 {
+		t.Errorf("one session: %v, %+v", err, u)
+	}
+	if err := u.weirSide(st(3, 10, 3), st(5, 4000, 5), st(5, 5010, 5)); err == nil || !strings.Contains(err.Error(), "2 weir sessions") {
+		t.Errorf("two sessions: %v", err)
+	}
+}
+
+func TestUDPCheckAt(t *testing.T) {
+	for run, want := range map[time.Duration]time.Duration{
+		time.Second: 750 * time.Millisecond, 2 * time.Second: 1500 * time.Millisecond,
+		5 * time.Second: 4 * time.Second, 10 * time.Second: 9 * time.Second, 500 * time.Millisecond: 750 * time.Millisecond,
+	} {
+		if got := udpCheckAt(run); got != want {
+			t.Errorf("udpCheckAt(%v) = %v, want %v", run, got, want)
+		}
+	}
+}
+
+// TestUDPMarkdown: the UDP row gives the receiver's throughput with its
+// loss, ratios to the kernel, and HAProxy's cell says it has no UDP (no
+// figure, no ratio, not an error).
+func TestUDPMarkdown(t *testing.T) {
+	r := &report{Date: "d", Machine: "m", Note: "machine shared", Reps: 2, IperfSec: 5, ConnSec: 1,
+		HAProxyVersion: "HAProxy version 2.6.12", UDPRate: "2G", UDPLen: udpLen,
+		Paths: []string{"kernel", "haproxy", "weir"}, Tests: []testDef{testByID(t, "udp1")}}
+	na := "no UDP: HAProxy balances TCP only"
+	r.Samples = []sample{
+		{Test: "udp1", Path: "kernel", Rep: 1, Value: 1.6, Bytes: 1e9, UDP: &udpResult{LostPercent: 20, Packets: 1}},
+		{Test: "udp1", Path: "kernel", Rep: 2, Value: 1.8, Bytes: 1e9, UDP: &udpResult{LostPercent: 10, Packets: 1}},
+		{Test: "udp1", Path: "haproxy", Rep: 1, NA: na},
+		{Test: "udp1", Path: "haproxy", Rep: 2, NA: na},
+		{Test: "udp1", Path: "weir", Rep: 1, Value: 0.85, Bytes: 5e8, CPUSec: 2, UDP: &udpResult{Gbps: 0.85, SentGbps: 2, LostPercent: 57, Packets: 1000, Lost: 570, Sessions: 1, TrailingSessions: 6,
+			ServerRcvbuf: 70, TUNDropped: 400, ReceiveDropped: 100, DatagramsIn: 500}},
+		{Test: "udp1", Path: "weir", Rep: 2, Value: 0.95, Bytes: 5e8, CPUSec: 2, UDP: &udpResult{LostPercent: 53, Packets: 1, Sessions: 1}},
+	}
+	r.summarize()
+	w, h := r.cell("udp1", "weir"), r.cell("udp1", "haproxy")
+	if math.Abs(w.Value.Median-0.9) > 1e-9 || math.Abs(w.Ratio-0.9/1.7) > 1e-9 || w.LossPct.Median != 55 || w.Sessions != 1 || w.CPUPerGB != 4 || w.RatioHA != 0 {
+		t.Errorf("weir: %+v", w)
+	}
+	if h.NA != na || h.Value.N != 0 || h.Failed != 0 {
+		t.Errorf("haproxy: %+v", h)
+	}
+	md := r.markdown()
+	for _, want := range []string{
+		"| UDP, 1 stream (iperf3 -u) | Gbit/s | 1.70 [1.60–1.80] (15 % lost) | — (no UDP: HAProxy balances TCP only) | – | 0.90 [0.85–0.95] (55 % lost) | 0.53 | – |",
+		"UDP: iperf3 -u, 1 stream, client → server, -b 2G",
+		"1448-byte datagrams",
+		"| CPU per GB, UDP, 1 stream (iperf3 -u) | – | 4.00 s | – |",
+		"- weir rep 1: sent 2.00 Gbit/s (1000 datagrams), received 0.85, lost 570 (57 %), 70 of them at the server's socket buffer; weir: 400 dropped at its TUN queue, 100 at its VIP endpoint's buffer, 500 relayed, 1 session (6 trailing); 2.0 CPU s, 3333.3 µs per datagram it read",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("markdown lacks %q:\n%s", want, md)
+		}
+	}
+	if strings.Contains(md, "\nErrors\n") {
+		t.Errorf("a not-applicable cell listed as an error:\n%s", md)
 	}
 }
 
