@@ -18,6 +18,7 @@ package netstack
 import (
 	"errors"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -167,6 +168,14 @@ func (e *linkEndpoint) readLoop() {
 				e.deliver(pkts[i], e.rxHdr(bufs[i]))
 			}
 			pkts[i] = nil
+		}
+		if n > 0 {
+			// A device that always has packets waiting (a flood) never
+			// blocks this loop in Read: give the other goroutines the P
+			// after each batch, so that the connections' own goroutines
+			// wait one batch and not a 10 ms preemption slice (weir runs
+			// on one P on 2 CPUs).
+			runtime.Gosched()
 		}
 		if err != nil {
 			if errors.Is(err, os.ErrClosed) || e.closed.Load() {

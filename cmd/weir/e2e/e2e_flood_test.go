@@ -40,6 +40,18 @@ func floodSYNs(t *testing.T) int {
 // flood's length is count/floodRate.
 const floodRate = 10000
 
+// floodRateOf is TestE2ESYNFlood's pace: WEIR_FLOOD_RATE, else floodRate.
+func floodRateOf(t *testing.T) int {
+	if s := os.Getenv("WEIR_FLOOD_RATE"); s != "" {
+		r, err := strconv.Atoi(s)
+		if err != nil || r < 100 || r > 100_000 || r%100 != 0 {
+			t.Fatalf("WEIR_FLOOD_RATE=%q: want a multiple of 100 in 100..100000", s)
+		}
+		return r
+	}
+	return floodRate
+}
+
 // TestE2ESYNFlood: spoofed SYNs (sources in 198.19.0.0/16, written through
 // a raw socket in weir's namespace, so they enter weir through its TUN) at
 // an http VIP with an enforced maxConnections of 50, while a real client
@@ -139,12 +151,13 @@ func TestE2ESYNFlood(t *testing.T) {
 			}
 		}
 	}()
-	// The flood, paced at floodRate.
+	// The flood, paced at rate.
+	rate := floodRateOf(t)
 	var sent atomic.Int64
 	floodDone := make(chan error, 1)
-	go func() { floodDone <- w.synFlood(netip.MustParseAddrPort("198.18.0.30:80"), n, &sent) }()
+	go func() { floodDone <- w.synFloodAt(netip.MustParseAddrPort("198.18.0.30:80"), n, rate, &sent) }()
 
-	floodLen := time.Duration(n) * time.Second / floodRate
+	floodLen := time.Duration(n) * time.Second / time.Duration(rate)
 	const requests = 200
 	gap := floodLen / requests
 	var lat []time.Duration
