@@ -30,7 +30,6 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	"weir/cmd/weir/api"
 	"weir/internal/netns"
 )
 
@@ -160,7 +159,7 @@ func runUDPOn(ctx context.Context, topo *topology, o options, p *path) (udpResul
 	if p.admin == nil {
 		return iperfUDP(ctx, topo, p.Addr, o.IperfTime, o.UDPRate)
 	}
-	var st0, stMid, st1 api.Status
+	var st0, stMid, st1 weirStatus
 	if err := p.admin.status(ctx, &st0); err != nil {
 		return udpResult{}, err
 	}
@@ -266,13 +265,13 @@ func udpCheckAt(run time.Duration) time.Duration {
 // weirSide fills u's weir figures from /status before the run, near the
 // stream's end (mid) and after the run, and checks that the stream was one
 // session on one target.
-func (u *udpResult) weirSide(before, mid, after api.Status) error {
+func (u *udpResult) weirSide(before, mid, after weirStatus) error {
 	b, a := before.UDP, after.UDP
 	u.Sessions = mid.UDP.Created - b.Created
 	u.TrailingSessions = a.Created - mid.UDP.Created
 	u.DatagramsIn, u.DatagramsOut = a.DatagramsIn-b.DatagramsIn, a.DatagramsOut-b.DatagramsOut
 	u.ReceiveDropped, u.WriteErrors = a.ReceiveDropped-b.ReceiveDropped, a.WriteErrors-b.WriteErrors
-	picked := func(st api.Status) map[string]uint64 {
+	picked := func(st weirStatus) map[string]uint64 {
 		m := map[string]uint64{}
 		for _, s := range st.Services {
 			if s.Name == udpService {
@@ -298,8 +297,29 @@ func (u *udpResult) weirSide(before, mid, after api.Status) error {
 	return nil
 }
 
+// weirStatus is the part of weir's /status document (cmd/weir/api.Status)
+// the UDP test reads. The harness links none of weir's packages (the
+// design's import rules), so it decodes the fields it needs by their JSON
+// names; TestWeirStatusDecodes pins them to api.Status.
+type weirStatus struct {
+	UDP struct {
+		Created        uint64 `json:"created"`
+		DatagramsIn    uint64 `json:"datagrams_in"`
+		DatagramsOut   uint64 `json:"datagrams_out"`
+		ReceiveDropped uint64 `json:"receive_dropped"`
+		WriteErrors    uint64 `json:"write_errors"`
+	} `json:"udp"`
+	Services []struct {
+		Name    string `json:"name"`
+		Targets []struct {
+			Name   string `json:"name"`
+			Picked uint64 `json:"picked"`
+		} `json:"targets"`
+	} `json:"services"`
+}
+
 // status reads weir's /status into st.
-func (a *admin) status(ctx context.Context, st *api.Status) error {
+func (a *admin) status(ctx context.Context, st *weirStatus) error {
 	b, err := a.get(ctx, "/status", 10*time.Second)
 	if err != nil {
 		return err

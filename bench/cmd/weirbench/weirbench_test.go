@@ -404,12 +404,12 @@ func TestSNMPValue(t *testing.T) {
 // TestWeirSide: one stream is one weir session on one target; a second
 // session (a stream balanced per datagram, or split) is an error.
 func TestWeirSide(t *testing.T) {
-	st := func(created, in, picked uint64) api.Status {
+	st := func(created, in, picked uint64) weirStatus {
 		var s api.Status
 		s.UDP.Created, s.UDP.DatagramsIn = created, in
 		s.Services = []api.Service{{Name: "iperf", Targets: []api.Target{{Name: "server", Picked: 99}}},
 			{Name: udpService, Targets: []api.Target{{Name: "server", Picked: picked}}}}
-		return s
+		return decodeStatus(t, s)
 	}
 	var u udpResult
 	// The sessions after the stream's end (the server closed its socket
@@ -419,6 +419,36 @@ func TestWeirSide(t *testing.T) {
 	}
 	if err := u.weirSide(st(3, 10, 3), st(5, 4000, 5), st(5, 5010, 5)); err == nil || !strings.Contains(err.Error(), "2 weir sessions") {
 		t.Errorf("two sessions: %v", err)
+	}
+}
+
+// decodeStatus is st as weirbench reads it from /status: encoded as weir
+// encodes it, decoded into weirStatus.
+func decodeStatus(t *testing.T, st api.Status) weirStatus {
+	t.Helper()
+	b, err := json.Marshal(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var w weirStatus
+	if err := json.Unmarshal(b, &w); err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// TestWeirStatusDecodes: every field weirStatus reads comes through from a
+// real api.Status document (a renamed JSON field would read 0).
+func TestWeirStatusDecodes(t *testing.T) {
+	var st api.Status
+	st.UDP = api.UDP{Created: 1, DatagramsIn: 2, DatagramsOut: 3, ReceiveDropped: 4, WriteErrors: 5}
+	st.Services = []api.Service{{Name: "s", Targets: []api.Target{{Name: "t", Picked: 6}}}}
+	w := decodeStatus(t, st)
+	u := w.UDP
+	if u.Created != 1 || u.DatagramsIn != 2 || u.DatagramsOut != 3 || u.ReceiveDropped != 4 || u.WriteErrors != 5 ||
+		len(w.Services) != 1 || w.Services[0].Name != "s" || len(w.Services[0].Targets) != 1 ||
+		w.Services[0].Targets[0].Name != "t" || w.Services[0].Targets[0].Picked != 6 {
+		t.Errorf("decoded %+v", w)
 	}
 }
 

@@ -231,7 +231,12 @@ func TestTargetSharesLikeLevels(t *testing.T) {
 	back := nodes[1].c.Status().Renewals - renewed
 	t.Logf("9 picks at a: all open %v after the first (%d picks found the target at its share meanwhile); closed, b at its part again after %d of its renewals",
 		took.Round(time.Millisecond), atShare, back)
-	if back > 2 {
+	// a gives the slots back at its next renewal, up to one interval
+	// after the release; b's own renewals keep their own phase, so up to
+	// two of them fall in that time (one interval and the scheduler's
+	// jitter: 1 run in 30 counted two), and the nudge a's give-back sends
+	// makes the one that takes the part back.
+	if back > 3 {
 		t.Errorf("b needed %d renewals to take its part back", back)
 	}
 }
