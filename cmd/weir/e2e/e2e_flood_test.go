@@ -297,6 +297,17 @@ func (w *weirProc) synFlood(dst netip.AddrPort, count int, sent *atomic.Int64) e
 
 // synFloodAt is synFlood at rate SYNs per second (a multiple of 100).
 func (w *weirProc) synFloodAt(dst netip.AddrPort, count, rate int, sent *atomic.Int64) error {
+	pkt := make([]byte, 40)
+	return w.rawFlood(dst, count, rate, sent, func(i int) []byte {
+		spoofedSYN(pkt, [4]byte{198, 19, byte(i >> 8), byte(i)}, dst, uint16(1024+i%60000), uint32(i)*7919)
+		return pkt
+	})
+}
+
+// rawFlood writes count packets to dst through a raw IPv4 socket in weir's
+// namespace, rate a second in batches every 10 ms; packet(i) builds the
+// i-th (its source spoofed), valid until the next call.
+func (w *weirProc) rawFlood(dst netip.AddrPort, count, rate int, sent *atomic.Int64, packet func(i int) []byte) error {
 	var fd int
 	if err := w.ns.Do(func() error {
 		var err error
@@ -307,15 +318,12 @@ func (w *weirProc) synFloodAt(dst netip.AddrPort, count, rate int, sent *atomic.
 	}
 	defer unix.Close(fd)
 	to := &unix.SockaddrInet4{Addr: dst.Addr().As4()}
-	pkt := make([]byte, 40)
 	batch := max(rate/100, 1)
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	for i := 0; i < count; {
 		for j := 0; j < batch && i < count; j, i = j+1, i+1 {
-			src := [4]byte{198, 19, byte(i >> 8), byte(i)}
-			spoofedSYN(pkt, src, dst, uint16(1024+i%60000), uint32(i)*7919)
-			if err := unix.Sendto(fd, pkt, 0, to); err != nil {
+			if err := unix.Sendto(fd, packet(i), 0, to); err != nil {
 				return fmt.Errorf("sendto after %d: %w", i, err)
 			}
 			sent.Add(1)

@@ -176,34 +176,14 @@ func vmHWM(t *testing.T, pid int) int64 {
 // session each until the bounds). What weir sends back to them dies in the
 // namespace, which does not forward.
 func (w *weirProc) udpFlood(dst netip.AddrPort, count, rate int, sent *atomic.Int64) error {
-	var fd int
-	if err := w.ns.Do(func() error {
-		var err error
-		fd, err = unix.Socket(unix.AF_INET, unix.SOCK_RAW, unix.IPPROTO_RAW)
-		return err
-	}); err != nil {
-		return fmt.Errorf("raw socket: %w", err)
-	}
-	defer unix.Close(fd)
-	to := &unix.SockaddrInet4{Addr: dst.Addr().As4()}
 	// A query for who.test, A.
 	q := []byte{0, 0, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0, 3, 'w', 'h', 'o', 4, 't', 'e', 's', 't', 0, 0, 1, 0, 1}
 	pkt := make([]byte, 28+len(q))
-	batch := max(rate/100, 1)
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for i := 0; i < count; {
-		for j := 0; j < batch && i < count; j, i = j+1, i+1 {
-			binary.BigEndian.PutUint16(q, uint16(i))
-			spoofedUDP(pkt, [4]byte{198, 19, byte(i >> 8), byte(i)}, uint16(1024+i%60000), dst, q)
-			if err := unix.Sendto(fd, pkt, 0, to); err != nil {
-				return fmt.Errorf("sendto after %d: %w", i, err)
-			}
-			sent.Add(1)
-		}
-		<-tick.C
-	}
-	return nil
+	return w.rawFlood(dst, count, rate, sent, func(i int) []byte {
+		binary.BigEndian.PutUint16(q, uint16(i))
+		spoofedUDP(pkt, [4]byte{198, 19, byte(i >> 8), byte(i)}, uint16(1024+i%60000), dst, q)
+		return pkt
+	})
 }
 
 // spoofedUDP writes an IPv4 UDP datagram from src:sport to dst carrying

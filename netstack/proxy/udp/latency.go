@@ -1,6 +1,7 @@
 package udp
 
 import (
+	"math"
 	"math/bits"
 	"sync"
 	"sync/atomic"
@@ -76,8 +77,7 @@ func (c *counts) summary() LatencySummary {
 
 // quantile is the value at rank ⌈q·n⌉ of the n values counted.
 func (c *counts) quantile(n uint64, q float64) time.Duration {
-	rank := uint64(q*float64(n) + 0.999999)
-	rank = max(rank, 1)
+	rank := max(uint64(math.Ceil(q*float64(n))), 1)
 	var seen uint64
 	for i, v := range c {
 		if seen += v; seen >= rank {

@@ -339,24 +339,19 @@ func writeReplies(w io.Writer, targets []api.Target) {
 			fmt.Fprintln(tw, "  REPLIES\tINTERVAL\tP50\tP99\tTOTAL\tP50\tP99")
 			header = true
 		}
-		fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%d\t%s\t%s\n", t.Name, r.Interval.Replies, msOrDash(r.Interval), msOrDash99(r.Interval),
-			r.Total.Replies, msOrDash(r.Total), msOrDash99(r.Total))
+		fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%d\t%s\t%s\n", t.Name, r.Interval.Replies, quantileMs(r.Interval, r.Interval.P50), quantileMs(r.Interval, r.Interval.P99),
+			r.Total.Replies, quantileMs(r.Total, r.Total.P50), quantileMs(r.Total, r.Total.P99))
 	}
 	tw.Flush()
 }
 
-func msOrDash(s api.LatencySummary) string {
+// quantileMs is a quantile for the REPLIES table, a dash for an interval
+// without replies.
+func quantileMs(s api.LatencySummary, ms float64) string {
 	if s.Replies == 0 {
 		return "-"
 	}
-	return fmtMs(s.P50)
-}
-
-func msOrDash99(s api.LatencySummary) string {
-	if s.Replies == 0 {
-		return "-"
-	}
-	return fmtMs(s.P99)
+	return fmtMs(ms)
 }
 
 // fmtMs shows a latency in milliseconds with three significant digits.
