@@ -51,9 +51,14 @@ if grant > cur then
   return {grant, others + record, 0}
 end
 redis.call('HSET', KEYS[1], id, mine .. ' ' .. d[id] .. ' ' .. myexp .. ' ' .. open)
+-- Any slot above a member's part counts here, without the renewals'
+-- slack: a connection waits on this answer, and a burst's first borrow,
+-- whose demand does not yet count the refusals racing it, asks for less
+-- than a slack's worth (a member at 10 for a part of 9 was not nudged,
+-- and the borrow refused at once while the others waited).
 local excess, spare = {}, false
 for _, m in ipairs(ids) do
-  if m ~= id and s[m] > t[m] + slack(t[m]) then
+  if m ~= id and s[m] > t[m] then
     excess[m] = s[m] - t[m]
     spare = true
   end

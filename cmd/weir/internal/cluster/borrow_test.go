@@ -231,3 +231,74 @@ func TestBorrowWait(t *testing.T) {
 		}
 	}
 }
+
+// TestSlotsBackAsConnectionsClose: a burst that moves from one member to
+// another while the first still has its connections open. b's borrows
+// find every slot recorded by a, whose renewal (nudged) cannot give back
+// slots still in use; when a's connections close, a gives them back at
+// once (a renewal within a few milliseconds of the close, not at its next
+// poll, 3 s away with a 30 s lease interval), and b's borrows, still
+// waiting within their borrowTimeout, take all ten. (Before, none of
+// the ten was served; and the burst's first borrow, whose demand of 1
+// found a at 10 for a part of 9, within the renewals' slack, was refused
+// at once in 3 of 4 runs.)
+func TestSlotsBackAsConnectionsClose(t *testing.T) {
+	r := startRedis(t)
+	cc := func(id string) policy.Cluster {
+		return policy.Cluster{Redis: r.Addr(), Name: "moves", Instance: id, LeaseInterval: 30 * time.Second, BorrowTimeout: time.Second}
+	}
+	a, b := newNodeWith(t, 10, cc("a")), newNodeWith(t, 10, cc("b"))
+	eventually(t, 10*time.Second, func() bool {
+		return a.level().Share == 5 && b.level().Share == 5
+	}, func() string { return fmt.Sprintf("a %+v, b %+v", a.level(), b.level()) })
+	admit := func(n *node, tk *policy.Ticket) bool {
+		ref, ok := n.adm.Admit(n.web(), tk)
+		for k := 0; !ok && ref.Shared && k < 8; k++ {
+			if !n.c.Borrow(context.Background(), policy.LevelVirtualServer, "web") {
+				break
+			}
+			ref, ok = n.adm.Admit(n.web(), tk)
+		}
+		return ok
+	}
+	held := make([]policy.Ticket, 10)
+	for i := range held {
+		if !admit(a, &held[i]) {
+			t.Fatalf("a admitted %d of 10 with the cluster free", i)
+		}
+	}
+	// b's burst: every borrow nudges a or waits for it; a's connections
+	// close 100 ms into it.
+	var wg sync.WaitGroup
+	tks := make([]policy.Ticket, 10)
+	ok := make([]bool, 10)
+	took := make([]time.Duration, 10)
+	start := time.Now()
+	for i := range tks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ok[i] = admit(b, &tks[i])
+			took[i] = time.Since(start)
+		}()
+	}
+	time.Sleep(100 * time.Millisecond)
+	closed := time.Now()
+	for i := range held {
+		held[i].Release()
+	}
+	wg.Wait()
+	served := 0
+	for i := range tks {
+		if ok[i] {
+			served++
+			tks[i].Release()
+		}
+	}
+	slices.Sort(took)
+	t.Logf("b served %d of 10 (a's connections closed %v into the burst); the last answered %v after the close",
+		served, closed.Sub(start).Round(time.Millisecond), (took[9] - closed.Sub(start)).Round(time.Millisecond))
+	if served != 10 {
+		t.Errorf("b served %d of 10; a's 10 slots were free %v before b's borrows gave up", served, time.Second-closed.Sub(start))
+	}
+}

@@ -518,15 +518,44 @@ func (c *Cluster) Loop(ctx context.Context) {
 	var lastNudge time.Time
 	var wake *time.Timer // a nudge that came within gap, answered at its end
 	var wakeC <-chan time.Time
+	// Slots recorded above a lowered share, for the connections still open
+	// then, while another member is below its part, go back as those
+	// connections close, not at the next renewal: every fast tick (5 ms)
+	// while some are owed (for at most an interval after the renewal that lowered
+	// the share) renews when connections closed since (closedOwed), which
+	// records the smaller demand, lowers the share and releases. A burst
+	// that moves from this member to another finds the slots of this one's
+	// last connections within a few milliseconds of their close, inside
+	// the other's borrowTimeout.
+	fast := min(poll, 5*time.Millisecond)
+	var owe *time.Ticker
+	var oweC <-chan time.Time
+	var oweUntil time.Time
 	defer func() {
 		if wake != nil {
 			wake.Stop()
 		}
+		if owe != nil {
+			owe.Stop()
+		}
 	}()
+	renew := func(now time.Time) bool {
+		moved := c.Renew(ctx)
+		if c.owing() {
+			oweUntil = now.Add(interval)
+			if owe == nil {
+				owe = time.NewTicker(fast)
+			} else if oweC == nil {
+				owe.Reset(fast)
+			}
+			oweC = owe.C
+		}
+		return moved
+	}
 	nudged := func(now time.Time) {
 		lastNudge, last, wakeC = now, now, nil
 		c.why[2].Add(1)
-		if c.Renew(ctx) {
+		if renew(now) {
 			gap = minGap()
 		} else {
 			gap = min(2*gap, poll)
@@ -552,15 +581,25 @@ func (c *Cluster) Loop(ctx context.Context) {
 			}
 		case now := <-wakeC:
 			nudged(now)
+		case now := <-oweC:
+			switch {
+			case !c.owing() || now.After(oweUntil):
+				owe.Stop()
+				oweC = nil
+			case c.closedOwed():
+				c.why[1].Add(1)
+				last = now
+				renew(now)
+			}
 		case now := <-tick.C:
 			if now.Sub(last) >= interval {
 				c.why[0].Add(1)
 				last = now
-				c.Renew(ctx)
+				renew(now)
 			} else if now.Sub(lastEarly) >= earlyGap && c.wantsMore() {
 				c.why[1].Add(1)
 				last, lastEarly = now, now
-				if c.Renew(ctx) {
+				if renew(now) {
 					earlyGap = poll
 				} else {
 					earlyGap = min(2*earlyGap, interval/2)
@@ -898,6 +937,44 @@ func (c *Cluster) release(ctx context.Context, back []*lease) {
 		l.held -= l.record - max(l.share, l.open)
 		l.record = max(l.share, l.open)
 	}
+}
+
+// owing reports whether a lease is recorded above its share (the
+// connections open when apply lowered it) while another member is below
+// its part: what the fast ticks of Loop wait on.
+func (c *Cluster) owing() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.owingLocked()
+}
+
+func (c *Cluster) owingLocked() bool {
+	if c.state != stateShared {
+		return false
+	}
+	for _, l := range c.levels {
+		if l.short && l.record > l.share {
+			return true
+		}
+	}
+	return false
+}
+
+// closedOwed reports whether a level owing slots (owing) has fewer
+// connections open than when its share was lowered: a renewal now
+// records the smaller demand and lease, and gives the slots back.
+func (c *Cluster) closedOwed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || !c.owingLocked() {
+		return false
+	}
+	for _, d := range c.demands() {
+		if l := c.levels[d.key]; l != nil && l.short && l.record > l.share && d.open < l.open {
+			return true
+		}
+	}
+	return false
 }
 
 // inGrace reports whether Redis came back lately and a member seen before
