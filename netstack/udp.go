@@ -39,6 +39,16 @@ type UDPHandler interface {
 	Datagram(out udprelay.Replier, client, vip netip.AddrPort, vs *policy.VirtualServer, b []byte)
 }
 
+// UDPBatchHandler is a UDPHandler that relays the datagrams a reader
+// finds waiting together (udprelay.Relay): Queue as Datagram, and Flush
+// before the reader waits for more, so that each session's datagrams go
+// to its target in one call.
+type UDPBatchHandler interface {
+	UDPHandler
+	Queue(bt *udprelay.Batch, out udprelay.Replier, client, vip netip.AddrPort, vs *policy.VirtualServer, b []byte)
+	Flush(bt *udprelay.Batch)
+}
+
 // UDPFront owns the VIP endpoints of udp services on a Stack.
 type UDPFront struct {
 	s        *Stack
@@ -169,6 +179,16 @@ func (f *UDPFront) read(s *udpSock) {
 	defer s.wq.EventUnregister(&entry)
 	buf := make([]byte, udprelay.MaxDatagram)
 	out := &vipReplier{s: s}
+	// The datagrams read while more are waiting are queued and written
+	// (each session's in one call) before the reader waits: no datagram
+	// waits for one that has not arrived.
+	bh, batched := f.h.(UDPBatchHandler)
+	var bt udprelay.Batch
+	defer func() {
+		if batched {
+			bh.Flush(&bt)
+		}
+	}()
 	for {
 		select {
 		case <-s.done:
@@ -180,6 +200,9 @@ func (f *UDPFront) read(s *udpSock) {
 		if terr != nil {
 			if _, ok := terr.(*tcpip.ErrWouldBlock); !ok {
 				return
+			}
+			if batched {
+				bh.Flush(&bt)
 			}
 			select {
 			case <-ready:
@@ -195,7 +218,11 @@ func (f *UDPFront) read(s *udpSock) {
 			continue
 		}
 		client := netip.AddrPortFrom(netipAddr(res.RemoteAddr.Addr), res.RemoteAddr.Port)
-		f.h.Datagram(out, client, s.vip, vs, buf[:res.Count])
+		if batched {
+			bh.Queue(&bt, out, client, s.vip, vs, buf[:res.Count])
+		} else {
+			f.h.Datagram(out, client, s.vip, vs, buf[:res.Count])
+		}
 	}
 }
 

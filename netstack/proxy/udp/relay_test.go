@@ -453,3 +453,81 @@ func TestUnanswered(t *testing.T) {
 		}
 	}
 }
+
+// TestQueueFlush: the datagrams a VIP reader queues while more wait
+// behind them reach the target as they were, each session's in its
+// order, whether a Flush writes them or a full batch does (more than
+// batchMax datagrams, more than batchArena bytes), with sizes from 2
+// bytes to 60 000; the counters count each once.
+func TestQueueFlush(t *testing.T) {
+	srv, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	srv.SetReadBuffer(8 << 20)
+	vs := &policy.VirtualServer{Name: "stream", Proto: policy.ProtoUDP, Ports: policy.PortRange{Lo: 5201, Hi: 5201},
+		UDP:     policy.UDPOptions{IdleTimeout: 30 * time.Second},
+		Targets: []*policy.Target{{Name: "a", Addr: srv.LocalAddr().(*net.UDPAddr).AddrPort(), Weight: 1}}}
+	r := New(Options{Admitter: &testAdmitter{}, Host: &HostDialer{}})
+	defer r.Close()
+	vip := netip.MustParseAddrPort("198.18.0.10:5201")
+	clients := []netip.AddrPort{netip.MustParseAddrPort("198.18.1.1:4000"), netip.MustParseAddrPort("198.18.1.2:4000")}
+	sizes := []int{2, 1400, 9000, 60000, 512}
+	var bt Batch
+	var sent [2][][]byte
+	var bytesIn uint64
+	queue := func(c int) {
+		seq := len(sent[c])
+		b := bytes.Repeat([]byte{'x'}, sizes[seq%len(sizes)])
+		b[0], b[1] = byte(seq), byte(c) // the order, as the client sent it, and the client
+		sent[c] = append(sent[c], b)
+		bytesIn += uint64(len(b))
+		r.Queue(&bt, nopReplier{}, clients[c], vip, vs, b)
+	}
+	// Runs of one client's datagrams, then the other's: 150 of client 0
+	// (beyond batchMax and batchArena), 3 of client 1, 1 of client 0, a
+	// Flush, 40 more of client 1.
+	for range 150 {
+		queue(0)
+	}
+	for range 3 {
+		queue(1)
+	}
+	queue(0)
+	r.Flush(&bt)
+	for range 40 {
+		queue(1)
+	}
+	r.Flush(&bt)
+	want := len(sent[0]) + len(sent[1])
+	got := map[netip.AddrPort][][]byte{}
+	buf := make([]byte, MaxDatagram)
+	srv.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for n := 0; n < want; n++ {
+		k, from, err := srv.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			t.Fatalf("the target got %d of %d datagrams: %v", n, want, err)
+		}
+		got[from] = append(got[from], bytes.Clone(buf[:k]))
+	}
+	if len(got) != 2 {
+		t.Fatalf("the target saw %d sessions' sockets, want 2", len(got))
+	}
+	for _, ds := range got {
+		c := int(ds[0][1])
+		if len(ds) != len(sent[c]) {
+			t.Fatalf("client %d: %d datagrams arrived, %d sent", c, len(ds), len(sent[c]))
+		}
+		for i := range ds {
+			if !bytes.Equal(ds[i], sent[c][i]) {
+				t.Fatalf("client %d: datagram %d arrived as %d bytes starting %d, sent %d bytes starting %d",
+					c, i, len(ds[i]), ds[i][0], len(sent[c][i]), sent[c][i][0])
+			}
+		}
+	}
+	st := r.Stats()
+	if st.DatagramsIn != uint64(want) || st.BytesIn != bytesIn || st.WriteErrors != 0 || st.Created != 2 {
+		t.Errorf("stats %+v; want %d datagrams, %d bytes in, 2 sessions, no write error", st, want, bytesIn)
+	}
+}
