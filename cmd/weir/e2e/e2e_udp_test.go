@@ -347,8 +347,8 @@ func TestE2EUDPDNS(t *testing.T) {
 			viaOK, viaT := w.dnsBurst(ipv.vip(53, 53), burst, conc)
 			kOK, kT := w.dnsBurst(ipv.target(1, 5353), burst, conc)
 			viaQPS, kQPS := float64(viaOK)/viaT.Seconds(), float64(kOK)/kT.Seconds()
-			t.Logf("%d queries, %d at a time, a new socket each: through weir %d answered, %.0f queries/s; straight to dnsmasq %d answered, %.0f queries/s (%.2fx; machine loaded by other engineers)",
-				burst, conc, viaOK, viaQPS, kOK, kQPS, viaQPS/kQPS)
+			t.Logf("%d queries, %d at a time, a new socket each: through weir %d answered, %.0f queries/s; straight to dnsmasq %d answered, %.0f queries/s (%.2fx; load average %s)",
+				burst, conc, viaOK, viaQPS, kOK, kQPS, viaQPS/kQPS, loadAverage())
 			if viaOK < burst*995/1000 {
 				t.Errorf("through weir %d of %d answered", viaOK, burst)
 			}
@@ -463,4 +463,14 @@ func TestE2EUDPDeadTarget(t *testing.T) {
 	if st := w.status(); st.UDP.EndedUnanswered == 0 {
 		t.Errorf("no unanswered session counted: %+v", st.UDP)
 	}
+}
+
+// loadAverage is the machine's 1-minute load average as /proc/loadavg
+// reads, for the figures a test logs ("?" where it cannot be read).
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) > 0 {
+		return f[0]
+	}
+	return "?"
 }
