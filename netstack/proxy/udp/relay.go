@@ -459,9 +459,17 @@ func (s *session) readTarget() {
 				r.pool.Put(bp)
 			}
 			if !s.ended.Load() && !isClosed(err) {
-				// The target answered with ICMP unreachable: passive
-				// health, as a failed dial.
-				s.adm.TargetFailed(s.dec, err)
+				// ICMP unreachable. Before any reply it is the target's
+				// refusal (passive health, as a failed dial marks it
+				// down); after replies, the server closed this session's
+				// socket (a restart, the end of a stream whose client
+				// still sends): the session ends, and only a new one that
+				// meets it again marks the target down, so that one
+				// client's trailing datagrams do not refuse every session
+				// for the retry interval.
+				if s.dgOut.Load() == 0 {
+					s.adm.TargetFailed(s.dec, err)
+				}
 				r.end(s, endError, err)
 			}
 			return

@@ -20,9 +20,10 @@ import (
 // most max open at once (0: no limit), as weir's admission with a
 // maxConnections would; it records every End.
 type testAdmitter struct {
-	max  int64
-	open atomic.Int64
-	next atomic.Uint64
+	max    int64
+	open   atomic.Int64
+	next   atomic.Uint64
+	failed atomic.Int64 // TargetFailed calls: the target marked down
 
 	mu   sync.Mutex
 	ends []proxy.End
@@ -56,7 +57,7 @@ func (s *testSession) DialFailed(proxy.Decision, error) proxy.Decision {
 	s.Released()
 	return proxy.Decision{Verdict: proxy.RefuseRST}
 }
-func (s *testSession) TargetFailed(proxy.Decision, error) {}
+func (s *testSession) TargetFailed(proxy.Decision, error) { s.a.failed.Add(1) }
 func (*testSession) Spliced(int64)                        {}
 func (s *testSession) Released() {
 	if s.held {
@@ -529,5 +530,55 @@ func TestQueueFlush(t *testing.T) {
 	st := r.Stats()
 	if st.DatagramsIn != uint64(want) || st.BytesIn != bytesIn || st.WriteErrors != 0 || st.Created != 2 {
 		t.Errorf("stats %+v; want %d datagrams, %d bytes in, 2 sessions, no write error", st, want, bytesIn)
+	}
+}
+
+// TestICMPAfterReplies: ICMP port unreachable ends a session either way,
+// but marks its target down (TargetFailed) only when the target never
+// answered in it: a server that closed its socket after answering (a
+// restart, the end of a stream whose client still sends) is not a target
+// refusing sessions.
+func TestICMPAfterReplies(t *testing.T) {
+	for _, answered := range []bool{true, false} {
+		t.Run(fmt.Sprintf("answered=%v", answered), func(t *testing.T) {
+			srv, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			addr := srv.LocalAddr().(*net.UDPAddr).AddrPort()
+			vs := &policy.VirtualServer{Name: "s", Proto: policy.ProtoUDP, Ports: policy.PortRange{Lo: 9, Hi: 9},
+				UDP:     policy.UDPOptions{IdleTimeout: 30 * time.Second},
+				Targets: []*policy.Target{{Name: "a", Addr: addr, Weight: 1}}}
+			adm := &testAdmitter{}
+			r := New(Options{Admitter: adm, Host: &HostDialer{}})
+			defer r.Close()
+			client, vip := netip.MustParseAddrPort("198.18.1.1:4000"), netip.MustParseAddrPort("198.18.0.10:9")
+			out := &countReplier{}
+			if answered {
+				r.Datagram(out, client, vip, vs, []byte("hello"))
+				b := make([]byte, 64)
+				n, from, err := srv.ReadFromUDPAddrPort(b)
+				if err != nil {
+					t.Fatal(err)
+				}
+				srv.WriteToUDPAddrPort(b[:n], from)
+				waitFor(t, "the reply relayed", func() bool { return out.n.Load() == 1 })
+			}
+			srv.Close() // the server's socket is gone: ICMP port unreachable (the loopback has no ICMP rate limit)
+			r.Datagram(out, client, vip, vs, []byte("more"))
+			waitFor(t, "the session ended on ICMP", func() bool { return r.Stats().EndedError == 1 })
+			if got, want := adm.failed.Load() > 0, !answered; got != want {
+				t.Fatalf("target marked down %v, want %v (it answered before: %v)", got, want, answered)
+			}
+			if answered {
+				// The client sends on: its new session meets the closed
+				// port before any reply.
+				r.Datagram(out, client, vip, vs, []byte("again"))
+				waitFor(t, "the new session ended on ICMP", func() bool { return r.Stats().EndedError == 2 })
+				if adm.failed.Load() != 1 {
+					t.Errorf("a new session that met ICMP before any reply: target marked down %d times, want 1", adm.failed.Load())
+				}
+			}
+		})
 	}
 }
