@@ -582,3 +582,86 @@ func TestICMPAfterReplies(t *testing.T) {
 		})
 	}
 }
+
+// TestWriteBatchGSO: runs of equal datagrams go to a kernel target in
+// UDP_SEGMENT sends (at most 64 segments, 65 000 bytes each) and arrive as
+// the datagrams they were, in order, the run's shorter last one included;
+// the datagrams no run holds go by sendmmsg.
+func TestWriteBatchGSO(t *testing.T) {
+	srv, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	srv.SetReadBuffer(8 << 20)
+	tg, err := (&HostDialer{}).DialUDP(context.Background(), srv.LocalAddr().(*net.UDPAddr).AddrPort())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tg.Close()
+	ht := tg.(*hostTarget)
+	var bs [][]byte
+	add := func(n, size int) {
+		for range n {
+			b := bytes.Repeat([]byte{byte(len(bs))}, size)
+			bs = append(bs, b)
+		}
+	}
+	add(100, 1448) // runs of 44 (the byte bound) and the rest
+	add(1, 700)    // the last of a run, shorter
+	add(3, 9000)
+	add(1, 1)
+	add(2, 300)
+	if n, err := ht.WriteBatch(bs); n != len(bs) || err != nil {
+		t.Fatalf("WriteBatch wrote %d of %d: %v", n, len(bs), err)
+	}
+	buf := make([]byte, MaxDatagram)
+	srv.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for i, want := range bs {
+		n, _, err := srv.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			t.Fatalf("datagram %d of %d: %v", i, len(bs), err)
+		}
+		if !bytes.Equal(buf[:n], want) {
+			t.Fatalf("datagram %d arrived as %d bytes of %d, sent %d of %d", i, n, buf[0], len(want), want[0])
+		}
+	}
+	if ht.gsoSends == 0 {
+		t.Errorf("no UDP_SEGMENT send (gso %v)", ht.gso)
+	}
+	t.Logf("%d datagrams in %d UDP_SEGMENT sends and sendmmsg", len(bs), ht.gsoSends)
+}
+
+func TestGSORun(t *testing.T) {
+	sizes := func(ns ...int) [][]byte {
+		var bs [][]byte
+		for _, n := range ns {
+			bs = append(bs, make([]byte, n))
+		}
+		return bs
+	}
+	for _, c := range []struct {
+		bs   [][]byte
+		want int
+	}{
+		{sizes(100), 1},
+		{sizes(100, 100, 100), 3},
+		{sizes(100, 100, 50, 100), 3}, // a shorter one ends the run
+		{sizes(100, 200), 1},          // a larger one cannot follow
+		{sizes(0, 0), 1},              // empty datagrams go alone
+		{sizes(100, 0), 1},
+		{sizes(30000, 30000, 30000), 2}, // 65 000 bytes at most
+		{make([][]byte, 70), 1},
+	} {
+		if got := gsoRun(c.bs); got != c.want {
+			t.Errorf("gsoRun(%d datagrams, first %d bytes) = %d, want %d", len(c.bs), len(c.bs[0]), got, c.want)
+		}
+	}
+	run := make([][]byte, 70)
+	for i := range run {
+		run[i] = make([]byte, 10)
+	}
+	if got := gsoRun(run); got != gsoSegments {
+		t.Errorf("70 small datagrams: a run of %d, want %d", got, gsoSegments)
+	}
+}
