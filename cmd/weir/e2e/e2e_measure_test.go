@@ -281,8 +281,20 @@ func TestE2EMeasureBackArm(t *testing.T) {
 	if want := policy.StepFraction(e.Retransmits, e.SegmentsSent, 20, 25, 95); e.LossFraction != want || cut.Effective >= cut.Weight {
 		t.Errorf("t2: loss %d‰ → fraction %d %% (want %d), effective %d of %d", e.LossRatio, e.LossFraction, want, cut.Effective, cut.Weight)
 	}
-	if clean1 == nil || clean1.Effective != clean1.Weight {
-		t.Errorf("clean t1 cut: %+v", clean1)
+	// The clean target keeps its weight, unless its own kernel resent
+	// beyond the first step in that interval: a loaded host (make soak
+	// runs packages side by side) delays weir's ACKs past the targets'
+	// tail-loss probe timer, and those resends are real ones, counted and
+	// judged like any (the whole phase's ratio, under 2 %, is checked
+	// above).
+	switch {
+	case clean1 == nil:
+		t.Error("clean t1 missing from /status")
+	case clean1.Effective != clean1.Weight && (clean1.Explanation == nil || clean1.Explanation.LossRatio <= 20):
+		t.Errorf("clean t1 cut without a loss of its own: %+v, %+v", clean1, clean1.Explanation)
+	case clean1.Effective != clean1.Weight:
+		t.Logf("clean t1 cut for its own kernel's resends in that interval (a loaded host): %d‰ of %d segments, effective %d of %d",
+			clean1.Explanation.LossRatio, clean1.Explanation.SegmentsSent, clean1.Effective, clean1.Weight)
 	}
 	// Its share of new connections fell while it was cut.
 	n1, n2 := picked1["t1"]-picked0["t1"], picked1["t2"]-picked0["t2"]
