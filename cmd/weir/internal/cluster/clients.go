@@ -3,6 +3,8 @@ package cluster
 import (
 	"context"
 	_ "embed"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -200,12 +202,7 @@ func (c *Cluster) refreshClients(ctx context.Context) {
 	if cs.down.Load() {
 		return
 	}
-	cs.mu.Lock()
-	scopes := make([]string, 0, len(cs.scopes))
-	for s := range cs.scopes {
-		scopes = append(scopes, s)
-	}
-	cs.mu.Unlock()
+	scopes := cs.scopeList()
 	if len(scopes) == 0 {
 		return
 	}
@@ -239,29 +236,26 @@ func (c *Cluster) refreshClients(ctx context.Context) {
 // resumeClients marks every open client dirty after an outage: what
 // changed while Redis was down is recorded at the next flush.
 func (c *Cluster) resumeClients() {
-	cs := &c.cs
-	cs.mu.Lock()
-	scopes := make([]string, 0, len(cs.scopes))
-	for s := range cs.scopes {
-		scopes = append(scopes, s)
-	}
-	cs.mu.Unlock()
-	for _, s := range scopes {
+	for _, s := range c.cs.scopeList() {
 		for _, cl := range c.o.Admission.ClientsActive(s) {
-			cs.markDirty(clientRef{s, cl})
+			c.cs.markDirty(clientRef{s, cl})
 		}
 	}
 }
 
+// scopeList is the scopes this member has counted clients in.
+func (s *clientState) scopeList() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Collect(maps.Keys(s.scopes))
+}
+
 // leaveClients deletes this member's counts (Close).
 func (c *Cluster) leaveClients(ctx context.Context) error {
-	cs := &c.cs
-	cs.mu.Lock()
-	keys := make([]string, 0, len(cs.scopes))
-	for s := range cs.scopes {
+	var keys []string
+	for _, s := range c.cs.scopeList() {
 		keys = append(keys, c.clientsKey(s, c.o.Config.Instance))
 	}
-	cs.mu.Unlock()
 	if len(keys) == 0 {
 		return nil
 	}
