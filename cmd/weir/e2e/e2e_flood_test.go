@@ -390,6 +390,9 @@ func TestE2EBadChecksumCounted(t *testing.T) {
 		return metricSum(fams, "weir_nic_dropped_total", map[string]string{"reason": "checksum"}) +
 			metricSum(fams, "weir_stack_tcp_checksum_errors_total", nil)
 	}
+	synAcks := func(fams map[string]*metricFamily) float64 {
+		return metricSum(fams, "weir_stack_tcp_segments_sent_total", nil)
+	}
 	m0 := w.metrics()
 	var sent atomic.Int64
 	pkt := make([]byte, 40)
@@ -415,8 +418,8 @@ func TestE2EBadChecksumCounted(t *testing.T) {
 	}
 	// The same SYNs, checksums right: the stack answers them (a SYN-ACK
 	// each, or a cookie one), so the drops above were the checksums'.
-	synAcks := func(fams map[string]*metricFamily) float64 {
-		return metricSum(fams, "weir_stack_tcp_segments_sent_total", nil)
+	if d := synAcks(m1) - synAcks(m0); d != 0 {
+		t.Errorf("the stack sent %v segments for the bad-checksum SYNs, want none", d)
 	}
 	s0 := synAcks(m1)
 	if err := w.rawFlood(dst, n, 1000, &sent, func(i int) []byte {
