@@ -105,6 +105,30 @@ type SegStats struct {
 	fromID   ipidDir      // the IP-ID signal of the target's packets
 	synAt    int64        // egress SYN time (ns); the egress writer owns it
 	rtt      atomic.Int64 // handshake RTT in ns, 0 until the SYN-ACK
+	// sent is the end of the highest byte weir sent (egress), acked the
+	// highest acknowledgement the target sent (ingress), each as
+	// seqKnown|seq once seen (0: not yet): Unacked's difference. Each
+	// has its direction's one writer.
+	sent, acked atomic.Uint64
+}
+
+// seqKnown marks a sent or acked word as holding a sequence number.
+const seqKnown = 1 << 32
+
+// Unacked returns the bytes weir has sent toward the target that the
+// target has not acknowledged, by the segments seen: 0 when it has
+// acknowledged everything (or when either side was not seen yet). A
+// request that sits unacknowledged never reached the target whole: the
+// loss was the path's (or weir's own sender's), not the target's silence.
+func (s *SegStats) Unacked() uint32 {
+	sent, acked := s.sent.Load(), s.acked.Load()
+	if sent&seqKnown == 0 || acked&seqKnown == 0 {
+		return 0
+	}
+	if d := uint32(sent) - uint32(acked); int32(d) > 0 {
+		return d
+	}
+	return 0
 }
 
 // FromTarget returns the counts of the target's segments.
@@ -175,6 +199,12 @@ func (s *SegStats) ingress(b []byte, pk *Packet, segs int, now, minRTO int64) {
 			s.rtt.Store(now - at)
 		}
 	}
+	if pk.TCPFlags&TCPAck != 0 {
+		ack := binary.BigEndian.Uint32(b[pk.L4Off+8:])
+		if old := s.acked.Load(); old&seqKnown == 0 || seqLT(uint32(old), ack) {
+			s.acked.Store(seqKnown | uint64(ack))
+		}
+	}
 	reorder := s.rtt.Load() / 2
 	if pk.Version == 4 && pk.TCPFlags&TCPSyn == 0 {
 		s.fromID.step(pk.IPID, segs, now, reorder)
@@ -193,6 +223,14 @@ func (s *SegStats) egress(b []byte, pk *Packet, segs int, now, minRTO int64) {
 	}
 	if pk.TCPFlags&(TCPSyn|TCPAck) == TCPSyn {
 		atomic.StoreInt64(&s.synAt, now)
+	}
+	if end := seq + uint32(plen); pk.TCPFlags&TCPSyn != 0 || plen > 0 {
+		if pk.TCPFlags&TCPSyn != 0 {
+			end++
+		}
+		if old := s.sent.Load(); old&seqKnown == 0 || seqLT(uint32(old), end) {
+			s.sent.Store(seqKnown | uint64(end))
+		}
 	}
 	s.to.observe(seq, plen, segs, pk.TCPFlags, now, s.rto(minRTO), s.rtt.Load()/2)
 }

@@ -166,6 +166,7 @@ func (c *HostConn) Counters() proxy.LegCounters {
 		DataSegmentsIn:   uint64(info.Data_segs_in),
 		DataSegmentsOut:  uint64(info.Data_segs_out),
 		OutOfOrderIn:     uint64(info.Rcv_ooopack),
+		Unacked:          uint64(info.Notsent_bytes) + uint64(info.Unacked)*uint64(info.Snd_mss),
 	}
 	return c.last
 }

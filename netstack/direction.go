@@ -98,6 +98,29 @@ func (m *LegMeter) Directions(target proxy.Leg, tg proxy.LegCounters, addrs *[2]
 	return from, to
 }
 
+// Unacked implements proxy.LegMeter: for a host socket the kernel's own
+// figure (TCP_INFO, in tg), for a back-arm leg the datapath's (the bytes
+// weir's stack sent past the target's highest acknowledgement: gVisor
+// does not say how much of its send queue is acknowledged). 0 when the
+// back-arm flow is not measured.
+func (m *LegMeter) Unacked(target proxy.Leg, tg proxy.LegCounters, addrs *[2]netip.AddrPort) uint64 {
+	leg, ok := target.(*Conn)
+	if !ok {
+		return tg.Unacked
+	}
+	if m.Segments == nil {
+		return 0
+	}
+	if !addrs[0].IsValid() {
+		addrs[0] = addrPortOf(leg.LocalAddr())
+		addrs[1] = addrPortOf(leg.RemoteAddr())
+	}
+	if s := m.Segments(addrs[0], addrs[1]); s != nil {
+		return uint64(s.Unacked())
+	}
+	return 0
+}
+
 func addrPortOf(a net.Addr) netip.AddrPort {
 	if ta, ok := a.(*net.TCPAddr); ok {
 		ap := ta.AddrPort()

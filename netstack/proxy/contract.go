@@ -394,6 +394,11 @@ type LegCounters struct {
 	// rcv_ooopack on a host socket; 0 on a gVisor leg, whose data segments
 	// the datapath counts (see direction.go).
 	DataSegmentsIn, DataSegmentsOut, OutOfOrderIn uint64
+	// Unacked is, on a host socket, the bytes the peer has not
+	// acknowledged yet (TCP_INFO: notsent_bytes plus its unacked segments
+	// times the MSS); 0 on a gVisor leg, whose endpoint does not say (the
+	// datapath does: LegMeter.Unacked).
+	Unacked uint64
 }
 
 // LegStats are one leg's counters plus the bytes weir moved on it.

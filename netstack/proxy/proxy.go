@@ -104,6 +104,11 @@ type LegMeter interface {
 	// caches the leg's local and remote addresses between calls (zero the
 	// first time); it is the connection's, read under the sampler's lock.
 	Directions(target Leg, tg LegCounters, addrs *[2]netip.AddrPort) (from, to DirCounters)
+	// Unacked returns the bytes written to the target leg that the target
+	// has not acknowledged yet (in flight, or waiting for its window); tg
+	// are its counters read at the same time, addrs as for Directions. 0:
+	// all acknowledged, or the meter cannot tell.
+	Unacked(target Leg, tg LegCounters, addrs *[2]netip.AddrPort) uint64
 	// Sync is called before a target leg's final reading and before a
 	// pooled one goes back to its pool: it waits (briefly) until the
 	// measurement behind Directions has caught up with the traffic.
@@ -552,6 +557,19 @@ func (p *Proxy) dirs(c *connEntry, tg LegCounters) (from, to DirCounters) {
 		return DirCounters{}, DirCounters{}
 	}
 	return p.opts.Meter.Directions(c.target, tg, &c.addrs)
+}
+
+// unacked returns the bytes written to c's target leg that the target
+// has not acknowledged (LegMeter.Unacked); without a meter, what the leg's
+// own counters say (a host socket's TCP_INFO; 0 for a gVisor leg).
+func (p *Proxy) unacked(c *connEntry) uint64 {
+	tg := c.target.Counters()
+	if p.opts.Meter == nil {
+		return tg.Unacked
+	}
+	p.sampleMu.Lock()
+	defer p.sampleMu.Unlock()
+	return p.opts.Meter.Unacked(c.target, tg, &c.addrs)
 }
 
 // syncHost lets the target leg's measurement catch up before c's final

@@ -57,6 +57,12 @@ func (p *Proxy) DialTarget(req *ConnRequest, d Decision, client Client, timeout 
 // to it counts for the sampler.
 func (t *Target) Leg() Leg { return t.leg }
 
+// Unacked returns the bytes written to the target that it has not
+// acknowledged yet: nonzero after a request was written means the request
+// is not with the target whole (lost on the way, or the target stopped
+// reading), so its silence is not yet the target's.
+func (t *Target) Unacked() uint64 { return t.p.unacked(t.e) }
+
 // Sent is the number of bytes written to the target so far.
 func (t *Target) Sent() uint64 { return t.e.toTarget.Load() }
 

@@ -552,6 +552,7 @@ type Forwarder struct {
 	HTTPRetried       uint64 `json:"http_retried"`
 	HTTPBadGateway    uint64 `json:"http_bad_gateway"`
 	HTTPBodyTimeout   uint64 `json:"http_body_timeout"`
+	HTTPUndelivered   uint64 `json:"http_undelivered"`  // of HTTPBadGateway: the target never acknowledged the whole request
 	HTTPClients       int64  `json:"http_clients"`      // http client connections open now
 	TargetConns       int64  `json:"target_conns"`      // http target connections open now
 	TargetConnsIdle   int    `json:"target_conns_idle"` // of those, pooled

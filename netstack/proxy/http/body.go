@@ -18,6 +18,11 @@ package http
 //	        the target may still answer (a 413 before the body is in)
 //	body written ──► firstByteClock.start: the read deadline for the head
 //	                 is now + firstByte ──► silent: 503, TargetFailed
+//	                 ──► but bytes of the request still unacknowledged
+//	                     (Target.Unacked): never with the target whole,
+//	                     lost on the way or weir's sender stalled (gVisor's
+//	                     tail-loss probe can leave no timer armed): 502,
+//	                     Undelivered, the target stays up
 //
 // The target's failures after its dial: a reset or close before the
 // response head is a 502; after the head, the client's connection is

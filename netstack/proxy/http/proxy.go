@@ -93,8 +93,11 @@ type Stats struct {
 	Retried       uint64 // idempotent requests sent again on a fresh target connection after a pooled one failed
 	BadGateway    uint64 // requests whose target failed mid-exchange (502, or a cut response)
 	BodyTimeout   uint64 // admitted requests whose client stalled its body past the idle timeout (408)
-	Clients       int64  // client connections open now
-	TargetConns   int64  // target connections open now (in use or pooled)
+	// Undelivered: of BadGateway, requests the target had not acknowledged
+	// whole when firstByte ran out (the target is not marked down).
+	Undelivered uint64
+	Clients     int64 // client connections open now
+	TargetConns int64 // target connections open now (in use or pooled)
 	// TargetConnsIdle: of those, idle in the pool.
 	TargetConnsIdle int
 }
@@ -107,7 +110,7 @@ type Server struct {
 	pool                                                                   pool
 	requests, requestsRefused, httpRetried                                 atomic.Uint64
 	httpHeaderTimedOut, httpHeaderTooLarge, httpBadRequest, httpBadGateway atomic.Uint64
-	httpBodyTimedOut                                                       atomic.Uint64
+	httpBodyTimedOut, httpUndelivered                                      atomic.Uint64
 	httpClients, backends                                                  atomic.Int64
 }
 
@@ -121,7 +124,7 @@ func (s *Server) Stats() Stats {
 	return Stats{
 		Requests: s.requests.Load(), Refused: s.requestsRefused.Load(), HeaderTimeout: s.httpHeaderTimedOut.Load(),
 		HeaderTooBig: s.httpHeaderTooLarge.Load(), BadRequest: s.httpBadRequest.Load(), Retried: s.httpRetried.Load(),
-		BadGateway: s.httpBadGateway.Load(), BodyTimeout: s.httpBodyTimedOut.Load(), Clients: s.httpClients.Load(),
+		BadGateway: s.httpBadGateway.Load(), BodyTimeout: s.httpBodyTimedOut.Load(), Undelivered: s.httpUndelivered.Load(), Clients: s.httpClients.Load(),
 		TargetConns: s.backends.Load(), TargetConnsIdle: s.pool.idleCount(),
 	}
 }
@@ -501,6 +504,10 @@ func (hc *httpConn) exchange(in *http.Request, d *proxy.Decision, sess proxy.Req
 			break
 		}
 		reused := bc.uses > 0
+		var unacked uint64
+		if errors.Is(err, proxy.ErrFirstByteTimeout) {
+			unacked = bc.t.Unacked() // before the close ends the flow
+		}
 		f.closeBackend(bc)
 		if cbe := (*clientBodyError)(nil); errors.As(err, &cbe) {
 			return hc.clientFailed(cbe, re)
@@ -511,6 +518,23 @@ func (hc *httpConn) exchange(in *http.Request, d *proxy.Decision, sess proxy.Req
 			f.httpRetried.Add(1)
 			re.Retried = true
 			continue
+		}
+		if errors.Is(err, proxy.ErrFirstByteTimeout) && unacked > 0 {
+			// The target never acknowledged the whole request: its
+			// silence is not the target's (the path lost the tail, or
+			// weir's own sender stalled on it; see body.go). 502, and
+			// the target stays up.
+			f.httpUndelivered.Add(1)
+			f.httpBadGateway.Add(1)
+			hc.endSink()
+			before := hc.cw.n
+			body := "502 Bad Gateway: the target did not acknowledge the whole request\n"
+			fmt.Fprintf(hc.bw, "HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(body), body)
+			if hc.bw.Flush() == nil {
+				re.Status = http.StatusBadGateway
+			}
+			re.ResponseBytes = hc.cw.n - before
+			return false, proxy.BadGateway, fmt.Errorf("%w: %d bytes of the request unacknowledged", err, unacked)
 		}
 		if errors.Is(err, proxy.ErrFirstByteTimeout) {
 			hc.c.TargetTimedOut.Add(1)

@@ -17,6 +17,7 @@ import (
 	"weir/cmd/weir/internal/appliance"
 	"weir/cmd/weir/internal/lab"
 	"weir/cmd/weir/internal/obs"
+	"weir/datapath/fault"
 	"weir/internal/testutil"
 	"weir/netstack"
 	"weir/policy"
@@ -156,4 +157,82 @@ func counter(f api.Forwarder, key string) uint64 {
 		return f.HTTPBodyTimeout
 	}
 	return 0
+}
+
+// TestUndeliveredRequestIsNotTheTargets: a request the target never
+// acknowledged whole is not the target's silence. The path to the one
+// target drops every segment of weir's once a kept-alive connection to it
+// is pooled; the next request on it (a POST with a body, so not retried)
+// sits unacknowledged until firstByte: the client gets a 502 naming it,
+// weir_http_undelivered_total and bad_gateway count it, and the target
+// stays up. Without the acknowledgement check it was a 503 and the healthy
+// target was marked down for retryInterval (the upload stall under loss of
+// issue 23, where gVisor's sender resent nothing after a tail-loss probe).
+// With the path healed, the next request is served by the same target.
+func TestUndeliveredRequestIsNotTheTargets(t *testing.T) {
+	const firstByte = 400 * time.Millisecond
+	cfg := lab.WebConfig([]int{1}, nil)
+	cfg.Services[0].Timeouts = policy.Timeouts{FirstByte: firstByte, Idle: 5 * time.Second}
+	var accessBuf testutil.SyncBuffer
+	access := obs.NewAccessLog(&accessBuf, false)
+	l := lab.Must(t, cfg, lab.Options{Appliance: appliance.Options{Access: access}})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c, err := l.Dial(ctx, "tcp", "198.19.0.80:80")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(15 * time.Second))
+	br := bufio.NewReader(c)
+	request := func(req string) *http.Response {
+		t.Helper()
+		if _, err := io.WriteString(c, req); err != nil {
+			t.Fatalf("sending: %v", err)
+		}
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("reading the response: %v", err)
+		}
+		if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+			t.Fatalf("reading the body: %v", err)
+		}
+		return resp
+	}
+	if resp := request("GET / HTTP/1.1\r\nHost: x\r\n\r\n"); resp.StatusCode != 200 {
+		t.Fatalf("first request: %d, want 200", resp.StatusCode)
+	}
+	key := policy.TargetKey{Service: "web", Target: "t1"}
+	testutil.Eventually(t, 5*time.Second, func() bool { return l.App.Status().Forwarder.TargetConnsIdle == 1 }, "the target connection pooled")
+	l.Faults[key].SetRates(fault.Rates{Drop: 1}, fault.Rates{})
+	body := strings.Repeat("u", 4000)
+	resp := request(fmt.Sprintf("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s", len(body), body))
+	if resp.StatusCode != http.StatusBadGateway {
+		t.Errorf("request the target never acknowledged: %d, want 502", resp.StatusCode)
+	}
+	if dropped := l.Faults[key].Stats().Write.Dropped; dropped == 0 {
+		t.Errorf("the fault dropped nothing: the request was not lost")
+	}
+	l.Faults[key].SetRates(fault.Rates{}, fault.Rates{})
+	waitClosed(t, l.App)
+	st := l.App.Status()
+	tg := st.Services[0].Targets[0]
+	if tg.Down || tg.Failed != 0 {
+		t.Errorf("target down %v, failed %d: want up, no failure", tg.Down, tg.Failed)
+	}
+	if f := st.Forwarder; f.HTTPUndelivered != 1 || f.HTTPBadGateway != 1 || f.TargetTimedOut != 0 {
+		t.Errorf("undelivered %d, bad gateway %d, target timeouts %d; want 1, 1, 0", f.HTTPUndelivered, f.HTTPBadGateway, f.TargetTimedOut)
+	}
+	testutil.Within(5*time.Second, func() bool {
+		access.Flush()
+		return strings.Contains(accessBuf.String(), `"outcome":"bad-gateway"`)
+	})
+	if a := accessBuf.String(); !strings.Contains(a, `"outcome":"bad-gateway"`) || !strings.Contains(a, `"status":502`) {
+		t.Errorf("access log %q, want outcome bad-gateway and status 502", a)
+	}
+	// The healed path: the same target serves the next client.
+	res := bench.Load{Dial: l.Dial, Addr: "198.19.0.80:80", Clients: 1, Requests: 2, Duration: 10 * time.Second}.Run(ctx)
+	if res.OK != 2 || res.PerTarget["t1"] != 2 {
+		t.Errorf("after the path healed: %+v, want 2 served by t1", res)
+	}
 }

@@ -298,7 +298,7 @@ func forwarderDoc(s netstack.ForwarderStats, p proxy.Stats, h proxyhttp.Stats) a
 		Listeners: s.Listeners, TargetTimedOut: p.TargetTimedOut, Panics: s.Panics + p.Panics,
 		HTTPRequests: h.Requests, HTTPRefused: h.Refused, HTTPHeaderTimeout: h.HeaderTimeout,
 		HTTPHeaderTooBig: h.HeaderTooBig, HTTPBadRequest: h.BadRequest, HTTPRetried: h.Retried,
-		HTTPBadGateway: h.BadGateway, HTTPBodyTimeout: h.BodyTimeout, HTTPClients: h.Clients, TargetConns: h.TargetConns, TargetConnsIdle: h.TargetConnsIdle,
+		HTTPBadGateway: h.BadGateway, HTTPBodyTimeout: h.BodyTimeout, HTTPUndelivered: h.Undelivered, HTTPClients: h.Clients, TargetConns: h.TargetConns, TargetConnsIdle: h.TargetConnsIdle,
 	}
 }
 
