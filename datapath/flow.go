@@ -213,6 +213,7 @@ type FlowTable struct {
 	idle      int64 // ns
 	stamp     int64 // ns: last-seen is rewritten only when this stale
 	handshake int64 // ns: FlowTableOptions.HandshakeTimeout
+	rescan    int64 // ns: a full shard's insert scans it for expired flows at most this often
 
 	inserted, replaced, expired, refused, evicted atomic.Uint64
 	sweep                                         atomic.Uint64 // next shard ExpireStep sweeps
@@ -228,6 +229,9 @@ type flowShard struct {
 	tomb int          // guarded by mu
 	hand int          // guarded by mu: where evictHalfOpen looks next
 	max  int64
+	// swept is when expireShard last scanned the shard (guarded by mu): a
+	// full shard's insert rescans it at most every rescan, not per flow.
+	swept int64
 
 	_ [64]byte // keep neighbouring shards' writer state off one cache line
 }
@@ -264,6 +268,7 @@ func NewFlowTable(o FlowTableOptions) *FlowTable {
 	if t.stamp > int64(time.Second) {
 		t.stamp = int64(time.Second)
 	}
+	t.rescan = min(t.stamp, t.handshake/16)
 	for i := range t.shards {
 		s := &t.shards[i]
 		s.max = int64(per)
@@ -401,7 +406,10 @@ func (t *FlowTable) insert(f *Flow, h uint64, now int64, target int32) *Flow {
 			i = (i + 1) & mask
 		}
 		if s.live.Load() >= s.max {
-			if expired || t.expireShard(s, now) == 0 && !t.evictHalfOpen(s) {
+			// A flood keeps the shard full: scanning all of it for each
+			// new flow cost a scan per SYN. Scan at most every rescan
+			// (the engine's sweep covers the rest); evict in between.
+			if expired || !t.makeRoom(s, now) {
 				t.refused.Add(1)
 				return nil
 			}
@@ -454,6 +462,7 @@ func (t *FlowTable) Shards() int { return len(t.shards) }
 // their handshake timeout, and rebuilds s when tombstones fill a quarter
 // of it. s.mu is held.
 func (t *FlowTable) expireShard(s *flowShard, now int64) int {
+	s.swept = now
 	slots := *s.slots.Load()
 	n := 0
 	for i := range slots {
@@ -476,6 +485,17 @@ func (t *FlowTable) expireShard(s *flowShard, now int64) int {
 	t.expired.Add(uint64(n))
 	t.maybeRebuild(s, slots)
 	return n
+}
+
+// makeRoom frees a slot of the full shard s for an insert: its expired
+// flows (scanned at most every rescan), else a half-open flow, else, if
+// the scan was skipped, its expired flows after all. s.mu is held.
+func (t *FlowTable) makeRoom(s *flowShard, now int64) bool {
+	scan := now-s.swept >= t.rescan
+	if scan && t.expireShard(s, now) > 0 || t.evictHalfOpen(s) {
+		return true
+	}
+	return !scan && t.expireShard(s, now) > 0
 }
 
 // evictHalfOpen tombstones one half-open flow of s, the next from where

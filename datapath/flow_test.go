@@ -296,3 +296,40 @@ func TestFlowHashStable(t *testing.T) {
 		t.Errorf("egress key %+v, want %+v", k, want)
 	}
 }
+
+// BenchmarkFloodInsert is a SYN flood's cost in the flow table: each op
+// inserts a new half-open flow into a full table (the default 65 536) of
+// half-open flows, all younger than the handshake timeout, so each insert
+// must evict one. Before makeRoom every such insert scanned its whole
+// shard for expired flows first.
+func BenchmarkFloodInsert(b *testing.B) {
+	const max = 65536
+	ft := NewFlowTable(FlowTableOptions{MaxFlows: max})
+	key := func(i int) FlowKey {
+		k := testKey(i)
+		k.Client[13] = byte(i >> 16)
+		k.ClientPort = uint16(i * 7)
+		return k
+	}
+	flows := make([]Flow, max+b.N)
+	now := int64(time.Second)
+	for i := range flows {
+		flows[i].Key = key(i)
+		flows[i].half.Store(true)
+	}
+	for i := range max {
+		ft.Insert(&flows[i], flows[i].Key.Hash(), now)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		f := &flows[max+i]
+		if ft.Insert(f, f.Key.Hash(), now+int64(i)) == nil {
+			b.Fatal("refused: a full table of half-open flows must evict")
+		}
+	}
+	b.StopTimer()
+	if st := ft.Stats(); st.Refused != 0 {
+		b.Fatalf("%+v", st)
+	}
+}
