@@ -233,7 +233,7 @@
 //
 //	handshake: 5s              # a client handshake not completed in time is aborted (on a listener too: the VIP leaves SYN-cookie mode that long after a flood); protocol tls: the ClientHello must be read within it too, else RST
 //	connect: 3s                # one dial to a target; a timeout marks the target down (retryInterval)
-//	firstByte: 30s             # target's first byte after the whole request (tcp: the client's first); "off" or a duration; a timeout marks it down
+//	firstByte: 30s             # target's first byte after the whole request (tcp: the client's first); "off" or a duration; a timeout marks it down (http: a request the target never acknowledged whole is a 502 instead, the target stays up)
 //	idle: 5m                   # no byte either way closes the connection; "off" or a duration
 //	requestRead: 2s            # reading a refused HTTP request's head before the 503 page
 //	inFlightPerVIP: 1024       # a VIP and port's backlog, 1..65535: half-open handshakes (beyond: SYN cookies) and connections not yet accepted
