@@ -1,10 +1,8 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -12,6 +10,7 @@ import (
 
 	"weir/bench"
 	"weir/cmd/weir/api"
+	"weir/internal/testutil"
 )
 
 // TestE2EUndeliveredHostLeg is TestUndeliveredRequestIsNotTheTargets on a
@@ -33,21 +32,7 @@ func TestE2EUndeliveredHostLeg(t *testing.T) {
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(20 * time.Second))
-	br := bufio.NewReader(c)
-	request := func(req string) *http.Response {
-		t.Helper()
-		if _, err := io.WriteString(c, req); err != nil {
-			t.Fatalf("sending: %v", err)
-		}
-		resp, err := http.ReadResponse(br, nil)
-		if err != nil {
-			t.Fatalf("reading the response: %v", err)
-		}
-		if _, err := io.Copy(io.Discard, resp.Body); err != nil {
-			t.Fatalf("reading the body: %v", err)
-		}
-		return resp
-	}
+	request := testutil.NewKeptAlive(t, c).Do
 	if resp := request("GET / HTTP/1.1\r\nHost: x\r\n\r\n"); resp.StatusCode != 200 {
 		t.Fatalf("first request: %d, want 200", resp.StatusCode)
 	}

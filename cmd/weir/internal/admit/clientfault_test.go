@@ -184,21 +184,7 @@ func TestUndeliveredRequestIsNotTheTargets(t *testing.T) {
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(15 * time.Second))
-	br := bufio.NewReader(c)
-	request := func(req string) *http.Response {
-		t.Helper()
-		if _, err := io.WriteString(c, req); err != nil {
-			t.Fatalf("sending: %v", err)
-		}
-		resp, err := http.ReadResponse(br, nil)
-		if err != nil {
-			t.Fatalf("reading the response: %v", err)
-		}
-		if _, err := io.Copy(io.Discard, resp.Body); err != nil {
-			t.Fatalf("reading the body: %v", err)
-		}
-		return resp
-	}
+	request := testutil.NewKeptAlive(t, c).Do
 	if resp := request("GET / HTTP/1.1\r\nHost: x\r\n\r\n"); resp.StatusCode != 200 {
 		t.Fatalf("first request: %d, want 200", resp.StatusCode)
 	}
