@@ -52,6 +52,23 @@ func floodRateOf(t *testing.T) int {
 	return floodRate
 }
 
+// floodPaceOf is how often the floods of TestE2ESYNFlood and
+// TestE2EFloodFillsFlowTable send their next batch
+// of SYNs: WEIR_FLOOD_PACE (a duration, 1ms..10ms), else 10 ms. At 20 000
+// SYN/s the default sends bursts of 200 back to back; a flood arriving
+// from a network comes as a steadier stream, which 1 ms (bursts of 20)
+// is closer to.
+func floodPaceOf(t *testing.T) time.Duration {
+	if s := os.Getenv("WEIR_FLOOD_PACE"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil || d < time.Millisecond || d > 10*time.Millisecond {
+			t.Fatalf("WEIR_FLOOD_PACE=%q: want a duration in 1ms..10ms", s)
+		}
+		return d
+	}
+	return 10 * time.Millisecond
+}
+
 // TestE2ESYNFlood: spoofed SYNs (sources in 198.19.0.0/16, written through
 // a raw socket in weir's namespace, so they enter weir through its TUN) at
 // an http VIP with an enforced maxConnections of 50, while a real client
@@ -152,10 +169,10 @@ func TestE2ESYNFlood(t *testing.T) {
 		}
 	}()
 	// The flood, paced at rate.
-	rate := floodRateOf(t)
+	rate, pace := floodRateOf(t), floodPaceOf(t)
 	var sent atomic.Int64
 	floodDone := make(chan error, 1)
-	go func() { floodDone <- w.synFloodAt(netip.MustParseAddrPort("198.18.0.30:80"), n, rate, &sent) }()
+	go func() { floodDone <- w.synFloodPaced(netip.MustParseAddrPort("198.18.0.30:80"), n, rate, pace, &sent) }()
 
 	floodLen := time.Duration(n) * time.Second / time.Duration(rate)
 	const requests = 200
@@ -219,7 +236,7 @@ func TestE2ESYNFlood(t *testing.T) {
 		metricSum(fams, "weir_datapath_flows", nil), metricSum(fams, "weir_datapath_flows_half_open", nil),
 		metricSum(fams, "weir_datapath_flows_evicted_total", nil), metricSum(fams, "weir_datapath_flows_refused_total", nil),
 		metricSum(fams, "weir_datapath_uncached_total", nil)-metricSum(m0, "weir_datapath_uncached_total", nil))
-	t.Logf("flood: %d spoofed SYNs sent in %v (%.0f/s); %d SYN cookies sent", sent.Load(), elapsed.Round(time.Millisecond), float64(sent.Load())/elapsed.Seconds(), int64(cookies))
+	t.Logf("flood: %d spoofed SYNs sent in %v (%.0f/s, a batch every %v); %d SYN cookies sent", sent.Load(), elapsed.Round(time.Millisecond), float64(sent.Load())/elapsed.Seconds(), pace, int64(cookies))
 	t.Logf("legit: %d/%d ok (%.1f %%), latency p50 %v p99 %v max %v; second VIP %d/%d failed",
 		ok, requests, 100*float64(ok)/requests, pct(0.50), pct(0.99), pct(1), calmFailed, requests/10)
 	t.Logf("backend connections: flooded %d (real requests ok %d), calm %d; weir RSS max %.1f MiB; /status %d ok, %d failed",
@@ -297,8 +314,13 @@ func (w *weirProc) synFlood(dst netip.AddrPort, count int, sent *atomic.Int64) e
 
 // synFloodAt is synFlood at rate SYNs per second (a multiple of 100).
 func (w *weirProc) synFloodAt(dst netip.AddrPort, count, rate int, sent *atomic.Int64) error {
+	return w.synFloodPaced(dst, count, rate, 10*time.Millisecond, sent)
+}
+
+// synFloodPaced is synFloodAt in batches every pace.
+func (w *weirProc) synFloodPaced(dst netip.AddrPort, count, rate int, pace time.Duration, sent *atomic.Int64) error {
 	pkt := make([]byte, 40)
-	return w.rawFlood(dst, count, rate, sent, func(i int) []byte {
+	return w.rawFloodPaced(dst, count, rate, pace, sent, func(i int) []byte {
 		spoofedSYN(pkt, [4]byte{198, 19, byte(i >> 8), byte(i)}, dst, uint16(1024+i%60000), uint32(i)*7919)
 		return pkt
 	})
@@ -308,6 +330,11 @@ func (w *weirProc) synFloodAt(dst netip.AddrPort, count, rate int, sent *atomic.
 // namespace, rate a second in batches every 10 ms; packet(i) builds the
 // i-th (its source spoofed), valid until the next call.
 func (w *weirProc) rawFlood(dst netip.AddrPort, count, rate int, sent *atomic.Int64, packet func(i int) []byte) error {
+	return w.rawFloodPaced(dst, count, rate, 10*time.Millisecond, sent, packet)
+}
+
+// rawFloodPaced is rawFlood with a batch every pace.
+func (w *weirProc) rawFloodPaced(dst netip.AddrPort, count, rate int, pace time.Duration, sent *atomic.Int64, packet func(i int) []byte) error {
 	var fd int
 	if err := w.ns.Do(func() error {
 		var err error
@@ -318,8 +345,8 @@ func (w *weirProc) rawFlood(dst netip.AddrPort, count, rate int, sent *atomic.In
 	}
 	defer unix.Close(fd)
 	to := &unix.SockaddrInet4{Addr: dst.Addr().As4()}
-	batch := max(rate/100, 1)
-	tick := time.NewTicker(10 * time.Millisecond)
+	batch := max(int(int64(rate)*int64(pace)/int64(time.Second)), 1)
+	tick := time.NewTicker(pace)
 	defer tick.Stop()
 	for i := 0; i < count; {
 		for j := 0; j < batch && i < count; j, i = j+1, i+1 {

@@ -83,11 +83,12 @@ func TestE2EFloodFillsFlowTable(t *testing.T) {
 	}
 
 	const rate, syns = 20000, 200000
+	pace := floodPaceOf(t)
 	var sent atomic.Int64
 	floodDone := make(chan error, 1)
 	start := time.Now()
 	go func() {
-		floodDone <- w.synFloodAt(netip.MustParseAddrPort("198.18.0.30:80"), syns, rate, &sent)
+		floodDone <- w.synFloodPaced(netip.MustParseAddrPort("198.18.0.30:80"), syns, rate, pace, &sent)
 	}()
 	// During: once the table is full (a full shard evicted a half-open flow).
 	var full map[string]*metricFamily
@@ -132,8 +133,8 @@ func TestE2EFloodFillsFlowTable(t *testing.T) {
 		t.Logf("ab -c 4 -n 400 %-8s p50 %v p99 %v total %v (p99 %.1fx, total %.1fx the baseline's)", r.name, r.p50, r.p99, r.total.Round(time.Millisecond),
 			float64(r.p99)/float64(max(runs[0].p99, time.Millisecond)), float64(r.total)/float64(runs[0].total))
 	}
-	t.Logf("flood: %d spoofed SYNs in %v (%.0f/s); table full (first eviction) %v in: %v flows (%v half-open); after the ab during it %v, at the flood's end %v",
-		sent.Load(), elapsed.Round(time.Millisecond), float64(sent.Load())/elapsed.Seconds(), filledAfter.Round(time.Millisecond),
+	t.Logf("flood: %d spoofed SYNs in %v (%.0f/s, a batch every %v); table full (first eviction) %v in: %v flows (%v half-open); after the ab during it %v, at the flood's end %v",
+		sent.Load(), elapsed.Round(time.Millisecond), float64(sent.Load())/elapsed.Seconds(), pace, filledAfter.Round(time.Millisecond),
 		metricSum(full, "weir_datapath_flows", nil), metricSum(full, "weir_datapath_flows_half_open", nil),
 		metricSum(mid, "weir_datapath_flows", nil), metricSum(atEnd, "weir_datapath_flows", nil))
 	t.Logf("flows: %v created, %v evicted, %v expired, %v refused; uncached %v; backend connections %d for 800 requests",
