@@ -73,3 +73,5 @@ require (
 	google.golang.org/protobuf v1.36.12 // indirect
 	gopkg.in/warnings.v0 v0.1.2 // indirect
 )
+
+replace gvisor.dev/gvisor => ./third_party/gvisor

@@ -20,8 +20,8 @@ package http
 //	                 is now + firstByte ──► silent: 503, TargetFailed
 //	                 ──► but bytes of the request still unacknowledged
 //	                     (Target.Unacked): never with the target whole,
-//	                     lost on the way or weir's sender stalled (gVisor's
-//	                     tail-loss probe can leave no timer armed): 502,
+//	                     lost on the way (or a stalled sender: see
+//	                     third_party/README.md): 502,
 //	                     Undelivered, the target stays up
 //
 // The target's failures after its dial: a reset or close before the

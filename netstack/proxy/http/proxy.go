@@ -522,7 +522,7 @@ func (hc *httpConn) exchange(in *http.Request, d *proxy.Decision, sess proxy.Req
 		if errors.Is(err, proxy.ErrFirstByteTimeout) && unacked > 0 {
 			// The target never acknowledged the whole request: its
 			// silence is not the target's (the path lost the tail, or
-			// weir's own sender stalled on it; see body.go). 502, and
+			// a sender stalled on it; see body.go). 502, and
 			// the target stays up.
 			f.httpUndelivered.Add(1)
 			f.httpBadGateway.Add(1)
