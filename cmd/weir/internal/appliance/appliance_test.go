@@ -22,7 +22,6 @@ import (
 	"weir/cmd/weir/internal/metrics"
 	"weir/datapath/fault"
 	"weir/internal/testutil"
-	"weir/netstack"
 	"weir/policy"
 )
 
@@ -51,23 +50,13 @@ func TestWeightedDistribution(t *testing.T) {
 // with MaxConnections 3 and 4 and 30 concurrent slow clients. At most 7 are
 // served at once, the rest get a 503 naming both members at their limit, and
 // both serve again once their backlog drains.
-// noTLP is weir's stack for the tests that upload through 5 % loss and
-// need every upload to complete: RACK off, so no tail loss probe. With it,
-// gVisor's sender can be left with data unacknowledged and no timer armed
-// (after a probe it arms the retransmission timer only while its
-// Outstanding count, which drifts to 0 under loss with SACK, is above 0:
-// snd.go postXmit); the upload then sits until firstByte (503, the target
-// marked down), once in about 4 000 lossy uploads (TestUploadsUnderLoss),
-// TestLossMovesWeight's hang once in 20 runs. What these tests check, the
-// loss the monitor reads and the weight it moves, does not depend on it.
-var noTLP = netstack.Options{DisableRACK: true}
 
 func TestLossMovesWeight(t *testing.T) {
 	cfg := lab.WebConfig([]int{10, 10}, nil)
 	// Loss on weir → t2: weir's own segments to t2 are retransmitted, so
 	// the load uploads and the monitor reads that direction (to_target).
 	cfg.Monitor.Direction = policy.ToTarget
-	l := lab.Must(t, cfg, lab.Options{Appliance: appliance.Options{Stack: noTLP}})
+	l := lab.Must(t, cfg, lab.Options{})
 	l.Faults[policy.TargetKey{Service: "web", Target: "t2"}].SetRates(fault.Rates{Drop: 0.05}, fault.Rates{})
 	res := bench.Load{Dial: l.Dial, Addr: "198.19.0.80:80", Clients: 4, Requests: 80, Upload: 64 << 10, Duration: 90 * time.Second, Timeout: 30 * time.Second}.Run(context.Background())
 	if res.OK != 80 {

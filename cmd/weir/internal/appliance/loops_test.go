@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"weir/bench"
-	"weir/cmd/weir/internal/appliance"
 	"weir/cmd/weir/internal/lab"
 	"weir/datapath/fault"
 	"weir/policy"
@@ -18,7 +17,7 @@ import (
 func TestMonitorOffReloadRestoresWeights(t *testing.T) {
 	cfg := lab.WebConfig([]int{10, 10}, nil)
 	cfg.Monitor.Direction = policy.ToTarget // the loss is on uploads: weir's segments
-	l := lab.Must(t, cfg, lab.Options{Appliance: appliance.Options{Stack: noTLP}})
+	l := lab.Must(t, cfg, lab.Options{})
 	l.Faults[policy.TargetKey{Service: "web", Target: "t2"}].SetRates(fault.Rates{Drop: 0.05}, fault.Rates{})
 	res := bench.Load{Dial: l.Dial, Addr: "198.19.0.80:80", Clients: 4, Requests: 80, Upload: 64 << 10, Duration: 90 * time.Second, Timeout: 30 * time.Second}.Run(context.Background())
 	if res.OK != 80 {
