@@ -289,7 +289,7 @@ func within(got, want uint64, frac float64) bool {
 // to_target (uploads, the host's segments) with the host sockets'
 // tcpi_data_segs_out and tcpi_total_retrans within 1 %, from_target
 // (downloads, the target's) with the target sockets' data segments less
-// those the router dropped within 1 % and 60–105 % of their resends (a receiver does
+// those the router dropped within 1 % and 50–105 % of their resends (a receiver does
 // not see a lost tail segment as lost, and takes a resend within its
 // reorder window for a reordering: datapath/seqtrack.go). With and without GSO on the
 // host's interface (its super-packets count as their segments), IPv4 and
@@ -348,19 +348,31 @@ func TestCaptureMatchesKernel(t *testing.T) {
 				_, _, got, gotRetrans, _ = sums(c, down)
 				return got >= want-drops
 			})
-			t.Logf("from_target: capture %d data segments, %d resent (%.2f %%); target kernel data_segs_out %d, total_retrans %d; the router dropped %d",
-				got, gotRetrans, 100*float64(gotRetrans)/float64(max(got, 1)), want, wantRetrans, drops)
+			var rtts []time.Duration
+			for _, cn := range down {
+				if s := c.Segments(cn.LocalAddr().(*net.TCPAddr).AddrPort(), cn.RemoteAddr().(*net.TCPAddr).AddrPort()); s != nil {
+					rtts = append(rtts, s.RTT())
+				}
+			}
+			t.Logf("from_target: capture %d data segments, %d resent (%.2f %%); target kernel data_segs_out %d, total_retrans %d; the router dropped %d; handshake RTTs %v",
+				got, gotRetrans, 100*float64(gotRetrans)/float64(max(got, 1)), want, wantRetrans, drops, rtts)
 			// A dropped segment never reaches the host: the capture sees
 			// the data segments sent less those the router dropped.
 			// Of the resends, a receiver counts those that fill a hole
 			// older than its reorder window, or repeat what it had: a lost
 			// last segment of a burst (nothing of the target's after it)
 			// leaves no hole, its resend is the first copy seen; and at
-			// this lab's RTTs (25–100 µs) half the handshake's RTT, the
-			// window, takes some resends for reorderings (70–85 % of the
-			// kernel's resends counted here, 2 cores loaded).
-			if !within(got, want-drops, 0.01) || gotRetrans < wantRetrans*6/10 || gotRetrans > wantRetrans*105/100+2 {
-				t.Errorf("from_target: capture %d/%d, kernel %d/%d: want 60–105 %% of the kernel's resends", gotRetrans, got, wantRetrans, want)
+			// this lab's RTTs (handshakes 5–100 µs) half the handshake's
+			// RTT, the window, takes some resends for reorderings. Counted
+			// here, IPv6 (7 December 2026): 80–87 % of the kernel's resends
+			// on a quiet machine, 60–87 % beside two CPU hogs (15 runs), 57 %
+			// once in make soak beside the e2e packages: the busier the
+			// machine, the fewer (which of the two reasons grows is not
+			// pinned down; the handshake RTTs stayed 5–100 µs). The bound
+			// is for a capture that misses or invents resends, not for the
+			// load.
+			if !within(got, want-drops, 0.01) || gotRetrans < wantRetrans/2 || gotRetrans > wantRetrans*105/100+2 {
+				t.Errorf("from_target: capture %d/%d, kernel %d/%d: want 50–105 %% of the kernel's resends", gotRetrans, got, wantRetrans, want)
 			}
 
 			// The filter keeps only the targets': a connection to another
