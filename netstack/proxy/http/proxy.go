@@ -522,21 +522,11 @@ func (hc *httpConn) exchange(in *http.Request, d *proxy.Decision, sess proxy.Req
 		if errors.Is(err, proxy.ErrFirstByteTimeout) && unacked > 0 {
 			// The target never acknowledged the whole request: its
 			// silence is not the target's (the path lost the tail, or
-			// a sender stalled on it; see body.go). 502, and
+			// a sender stalled on it; see body.go). A 502 below, and
 			// the target stays up.
 			f.httpUndelivered.Add(1)
-			f.httpBadGateway.Add(1)
-			hc.endSink()
-			before := hc.cw.n
-			body := "502 Bad Gateway: the target did not acknowledge the whole request\n"
-			fmt.Fprintf(hc.bw, "HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(body), body)
-			if hc.bw.Flush() == nil {
-				re.Status = http.StatusBadGateway
-			}
-			re.ResponseBytes = hc.cw.n - before
-			return false, proxy.BadGateway, fmt.Errorf("%w: %d bytes of the request unacknowledged", err, unacked)
-		}
-		if errors.Is(err, proxy.ErrFirstByteTimeout) {
+			err = fmt.Errorf("the target did not acknowledge the whole request (%d bytes unacknowledged at firstByte): %w", unacked, err)
+		} else if errors.Is(err, proxy.ErrFirstByteTimeout) {
 			hc.c.TargetTimedOut.Add(1)
 			sess.TargetFailed(*d, err)
 			fd := *d
