@@ -482,18 +482,18 @@ func (s *session) Released() {
 
 // End releases the connection's target slot and admission ticket (if
 // Released has not) and writes its access-log line, whose outcome is the
-// forwarder's account of the end.
+// forwarder's account of the end. The session leaves Open last: whoever
+// waits for Open to reach 0 finds every ended connection and request
+// counted (TakeResponses included) and its access-log line written.
 func (s *session) End(e *proxy.End) {
 	a := s.a
 	if e.Request != nil {
-		// Counted before the session leaves Open: whoever waits for
-		// Open to reach 0 finds every ended request in TakeResponses.
 		a.requestOutcome(s, e, e.Stats.Target)
 	}
 	s.Released()
 	if s.counted {
 		s.counted = false
-		a.open.Add(-1)
+		defer a.open.Add(-1)
 		if s.http != nil {
 			a.reqs.end(s.req.Service.Name, s.inflight)
 		}
