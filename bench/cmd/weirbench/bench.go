@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
@@ -33,6 +34,8 @@ type options struct {
 	KProxy    bool          // also measure the kernel-socket proxy (kproxy.go)
 	HAProxy   bool          // measure HAProxy, the yardstick (haproxy.go)
 	PeerName  string        // its column's name
+	PeerWeir  string        // a weir variant as the peer ("" means none): see peerWeirVariants
+	PeerWArgs string        // extra arguments for the peer weir's run
 	Note      string        // a line for the report's header (the machine's state)
 	Tests     string        // comma-separated test IDs to run ("" means all)
 	WeirArgs  string        // extra arguments for weir run, split on spaces
@@ -156,6 +159,8 @@ func benchMain(args []string) error {
 	fs.BoolVar(&o.KProxy, "kproxy", false, "also measure a kernel-socket TCP proxy in the router (a yardstick: what terminating each connection costs without a TUN or a userspace stack)")
 	fs.BoolVar(&o.HAProxy, "haproxy", true, "measure HAProxy (mode tcp, its defaults) in the router as the yardstick column; every figure is also a ratio to its")
 	fs.StringVar(&o.PeerName, "peer-name", envOr("PEER_NAME", "peer"), "the peer's column `name` (default $PEER_NAME or peer)")
+	fs.StringVar(&o.PeerWeir, "peer-weir", "", "run the same weir binary as the peer, with the config `variant` "+peerWeirVariantNames()+" (instead of -peer-cmd): the measured paths beside weir's default")
+	fs.StringVar(&o.PeerWArgs, "peer-weir-args", "", "extra `args` for the -peer-weir weir (split on spaces), e.g. '--procs 2'")
 	fs.StringVar(&o.Note, "note", "machine not quiet: shared with other developers; the figures are orientation", "a `line` for the report's header")
 	fs.StringVar(&o.Tests, "tests", "", "comma-separated test `ids` to run (default all: "+testIDs()+")")
 	fs.StringVar(&o.WeirArgs, "weir-args", "", "extra `args` for weir run (split on spaces), e.g. '--queues 2'")
@@ -172,6 +177,19 @@ func benchMain(args []string) error {
 	}
 	if o.Profile != "" && !slices.ContainsFunc(sel, func(t testDef) bool { return t.ID == o.Profile }) {
 		return fmt.Errorf("-profile %q: not among the tests run", o.Profile)
+	}
+	if o.PeerWeir != "" {
+		if o.PeerCmd != "" {
+			return errors.New("-peer-weir and -peer-cmd (or $PEER_CMD) name one peer each: choose one")
+		}
+		if _, ok := peerWeirVariants[o.PeerWeir]; !ok {
+			return fmt.Errorf("-peer-weir %q: want one of %s", o.PeerWeir, peerWeirVariantNames())
+		}
+		if o.PeerName == "peer" {
+			o.PeerName = "weir " + o.PeerWeir
+		}
+	} else if o.PeerWArgs != "" {
+		return errors.New("-peer-weir-args needs -peer-weir")
 	}
 	if o.Idle < 0 || o.Idle > 15000 {
 		return errors.New("need 0 <= -idle <= 15000 (each end holds one descriptor per connection)")
@@ -292,6 +310,14 @@ func runBench(ctx context.Context, o options, tests []testDef) (*report, error) 
 		{Name: "weir", Addr: weirVIP, app: weir, admin: weirAdmin},
 	}
 
+	if o.PeerWeir != "" {
+		peerCfg := filepath.Join(logDir, "peer-weir.yaml")
+		if err := os.WriteFile(peerCfg, []byte(peerWeirConfig(o.PeerWeir)), 0o644); err != nil {
+			return nil, err
+		}
+		o.PeerCmd = fmt.Sprintf(`%s run -c %s --tun "$BENCH_TUN" --admin 127.0.0.1:0 --log-format json --log-level warn --grace 1s %s`,
+			o.Weir, peerCfg, o.PeerWArgs)
+	}
 	if o.PeerCmd != "" {
 		peer, err := start(topo.router, "peer", []string{"BENCH_TUN=" + peerTUN}, "/bin/sh", "-c", o.PeerCmd)
 		if err != nil {
@@ -476,6 +502,48 @@ services:
       - name: server
         address: %[3]s:%[4]d
 `, weirVIP, iperfPort, serverAddr, rrPort, udpService)
+}
+
+// peerWeirVariants are the configurations -peer-weir runs the weir binary
+// with as the peer, each weirConfig serving the peer's address with one
+// change: the measured paths of issue 25's Deliver 6 beside weir's default.
+var peerWeirVariants = map[string]string{
+	// The same configuration: another build's or other flags' weir
+	// (-peer-weir-args) against the default one.
+	"same": "",
+	// via: host legs measured by TCP_INFO alone, without the passive
+	// capture of their segments.
+	"capture-off": "monitor:\n  hostCapture: off\n",
+	// Every tcp target dialed through weir's back arm (its own gVisor stack,
+	// out through its TUN), every segment of the target leg measured.
+	"netstack": "",
+}
+
+func peerWeirVariantNames() string {
+	names := slices.Sorted(maps.Keys(peerWeirVariants))
+	return strings.Join(names, ", ")
+}
+
+// peerWeirConfig is weirConfig for the peer's address with variant's change.
+// Both weirs capture the same target ports, so a capturing weir also tracks
+// the other's host legs: a little more CPU and memory than it takes alone.
+func peerWeirConfig(variant string) string {
+	cfg := strings.NewReplacer(weirVIP, serverPeerIP, "# weirbench:", "# weirbench peer ("+variant+"):").Replace(weirConfig())
+	if variant == "netstack" {
+		var b strings.Builder
+		proto := ""
+		for line := range strings.Lines(cfg) {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "protocol: "); ok {
+				proto = v
+			}
+			b.WriteString(line)
+			if strings.HasPrefix(strings.TrimSpace(line), "address: ") && proto == "tcp" {
+				b.WriteString("        via: netstack\n")
+			}
+		}
+		cfg = b.String()
+	}
+	return cfg + peerWeirVariants[variant]
 }
 
 // waitFor polls ok every 50 ms for up to d; it fails early if d's process

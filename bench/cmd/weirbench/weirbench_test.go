@@ -205,8 +205,8 @@ func TestSummaryAndMarkdown(t *testing.T) {
 }
 
 // TestSmoke runs the whole harness for a moment (root and iperf3 needed):
-// the topology, kernel and weir and a peer (a second weir, started through
-// PEER_CMD), every test once, the Markdown and JSON out, nothing left behind.
+// the topology, kernel and weir and a peer (a second weir, -peer-weir
+// netstack, started through the PEER_CMD contract), every test once, the Markdown and JSON out, nothing left behind.
 func TestSmoke(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("skipping: the harness builds network namespaces and runs weir on a TUN: needs root")
@@ -229,17 +229,14 @@ func TestSmoke(t *testing.T) {
 			t.Fatalf("go build %s: %v\n%s", b[1], err, out)
 		}
 	}
-	// The peer: weir again, serving the peer's address, spliced to the
-	// server, on the TUN the harness names.
-	peerCfg := filepath.Join(dir, "peer.yaml")
-	if err := os.WriteFile(peerCfg, []byte(strings.NewReplacer(weirVIP, serverPeerIP, "weirbench:", "weirbench peer:").Replace(weirConfig())), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	// The peer: weir again (-peer-weir: a PEER_CMD the harness writes),
+	// serving the peer's address on the TUN the harness names, its targets
+	// dialed through its back arm (via: netstack): the measured path.
 	out := filepath.Join(dir, "out")
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bench, "-weir", weir, "-out", out, "-reps", "1", "-iperf-time", "1s", "-conn-time", "300ms", "-pause", "0s", "-idle", "300", "-profile", "conn16", "-kproxy", "-haproxy="+strconv.FormatBool(haveHAProxy),
-		"-peer-name", "weir2", "-peer-cmd", weir+` run -c `+peerCfg+` --tun "$BENCH_TUN" --admin 127.0.0.1:0 --log-level warn`)
+		"-peer-name", "weir2", "-peer-weir", "netstack")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	start := time.Now()
 	b, err := cmd.CombinedOutput()
@@ -545,5 +542,32 @@ func TestWeirEnvFlag(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "-weir-env") || !strings.Contains(err.Error(), "want NAME=VALUE") {
 			t.Errorf("-weir-env %q: %v, want a NAME=VALUE error", bad, err)
 		}
+	}
+}
+
+// TestPeerWeirConfig: each -peer-weir variant serves the peer's address and
+// differs from weir's config only in what it names.
+func TestPeerWeirConfig(t *testing.T) {
+	base := weirConfig()
+	for v := range peerWeirVariants {
+		cfg := peerWeirConfig(v)
+		if strings.Contains(cfg, weirVIP) || strings.Count(cfg, serverPeerIP) != strings.Count(base, weirVIP) {
+			t.Errorf("%s: not every VIP moved to %s:\n%s", v, serverPeerIP, cfg)
+		}
+		nets, off := strings.Count(cfg, "via: netstack"), strings.Contains(cfg, "hostCapture: off")
+		switch {
+		case v == "netstack" && nets != 2: // iperf and rr, not the udp service
+			t.Errorf("netstack: %d targets via netstack, want the 2 tcp ones:\n%s", nets, cfg)
+		case v != "netstack" && nets != 0:
+			t.Errorf("%s: %d targets via netstack", v, nets)
+		case off != (v == "capture-off"):
+			t.Errorf("%s: hostCapture off %v", v, off)
+		}
+	}
+	if err := benchMain([]string{"-peer-weir", "nope"}); err == nil || !strings.Contains(err.Error(), "capture-off") {
+		t.Errorf("-peer-weir nope: %v, want an error naming the variants", err)
+	}
+	if err := benchMain([]string{"-peer-weir", "same", "-peer-cmd", "true"}); err == nil {
+		t.Error("-peer-weir with -peer-cmd: no error")
 	}
 }
