@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -102,5 +104,63 @@ func TestRecorderWritesWiresharkReadableCapture(t *testing.T) {
 	}
 	if _, _, err := r.ReadPacketData(); err == nil {
 		t.Error("more records than packets")
+	}
+}
+
+// TestCaptureSnaplenAndTimestamps: a packet longer than Snaplen is cut
+// there and keeps its length; timestamps keep their nanoseconds; tcpdump
+// (when installed: scripts/deps.sh) reads the file as it would any other.
+func TestCaptureSnaplenAndTimestamps(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cut.pcap")
+	at := time.Unix(1_700_000_000, 123_456_789)
+	c, err := CreateCapture(path, CaptureOptions{Snaplen: 30, Now: func() time.Time { return at }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := datapath.NewPipe(datapath.PipeOptions{})
+	pkts := [][]byte{ipPacket(t, false, 1), ipPacket(t, true, 2)}
+	if _, err := c.Wrap(a).Write(pkts, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	r, err := pcapgo.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Snaplen() != 30 {
+		t.Errorf("snaplen %d, want 30", r.Snaplen())
+	}
+	for i, p := range pkts {
+		data, ci, err := r.ReadPacketData()
+		if err != nil {
+			t.Fatalf("record %d: %v", i, err)
+		}
+		if ci.CaptureLength != 30 || ci.Length != len(p) || !bytes.Equal(data, p[:30]) {
+			t.Errorf("record %d: captured %d of %d, want 30 of %d", i, ci.CaptureLength, ci.Length, len(p))
+		}
+		if !ci.Timestamp.Equal(at) {
+			t.Errorf("record %d: time %v, want %v", i, ci.Timestamp, at)
+		}
+	}
+	if _, err := exec.LookPath("tcpdump"); err != nil {
+		t.Log("no tcpdump here: the pcapgo reading above stands alone")
+		return
+	}
+	out, err := exec.Command("tcpdump", "-nn", "-tt", "--nano", "-r", path).CombinedOutput()
+	if err != nil {
+		t.Fatalf("tcpdump -r: %v\n%s", err, out)
+	}
+	// The IPv6 packet's 30 bytes end inside its header: tcpdump says so
+	// ("[|ip6]"), as it does for any short snap length.
+	if n := strings.Count(string(out), "1700000000.123456789 "); n != 2 || !strings.Contains(string(out), "link-type RAW") ||
+		!strings.Contains(string(out), "198.18.0.2.1 > 198.18.0.1.9999: UDP") {
+		t.Errorf("tcpdump read %d records at the capture's time, want 2, the IPv4 one decoded:\n%s", n, out)
 	}
 }
