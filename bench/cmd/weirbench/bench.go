@@ -525,10 +525,10 @@ func peerWeirVariantNames() string {
 }
 
 // peerWeirConfig is weirConfig for the peer's address with variant's change.
-// Both weirs capture the same target ports, so a capturing weir also tracks
-// the other's host legs: a little more CPU and memory than it takes alone.
+// Its targets are the server's other address (serverAltAddr), so that each
+// weir's host-leg capture follows its own legs only.
 func peerWeirConfig(variant string) string {
-	cfg := strings.NewReplacer(weirVIP, serverPeerIP, "# weirbench:", "# weirbench peer ("+variant+"):").Replace(weirConfig())
+	cfg := strings.NewReplacer(weirVIP, serverPeerIP, serverAddr+":", serverAltAddr+":", "# weirbench:", "# weirbench peer ("+variant+"):").Replace(weirConfig())
 	if variant == "netstack" {
 		var b strings.Builder
 		proto := ""

@@ -38,11 +38,15 @@ const (
 	routerHAddr  = "198.18.10.3" // HAProxy's listening address
 	serverAddr   = "198.18.20.2" // kernel path and weir's target
 	serverPeerIP = "198.18.21.2" // the peer's path
-	weirVIP      = "198.18.0.10"
-	weirTUNAddr  = "198.18.0.1/32"
-	weirTUN      = "bw0"
-	peerTUN      = "bp0"
-	peerTable    = 100
+	// serverAltAddr is the server's second address, the -peer-weir weir's
+	// target: weir's host-leg capture follows its own targets' addresses
+	// and ports, so that neither weir tracks (and pays for) the other's legs.
+	serverAltAddr = "198.18.20.3"
+	weirVIP       = "198.18.0.10"
+	weirTUNAddr   = "198.18.0.1/32"
+	weirTUN       = "bw0"
+	peerTUN       = "bp0"
+	peerTable     = 100
 
 	iperfPort = 5201
 	rrPort    = 7000
@@ -120,7 +124,7 @@ func buildTopology() (t *topology, err error) {
 		return t, fmt.Errorf("client: %w", err)
 	}
 	if err = t.server.Do(func() error {
-		if err := linkUp(serverLink, serverAddr+"/24", serverPeerIP+"/32"); err != nil {
+		if err := linkUp(serverLink, serverAddr+"/24", serverPeerIP+"/32", serverAltAddr+"/32"); err != nil {
 			return err
 		}
 		return addRoute("0.0.0.0/0", routerSAddr)

@@ -554,6 +554,9 @@ func TestPeerWeirConfig(t *testing.T) {
 		if strings.Contains(cfg, weirVIP) || strings.Count(cfg, serverPeerIP) != strings.Count(base, weirVIP) {
 			t.Errorf("%s: not every VIP moved to %s:\n%s", v, serverPeerIP, cfg)
 		}
+		if strings.Contains(cfg, serverAddr+":") || !strings.Contains(cfg, serverAltAddr+":") {
+			t.Errorf("%s: targets not moved to %s:\n%s", v, serverAltAddr, cfg)
+		}
 		nets, off := strings.Count(cfg, "via: netstack"), strings.Contains(cfg, "hostCapture: off")
 		switch {
 		case v == "netstack" && nets != 2: // iperf and rr, not the udp service
