@@ -141,11 +141,8 @@ func (e *linkEndpoint) start() {
 // delivers them to the stack until the device is closed.
 func (e *linkEndpoint) readLoop() {
 	defer e.wg.Done()
-	size := e.headroom + max(int(e.mtu), e.gsoMax)
-	bufs := make([][]byte, e.batch)
-	for i := range bufs {
-		bufs[i] = make([]byte, size)
-	}
+	bufs, unmap := readBatch(e.batch, e.headroom+max(int(e.mtu), e.gsoMax))
+	defer unmap()
 	sizes := make([]int, e.batch)
 	// The pure ACKs a later one supersedes (ackbatch.go).
 	pkts := make([][]byte, e.batch)
