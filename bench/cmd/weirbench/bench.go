@@ -525,25 +525,30 @@ func peerWeirVariantNames() string {
 }
 
 // peerWeirConfig is weirConfig for the peer's address with variant's change.
-// Its targets are the server's other address (serverAltAddr), so that each
-// weir's host-leg capture follows its own legs only.
+// Its tcp targets are the server's other address (serverAltAddr), so that
+// each weir's host-leg capture follows its own legs only.
 func peerWeirConfig(variant string) string {
-	cfg := strings.NewReplacer(weirVIP, serverPeerIP, serverAddr+":", serverAltAddr+":", "# weirbench:", "# weirbench peer ("+variant+"):").Replace(weirConfig())
-	if variant == "netstack" {
-		var b strings.Builder
-		proto := ""
-		for line := range strings.Lines(cfg) {
-			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "protocol: "); ok {
-				proto = v
-			}
-			b.WriteString(line)
-			if strings.HasPrefix(strings.TrimSpace(line), "address: ") && proto == "tcp" {
-				b.WriteString("        via: netstack\n")
-			}
+	cfg := strings.NewReplacer(weirVIP, serverPeerIP, "# weirbench:", "# weirbench peer ("+variant+"):").Replace(weirConfig())
+	var b strings.Builder
+	proto := ""
+	for line := range strings.Lines(cfg) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "protocol: "); ok {
+			proto = v
 		}
-		cfg = b.String()
+		if !strings.HasPrefix(strings.TrimSpace(line), "address: ") || proto != "tcp" {
+			b.WriteString(line)
+			continue
+		}
+		// The UDP target stays the server's first address: iperf3's UDP
+		// server answers from the address its route chooses (that one),
+		// which a relay connected to the second would not take; the
+		// host-leg capture follows TCP legs only.
+		b.WriteString(strings.Replace(line, serverAddr+":", serverAltAddr+":", 1))
+		if variant == "netstack" {
+			b.WriteString("        via: netstack\n")
+		}
 	}
-	return cfg + peerWeirVariants[variant]
+	return b.String() + peerWeirVariants[variant]
 }
 
 // waitFor polls ok every 50 ms for up to d; it fails early if d's process
