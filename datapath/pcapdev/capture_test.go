@@ -13,18 +13,26 @@ import (
 	"weir/datapath"
 )
 
-// readCapture returns every record of the capture at path.
-func readCapture(t *testing.T, path string) [][]byte {
+// openCapture opens the capture at path with gopacket's reader, which
+// knows nothing of the writer: the file is closed when the test ends.
+func openCapture(t *testing.T, path string) *pcapgo.Reader {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	t.Cleanup(func() { f.Close() })
 	r, err := pcapgo.NewReader(f)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return r
+}
+
+// readCapture returns every record of the capture at path.
+func readCapture(t *testing.T, path string) [][]byte {
+	t.Helper()
+	r := openCapture(t, path)
 	var out [][]byte
 	for {
 		data, _, err := r.ReadPacketData()

@@ -3,7 +3,6 @@ package pcapdev
 import (
 	"bytes"
 	"net"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
-	"github.com/google/gopacket/pcapgo"
 
 	"weir/datapath"
 )
@@ -70,15 +68,7 @@ func TestRecorderWritesWiresharkReadableCapture(t *testing.T) {
 		t.Errorf("Stats = %+v, want 5 recorded", st)
 	}
 
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	r, err := pcapgo.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := openCapture(t, path)
 	if r.LinkType() != layers.LinkTypeRaw {
 		t.Fatalf("link type %v, want RAW", r.LinkType())
 	}
@@ -125,15 +115,7 @@ func TestCaptureSnaplenAndTimestamps(t *testing.T) {
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	r, err := pcapgo.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := openCapture(t, path)
 	if r.Snaplen() != 30 {
 		t.Errorf("snaplen %d, want 30", r.Snaplen())
 	}
