@@ -36,6 +36,7 @@ type options struct {
 	PeerName  string        // its column's name
 	PeerWeir  string        // a weir variant as the peer ("" means none): see peerWeirVariants
 	PeerWArgs string        // extra arguments for the peer weir's run
+	PeerWBin  string        // the peer weir's binary ("" means Weir)
 	Note      string        // a line for the report's header (the machine's state)
 	Tests     string        // comma-separated test IDs to run ("" means all)
 	WeirArgs  string        // extra arguments for weir run, split on spaces
@@ -161,6 +162,7 @@ func benchMain(args []string) error {
 	fs.StringVar(&o.PeerName, "peer-name", envOr("PEER_NAME", "peer"), "the peer's column `name` (default $PEER_NAME or peer)")
 	fs.StringVar(&o.PeerWeir, "peer-weir", "", "run the same weir binary as the peer, with the config `variant` "+peerWeirVariantNames()+" (instead of -peer-cmd): the measured paths beside weir's default")
 	fs.StringVar(&o.PeerWArgs, "peer-weir-args", "", "extra `args` for the -peer-weir weir (split on spaces), e.g. '--procs 2'")
+	fs.StringVar(&o.PeerWBin, "peer-weir-bin", "", "the -peer-weir weir's `binary` (default -weir's): another build beside this one")
 	fs.StringVar(&o.Note, "note", "machine not quiet: shared with other developers; the figures are orientation", "a `line` for the report's header")
 	fs.StringVar(&o.Tests, "tests", "", "comma-separated test `ids` to run (default all: "+testIDs()+")")
 	fs.StringVar(&o.WeirArgs, "weir-args", "", "extra `args` for weir run (split on spaces), e.g. '--queues 2'")
@@ -188,8 +190,11 @@ func benchMain(args []string) error {
 		if o.PeerName == "peer" {
 			o.PeerName = "weir " + o.PeerWeir
 		}
-	} else if o.PeerWArgs != "" {
-		return errors.New("-peer-weir-args needs -peer-weir")
+	} else if o.PeerWArgs != "" || o.PeerWBin != "" {
+		return errors.New("-peer-weir-args and -peer-weir-bin need -peer-weir")
+	}
+	if o.PeerWBin == "" {
+		o.PeerWBin = o.Weir
 	}
 	if o.Idle < 0 || o.Idle > 15000 {
 		return errors.New("need 0 <= -idle <= 15000 (each end holds one descriptor per connection)")
@@ -316,7 +321,7 @@ func runBench(ctx context.Context, o options, tests []testDef) (*report, error) 
 			return nil, err
 		}
 		o.PeerCmd = fmt.Sprintf(`%s run -c %s --tun "$BENCH_TUN" --admin 127.0.0.1:0 --log-format json --log-level warn --grace 1s %s`,
-			o.Weir, peerCfg, o.PeerWArgs)
+			o.PeerWBin, peerCfg, o.PeerWArgs)
 	}
 	if o.PeerCmd != "" {
 		peer, err := start(topo.router, "peer", []string{"BENCH_TUN=" + peerTUN}, "/bin/sh", "-c", o.PeerCmd)
