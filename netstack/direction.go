@@ -47,6 +47,9 @@ type LegMeter struct {
 	// (briefly; at once when the capture is idle) until the capture
 	// behind HostSegments has caught up with the traffic.
 	HostSync func()
+	// HostRelease, when set, is called after a host socket leg's final
+	// reading with its addresses: the capture may drop the flow.
+	HostRelease func(local, remote netip.AddrPort)
 }
 
 var _ proxy.LegMeter = (*LegMeter)(nil)
@@ -127,6 +130,14 @@ func addrPortOf(a net.Addr) netip.AddrPort {
 		return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 	}
 	return netip.AddrPort{}
+}
+
+// Release implements proxy.LegMeter: a host socket leg's flow leaves the
+// capture once its final reading has taken it (HostRelease).
+func (m *LegMeter) Release(target proxy.Leg, addrs *[2]netip.AddrPort) {
+	if _, ok := target.(*HostConn); ok && m.HostRelease != nil && addrs[0].IsValid() {
+		m.HostRelease(addrs[0], addrs[1])
+	}
 }
 
 // Sync implements proxy.LegMeter: the host capture catches up before a

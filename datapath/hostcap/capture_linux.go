@@ -38,9 +38,15 @@ type Capture struct {
 	// packet, every packet it took handled (see Sync).
 	waiting atomic.Bool
 	done    chan struct{}
-	inqMu   sync.Mutex       // serialises idle's ioctl
-	inq     int              // guarded by inqMu: readInq's SIOCINQ
-	inqFn   func(fd uintptr) // guarded by inqMu: readInq, made once
+	// released holds the flows whose connections' final readings took
+	// them (Release), for the reader to drop after its next batch;
+	// anyReleased says it is not empty.
+	relMu       sync.Mutex
+	released    []flowKey
+	anyReleased atomic.Bool
+	inqMu       sync.Mutex       // serialises idle's ioctl
+	inq         int              // guarded by inqMu: readInq's SIOCINQ
+	inqFn       func(fd uintptr) // guarded by inqMu: readInq, made once
 
 	// The reader's own state.
 	msgs    []mmsghdr
@@ -196,6 +202,35 @@ func (c *Capture) Segments(local, remote netip.AddrPort) *datapath.SegStats {
 	return &f.seg
 }
 
+// Release tells the capture that the connection's final reading has taken
+// the flow's counts from local to remote: the reader drops the flow after
+// its next batch, where it would otherwise keep it doneLinger (3 s) after
+// its last packet: at thousands of short connections a second, most of
+// the table. A packet of the flow that comes later without data (its last
+// ACK, a late FIN or RST) makes no new flow; a new SYN on the same ports
+// does.
+func (c *Capture) Release(local, remote netip.AddrPort) {
+	k := flowKey{netip.AddrPortFrom(local.Addr().Unmap(), local.Port()), netip.AddrPortFrom(remote.Addr().Unmap(), remote.Port())}
+	c.relMu.Lock()
+	c.released = append(c.released, k)
+	c.anyReleased.Store(true)
+	c.relMu.Unlock()
+}
+
+// dropReleased drops the flows Release named; the reader calls it.
+func (c *Capture) dropReleased() {
+	c.relMu.Lock()
+	keys := c.released
+	c.released = nil
+	c.anyReleased.Store(false)
+	c.relMu.Unlock()
+	c.mu.Lock()
+	for _, k := range keys {
+		delete(c.flows, k)
+	}
+	c.mu.Unlock()
+}
+
 // Stats returns the counters. It reads the kernel's drop count
 // (PACKET_STATISTICS, which resets on each read) and adds it to the total.
 func (c *Capture) Stats() Stats {
@@ -318,6 +353,9 @@ func (c *Capture) run() {
 		}
 		for i := 0; i < n; i++ {
 			c.handle(i)
+		}
+		if c.anyReleased.Load() {
+			c.dropReleased()
 		}
 		if now := time.Now().UnixNano() - c.t0; now-lastSweep > int64(time.Second) {
 			c.sweep(now)
@@ -450,6 +488,13 @@ func (c *Capture) segment(ip, vh []byte, out bool, now int64) {
 		f = nil // the port reused: a new flow
 	}
 	if f == nil {
+		if pk.TCPFlags&datapath.TCPSyn == 0 && pk.Len <= pk.L4Off+int(b[pk.L4Off+12]>>4)*4 {
+			// No SYN and no data: the tail of a flow already released or
+			// swept (its last ACK, a late FIN or RST), or a keepalive of
+			// one from before the capture. Nothing to measure; a flow
+			// met mid-stream starts at its next data segment.
+			return
+		}
 		c.mu.Lock()
 		if len(c.flows) >= c.opts.MaxFlows {
 			if _, had := c.flows[k]; !had {

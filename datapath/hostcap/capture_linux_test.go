@@ -481,3 +481,85 @@ func TestSyncCatchesUp(t *testing.T) {
 		t.Errorf("Sync on an idle capture: %.1f allocations, want 0", allocs)
 	}
 }
+
+// TestReleaseDropsFlows: short connections, the client or the target
+// closing first, each tracked to its end; once Release names them they
+// leave the table at the reader's next batch (not doneLinger after their
+// last packet), so the table holds only the connections not yet read.
+func TestReleaseDropsFlows(t *testing.T) {
+	l := newLab(t, false)
+	addr := netip.MustParseAddrPort("198.18.6.2:9400")
+	c := l.open(Options{}, addr)
+	ln, err := l.tg.Listen("tcp", addr.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			s, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			buf := make([]byte, 64)
+			s.SetDeadline(time.Now().Add(30 * time.Second))
+			if _, err := io.ReadFull(s, buf); err == nil {
+				s.Write(buf)
+			}
+			s.Close() // the target closes first when the client waits
+		}
+	}()
+	exchange := func(clientFirst bool) netip.AddrPort {
+		t.Helper()
+		cn, err := l.host.Dial(context.Background(), "tcp", addr.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cn.Close()
+		cn.SetDeadline(time.Now().Add(30 * time.Second))
+		buf := make([]byte, 64)
+		if _, err := cn.Write(buf); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(cn, buf); err != nil {
+			t.Fatal(err)
+		}
+		if !clientFirst {
+			if _, err := cn.Read(buf); err != io.EOF {
+				t.Fatalf("after the answer: %v, want the target's FIN", err)
+			}
+		}
+		return cn.LocalAddr().(*net.TCPAddr).AddrPort()
+	}
+	const n = 100
+	var locals []netip.AddrPort
+	for i := range n {
+		locals = append(locals, exchange(i%2 == 0))
+	}
+	if !c.Sync(5 * time.Second) {
+		t.Fatal("Sync timed out")
+	}
+	for _, local := range locals {
+		s := c.Segments(local, addr)
+		if s == nil || s.ToTarget().DataSegments != 1 || s.FromTarget().DataSegments != 1 {
+			t.Fatalf("%v: %v, want one data segment each way", local, s)
+		}
+		c.Release(local, addr)
+	}
+	// The next connection's packets are a batch after the releases.
+	next := exchange(true)
+	if !c.Sync(5 * time.Second) {
+		t.Fatal("Sync timed out")
+	}
+	for _, local := range locals {
+		if c.Segments(local, addr) != nil {
+			t.Fatalf("%v still tracked after Release", local)
+		}
+	}
+	if c.Segments(next, addr) == nil {
+		t.Fatal("the connection not released was dropped")
+	}
+	if st := c.Stats(); st.Flows > 2 { // next, and at most a late packet's
+		t.Errorf("%d flows after releasing %d of %d, want 1", st.Flows, n, n+1)
+	}
+}

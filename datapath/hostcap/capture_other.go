@@ -24,6 +24,9 @@ func (c *Capture) SetTargets([]netip.AddrPort) error { return ErrClosed }
 // Segments returns nil.
 func (c *Capture) Segments(local, remote netip.AddrPort) *datapath.SegStats { return nil }
 
+// Release does nothing.
+func (c *Capture) Release(local, remote netip.AddrPort) {}
+
 // Stats returns zeros.
 func (c *Capture) Stats() Stats { return Stats{} }
 

@@ -171,3 +171,42 @@ func TestSweepLinger(t *testing.T) {
 		t.Errorf("%d flows after the idle timeout", len(c.flows))
 	}
 }
+
+// TestReleaseDropsFlow: a released flow leaves at dropReleased; the
+// packets of its tail that carry no data (the last ACK, a late FIN or RST)
+// make no new flow, a data segment met mid-stream does, and so does a new
+// SYN on the same ports.
+func TestReleaseDropsFlow(t *testing.T) {
+	target := netip.MustParseAddrPort("198.18.3.1:80")
+	local := netip.MustParseAddrPort("198.18.2.1:40001")
+	c := bare(target)
+	vh := make([]byte, 10)
+	c.segment(seg(t, local, target, 100, true, 0), vh, true, 1)
+	c.segment(seg(t, target, local, 5000, true, 0), vh, false, 2)
+	c.segment(seg(t, local, target, 101, false, 100), vh, true, 3)
+	c.segment(flagged(t, target, local, 5001, true, false), vh, false, 4)
+	c.Release(local, target)
+	if c.Segments(local, target) == nil {
+		t.Fatal("dropped before the reader's batch ended")
+	}
+	c.dropReleased()
+	if c.Segments(local, target) != nil || len(c.flows) != 0 {
+		t.Fatal("a released flow stayed")
+	}
+	c.segment(flagged(t, local, target, 201, true, false), vh, true, 5)    // weir's FIN, late
+	c.segment(flagged(t, target, local, 5002, false, false), vh, false, 6) // the last ACK
+	c.segment(flagged(t, target, local, 5002, false, true), vh, false, 7)  // a RST
+	if len(c.flows) != 0 {
+		t.Fatalf("a released flow's tail made %d new flows", len(c.flows))
+	}
+	c.segment(seg(t, target, local, 5002, false, 10), vh, false, 8) // data: a flow met mid-stream
+	if s := c.Segments(local, target); s == nil || s.FromTarget().DataSegments != 1 {
+		t.Fatalf("a data segment met mid-stream: %v, want a flow with it", s)
+	}
+	c.Release(local, target)
+	c.dropReleased()
+	c.segment(seg(t, local, target, 9000, true, 0), vh, true, 9) // the ports reused
+	if c.Segments(local, target) == nil {
+		t.Fatal("a new SYN on a released flow's ports made no flow")
+	}
+}

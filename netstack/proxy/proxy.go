@@ -113,6 +113,10 @@ type LegMeter interface {
 	// pooled one goes back to its pool: it waits (briefly) until the
 	// measurement behind Directions has caught up with the traffic.
 	Sync(target Leg)
+	// Release is called after a target leg's final reading: the
+	// measurement behind Directions may forget the leg. addrs as for
+	// Directions.
+	Release(target Leg, addrs *[2]netip.AddrPort)
 }
 
 // Options configure a Proxy. The zero value works: it refuses every

@@ -204,6 +204,9 @@ func (f *Proxy) finish(c *connEntry) ConnStats {
 	cl, tg, dt := f.observe(c, now)
 	c.finished = true
 	f.settle(c, dt, 1)
+	if f.opts.Meter != nil {
+		f.opts.Meter.Release(c.target, &c.addrs)
+	}
 	f.sampleMu.Unlock()
 	f.mu.Lock()
 	delete(f.conns, c.req.ID)

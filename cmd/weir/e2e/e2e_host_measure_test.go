@@ -173,6 +173,18 @@ func TestE2EMeasureHostDialer(t *testing.T) {
 			if res.OK != 20 || res.PerTarget["t1"] == 0 || res.PerTarget["t2"] == 0 {
 				t.Fatalf("through the host dialer: %+v", res)
 			}
+			// Each connection's flow leaves the capture once its final
+			// reading has taken it, not doneLinger (3 s) after its last
+			// packet: within 2 s at most the two clients' last
+			// connections are left (their releases wait for the
+			// reader's next packet).
+			var hc *api.HostCapture
+			if !testutil.WithinEvery(2*time.Second, 20*time.Millisecond, func() bool {
+				hc = w.status().HostCapture
+				return hc != nil && hc.Flows <= 2
+			}) {
+				t.Errorf("host capture after 20 ended connections: %+v; want at most 2 flows left", hc)
+			}
 			base := w.waitSampled(time.Now())
 			if hc := base.HostCapture; hc == nil || hc.State != "on" || hc.Targets != 2 {
 				t.Fatalf("host capture in /status: %+v; want on, 2 targets", hc)

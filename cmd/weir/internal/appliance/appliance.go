@@ -238,6 +238,7 @@ func New(opts Options) (*Appliance, error) {
 	if hc := a.host.Capture(); hc != nil {
 		meter.HostSegments = hc.Segments
 		meter.HostSync = func() { hc.Sync(100 * time.Millisecond) }
+		meter.HostRelease = hc.Release
 		a.setHostTargets(cfg)
 	}
 	viaFront := false
