@@ -13,7 +13,11 @@
 //	        packet type:
 //	          outgoing (PACKET_OUTGOING), to a target  ─► ToTarget
 //	          incoming (host-bound), from a target     ─► FromTarget
-//	        ─► the flow's SegStats (created at weir's SYN, or mid-stream)
+//	        ─► weir's end one of the host's addresses? (else traffic
+//	          the host forwards for others: counted, Forwarded)
+//	        ─► the flow's SegStats (created at weir's SYN, or mid-stream
+//	          at a data segment); dropped once the connection's final
+//	          reading took it (Release), or after its linger
 //
 // The socket is a plain AF_PACKET SOCK_RAW socket with a large receive
 // buffer read in batches (recvmmsg), not a TPACKET_V3 ring: a ring hands
@@ -100,6 +104,10 @@ type Stats struct {
 	Malformed uint64
 	// Refused counts packets of new flows not tracked: MaxFlows reached.
 	Refused uint64
+	// Forwarded counts packets between a target and an address not the
+	// host's own: traffic the host forwards for others (a router's
+	// clients reaching the target directly), no leg of weir's. Not tracked.
+	Forwarded uint64
 	// Flows is the flows tracked now.
 	Flows int
 }

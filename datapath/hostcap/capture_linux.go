@@ -11,6 +11,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/vishvananda/netlink"
 	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
 
@@ -24,12 +25,19 @@ type Capture struct {
 	rc   syscall.RawConn
 	opts Options
 
-	mu      sync.RWMutex // guards flows' membership (the reader writes, under mu)
-	flows   map[flowKey]*flow
+	mu    sync.RWMutex // guards flows' membership (the reader writes, under mu)
+	flows map[flowKey]*flow
+	// locals are the host's own addresses, weir's end of every host leg
+	// (nil: not known, any address is). A flow whose weir end is none of
+	// them is traffic the host forwards between others and a target (a
+	// router's clients): not weir's, not tracked (Stats.Forwarded).
+	locals  atomic.Pointer[map[netip.Addr]struct{}]
+	nl      *netlink.Handle // the namespace's routing socket, for locals; the reader's
 	targets atomic.Pointer[map[netip.AddrPort]struct{}]
 	setMu   sync.Mutex // serialises SetTargets
 
 	packets, malformed, refused atomic.Uint64
+	forwarded                   atomic.Uint64
 	statsMu                     sync.Mutex
 	dropped                     uint64 // guarded by statsMu: tp_drops summed
 	err                         atomic.Pointer[error]
@@ -56,6 +64,7 @@ type Capture struct {
 	ctls    [][]byte
 	scratch []byte
 	t0      int64
+	high    int // the most flows since the map was last made
 }
 
 // mmsghdr is struct mmsghdr.
@@ -118,14 +127,22 @@ func Open(o Options) (*Capture, error) {
 	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL)}); err != nil {
 		return fail("bind", err)
 	}
+	// The routing socket is this namespace's, like the packet socket,
+	// whichever thread later reads the addresses through it.
+	nl, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	if err != nil {
+		return fail("netlink", err)
+	}
 	f := os.NewFile(uintptr(fd), "hostcap")
 	rc, err := f.SyscallConn()
 	if err != nil {
 		f.Close()
+		nl.Close()
 		return nil, fmt.Errorf("hostcap: %w", err)
 	}
-	c := &Capture{file: f, rc: rc, opts: o, flows: map[flowKey]*flow{}, done: make(chan struct{}),
+	c := &Capture{file: f, rc: rc, nl: nl, opts: o, flows: map[flowKey]*flow{}, done: make(chan struct{}),
 		scratch: make([]byte, maxIPv4+64), t0: time.Now().UnixNano()}
+	c.readLocals()
 	empty := map[netip.AddrPort]struct{}{}
 	c.targets.Store(&empty)
 	c.msgs = make([]mmsghdr, o.Batch)
@@ -245,7 +262,8 @@ func (c *Capture) Stats() Stats {
 	c.mu.RLock()
 	n := len(c.flows)
 	c.mu.RUnlock()
-	return Stats{Packets: c.packets.Load(), Dropped: d, Malformed: c.malformed.Load(), Refused: c.refused.Load(), Flows: n}
+	return Stats{Packets: c.packets.Load(), Dropped: d, Malformed: c.malformed.Load(), Refused: c.refused.Load(),
+		Forwarded: c.forwarded.Load(), Flows: n}
 }
 
 // Err returns why the reader stopped, or nil while it runs.
@@ -314,6 +332,7 @@ func (c *Capture) Close() error {
 
 func (c *Capture) run() {
 	defer close(c.done)
+	defer c.nl.Close()
 	var lastSweep int64
 	for {
 		var n int
@@ -358,6 +377,7 @@ func (c *Capture) run() {
 			c.dropReleased()
 		}
 		if now := time.Now().UnixNano() - c.t0; now-lastSweep > int64(time.Second) {
+			c.readLocals()
 			c.sweep(now)
 			lastSweep = now
 		}
@@ -488,6 +508,12 @@ func (c *Capture) segment(ip, vh []byte, out bool, now int64) {
 		f = nil // the port reused: a new flow
 	}
 	if f == nil {
+		if l := c.locals.Load(); l != nil {
+			if _, ok := (*l)[k.local.Addr()]; !ok {
+				c.forwarded.Add(1)
+				return
+			}
+		}
 		if pk.TCPFlags&datapath.TCPSyn == 0 && pk.Len <= pk.L4Off+int(b[pk.L4Off+12]>>4)*4 {
 			// No SYN and no data: the tail of a flow already released or
 			// swept (its last ACK, a late FIN or RST), or a keepalive of
@@ -505,6 +531,7 @@ func (c *Capture) segment(ip, vh []byte, out bool, now int64) {
 		}
 		f = &flow{}
 		c.flows[k] = f
+		c.high = max(c.high, len(c.flows))
 		c.mu.Unlock()
 	}
 	f.last = now
@@ -528,7 +555,9 @@ func (c *Capture) segment(ip, vh []byte, out bool, now int64) {
 }
 
 // sweep drops the flows idle past their timeout, and those of targets no
-// longer captured.
+// longer captured. A map that holds a quarter of the flows it once did is
+// made anew: a Go map keeps the table of its largest size, which a burst
+// (thousands of connections a second, each lingering) leaves behind.
 func (c *Capture) sweep(now int64) {
 	targets := *c.targets.Load()
 	c.mu.Lock()
@@ -540,4 +569,35 @@ func (c *Capture) sweep(now int64) {
 			delete(c.flows, k)
 		}
 	}
+	if c.high > shrinkAbove && len(c.flows) < c.high/4 {
+		m := make(map[flowKey]*flow, len(c.flows)) // not maps.Clone: it keeps the table's size
+		for k, f := range c.flows {
+			m[k] = f
+		}
+		c.flows = m
+		c.high = len(c.flows)
+	}
+}
+
+// shrinkAbove is the table size below which sweep leaves the map as it is.
+const shrinkAbove = 1024
+
+// readLocals reads the host's addresses (locals); the reader calls it
+// once a second, so an address added while weir runs counts within a
+// second or so. A failed read keeps the addresses known.
+func (c *Capture) readLocals() {
+	if c.nl == nil {
+		return
+	}
+	addrs, err := c.nl.AddrList(nil, netlink.FAMILY_ALL)
+	if err != nil {
+		return
+	}
+	set := make(map[netip.Addr]struct{}, len(addrs))
+	for _, a := range addrs {
+		if ip, ok := netip.AddrFromSlice(a.IP); ok {
+			set[ip.Unmap()] = struct{}{}
+		}
+	}
+	c.locals.Store(&set)
 }

@@ -563,3 +563,76 @@ func TestReleaseDropsFlows(t *testing.T) {
 		t.Errorf("%d flows after releasing %d of %d, want 1", st.Flows, n, n+1)
 	}
 }
+
+// TestForwardedNotTracked: a capture on a router that forwards others'
+// connections to a target (the lab's host dialing through it) tracks
+// none of them, and counts their packets as forwarded; the router's own
+// connection to the target is tracked.
+func TestForwardedNotTracked(t *testing.T) {
+	l := newLab(t, false)
+	addr := netip.MustParseAddrPort("198.18.6.2:9500")
+	var c *Capture
+	if err := l.router.Do(func() error {
+		var err error
+		c, err = Open(Options{})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.SetTargets([]netip.AddrPort{addr}); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := l.tg.Listen("tcp", addr.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			s, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer s.Close()
+				s.SetDeadline(time.Now().Add(30 * time.Second))
+				io.Copy(s, s)
+			}()
+		}
+	}()
+	exchange := func(ns interface {
+		Dial(context.Context, string, string) (net.Conn, error)
+	}) netip.AddrPort {
+		t.Helper()
+		cn, err := ns.Dial(context.Background(), "tcp", addr.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cn.Close()
+		cn.SetDeadline(time.Now().Add(30 * time.Second))
+		buf := make([]byte, 1000)
+		if _, err := cn.Write(buf); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(cn, buf); err != nil {
+			t.Fatal(err)
+		}
+		return cn.LocalAddr().(*net.TCPAddr).AddrPort()
+	}
+	for range 20 {
+		exchange(l.host)
+	}
+	own := exchange(l.router)
+	if !c.Sync(5 * time.Second) {
+		t.Fatal("Sync timed out")
+	}
+	st := c.Stats()
+	t.Logf("capture on the router: %+v", st)
+	if s := c.Segments(own, addr); s == nil || s.ToTarget().DataSegments != 1 || s.FromTarget().DataSegments != 1 {
+		t.Errorf("the router's own connection: %v, want tracked, one data segment each way", s)
+	}
+	if st.Flows != 1 || st.Forwarded < 20*4 {
+		t.Errorf("%d flows, %d packets forwarded; want 1 flow (the router's own), the 20 forwarded connections' packets counted", st.Flows, st.Forwarded)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"math/rand"
 	"net"
 	"net/netip"
+	"runtime"
 	"testing"
 
 	"github.com/google/gopacket"
@@ -208,5 +209,49 @@ func TestReleaseDropsFlow(t *testing.T) {
 	c.segment(seg(t, local, target, 9000, true, 0), vh, true, 9) // the ports reused
 	if c.Segments(local, target) == nil {
 		t.Fatal("a new SYN on a released flow's ports made no flow")
+	}
+}
+
+// TestForwardedAndShrink: with the host's addresses known, a flow whose
+// weir end is not one of them (forwarded traffic) is not tracked but
+// counted; and once a burst of flows has gone, sweep makes the map anew.
+func TestForwardedAndShrink(t *testing.T) {
+	target := netip.MustParseAddrPort("198.18.3.1:80")
+	own := netip.MustParseAddr("198.18.2.1")
+	c := bare(target)
+	c.opts.MaxFlows = 1 << 16
+	c.opts.IdleTimeout = DefaultIdleTimeout
+	c.locals.Store(&map[netip.Addr]struct{}{own: {}})
+	vh := make([]byte, 10)
+	other := netip.MustParseAddrPort("198.19.7.7:40000")
+	c.segment(seg(t, other, target, 100, true, 0), vh, true, 1)
+	c.segment(seg(t, target, other, 5000, true, 0), vh, false, 2)
+	if len(c.flows) != 0 || c.forwarded.Load() != 2 {
+		t.Fatalf("forwarded: %d flows, %d counted; want none tracked, 2 counted", len(c.flows), c.forwarded.Load())
+	}
+	live := func() uint64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	base := live()
+	for p := range uint16(40000) {
+		c.segment(seg(t, netip.AddrPortFrom(own, 10000+p), target, 1, true, 0), vh, true, 3)
+	}
+	if len(c.flows) != 40000 || c.high != 40000 {
+		t.Fatalf("%d flows, high %d; want 40000", len(c.flows), c.high)
+	}
+	for p := range uint16(39500) {
+		c.Release(netip.AddrPortFrom(own, 10000+p), target)
+	}
+	c.dropReleased()
+	c.sweep(4)
+	// 500 flows hold some 250 KB; the map of 40 000, kept, over 3 MB.
+	if grown := int64(live()) - int64(base); len(c.flows) != 500 || c.high != 500 || grown > 1<<20 {
+		t.Errorf("after the burst: %d flows, high %d, the heap %d KiB above its start; want 500, the map made anew (< 1 MiB)", len(c.flows), c.high, grown>>10)
+	}
+	if c.Segments(netip.AddrPortFrom(own, 49999), target) == nil {
+		t.Error("a flow kept was lost making the map anew")
 	}
 }

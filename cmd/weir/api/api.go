@@ -113,7 +113,11 @@ type HostCapture struct {
 	DroppedLastInterval uint64 `json:"dropped_last_interval"`
 	Malformed           uint64 `json:"malformed"`
 	Refused             uint64 `json:"refused"` // packets of flows not tracked: the flow table was full
-	Flows               int    `json:"flows"`   // flows tracked now
+	// Forwarded counts packets between a target and an address not the
+	// host's own: traffic the host forwards for others, no leg of weir's,
+	// not tracked.
+	Forwarded uint64 `json:"forwarded"`
+	Flows     int    `json:"flows"` // flows tracked now
 }
 
 // HTTP counts the requests of http services: each request is admitted and

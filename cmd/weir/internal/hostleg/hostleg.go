@@ -102,7 +102,7 @@ func (h *Capture) Status(cfg *policy.Config) *api.HostCapture {
 		out.State = "on"
 	}
 	st := h.cap.Stats()
-	out.Packets, out.Dropped, out.Malformed, out.Refused, out.Flows = st.Packets, st.Dropped, st.Malformed, st.Refused, st.Flows
+	out.Packets, out.Dropped, out.Malformed, out.Refused, out.Forwarded, out.Flows = st.Packets, st.Dropped, st.Malformed, st.Refused, st.Forwarded, st.Flows
 	h.mu.Lock()
 	out.DroppedLastInterval = h.lastLost
 	setErr := h.setErr

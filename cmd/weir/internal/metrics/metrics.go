@@ -401,6 +401,11 @@ var Defs = []Def{
 		samples: one(func(st *api.Status) float64 {
 			return hostCap(st, func(h *api.HostCapture) uint64 { return h.Malformed })
 		})},
+	{Name: "weir_host_capture_forwarded_total", Type: Counter,
+		Help: "Captured packets between a target and an address not the host's own: traffic the host forwards for others (a router's clients reaching the target directly), no leg of weir's; not tracked.",
+		samples: one(func(st *api.Status) float64 {
+			return hostCap(st, func(h *api.HostCapture) uint64 { return h.Forwarded })
+		})},
 	{Name: "weir_host_capture_flows", Type: Gauge,
 		Help: "Host-leg TCP flows the capture tracks now.",
 		samples: one(func(st *api.Status) float64 {
