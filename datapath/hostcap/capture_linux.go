@@ -65,6 +65,12 @@ type Capture struct {
 	scratch []byte
 	t0      int64
 	high    int // the most flows since the map was last made
+	// sub is a routing socket subscribed to the host's address changes,
+	// read without waiting (addrsChanged); addrsChecked: isLocal looked at
+	// it during this batch.
+	sub          int
+	subBuf       [4096]byte
+	addrsChecked bool
 }
 
 // mmsghdr is struct mmsghdr.
@@ -127,10 +133,20 @@ func Open(o Options) (*Capture, error) {
 	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL)}); err != nil {
 		return fail("bind", err)
 	}
-	// The routing socket is this namespace's, like the packet socket,
-	// whichever thread later reads the addresses through it.
+	// The routing sockets are this namespace's, like the packet socket,
+	// whichever thread later reads the addresses through them: one
+	// subscribed to address changes, first, then the addresses read.
+	sub, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, unix.NETLINK_ROUTE)
+	if err != nil {
+		return fail("netlink socket", err)
+	}
+	if err := unix.Bind(sub, &unix.SockaddrNetlink{Family: unix.AF_NETLINK, Groups: unix.RTMGRP_IPV4_IFADDR | unix.RTMGRP_IPV6_IFADDR}); err != nil {
+		unix.Close(sub)
+		return fail("netlink address subscription", err)
+	}
 	nl, err := netlink.NewHandle(unix.NETLINK_ROUTE)
 	if err != nil {
+		unix.Close(sub)
 		return fail("netlink", err)
 	}
 	f := os.NewFile(uintptr(fd), "hostcap")
@@ -138,9 +154,10 @@ func Open(o Options) (*Capture, error) {
 	if err != nil {
 		f.Close()
 		nl.Close()
+		unix.Close(sub)
 		return nil, fmt.Errorf("hostcap: %w", err)
 	}
-	c := &Capture{file: f, rc: rc, nl: nl, opts: o, flows: map[flowKey]*flow{}, done: make(chan struct{}),
+	c := &Capture{file: f, rc: rc, nl: nl, sub: sub, opts: o, flows: map[flowKey]*flow{}, done: make(chan struct{}),
 		scratch: make([]byte, maxIPv4+64), t0: time.Now().UnixNano()}
 	c.readLocals()
 	empty := map[netip.AddrPort]struct{}{}
@@ -332,7 +349,10 @@ func (c *Capture) Close() error {
 
 func (c *Capture) run() {
 	defer close(c.done)
-	defer c.nl.Close()
+	defer func() {
+		c.nl.Close()
+		unix.Close(c.sub)
+	}()
 	var lastSweep int64
 	for {
 		var n int
@@ -370,6 +390,7 @@ func (c *Capture) run() {
 			c.err.Store(&e)
 			return
 		}
+		c.addrsChecked = false
 		for i := 0; i < n; i++ {
 			c.handle(i)
 		}
@@ -377,7 +398,9 @@ func (c *Capture) run() {
 			c.dropReleased()
 		}
 		if now := time.Now().UnixNano() - c.t0; now-lastSweep > int64(time.Second) {
-			c.readLocals()
+			if c.addrsChanged() {
+				c.readLocals()
+			}
 			c.sweep(now)
 			lastSweep = now
 		}
@@ -508,11 +531,9 @@ func (c *Capture) segment(ip, vh []byte, out bool, now int64) {
 		f = nil // the port reused: a new flow
 	}
 	if f == nil {
-		if l := c.locals.Load(); l != nil {
-			if _, ok := (*l)[k.local.Addr()]; !ok {
-				c.forwarded.Add(1)
-				return
-			}
+		if !c.isLocal(k.local.Addr()) {
+			c.forwarded.Add(1)
+			return
 		}
 		if pk.TCPFlags&datapath.TCPSyn == 0 && pk.Len <= pk.L4Off+int(b[pk.L4Off+12]>>4)*4 {
 			// No SYN and no data: the tail of a flow already released or
@@ -582,9 +603,57 @@ func (c *Capture) sweep(now int64) {
 // shrinkAbove is the table size below which sweep leaves the map as it is.
 const shrinkAbove = 1024
 
-// readLocals reads the host's addresses (locals); the reader calls it
-// once a second, so an address added while weir runs counts within a
-// second or so. A failed read keeps the addresses known.
+// isLocal reports whether a (the weir end of a new flow) is one of the
+// host's addresses. The reader reads them at Open and again whenever the
+// kernel has announced a change (RTM_NEWADDR, RTM_DELADDR on the
+// subscription socket), looking at that socket at most once a batch: an
+// address added since Open (weir started before its interface was up)
+// counts from its first connection's SYN, whose announcement the kernel
+// queued before the SYN could be sent.
+func (c *Capture) isLocal(a netip.Addr) bool {
+	l := c.locals.Load()
+	if l == nil {
+		return true
+	}
+	if _, ok := (*l)[a]; ok {
+		return true
+	}
+	if c.addrsChecked {
+		return false
+	}
+	c.addrsChecked = true
+	if !c.addrsChanged() {
+		return false
+	}
+	c.readLocals()
+	_, ok := (*c.locals.Load())[a]
+	return ok
+}
+
+// addrsChanged drains the address subscription and reports whether the
+// kernel announced anything (or overran it: ENOBUFS) since the last call.
+func (c *Capture) addrsChanged() bool {
+	if c.nl == nil {
+		return false
+	}
+	changed := false
+	for {
+		n, _, err := unix.Recvfrom(c.sub, c.subBuf[:], unix.MSG_DONTWAIT)
+		switch {
+		case err == unix.ENOBUFS:
+			changed = true
+			continue
+		case err != nil:
+			return changed
+		case n > 0:
+			changed = true
+		}
+	}
+}
+
+// readLocals reads the host's addresses (locals): at Open, then whenever
+// the kernel announced a change (isLocal, and once a second for those
+// removed). A failed read keeps the addresses known.
 func (c *Capture) readLocals() {
 	if c.nl == nil {
 		return

@@ -635,4 +635,40 @@ func TestForwardedNotTracked(t *testing.T) {
 	if st.Flows != 1 || st.Forwarded < 20*4 {
 		t.Errorf("%d flows, %d packets forwarded; want 1 flow (the router's own), the 20 forwarded connections' packets counted", st.Flows, st.Forwarded)
 	}
+
+	// An address the router gets after the capture opened (weir started
+	// before its interface was up) counts from its first connection.
+	added := netip.MustParseAddr("198.18.6.9")
+	var cn net.Conn
+	if err := l.router.Do(func() error {
+		ln, err := netlink.LinkByName("r1")
+		if err != nil {
+			return err
+		}
+		ad, _ := netlink.ParseAddr(added.String() + "/24")
+		ad.Flags = unix.IFA_F_NODAD
+		if err := netlink.AddrAdd(ln, ad); err != nil {
+			return err
+		}
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: added.AsSlice()}}
+		cn, err = d.Dial("tcp", addr.String())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer cn.Close()
+	cn.SetDeadline(time.Now().Add(30 * time.Second))
+	buf := make([]byte, 1000)
+	if _, err := cn.Write(buf); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(cn, buf); err != nil {
+		t.Fatal(err)
+	}
+	if !c.Sync(5 * time.Second) {
+		t.Fatal("Sync timed out")
+	}
+	if s := c.Segments(cn.LocalAddr().(*net.TCPAddr).AddrPort(), addr); s == nil || s.ToTarget().DataSegments != 1 || s.RTT() == 0 {
+		t.Errorf("a connection from an address added after Open: %v, want tracked from its SYN", s)
+	}
 }
