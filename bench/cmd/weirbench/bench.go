@@ -344,7 +344,7 @@ func runBench(ctx context.Context, o options, tests []testDef) (*report, error) 
 		bin, _ := haproxyBin()
 		haVersion = haproxyVersion(bin)
 		hcfg := filepath.Join(logDir, "haproxy.cfg")
-		if err := os.WriteFile(hcfg, []byte(haproxyConfig(routerHAddr, serverAddr, []int{iperfPort, rrPort})), 0o644); err != nil {
+		if err := os.WriteFile(hcfg, []byte(haproxyConfig(routerHAddr, serverProxyAddr, []int{iperfPort, rrPort})), 0o644); err != nil {
 			return nil, err
 		}
 		// -db: in the foreground, no daemon; the process group is HAProxy.
@@ -368,7 +368,7 @@ func runBench(ctx context.Context, o options, tests []testDef) (*report, error) 
 	}
 
 	if o.KProxy {
-		kp, err := start(topo.router, "kproxy", nil, self, "kproxy", "-listen", routerCAddr, "-to", serverAddr,
+		kp, err := start(topo.router, "kproxy", nil, self, "kproxy", "-listen", routerCAddr, "-to", serverProxyAddr,
 			"-ports", strconv.Itoa(iperfPort)+","+strconv.Itoa(rrPort))
 		if err != nil {
 			return nil, err
@@ -491,7 +491,7 @@ services:
     protocol: tcp
     targets:
       - name: server
-        address: %[3]s:%[2]d
+        address: %[6]s:%[2]d
   - name: %[5]s
     vips: [%[1]s]
     port: %[2]d
@@ -505,8 +505,8 @@ services:
     protocol: tcp
     targets:
       - name: server
-        address: %[3]s:%[4]d
-`, weirVIP, iperfPort, serverAddr, rrPort, udpService)
+        address: %[6]s:%[4]d
+`, weirVIP, iperfPort, serverAddr, rrPort, udpService, serverWeirAddr)
 }
 
 // peerWeirVariants are the configurations -peer-weir runs the weir binary
@@ -530,8 +530,9 @@ func peerWeirVariantNames() string {
 }
 
 // peerWeirConfig is weirConfig for the peer's address with variant's change.
-// Its tcp targets are the server's other address (serverAltAddr), so that
-// each weir's host-leg capture follows its own legs only.
+// Its tcp targets are the server's other address (serverAltAddr, weir's
+// serverWeirAddr), so that each weir's host-leg capture follows its own
+// legs only.
 func peerWeirConfig(variant string) string {
 	cfg := strings.NewReplacer(weirVIP, serverPeerIP, "# weirbench:", "# weirbench peer ("+variant+"):").Replace(weirConfig())
 	var b strings.Builder
@@ -548,7 +549,7 @@ func peerWeirConfig(variant string) string {
 		// server answers from the address its route chooses (that one),
 		// which a relay connected to the second would not take; the
 		// host-leg capture follows TCP legs only.
-		b.WriteString(strings.Replace(line, serverAddr+":", serverAltAddr+":", 1))
+		b.WriteString(strings.Replace(line, serverWeirAddr+":", serverAltAddr+":", 1))
 		if variant == "netstack" {
 			b.WriteString("        via: netstack\n")
 		}

@@ -11,13 +11,15 @@ package main
 //   - kernel: the client reaches the server at 198.18.20.2, routed by the
 //     router's kernel;
 //   - weir:   the client reaches the VIP 198.18.0.10, which weir routes into
-//     its TUN; weir splices each connection to 198.18.20.2;
+//     its TUN; weir splices each connection to 198.18.20.5 (tcp; udp to
+//     198.18.20.2);
 //   - peer:   the client reaches the server's second address 198.18.21.2; a
 //     policy rule in the router sends what the client sends there into the
 //     peer's TUN, and the peer (a transparent TUN proxy such as tun2socks)
 //     connects to it from the router itself;
 //   - haproxy: the client reaches HAProxy at the router's 198.18.10.3, and
-//     HAProxy connects to the server.
+//     HAProxy connects to the server's third address, 198.18.20.4 (kproxy
+//     too), which no weir captures.
 
 import (
 	"errors"
@@ -32,21 +34,32 @@ import (
 )
 
 const (
-	clientAddr   = "198.18.10.2"
-	routerCAddr  = "198.18.10.1"
-	routerSAddr  = "198.18.20.1"
-	routerHAddr  = "198.18.10.3" // HAProxy's listening address
-	serverAddr   = "198.18.20.2" // kernel path and weir's target
-	serverPeerIP = "198.18.21.2" // the peer's path
+	clientAddr  = "198.18.10.2"
+	routerCAddr = "198.18.10.1"
+	routerSAddr = "198.18.20.1"
+	routerHAddr = "198.18.10.3" // HAProxy's listening address
+	serverAddr  = "198.18.20.2" // kernel path and weir's udp target
+	// serverWeirAddr is weir's tcp targets' address: the server's own for
+	// weir, so that weir's host-leg capture (which follows its targets'
+	// addresses and ports) copies none of the other paths' packets. The
+	// udp target stays serverAddr: iperf3's UDP server answers from the
+	// address its route picks, which a relay connected elsewhere drops.
+	serverWeirAddr = "198.18.20.5"
+	serverPeerIP   = "198.18.21.2" // the peer's path
 	// serverAltAddr is the server's second address, the -peer-weir weir's
 	// target: weir's host-leg capture follows its own targets' addresses
 	// and ports, so that neither weir tracks (and pays for) the other's legs.
 	serverAltAddr = "198.18.20.3"
-	weirVIP       = "198.18.0.10"
-	weirTUNAddr   = "198.18.0.1/32"
-	weirTUN       = "bw0"
-	peerTUN       = "bp0"
-	peerTable     = 100
+	// serverProxyAddr is the server's third address, the one HAProxy and
+	// kproxy connect to: their legs are the router's own sockets, which
+	// weir's capture would otherwise track (and keep, 3 s each, never
+	// released) while they run, leaving weir's heap grown for its own.
+	serverProxyAddr = "198.18.20.4"
+	weirVIP         = "198.18.0.10"
+	weirTUNAddr     = "198.18.0.1/32"
+	weirTUN         = "bw0"
+	peerTUN         = "bp0"
+	peerTable       = 100
 
 	iperfPort = 5201
 	rrPort    = 7000
@@ -124,7 +137,7 @@ func buildTopology() (t *topology, err error) {
 		return t, fmt.Errorf("client: %w", err)
 	}
 	if err = t.server.Do(func() error {
-		if err := linkUp(serverLink, serverAddr+"/24", serverPeerIP+"/32", serverAltAddr+"/32"); err != nil {
+		if err := linkUp(serverLink, serverAddr+"/24", serverPeerIP+"/32", serverAltAddr+"/32", serverProxyAddr+"/32", serverWeirAddr+"/32"); err != nil {
 			return err
 		}
 		return addRoute("0.0.0.0/0", routerSAddr)

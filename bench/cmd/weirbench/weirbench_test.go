@@ -554,6 +554,9 @@ func TestPeerWeirConfig(t *testing.T) {
 		if strings.Contains(cfg, weirVIP) || strings.Count(cfg, serverPeerIP) != strings.Count(base, weirVIP) {
 			t.Errorf("%s: not every VIP moved to %s:\n%s", v, serverPeerIP, cfg)
 		}
+		if strings.Count(base, serverWeirAddr+":") != 2 || strings.Count(base, serverAddr+":") != 1 {
+			t.Errorf("weir: want the 2 tcp targets at %s, the udp one at %s:\n%s", serverWeirAddr, serverAddr, base)
+		}
 		if strings.Count(cfg, serverAltAddr+":") != 2 || strings.Count(cfg, serverAddr+":") != 1 {
 			t.Errorf("%s: want the 2 tcp targets at %s, the udp one at %s:\n%s", v, serverAltAddr, serverAddr, cfg)
 		}
