@@ -420,11 +420,7 @@ func TestSyncCatchesUp(t *testing.T) {
 	l := newLab(t, false)
 	addr := netip.MustParseAddrPort("198.18.6.2:9300")
 	c := l.open(Options{}, addr)
-	ln, err := l.tg.Listen("tcp", addr.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
+	ln := l.listen(addr)
 	go func() {
 		s, err := ln.Accept()
 		if err != nil {
@@ -490,11 +486,7 @@ func TestReleaseDropsFlows(t *testing.T) {
 	l := newLab(t, false)
 	addr := netip.MustParseAddrPort("198.18.6.2:9400")
 	c := l.open(Options{}, addr)
-	ln, err := l.tg.Listen("tcp", addr.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
+	ln := l.listen(addr)
 	go func() {
 		for {
 			s, err := ln.Accept()
@@ -516,16 +508,9 @@ func TestReleaseDropsFlows(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer cn.Close()
-		cn.SetDeadline(time.Now().Add(30 * time.Second))
-		buf := make([]byte, 64)
-		if _, err := cn.Write(buf); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := io.ReadFull(cn, buf); err != nil {
-			t.Fatal(err)
-		}
+		roundTrip(t, cn, 64)
 		if !clientFirst {
-			if _, err := cn.Read(buf); err != io.EOF {
+			if _, err := cn.Read(make([]byte, 1)); err != io.EOF {
 				t.Fatalf("after the answer: %v, want the target's FIN", err)
 			}
 		}
@@ -583,11 +568,7 @@ func TestForwardedNotTracked(t *testing.T) {
 	if err := c.SetTargets([]netip.AddrPort{addr}); err != nil {
 		t.Fatal(err)
 	}
-	ln, err := l.tg.Listen("tcp", addr.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
+	ln := l.listen(addr)
 	go func() {
 		for {
 			s, err := ln.Accept()
@@ -610,14 +591,7 @@ func TestForwardedNotTracked(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer cn.Close()
-		cn.SetDeadline(time.Now().Add(30 * time.Second))
-		buf := make([]byte, 1000)
-		if _, err := cn.Write(buf); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := io.ReadFull(cn, buf); err != nil {
-			t.Fatal(err)
-		}
+		roundTrip(t, cn, 1000)
 		return cn.LocalAddr().(*net.TCPAddr).AddrPort()
 	}
 	for range 20 {
@@ -657,18 +631,36 @@ func TestForwardedNotTracked(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cn.Close()
-	cn.SetDeadline(time.Now().Add(30 * time.Second))
-	buf := make([]byte, 1000)
-	if _, err := cn.Write(buf); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.ReadFull(cn, buf); err != nil {
-		t.Fatal(err)
-	}
+	roundTrip(t, cn, 1000)
 	if !c.Sync(5 * time.Second) {
 		t.Fatal("Sync timed out")
 	}
 	if s := c.Segments(cn.LocalAddr().(*net.TCPAddr).AddrPort(), addr); s == nil || s.ToTarget().DataSegments != 1 || s.RTT() == 0 {
 		t.Errorf("a connection from an address added after Open: %v, want tracked from its SYN", s)
 	}
+}
+
+// roundTrip writes size bytes on cn and reads as many back (the lab's
+// targets answer each request whole), within 30 s.
+func roundTrip(t testing.TB, cn net.Conn, size int) {
+	t.Helper()
+	cn.SetDeadline(time.Now().Add(30 * time.Second))
+	buf := make([]byte, size)
+	if _, err := cn.Write(buf); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(cn, buf); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// listen listens on the target at addr until the test ends.
+func (l *lab) listen(addr netip.AddrPort) net.Listener {
+	l.t.Helper()
+	ln, err := l.tg.Listen("tcp", addr.String())
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	l.t.Cleanup(func() { ln.Close() })
+	return ln
 }
