@@ -289,9 +289,10 @@ func within(got, want uint64, frac float64) bool {
 // to_target (uploads, the host's segments) with the host sockets'
 // tcpi_data_segs_out and tcpi_total_retrans within 1 %, from_target
 // (downloads, the target's) with the target sockets' data segments less
-// those the router dropped within 1 % and 50–105 % of their resends (a receiver does
+// those the router dropped within 1 % and 50–120 % of their resends (a receiver does
 // not see a lost tail segment as lost, and takes a resend within its
-// reorder window for a reordering: datapath/seqtrack.go). With and without GSO on the
+// reorder window for a reordering, a late original beyond it for a resend:
+// datapath/seqtrack.go). With and without GSO on the
 // host's interface (its super-packets count as their segments), IPv4 and
 // IPv6.
 func TestCaptureMatchesKernel(t *testing.T) {
@@ -368,11 +369,20 @@ func TestCaptureMatchesKernel(t *testing.T) {
 			// on a quiet machine, 60–87 % beside two CPU hogs (15 runs), 57 %
 			// once in make soak beside the e2e packages: the busier the
 			// machine, the fewer (which of the two reasons grows is not
-			// pinned down; the handshake RTTs stayed 5–100 µs). The bound
-			// is for a capture that misses or invents resends, not for the
-			// load.
-			if !within(got, want-drops, 0.01) || gotRetrans < wantRetrans/2 || gotRetrans > wantRetrans*105/100+2 {
-				t.Errorf("from_target: capture %d/%d, kernel %d/%d: want 50–105 %% of the kernel's resends", gotRetrans, got, wantRetrans, want)
+			// pinned down; the handshake RTTs stayed 5–100 µs). The other
+			// way, and the likely cause (not pinned down either): a veth
+			// hands each packet to the backlog of the CPU its sender runs
+			// on, so a sender that moves between the 2 CPUs under load can
+			// have its packets reordered by tens of µs, beyond a window of
+			// a few µs: a late original is then judged a resend, as
+			// Wireshark would judge it. Counted (8 December 2026,
+			// another machine): 63–93 % beside two CPU hogs (30 runs),
+			// 107 % once in make soak (IPv4 with GSO, handshakes 5–24 µs).
+			// The bound, 50–120 %, is for a capture that misses or invents
+			// resends (a segment counted twice, a super-packet's segments
+			// all judged resent: 2× and more), not for the load.
+			if !within(got, want-drops, 0.01) || gotRetrans < wantRetrans/2 || gotRetrans > wantRetrans*120/100+2 {
+				t.Errorf("from_target: capture %d/%d, kernel %d/%d: want 50–120 %% of the kernel's resends", gotRetrans, got, wantRetrans, want)
 			}
 
 			// The filter keeps only the targets': a connection to another
