@@ -242,9 +242,17 @@ func (c *Capture) Segments(local, remote netip.AddrPort) *datapath.SegStats {
 // its last packet: at thousands of short connections a second, most of
 // the table. A packet of the flow that comes later without data (its last
 // ACK, a late FIN or RST) makes no new flow; a new SYN on the same ports
-// does.
+// does. A flow the capture does not track (its target not captured, as
+// under monitor.hostCapture: off after a reload) is not queued: with no
+// packet to wake the reader, the queue would only grow.
 func (c *Capture) Release(local, remote netip.AddrPort) {
 	k := flowKey{netip.AddrPortFrom(local.Addr().Unmap(), local.Port()), netip.AddrPortFrom(remote.Addr().Unmap(), remote.Port())}
+	c.mu.RLock()
+	_, tracked := c.flows[k]
+	c.mu.RUnlock()
+	if !tracked {
+		return
+	}
 	c.relMu.Lock()
 	c.released = append(c.released, k)
 	c.anyReleased.Store(true)

@@ -186,6 +186,12 @@ func TestReleaseDropsFlow(t *testing.T) {
 	c.segment(seg(t, target, local, 5000, true, 0), vh, false, 2)
 	c.segment(seg(t, local, target, 101, false, 100), vh, true, 3)
 	c.segment(flagged(t, target, local, 5001, true, false), vh, false, 4)
+	for p := range uint16(1000) { // flows never tracked: nothing queued
+		c.Release(netip.AddrPortFrom(local.Addr(), 50000+p), target)
+	}
+	if len(c.released) != 0 {
+		t.Fatalf("%d untracked flows queued for release", len(c.released))
+	}
 	c.Release(local, target)
 	if c.Segments(local, target) == nil {
 		t.Fatal("dropped before the reader's batch ended")
